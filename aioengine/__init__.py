@@ -1,0 +1,49 @@
+"""aioengine: an asyncio-native dependency engine.
+
+Push functions together with the Vars they read (``const_vars``) and mutate
+(``mutate_vars``); the engine runs them as soon as their Vars allow, in parallel where it can,
+and guarantees one rule: two operations of which at least one mutates a common Var run in the
+order they were pushed.
+"""
+
+from .context import Context as Context
+from .context import DeviceType as DeviceType
+from .context import RunContext as RunContext
+from .context import cpu as cpu
+from .context import gpu as gpu
+from .engine import Engine as Engine
+from .errors import DependencyError as DependencyError
+from .errors import DeviceUnavailableError as DeviceUnavailableError
+from .errors import EngineClosedError as EngineClosedError
+from .errors import EngineError as EngineError
+from .errors import OperatorDeletedError as OperatorDeletedError
+from .errors import VarDeletedError as VarDeletedError
+from .operation import FnProperty as FnProperty
+from .operation import OnComplete as OnComplete
+from .operation import Operation as Operation
+from .operation import OprHandle as OprHandle
+from .operation import OpState as OpState
+from .var import Var as Var
+from .var import VarStatistics as VarStatistics
+
+__version__ = "0.1.0"
+
+__all__ = (
+    "Context",
+    "DependencyError",
+    "DeviceType",
+    "DeviceUnavailableError",
+    "Engine",
+    "EngineClosedError",
+    "EngineError",
+    "FnProperty",
+    "OnComplete",
+    "OpState",
+    "Operation",
+    "OprHandle",
+    "RunContext",
+    "Var",
+    "VarStatistics",
+    "cpu",
+    "gpu",
+)

@@ -1,0 +1,87 @@
+"""Contexts: which device (and so which executor) runs an operation.
+
+A :class:`Context` names a device, as MXNet's ``Context`` does. The engine keeps one executor
+per distinct context (and, on the CPU, a separate pool for ``FnProperty.CPU_PRIORITIZED``); a
+function learns where it runs from the :class:`RunContext` it is called with.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ("Context", "DeviceType", "RunContext", "cpu", "gpu")
+
+
+class DeviceType(enum.Enum):
+    """Kind of device a :class:`Context` names."""
+
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """A device: ``Context(DeviceType.CPU, 0)`` is what :func:`cpu` returns.
+
+    Contexts are hashable values; two equal contexts share one executor.
+
+    Raises:
+        TypeError: if ``device_type`` is not a :class:`DeviceType` or ``device_id`` not an int.
+        ValueError: if ``device_id`` is negative.
+    """
+
+    device_type: DeviceType
+    device_id: int = 0
+    _hash: int = field(init=False, repr=False, compare=False, hash=False)
+
+    def __hash__(self) -> int:
+        return self._hash  # precomputed: contexts are looked up on every push
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.device_type, DeviceType):
+            raise TypeError(
+                f"device_type is {self.device_type!r}, not an aioengine.DeviceType; "
+                "use aioengine.cpu(i) or aioengine.gpu(i)"
+            )
+        if type(self.device_id) is not int:
+            raise TypeError(f"device_id is {self.device_id!r}, not an int")
+        if self.device_id < 0:
+            raise ValueError(f"device_id must be >= 0, got {self.device_id}")
+        object.__setattr__(self, "_hash", hash((self.device_type.value, self.device_id)))
+
+    def __repr__(self) -> str:
+        return f"{self.device_type.value}({self.device_id})"
+
+
+@functools.lru_cache(maxsize=256)
+def cpu(device_id: int = 0) -> Context:
+    """Return the CPU context ``device_id``; each id has its own thread pool.
+
+    Equal calls return the same (immutable) object.
+    """
+    return Context(DeviceType.CPU, device_id)
+
+
+@functools.lru_cache(maxsize=256)
+def gpu(device_id: int = 0) -> Context:
+    """Return the GPU context ``device_id`` (needs CuPy and a CUDA device at push time).
+
+    Equal calls return the same (immutable) object.
+    """
+    return Context(DeviceType.GPU, device_id)
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    """What a running function is told about where it runs.
+
+    Attributes:
+        ctx: the :class:`Context` the operation was pushed to.
+        stream: ``None`` on the CPU; on a GPU, the ``cupy.cuda.Stream`` the function must use.
+    """
+
+    ctx: Context
+    stream: Any = None

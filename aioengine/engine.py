@@ -1,0 +1,1290 @@
+"""The engine: push operations on Vars, run them when their turn comes, wait for them.
+
+The rule the engine keeps: two operations of which at least one mutates a common Var run in
+the order they were pushed. Everything here exists to keep that rule cheaply.
+
+Design (callbacks and counters, not a task per operation):
+
+1. ``push_*`` validates its arguments, then, under ``_lock``, appends one request per Var to the
+   Vars' queues (``var.py``). A push is atomic across all of its Vars, so two threads pushing
+   on the same Vars in opposite orders cannot build a cycle (MXNet 1.9.1 deadlocks there).
+2. When an operation's last request is granted it is READY and goes to its executor: the
+   thread pool of its context (``executors/``), or the event loop for coroutine functions,
+   ``FnProperty.ASYNC`` functions and serial mode.
+3. The executor calls :meth:`Engine._execute` (via ``Operation``), which starts the operation
+   (or skips it when an input carries a failure), runs the function, and calls ``_finish``:
+   under ``_lock`` it records the outcome, releases the Vars and dispatches whatever became
+   ready, on the thread that finished (MXNet continues on the completing thread too).
+4. Nothing touches the event loop unless someone waits: loop futures exist only for awaiters
+   of an operation, of ``wait_for_var`` and of ``wait_for_all``. Worker threads hand such
+   wake-ups to the loop in batches through ``_inbox`` and one ``call_soon_threadsafe``.
+
+Lock discipline: ``_lock`` guards every mutable field of the engine, its Vars and its
+operations. It is held only for bookkeeping, never while user code runs and never across an
+``await``; the loop thread takes it for microseconds, so the loop is never blocked on a worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import enum
+import functools
+import heapq
+import inspect
+import logging
+import threading
+import warnings
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from types import FunctionType, TracebackType
+from typing import Any, TypeVar, overload
+
+from .context import Context, DeviceType, RunContext, cpu
+from .errors import (
+    DependencyError,
+    DeviceUnavailableError,
+    EngineClosedError,
+    OperatorDeletedError,
+    VarDeletedError,
+)
+from .executors import Executor
+from .executors.threads import ThreadExecutor
+from .operation import (
+    _CALLBACK,
+    _CORO,
+    _SYNC,
+    _WAIT,
+    FnProperty,
+    OnComplete,
+    Operation,
+    OprHandle,
+    OpState,
+)
+from .settings import Settings
+from .var import Var, _Failure, _Request
+
+__all__ = ("Engine",)
+
+T = TypeVar("T")
+
+logger = logging.getLogger("aioengine")
+
+_get_running_loop = asyncio._get_running_loop
+_get_ident = threading.get_ident
+
+_PENDING = OpState.PENDING
+_READY = OpState.READY
+_RUNNING = OpState.RUNNING
+_DONE = OpState.DONE
+_FAILED = OpState.FAILED
+_SKIPPED = OpState.SKIPPED
+_CANCELLED = OpState.CANCELLED
+
+_CO_COROUTINE = inspect.CO_COROUTINE
+_NO_SKIP = frozenset({FnProperty.NO_SKIP, FnProperty.DELETE_VAR})
+_NORMAL = FnProperty.NORMAL
+_SEQUENCES = (list, tuple)
+_CPU0 = cpu(0)
+
+
+class _State(enum.Enum):
+    """Lifecycle of an :class:`Engine`."""
+
+    OPEN = "open"
+    CLOSING = "closing"  # aclose() started: pushes raise, pending operations drain
+    CLOSED = "closed"  # drained and executors shut down
+
+
+def _fn_name(fn: Callable[..., Any]) -> str:
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if isinstance(name, str):
+        return name
+    inner = getattr(fn, "func", None)  # functools.partial
+    if inner is not None and inner is not fn:
+        return _fn_name(inner)
+    return type(fn).__name__
+
+
+def _is_coroutine_function(fn: Callable[..., Any]) -> bool:
+    if type(fn) is FunctionType:  # the common case, without inspect's unwrapping
+        return bool(fn.__code__.co_flags & _CO_COROUTINE)
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 (an async __call__ method)
+    return call is not None and not inspect.isfunction(fn) and inspect.iscoroutinefunction(call)
+
+
+def _noop(rctx: RunContext) -> None:
+    """The function of a ``delete_var`` without ``delete_fn``."""
+
+
+class Engine:
+    """An asyncio-native dependency engine (MXNet's execution engine, for ``async`` Python).
+
+    Push functions with the Vars they read (``const_vars``) and mutate (``mutate_vars``); the
+    engine runs each one as soon as its Vars allow, in parallel where it can, and guarantees
+    that two operations of which at least one mutates a common Var run in push order.
+
+    The engine binds to the running event loop on first use (not at construction), so it can
+    be created anywhere, including a notebook cell; using it from a second loop raises
+    :class:`RuntimeError`. Use it as ``async with Engine() as engine:`` or call
+    :meth:`aclose`.
+
+    Args:
+        cpu_workers: threads per CPU context (env ``AIOENGINE_CPU_WORKERS``; default: the
+            number of CPUs).
+        cpu_priority_workers: threads of the pool that runs ``FnProperty.CPU_PRIORITIZED``
+            operations (env ``AIOENGINE_CPU_PRIORITY_WORKERS``; default: min(4, CPUs)).
+        serial: run every operation alone, in push order, on the loop thread (MXNet's
+            NaiveEngine, with the same results, errors and cancellation as the threaded
+            mode; env ``AIOENGINE_SERIAL=1``; default False).
+
+    Raises:
+        ValueError: if a setting (argument or environment variable) is invalid; the message
+            names it.
+    """
+
+    def __init__(
+        self,
+        *,
+        cpu_workers: int | None = None,
+        cpu_priority_workers: int | None = None,
+        serial: bool | None = None,
+    ) -> None:
+        self._settings = Settings.resolve(
+            cpu_workers=cpu_workers, cpu_priority_workers=cpu_priority_workers, serial=serial
+        )
+        self._lock = threading.Lock()
+        self._state = _State.OPEN
+        self._loop: asyncio.AbstractEventLoop | None = None  # bound once, on first use
+        self._loop_thread = 0  # ident of the thread running _loop
+        self._seq = 0  # push counter: the sequence number of the latest operation
+        self._var_count = 0
+        # Operations pushed and not finished, by sequence number (so in push order).
+        self._live: dict[int, Operation[Any]] = {}
+        # Failures recorded and not thrown yet, in the order they happened.
+        self._failures: dict[_Failure, None] = {}
+        self._idle_waiters: list[asyncio.Future[None]] = []  # wait_for_all callers
+        self._executors: dict[str, Executor] = {}  # by pool name, created on first use
+        self._routes: dict[tuple[Context, FnProperty], Executor | None] = {}
+        self._rctx_cache: dict[Context, RunContext] = {}  # stream-less RunContexts
+        self._loop_rctx: RunContext | None = None  # the RunContext of the op running inline
+        # Loop-thread hand-off. Invariant: _inbox_scheduled is True iff a _drain_inbox call is
+        # scheduled and has not yet swapped _inbox out; the same for the loop queue.
+        self._inbox: list[Operation[Any]] = []  # finished ops whose awaiters need waking
+        self._idle_due = False  # _idle_waiters need waking (set off the loop thread)
+        self._inbox_scheduled = False
+        self._loop_queue: list[tuple[int, int, Operation[Any]]] = []  # ready ops for the loop
+        self._loop_queue_scheduled = False
+        self._wakes: list[Executor] = []  # loop-thread only: executors to wake this iteration
+        # Serial mode: every operation also writes this hidden Var, so they run one at a time.
+        self._sequencer: Var | None = Var(self, "<serial>") if self._settings.serial else None
+
+    # -- properties --------------------------------------------------------------------
+
+    @property
+    def serial(self) -> bool:
+        """Whether the engine runs in serial mode."""
+        return self._settings.serial
+
+    @property
+    def cpu_workers(self) -> int:
+        """Threads per CPU context pool."""
+        return self._settings.cpu_workers
+
+    @property
+    def cpu_priority_workers(self) -> int:
+        """Threads of the CPU priority pool."""
+        return self._settings.cpu_priority_workers
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` has finished."""
+        return self._state is _State.CLOSED
+
+    @property
+    def pending(self) -> int:
+        """The number of operations pushed and not finished yet."""
+        return len(self._live)
+
+    def __repr__(self) -> str:
+        mode = "serial" if self._settings.serial else f"cpu_workers={self._settings.cpu_workers}"
+        return f"<aioengine.Engine {self._state.value} pending={len(self._live)} {mode}>"
+
+    # -- loop binding ------------------------------------------------------------------
+
+    def _bind(self) -> asyncio.AbstractEventLoop | None:
+        """Bind to the running loop on first use; return the bound loop (None if unbound).
+
+        Called from any thread. A thread with no running loop may push sync operations to
+        an unbound engine; a thread running a different loop may not use the engine at all.
+        """
+        loop = _get_running_loop()
+        bound = self._loop
+        if loop is bound:
+            return bound
+        if loop is None:
+            if bound is not None and bound.is_closed():
+                raise RuntimeError(
+                    f"{self!r} is bound to an event loop that is closed; create a new Engine"
+                )
+            return bound
+        with self._lock:
+            if self._loop is None:
+                self._loop = loop
+                self._loop_thread = _get_ident()
+                return loop
+        raise RuntimeError(
+            f"{self!r} is bound to another event loop; an Engine serves the loop it was "
+            "first used on: create one Engine per loop"
+        )
+
+    def _require_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._bind()
+        if loop is None:
+            raise RuntimeError(
+                f"{self!r} is not bound to an event loop yet; use it from a coroutine first"
+            )
+        return loop
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> Engine:
+        self._require_loop()
+        if self._state is not _State.OPEN:
+            raise EngineClosedError(f"{self!r} is closed; create a new Engine")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            await self.aclose()
+            return
+        # The body raised: cancel what has not started, let running work finish, close, and
+        # let the body's exception propagate unchanged. Failures of operations that were
+        # still running are logged, not lost.
+        try:
+            await self.aclose(cancel=True)
+        except BaseExceptionGroup as group:
+            logger.error(
+                "%r closed while handling %r; operations also failed", self, exc, exc_info=group
+            )
+
+    async def aclose(self, *, cancel: bool = False) -> None:
+        """Drain the engine, shut its thread pools down and raise unthrown failures.
+
+        After this starts, pushes raise :class:`~aioengine.EngineClosedError`. Without
+        ``cancel`` every pending operation runs; with ``cancel=True`` those that have not
+        started are cancelled and running ones are waited for. Closing twice is harmless. If
+        the await is cancelled the engine stays consistent (still closing); call again.
+
+        Raises:
+            ExceptionGroup: of every failure recorded and not thrown yet, as
+                :meth:`wait_for_all`.
+        """
+        self._require_loop()
+        with self._lock:
+            if self._state is _State.CLOSED:
+                return
+            self._state = _State.CLOSING
+        if cancel:
+            self._cancel_not_started()
+        await self._drained(None)
+        errors = self._take_failures()
+        self._shutdown_executors(wait=True)
+        self._state = _State.CLOSED
+        if errors:
+            raise BaseExceptionGroup("unhandled errors in aioengine.Engine", errors)
+
+    def _shutdown_executors(self, *, wait: bool) -> None:
+        with self._lock:
+            executors = list(self._executors.values())
+            self._executors.clear()
+            self._routes.clear()
+        for executor in executors:
+            executor.shutdown(wait)
+
+    def __del__(self) -> None:
+        if self._state is not _State.CLOSED and getattr(self, "_executors", None):
+            warnings.warn(
+                f"{self!r} was garbage collected without being closed; use "
+                "'async with Engine()' or 'await engine.aclose()'",
+                ResourceWarning,
+                source=self,
+                stacklevel=2,
+            )
+            self._shutdown_executors(wait=False)
+
+    def _cancel_not_started(self) -> None:
+        ready: list[Any] = []
+        with self._lock:
+            for op in list(self._live.values()):
+                if op._state is _PENDING or op._state is _READY:
+                    self._finish_locked(op, _CANCELLED, None, None, ready)
+            todo = self._settle(ready)
+        self._submit(todo)
+
+    # -- creating Vars and operators ---------------------------------------------------
+
+    def new_var(self, name: str | None = None) -> Var:
+        """Create a Var of this engine; safe from any thread.
+
+        Args:
+            name: shown in reprs and error messages (default ``"var<N>"``).
+        """
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str or None, got {name!r}")
+        with self._lock:
+            self._var_count += 1
+            count = self._var_count
+        return Var(self, name if name is not None else f"var{count}")
+
+    def new_operator(
+        self,
+        fn: Callable[..., Any],
+        const_vars: Iterable[Var] = (),
+        mutate_vars: Iterable[Var] = (),
+        *,
+        prop: FnProperty = _NORMAL,
+        name: str | None = None,
+        is_async: bool | None = None,
+    ) -> OprHandle[Any]:
+        """Build an operator once (validated, Vars deduplicated) to :meth:`push` many times.
+
+        Args:
+            fn: ``fn(rctx)`` (sync), ``async def fn(rctx)``, or, with ``is_async=True``, a
+                callback-style ``fn(rctx, on_complete)``.
+            is_async: None: coroutine functions are async, anything else is sync; True: a
+                coroutine function, or a callback-style function; False: a sync function.
+
+        Raises:
+            TypeError: if ``fn`` is not callable, a Var list holds a non-Var, or ``fn`` is a
+                coroutine function with ``is_async=False``.
+            ValueError: if a Var belongs to another engine.
+            VarDeletedError: if a Var was deleted.
+        """
+        self._check_open()
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {fn!r}")
+        coro = _is_coroutine_function(fn)
+        if is_async is None:
+            kind = _CORO if coro else _SYNC
+        elif is_async is True:
+            kind = _CORO if coro else _CALLBACK
+        elif is_async is False:
+            if coro:
+                raise TypeError(
+                    f"{_fn_name(fn)} is a coroutine function but is_async=False; pass "
+                    "is_async=None or True"
+                )
+            kind = _SYNC
+        else:
+            raise TypeError(f"is_async must be True, False or None, got {is_async!r}")
+        self._check_prop(prop)
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str or None, got {name!r}")
+        const, mutate = self._var_lists(const_vars, mutate_vars)
+        for v in (*const, *mutate):
+            if v._deleted:
+                raise VarDeletedError(f"{v!r} was deleted; create a new Var")
+        return OprHandle(self, fn, kind, const, mutate, prop, name or _fn_name(fn))
+
+    def delete_operator(self, handle: OprHandle[Any]) -> None:
+        """Retire ``handle``: pushes already made still run; later pushes raise.
+
+        Raises:
+            OperatorDeletedError: if it was already deleted.
+        """
+        if not isinstance(handle, OprHandle):
+            raise TypeError(f"handle must be an aioengine.OprHandle, got {handle!r}")
+        if handle._engine is not self:
+            raise ValueError(f"{handle!r} belongs to another Engine")
+        with self._lock:
+            if handle._deleted:
+                raise OperatorDeletedError(f"{handle!r} was already deleted")
+            handle._deleted = True
+
+    # -- pushing -----------------------------------------------------------------------
+
+    def push_sync(
+        self,
+        fn: Callable[[RunContext], T],
+        ctx: Context = _CPU0,
+        const_vars: Iterable[Var] = (),
+        mutate_vars: Iterable[Var] = (),
+        *,
+        prop: FnProperty = _NORMAL,
+        priority: int = 0,
+        name: str | None = None,
+    ) -> Operation[T]:
+        """Schedule ``fn(rctx)`` after every earlier operation that conflicts on its Vars.
+
+        This is *not* an async function: it queues the operation and returns at once; await
+        the returned :class:`Operation` for the result. ``fn`` runs on a worker thread of
+        ``ctx``'s pool (``FnProperty.ASYNC``: inline on the loop thread; serial mode: on the
+        loop thread). Safe to call from any thread; calls from one thread keep their order.
+
+        Raises:
+            TypeError: if ``fn`` is not callable or is a coroutine function (use
+                :meth:`push_async`), or an argument has the wrong type.
+            ValueError: if a Var belongs to another engine.
+            VarDeletedError: if a Var was deleted.
+            EngineClosedError: if the engine is closing or closed.
+            DeviceUnavailableError: if ``ctx`` is a GPU that cannot be used here.
+        """
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {fn!r}")
+        if _is_coroutine_function(fn):
+            raise TypeError(f"{_fn_name(fn)} is a coroutine function; push it with push_async()")
+        const, mutate = self._var_lists(const_vars, mutate_vars)
+        return self._push(fn, _SYNC, ctx, const, mutate, prop, priority, name, None)
+
+    @overload
+    def push_async(
+        self,
+        fn: Callable[[RunContext], Coroutine[Any, Any, T]],
+        ctx: Context = ...,
+        const_vars: Iterable[Var] = ...,
+        mutate_vars: Iterable[Var] = ...,
+        *,
+        prop: FnProperty = ...,
+        priority: int = ...,
+        name: str | None = ...,
+    ) -> Operation[T]: ...
+
+    @overload
+    def push_async(
+        self,
+        fn: Callable[[RunContext, OnComplete], None],
+        ctx: Context = ...,
+        const_vars: Iterable[Var] = ...,
+        mutate_vars: Iterable[Var] = ...,
+        *,
+        prop: FnProperty = ...,
+        priority: int = ...,
+        name: str | None = ...,
+    ) -> Operation[None]: ...
+
+    def push_async(
+        self,
+        fn: Callable[..., Any],
+        ctx: Context = _CPU0,
+        const_vars: Iterable[Var] = (),
+        mutate_vars: Iterable[Var] = (),
+        *,
+        prop: FnProperty = _NORMAL,
+        priority: int = 0,
+        name: str | None = None,
+    ) -> Operation[Any]:
+        """Schedule an asynchronous function after every conflicting earlier operation.
+
+        ``fn`` is either ``async def fn(rctx)``, run as a task on the engine's loop (the
+        operation completes when it returns), or a plain ``fn(rctx, on_complete)`` (MXNet's
+        ``AsyncFn``), run on ``ctx``'s pool, which completes when ``on_complete()`` is called
+        from any thread, exactly once (``on_complete(exc)`` fails it). Not an async function:
+        it returns the :class:`Operation` at once. Safe to call from any thread; a coroutine
+        function needs the engine bound to its loop.
+
+        Raises:
+            TypeError, ValueError, VarDeletedError, EngineClosedError,
+            DeviceUnavailableError: as :meth:`push_sync`.
+        """
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {fn!r}")
+        kind = _CORO if _is_coroutine_function(fn) else _CALLBACK
+        const, mutate = self._var_lists(const_vars, mutate_vars)
+        return self._push(fn, kind, ctx, const, mutate, prop, priority, name, None)
+
+    def push(
+        self, handle: OprHandle[T], ctx: Context = _CPU0, *, priority: int = 0
+    ) -> Operation[T]:
+        """Push one execution of a pre-built operator (see :meth:`new_operator`).
+
+        Raises:
+            OperatorDeletedError: if ``handle`` was deleted.
+            VarDeletedError: if one of its Vars was deleted since.
+            TypeError, ValueError, EngineClosedError, DeviceUnavailableError: as
+                :meth:`push_sync`.
+        """
+        if type(handle) is not OprHandle:
+            raise TypeError(f"handle must be an aioengine.OprHandle, got {handle!r}")
+        if handle._engine is not self:
+            raise ValueError(f"{handle!r} belongs to another Engine")
+        if handle._deleted:
+            raise OperatorDeletedError(f"{handle!r} was deleted; build a new one")
+        op: Operation[T] = self._push(
+            handle._fn,
+            handle._kind,
+            ctx,
+            handle._const,
+            handle._mutate,
+            handle._prop,
+            priority,
+            handle.name,
+            None,
+            handle,
+        )
+        return op
+
+    def delete_var(
+        self,
+        var: Var,
+        delete_fn: Callable[[RunContext], object] | None = None,
+        ctx: Context = _CPU0,
+    ) -> Operation[None]:
+        """Delete ``var`` once every operation pushed on it so far has finished.
+
+        ``delete_fn(rctx)`` (e.g. freeing the data) runs on ``ctx``'s pool after all of them,
+        even if ``var`` carries a failure (which stays recorded for :meth:`wait_for_all`). From
+        this call on, a push or wait naming ``var`` raises :class:`~aioengine.VarDeletedError`.
+
+        Raises:
+            VarDeletedError: if ``var`` was already deleted.
+            TypeError: if ``delete_fn`` is not callable or None.
+        """
+        if delete_fn is not None:
+            if not callable(delete_fn):
+                raise TypeError(f"delete_fn must be callable or None, got {delete_fn!r}")
+            if _is_coroutine_function(delete_fn):
+                raise TypeError("delete_fn must be a plain function, not a coroutine function")
+        _, mutate = self._var_lists((), (var,))
+        fn = delete_fn if delete_fn is not None else _noop
+        name = f"delete_var({var.name})"
+        op: Operation[None] = self._push(
+            fn, _SYNC, ctx, (), mutate, FnProperty.DELETE_VAR, 0, name, var
+        )
+        return op
+
+    def _push(
+        self,
+        fn: Callable[..., Any],
+        kind: int,
+        ctx: Context,
+        const: tuple[Var, ...],
+        mutate: tuple[Var, ...],
+        prop: FnProperty,
+        priority: int,
+        name: str | None,
+        deleting: Var | None,
+        handle: OprHandle[Any] | None = None,
+    ) -> Operation[Any]:
+        """Validate the rest, append the requests atomically and dispatch if ready."""
+        loop = self._bind()
+        if type(ctx) is not Context:
+            raise TypeError(f"ctx must be an aioengine.Context (cpu(i) or gpu(i)), got {ctx!r}")
+        if type(prop) is not FnProperty:
+            self._check_prop(prop)
+        if type(priority) is not int:
+            raise TypeError(f"priority must be an int, got {priority!r}")
+        if name is None:
+            name = _fn_name(fn)
+        elif type(name) is not str:
+            raise TypeError(f"name must be a str or None, got {name!r}")
+        target = self._route(ctx, prop, kind)
+        if target is None and loop is None:
+            raise RuntimeError(
+                f"{self!r} is not bound to an event loop yet, and {name!r} must run on it "
+                "(coroutine, FnProperty.ASYNC or serial mode); use the engine from a "
+                "coroutine first"
+            )
+        op: Operation[Any] = Operation(self, fn, kind, ctx, const, mutate, prop, priority, name)
+        op._target = target
+        requests = op._requests
+        for v in const:
+            requests.append(_Request(op, v, False))
+        for v in mutate:
+            requests.append(_Request(op, v, True))
+        if self._sequencer is not None:
+            requests.append(_Request(op, self._sequencer, True))
+        with self._lock:
+            if self._state is not _State.OPEN:
+                raise EngineClosedError(f"{self!r} is {self._state.value}; create a new Engine")
+            if handle is not None and handle._deleted:
+                raise OperatorDeletedError(f"{handle!r} was deleted; build a new one")
+            for req in requests:
+                if req.var._deleted:
+                    raise VarDeletedError(
+                        f"{req.var!r} was deleted; operation {name!r} cannot use it"
+                    )
+            self._seq += 1
+            op._seq = seq = self._seq
+            self._live[seq] = op
+            wait = 0
+            for req in requests:
+                if not req.var._append(req):
+                    wait += 1
+            if deleting is not None:
+                deleting._deleted = True
+            if wait:
+                op._wait = wait
+                return op
+            op._state = _READY
+            if target is None:
+                self._enqueue_loop(op)
+                return op
+        self._submit_one(target, op)
+        return op
+
+    # -- argument checks ---------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._state is not _State.OPEN:
+            raise EngineClosedError(f"{self!r} is {self._state.value}; create a new Engine")
+
+    @staticmethod
+    def _check_prop(prop: object) -> None:
+        if not isinstance(prop, FnProperty):
+            raise TypeError(f"prop must be an aioengine.FnProperty, got {prop!r}")
+
+    def _var_lists(
+        self, const_vars: Iterable[Var], mutate_vars: Iterable[Var]
+    ) -> tuple[tuple[Var, ...], tuple[Var, ...]]:
+        """Check both lists and deduplicate them; a Var in both lists counts as mutated."""
+        m: Sequence[Var] = (
+            mutate_vars  # type: ignore[assignment]
+            if type(mutate_vars) in _SEQUENCES
+            else self._listed("mutate_vars", mutate_vars)
+        )
+        c: Sequence[Var] = (
+            const_vars  # type: ignore[assignment]
+            if type(const_vars) in _SEQUENCES
+            else self._listed("const_vars", const_vars)
+        )
+        for v in m:
+            if type(v) is not Var or v._owner is not self:
+                self._bad_var("mutate_vars", m)
+        for v in c:
+            if type(v) is not Var or v._owner is not self:
+                self._bad_var("const_vars", c)
+        mutate = tuple(dict.fromkeys(m)) if len(m) > 1 else tuple(m)
+        if not c:
+            return (), mutate
+        if len(c) == 1 and not mutate:
+            return tuple(c), mutate
+        written = set(mutate) if len(mutate) > 8 else mutate
+        return tuple(v for v in dict.fromkeys(c) if v not in written), mutate
+
+    @staticmethod
+    def _listed(arg: str, vars_: object) -> list[Var]:
+        if isinstance(vars_, Var):
+            raise TypeError(f"{arg} must be a list of Vars, not a single Var; use [{vars_.name}]")
+        if isinstance(vars_, (str, bytes)) or not isinstance(vars_, Iterable):
+            raise TypeError(f"{arg} must be an iterable of aioengine.Var, got {vars_!r}")
+        return list(vars_)
+
+    def _bad_var(self, arg: str, vars_: Iterable[object]) -> None:
+        for i, v in enumerate(vars_):
+            if type(v) is not Var:
+                raise TypeError(f"{arg}[{i}] is {v!r}, not an aioengine.Var")
+            if v._owner is not self:
+                raise ValueError(f"{arg}[{i}] {v!r} belongs to another Engine")
+
+    # -- routing -----------------------------------------------------------------------
+
+    def _route(self, ctx: Context, prop: FnProperty, kind: int) -> Executor | None:
+        """Return the executor for ``(ctx, prop)``; None means the event-loop thread."""
+        if kind == _CORO:
+            if ctx.device_type is not DeviceType.CPU:
+                self._gpu_unavailable(ctx)
+            return None
+        try:
+            return self._routes[ctx, prop]
+        except KeyError:
+            pass
+        if ctx.device_type is not DeviceType.CPU:
+            self._gpu_unavailable(ctx)
+        target: Executor | None
+        if self._settings.serial or prop is FnProperty.ASYNC:
+            target = None
+        elif prop is FnProperty.CPU_PRIORITIZED:
+            target = self._executor("cpu-priority", _CPU0, self._settings.cpu_priority_workers)
+        else:
+            target = self._executor(f"cpu{ctx.device_id}", ctx, self._settings.cpu_workers)
+        with self._lock:
+            self._routes[ctx, prop] = target
+        return target
+
+    def _executor(self, key: str, ctx: Context, workers: int) -> Executor:
+        with self._lock:
+            executor = self._executors.get(key)
+            if executor is None:
+                executor = ThreadExecutor(ctx, workers, f"aioengine-{key}")
+                self._executors[key] = executor
+            return executor
+
+    @staticmethod
+    def _gpu_unavailable(ctx: Context) -> None:
+        try:
+            import cupy  # noqa: F401
+        except ImportError:
+            raise DeviceUnavailableError(
+                f"cannot run on {ctx!r}: CuPy is not installed; install it with "
+                "'pip install aioengine[gpu]' (or the cupy-cudaXXx wheel for your CUDA) or "
+                "push to aioengine.cpu()"
+            ) from None
+        raise DeviceUnavailableError(
+            f"cannot run on {ctx!r}: this aioengine build has no GPU executor yet; "
+            "push to aioengine.cpu()"
+        )
+
+    # -- running -----------------------------------------------------------------------
+
+    def _settle(self, ready: list[Any]) -> list[Operation[Any]]:
+        """Mark newly ready operations READY (lock held).
+
+        Wait markers complete at once (which may append more operations to ``ready``, handled
+        in the same pass); operations for the loop thread join its queue. Returns the ones to
+        submit to their executors once the lock is released.
+        """
+        todo: list[Operation[Any]] = []
+        i = 0
+        while i < len(ready):
+            op = ready[i]
+            i += 1
+            if op._kind == _WAIT:
+                self._finish_locked(op, _DONE, None, None, ready)
+            elif op._state is _PENDING:
+                op._state = _READY
+                if op._target is None:
+                    self._enqueue_loop(op)
+                else:
+                    todo.append(op)
+        return todo
+
+    def _submit(self, todo: list[Operation[Any]]) -> None:
+        """Hand READY operations to their executors (lock not held)."""
+        for op in todo:
+            self._submit_one(op._target, op)
+
+    def _submit_one(self, target: Executor, op: Operation[Any]) -> None:
+        """Submit one READY operation; from the loop thread, wake workers once per iteration.
+
+        A burst of pushes from the loop then hands the workers one wake-up instead of one per
+        operation (each wake-up of a sleeping thread costs a GIL hand-off).
+        """
+        if _get_ident() != self._loop_thread:
+            target.submit(op._run, op._priority, op._seq, True)
+            return
+        target.submit(op._run, op._priority, op._seq, False)
+        wakes = self._wakes
+        if target not in wakes:
+            wakes.append(target)
+            if len(wakes) == 1:
+                assert self._loop is not None
+                self._loop.call_soon(self._flush_wakes)
+
+    def _flush_wakes(self) -> None:
+        """Wake the executors that the loop thread submitted to (loop thread)."""
+        wakes = self._wakes
+        self._wakes = []
+        for target in wakes:
+            target.wake()
+
+    def _enqueue_loop(self, op: Operation[Any]) -> None:
+        """Queue a READY operation for the loop thread (lock held)."""
+        heapq.heappush(self._loop_queue, (-op._priority, op._seq, op))
+        if not self._loop_queue_scheduled:
+            self._loop_queue_scheduled = True
+            self._call_soon(self._run_loop_queue)
+
+    def _call_soon(self, callback: Callable[[], None]) -> None:
+        """Schedule ``callback`` on the engine's loop from any thread (lock held)."""
+        loop = self._loop
+        assert loop is not None
+        if _get_ident() == self._loop_thread:
+            loop.call_soon(callback)
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(callback)
+
+    def _run_loop_queue(self) -> None:
+        """Run the loop thread's READY operations, best first (on the loop thread).
+
+        Runs at most the operations queued when it started, then reschedules itself, so a
+        flood of inline operations cannot starve the loop's other callbacks.
+        """
+        with self._lock:
+            budget = len(self._loop_queue)
+        while budget:
+            budget -= 1
+            with self._lock:
+                if not self._loop_queue:
+                    break
+                op = heapq.heappop(self._loop_queue)[2]
+            self._execute(op, None)
+        with self._lock:
+            if self._loop_queue:
+                self._call_soon(self._run_loop_queue)
+            else:
+                self._loop_queue_scheduled = False
+
+    def _execute(self, op: Operation[Any], rctx: RunContext | None) -> None:
+        """Start ``op`` and run its function (on an executor thread or the loop thread)."""
+        ready: list[Any] = []
+        with self._lock:
+            if op._state is not _READY:  # cancelled while queued
+                return
+            run = self._start_locked(op, ready)
+            todo = self._settle(ready) if ready else ready
+        if todo:
+            self._submit(todo)
+        if not run:
+            return
+        ctx = op._ctx
+        if rctx is None:
+            rctx = self._loop_rctx = self._run_context(ctx)
+        elif rctx.ctx is not ctx:  # e.g. the shared CPU priority pool
+            rctx = self._run_context(ctx) if rctx.stream is None else RunContext(ctx, rctx.stream)
+        fn = op._fn
+        assert fn is not None
+        kind = op._kind
+        if kind == _SYNC:
+            try:
+                result = op._context.run(fn, rctx)
+            except BaseException as exc:
+                self._finish(op, _FAILED, None, exc)
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)) and rctx is self._loop_rctx:
+                    raise  # inline on the loop thread: recorded, and the loop still stops
+                return
+            if inspect.isawaitable(result):
+                self._finish(op, _FAILED, None, self._awaitable_result(op, result))
+            else:
+                self._finish(op, _DONE, result, None)
+        elif kind == _CORO:
+            self._start_task(op, fn, rctx)
+        else:
+            token = OnComplete(op)
+            try:
+                result = op._context.run(fn, rctx, token)
+            except BaseException as exc:
+                self._callback_raised(op, token, exc)
+                return
+            if inspect.isawaitable(result):
+                self._callback_raised(op, token, self._awaitable_result(op, result))
+
+    def _run_context(self, ctx: Context) -> RunContext:
+        rctx = self._rctx_cache.get(ctx)
+        if rctx is None:
+            rctx = self._rctx_cache[ctx] = RunContext(ctx)
+        return rctx
+
+    def _start_locked(self, op: Operation[Any], ready: list[Any]) -> bool:
+        """READY -> RUNNING, or SKIPPED if an input carries a failure (lock held).
+
+        Returns whether the function should run. As in MXNet, the failure is taken at start
+        (when every earlier writer of the inputs has finished), from the first const Var
+        carrying one, else the first mutated Var.
+        """
+        if self._failures:
+            for v in (*op._const, *op._mutate):
+                box = v._failure
+                if box is not None and box.exc is not None:
+                    op._inherited = box
+                    if op._prop not in _NO_SKIP:
+                        err = DependencyError(
+                            f"operation {op.name!r} was skipped: {v.name!r} carries a failure "
+                            f"({type(box.exc).__name__}: {box.exc})"
+                        )
+                        err.__cause__ = box.exc
+                        self._finish_locked(op, _SKIPPED, None, err, ready)
+                        return False
+                    break
+        op._state = _RUNNING
+        return True
+
+    @staticmethod
+    def _awaitable_result(op: Operation[Any], result: object) -> TypeError:
+        close = getattr(result, "close", None)
+        if callable(close):
+            close()  # a never-awaited coroutine would warn
+        return TypeError(
+            f"{op.name!r} returned an awaitable ({type(result).__name__}); declare it "
+            "'async def' and push it with push_async()"
+        )
+
+    def _start_task(self, op: Operation[Any], fn: Callable[..., Any], rctx: RunContext) -> None:
+        loop = self._loop
+        assert loop is not None
+        try:
+            coro = op._context.run(fn, rctx)
+        except BaseException as exc:
+            self._finish(op, _FAILED, None, exc)
+            return
+        if not asyncio.iscoroutine(coro):
+            err = TypeError(f"{op.name!r} did not return a coroutine, got {coro!r}")
+            self._finish(op, _FAILED, None, err)
+            return
+        task = loop.create_task(coro, name=f"aioengine:{op.name}", context=op._context)
+        with self._lock:
+            op._task = task
+        if task.done():  # eager task factory: it may have finished already
+            self._task_done(op, task)
+        else:
+            task.add_done_callback(functools.partial(self._task_done, op))
+
+    def _task_done(self, op: Operation[Any], task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            self._finish(op, _CANCELLED, None, None)
+            return
+        exc = task.exception()
+        if exc is None:
+            self._finish(op, _DONE, task.result(), None)
+        elif isinstance(exc, asyncio.CancelledError):
+            self._finish(op, _CANCELLED, None, None)
+        else:
+            self._finish(op, _FAILED, None, exc)
+
+    def _callback_raised(self, op: Operation[Any], token: OnComplete, exc: BaseException) -> None:
+        """A callback-style function raised: fail the op, or report if already completed."""
+        with self._lock:
+            already = token._called
+            token._called = True
+        if not already:
+            self._finish(op, _FAILED, None, exc)
+            return
+        self._report(
+            f"{op.name!r} raised after calling on_complete(); the exception is reported here",
+            exc,
+        )
+
+    def _on_complete_called(self, token: OnComplete, exc: BaseException | None) -> None:
+        op = token._op
+        with self._lock:
+            if token._called:
+                raise RuntimeError(f"on_complete() for {op.name!r} was already called")
+            token._called = True
+        if exc is None:
+            self._finish(op, _DONE, None, None)
+        elif isinstance(exc, asyncio.CancelledError):
+            self._finish(op, _CANCELLED, None, None)
+        else:
+            self._finish(op, _FAILED, None, exc)
+
+    def _report(self, message: str, exc: BaseException) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            context = {"message": message, "exception": exc}
+            if _get_ident() == self._loop_thread:
+                loop.call_exception_handler(context)
+            else:
+                loop.call_soon_threadsafe(loop.call_exception_handler, context)
+        else:
+            logger.error(message, exc_info=exc)
+
+    # -- finishing ---------------------------------------------------------------------
+
+    def _finish(
+        self, op: Operation[Any], state: OpState, result: object, exc: BaseException | None
+    ) -> None:
+        """Record ``op``'s outcome, release its Vars, dispatch what became ready."""
+        if state is _FAILED and isinstance(exc, asyncio.CancelledError):
+            state, exc = _CANCELLED, None
+        ready: list[Any] = []
+        with self._lock:
+            self._finish_locked(op, state, result, exc, ready)
+            todo = self._settle(ready) if ready else ready
+        if todo:
+            self._submit(todo)
+
+    def _finish_locked(
+        self,
+        op: Operation[Any],
+        state: OpState,
+        result: object,
+        exc: BaseException | None,
+        ready: list[Any],
+    ) -> None:
+        """The bookkeeping of :meth:`_finish` (lock held; no user code runs here)."""
+        op._state = state
+        op._result = result
+        op._exception = exc
+        if state is not _CANCELLED:
+            box = op._inherited
+            if state is _FAILED:
+                assert exc is not None
+                box = _Failure(exc)
+                self._failures[box] = None
+            if box is not None:
+                for v in op._mutate:
+                    v._failure = box
+        completed = state is not _CANCELLED and op._kind != _WAIT
+        for req in op._requests:
+            if req.granted:
+                req.var._release(req, ready, completed_write=completed)
+            else:  # cancelled before its turn: leave a tombstone, unblock what is behind
+                req.live = False
+                req.var._grant(ready)
+        op._requests = []
+        op._fn = None
+        op._inherited = None
+        if op._kind != _WAIT:
+            del self._live[op._seq]
+            if not self._live and self._idle_waiters:
+                if _get_ident() == self._loop_thread:
+                    self._wake_idle_waiters()
+                else:
+                    self._idle_due = True
+                    self._post()
+        if op._waiters is not None or op._callbacks is not None:
+            if _get_ident() == self._loop_thread:
+                self._wake(op)
+            else:
+                self._inbox.append(op)
+                self._post()
+
+    def _post(self) -> None:
+        """Make sure a ``_drain_inbox`` is scheduled on the loop (lock held)."""
+        if not self._inbox_scheduled:
+            self._inbox_scheduled = True
+            self._call_soon(self._drain_inbox)
+
+    def _drain_inbox(self) -> None:
+        with self._lock:
+            ops = self._inbox
+            self._inbox = []
+            idle = self._idle_due
+            self._idle_due = False
+            self._inbox_scheduled = False
+            for op in ops:
+                self._wake(op)
+            if idle and not self._live:
+                self._wake_idle_waiters()
+
+    def _wake(self, op: Operation[Any]) -> None:
+        """Resolve ``op``'s awaiters and schedule its callbacks (loop thread, lock held)."""
+        waiters = op._waiters
+        if waiters is not None:
+            op._waiters = None
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+        callbacks = op._callbacks
+        if callbacks is not None:
+            op._callbacks = None
+            loop = self._loop
+            assert loop is not None
+            for fn, context in callbacks:
+                loop.call_soon(fn, op, context=context)
+
+    def _wake_idle_waiters(self) -> None:
+        waiters = self._idle_waiters
+        self._idle_waiters = []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    # -- cancelling and callbacks ------------------------------------------------------
+
+    def _cancel(self, op: Operation[Any], msg: object) -> bool:
+        ready: list[Any] = []
+        with self._lock:
+            state = op._state
+            if state >= _DONE:
+                return False
+            if state is not _RUNNING:
+                self._finish_locked(op, _CANCELLED, None, None, ready)
+                todo = self._settle(ready) if ready else ready
+            elif op._kind != _CORO:
+                return False  # a running thread cannot be interrupted
+            else:
+                todo = None
+        if todo is not None:
+            if todo:
+                self._submit(todo)
+            return True
+        # A running coroutine: cancel its task on the loop thread.
+        loop = self._loop
+        assert loop is not None
+        if _get_ident() == self._loop_thread:
+            task = op._task
+            return task.cancel(msg) if task is not None else False
+        if loop.is_closed():
+            return False
+        loop.call_soon_threadsafe(self._cancel_task, op, msg)
+        return True
+
+    def _cancel_task(self, op: Operation[Any], msg: object) -> None:
+        task = op._task
+        if task is not None:
+            task.cancel(msg)
+
+    def _add_done_callback(
+        self,
+        op: Operation[Any],
+        fn: Callable[[Operation[Any]], object],
+        context: contextvars.Context,
+    ) -> None:
+        loop = self._loop
+        if loop is None:
+            loop = self._require_loop()
+        with self._lock:
+            if op._state < _DONE:
+                if op._callbacks is None:
+                    op._callbacks = []
+                op._callbacks.append((fn, context))
+                return
+        if _get_ident() == self._loop_thread:
+            loop.call_soon(fn, op, context=context)
+        else:
+            loop.call_soon_threadsafe(fn, op, context=context)
+
+    def _remove_done_callback(
+        self, op: Operation[Any], fn: Callable[[Operation[Any]], object]
+    ) -> int:
+        with self._lock:
+            callbacks = op._callbacks
+            if not callbacks:
+                return 0
+            kept = [(f, c) for f, c in callbacks if f != fn]
+            op._callbacks = kept or None
+            return len(callbacks) - len(kept)
+
+    def _op_waiter(self, op: Operation[Any]) -> asyncio.Future[None] | None:
+        """A loop future resolved when ``op`` finishes; None if it already has."""
+        loop = self._bind()
+        if loop is None or _get_running_loop() is not loop:
+            raise RuntimeError(f"await {op!r} from a coroutine on the engine's event loop")
+        fut = loop.create_future()
+        with self._lock:
+            if op._state >= _DONE:
+                return None
+            if op._waiters is None:
+                op._waiters = []
+            op._waiters.append(fut)
+        return fut
+
+    def _discard_op_waiter(self, op: Operation[Any], fut: asyncio.Future[None]) -> None:
+        with self._lock:
+            if op._waiters is not None and fut in op._waiters:
+                op._waiters.remove(fut)
+
+    # -- waiting -----------------------------------------------------------------------
+
+    async def wait_for_var(self, var: Var, *, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Wait until every operation pushed so far that reads or mutates ``var`` finished.
+
+        Then, if ``var`` carries a failure, raise it and clear it everywhere (the same
+        exception is cleared from every Var carrying it and from the engine's record;
+        operations pushed afterwards run normally). Returns without yielding when ``var`` is
+        idle. Cancelling the wait (or the timeout) leaves the engine unchanged.
+
+        Raises:
+            TimeoutError: if ``timeout`` seconds pass first.
+            VarDeletedError: if ``var`` was deleted.
+        """
+        loop = self._require_loop()
+        if type(var) is not Var:
+            raise TypeError(f"var must be an aioengine.Var, got {var!r}")
+        if var._owner is not self:
+            raise ValueError(f"{var!r} belongs to another Engine")
+        if self._state is _State.CLOSED:
+            raise EngineClosedError(f"{self!r} is closed; create a new Engine")
+        marker: Operation[None] | None = None
+        with self._lock:
+            if var._deleted:
+                raise VarDeletedError(f"{var!r} was deleted; nothing to wait for")
+            if not var._is_idle():
+                marker = Operation(
+                    self, None, _WAIT, _CPU0, (), (var,), _NORMAL, 0, f"wait_for_var({var.name})"
+                )
+                fut: asyncio.Future[None] = loop.create_future()
+                marker._waiters = [fut]
+                req = _Request(marker, var, True)
+                marker._requests.append(req)
+                var._append(req)  # not idle, so never granted here
+                marker._wait = 1
+        if marker is not None:
+            try:
+                async with asyncio.timeout(timeout):
+                    await fut
+            except BaseException as exc:
+                self._cancel_marker(marker)
+                if isinstance(exc, TimeoutError):
+                    raise TimeoutError(
+                        f"wait_for_var({var!r}) timed out after {timeout} s; "
+                        f"{self._describe_var(var)}"
+                    ) from None
+                raise
+        with self._lock:
+            box = var._failure
+            failure = box.exc if box is not None else None
+            if box is not None:
+                var._failure = None
+                box.exc = None
+                self._failures.pop(box, None)
+        if failure is not None:
+            raise failure
+
+    def _describe_var(self, var: Var) -> str:
+        with self._lock:
+            users = [
+                op.name for op in self._live.values() if any(r.var is var for r in op._requests)
+            ]
+        return f"still pending on it: {', '.join(map(repr, users[:10])) or 'nothing'}"
+
+    def _cancel_marker(self, marker: Operation[None]) -> None:
+        ready: list[Any] = []
+        with self._lock:
+            if marker._state < _DONE:
+                self._finish_locked(marker, _CANCELLED, None, None, ready)
+            todo = self._settle(ready) if ready else ready
+        if todo:
+            self._submit(todo)
+
+    async def wait_for_all(self, *, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Wait until no operation is pending, then raise every unthrown failure.
+
+        Operations pushed while waiting are waited for too. Afterwards all recorded failures
+        are cleared. Cancelling the wait (or the timeout) leaves the engine unchanged.
+
+        Raises:
+            ExceptionGroup: of every failure recorded and not yet thrown (by this or by
+                :meth:`wait_for_var`), in the order they happened.
+            TimeoutError: if ``timeout`` seconds pass first (failures stay recorded).
+        """
+        self._require_loop()
+        if self._state is _State.CLOSED:
+            raise EngineClosedError(f"{self!r} is closed; create a new Engine")
+        try:
+            await self._drained(timeout)
+        except TimeoutError:
+            with self._lock:
+                names = [op.name for op in list(self._live.values())[:10]]
+            raise TimeoutError(
+                f"wait_for_all() timed out after {timeout} s with {len(self._live)} "
+                f"operation(s) pending, first: {', '.join(map(repr, names))}"
+            ) from None
+        errors = self._take_failures()
+        if errors:
+            raise BaseExceptionGroup("unhandled errors in aioengine.Engine", errors)
+
+    async def _drained(self, timeout: float | None) -> None:  # noqa: ASYNC109
+        loop = self._require_loop()
+        async with asyncio.timeout(timeout):
+            while True:
+                with self._lock:
+                    if not self._live:
+                        return
+                    fut: asyncio.Future[None] = loop.create_future()
+                    self._idle_waiters.append(fut)
+                try:
+                    await fut
+                except BaseException:
+                    with self._lock:
+                        if fut in self._idle_waiters:
+                            self._idle_waiters.remove(fut)
+                    raise
+
+    def _take_failures(self) -> list[BaseException]:
+        with self._lock:
+            boxes = list(self._failures)
+            self._failures.clear()
+            errors = []
+            for box in boxes:
+                if box.exc is not None:
+                    errors.append(box.exc)
+                    box.exc = None
+        return errors

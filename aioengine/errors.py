@@ -1,0 +1,55 @@
+"""aioengine exceptions.
+
+Everything the engine itself raises derives from :class:`EngineError`::
+
+    EngineError                 base of everything the engine itself raises
+      x EngineClosedError       a push or wait on an engine that is closing or closed
+      x DependencyError         an operation was skipped: an input Var carries a failure
+                                (``__cause__`` is that failure)
+      x VarDeletedError         a push or wait names a Var after ``delete_var``
+      x OperatorDeletedError    a push of an OprHandle after ``delete_operator``
+      x DeviceUnavailableError  a push to a context whose device cannot be used here
+
+Exceptions raised by the functions you push are never wrapped: ``await op`` raises them
+unchanged, and ``wait_for_var`` / ``wait_for_all`` raise them (the latter in an
+:class:`ExceptionGroup`). Cancellation stays :class:`asyncio.CancelledError`; bad arguments
+raise the builtin :class:`TypeError` / :class:`ValueError`.
+"""
+
+from __future__ import annotations
+
+__all__ = (
+    "DependencyError",
+    "DeviceUnavailableError",
+    "EngineClosedError",
+    "EngineError",
+    "OperatorDeletedError",
+    "VarDeletedError",
+)
+
+
+class EngineError(Exception):
+    """Base class of every exception raised by the engine itself."""
+
+
+class EngineClosedError(EngineError):
+    """A push or wait was made on an engine that is closing or closed."""
+
+
+class DependencyError(EngineError):
+    """An operation was skipped because a Var it reads or mutates carries a failure.
+
+    Its ``__cause__`` is the original exception raised by the failed operation.
+    """
+
+
+class VarDeletedError(EngineError):
+    """A push or wait named a Var after :meth:`Engine.delete_var` was called on it."""
+
+
+class OperatorDeletedError(EngineError):
+    """An :class:`OprHandle` was pushed after :meth:`Engine.delete_operator`."""
+
+
+class DeviceUnavailableError(EngineError):
+    """A push targeted a context whose device (or its driver library) is not available."""

@@ -1,0 +1,132 @@
+"""Thread-pool executors for CPU contexts.
+
+Each CPU context (and the CPU priority pool) owns one :class:`ThreadExecutor`: a
+``concurrent.futures.ThreadPoolExecutor`` whose threads run a worker loop over a shared
+priority queue. A plain ``ThreadPoolExecutor.submit`` per operation would be FIFO (priority
+ignored, as on MXNet's normal pools) and would allocate a ``Future`` per operation; the worker
+loop honours priority on every pool and allocates nothing per operation.
+
+Locking: ``_cond`` guards ``_heap``, ``_threads``, ``_idle`` and ``_closing``. The engine may
+call :meth:`ThreadExecutor.submit` while holding its own lock, so a worker never takes the
+engine lock while holding ``_cond`` (lock order: engine lock, then ``_cond``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from ..context import Context, RunContext
+from . import Run
+
+__all__ = ("ThreadExecutor",)
+
+logger = logging.getLogger("aioengine")
+
+
+class ThreadExecutor:
+    """Runs submitted callables on up to ``workers`` threads, highest priority first.
+
+    Threads are started lazily, one more whenever work arrives and no thread is idle, up to
+    ``workers``; they live until :meth:`shutdown`.
+    """
+
+    def __init__(self, ctx: Context, workers: int, name: str) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self._ctx = ctx
+        self._rctx = RunContext(ctx)
+        self._name = name
+        self._max = workers
+        self._pool: ThreadPoolExecutor | None = None  # created by the first submit
+        self._cond = threading.Condition(threading.Lock())
+        self._heap: list[tuple[int, int, Run]] = []  # (-priority, seq, run): a min-heap
+        self._threads = 0  # worker loops started and not exited
+        self._idle = 0  # workers blocked in _cond.wait() and not yet notified
+        self._closing = False  # shutdown() was called: workers exit once the heap is empty
+        self._workers: set[int] = set()  # thread idents of the running worker loops
+
+    @property
+    def ctx(self) -> Context:
+        """The context this executor serves."""
+        return self._ctx
+
+    @property
+    def workers(self) -> int:
+        """The most threads this executor runs at once."""
+        return self._max
+
+    def submit(self, run: Run, priority: int, seq: int, wake: bool = True) -> None:
+        """Queue ``run`` to be called on a worker thread; safe from any thread.
+
+        With ``wake=False`` no sleeping worker is woken (and no thread started) until the
+        next :meth:`wake`: a burst of submissions then costs one hand-off, not one per item.
+        """
+        with self._cond:
+            if self._closing:
+                raise RuntimeError(f"{self!r} is shut down")
+            heapq.heappush(self._heap, (-priority, seq, run))
+            if wake:
+                self._wake_locked()
+
+    def wake(self) -> None:
+        """Wake (or start) enough workers for what is queued; safe from any thread."""
+        with self._cond:
+            self._wake_locked()
+
+    def _wake_locked(self) -> None:
+        # Idle workers go first; each notify hands one wake-up to one sleeper, which then no
+        # longer counts as idle (so _idle always equals the sleepers not yet notified).
+        want = len(self._heap)
+        if want and threading.get_ident() in self._workers:
+            want -= 1  # the calling worker pops the next item itself when it returns
+        while want and self._idle:
+            self._idle -= 1
+            self._cond.notify()
+            want -= 1
+        while want and self._threads < self._max:
+            self._threads += 1
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._max, thread_name_prefix=self._name)
+            self._pool.submit(self._work)
+            want -= 1
+
+    def shutdown(self, wait: bool) -> None:
+        """Let the workers exit once the queue is empty; with ``wait``, join them."""
+        with self._cond:
+            self._closing = True
+            self._idle = 0
+            self._cond.notify_all()
+            pool = self._pool
+        if pool is not None:
+            pool.shutdown(wait=wait)
+
+    def _work(self) -> None:
+        """Worker loop: pop the best queued callable and run it, until shut down."""
+        cond = self._cond
+        heap = self._heap
+        rctx = self._rctx
+        with cond:
+            self._workers.add(threading.get_ident())
+        while True:
+            with cond:
+                while not heap:
+                    if self._closing:
+                        self._threads -= 1
+                        self._workers.discard(threading.get_ident())
+                        return
+                    self._idle += 1
+                    cond.wait()
+                run = heapq.heappop(heap)[2]
+            try:
+                run(rctx)
+            except BaseException:  # the engine's run closures catch user errors themselves
+                logger.exception("aioengine internal error in %s", self._name)
+
+    def __repr__(self) -> str:
+        return (
+            f"<ThreadExecutor {self._name!r} workers={self._threads}/{self._max} "
+            f"queued={len(self._heap)}>"
+        )

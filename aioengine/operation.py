@@ -1,0 +1,322 @@
+"""Operations: one pushed function, its Vars, and the awaitable handle on its outcome.
+
+An :class:`Operation` is what ``push_sync`` / ``push_async`` / ``push`` return. It follows
+:class:`asyncio.Future`'s interface (``done``, ``result``, ``exception``, ``cancel``,
+``cancelled``, ``add_done_callback``) and is awaitable. Internally it is also the engine's
+per-push record (MXNet's ``OprBlock``): its counter of ungranted Var requests and its state.
+
+Life of an operation (``OpState``)::
+
+    PENDING --all Var requests granted--> READY --an executor starts it--> RUNNING
+       |                                    |                                |
+       +--cancel()--> CANCELLED <--cancel()-+           DONE / FAILED / CANCELLED (coroutines)
+                                            +--an input carries a failure--> SKIPPED
+
+Every field below ``name`` is guarded by the owning engine's lock; the only fields read without
+it are ``_state`` (a single reference read, for ``done()``) and the immutable ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import enum
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from .context import Context, RunContext
+    from .engine import Engine
+    from .var import Var, _Failure, _Request
+
+__all__ = ("FnProperty", "OnComplete", "OpState", "Operation", "OprHandle")
+
+T = TypeVar("T")
+
+
+class FnProperty(enum.IntEnum):
+    """How an operation is routed and treated, as MXNet's ``FnProperty`` (same values).
+
+    On a CPU context: ``NORMAL``, ``COPY_FROM_GPU``, ``COPY_TO_GPU``, ``GPU_PRIORITIZED`` and
+    ``NO_SKIP`` run on the context's thread pool; ``CPU_PRIORITIZED`` on the separate priority
+    pool; ``ASYNC`` runs a sync function inline on the event-loop thread when its turn comes
+    (for cheap, non-blocking functions: no thread hop). ``NO_SKIP`` and ``DELETE_VAR`` run even
+    when an input carries a failure.
+    """
+
+    NORMAL = 0
+    COPY_FROM_GPU = 1
+    COPY_TO_GPU = 2
+    CPU_PRIORITIZED = 3
+    ASYNC = 4
+    DELETE_VAR = 5
+    GPU_PRIORITIZED = 6
+    NO_SKIP = 7
+
+
+class OpState(enum.IntEnum):
+    """Where an :class:`Operation` is in its life; the last four are final."""
+
+    PENDING = 0  #: waiting for its turn on its Vars
+    READY = 1  #: its turn has come; queued for an executor
+    RUNNING = 2  #: its function has been called and has not finished
+    DONE = 3  #: its function returned
+    FAILED = 4  #: its function raised (or passed an exception to ``on_complete``)
+    SKIPPED = 5  #: not run because an input carried a failure (raises DependencyError)
+    CANCELLED = 6  #: cancelled before it finished; its function never ran or was interrupted
+
+
+# Kinds of function an operation runs.
+_SYNC = 0  # fn(rctx) -> T on an executor thread (or inline on the loop)
+_CORO = 1  # async fn(rctx) -> T as a task on the engine's loop
+_CALLBACK = 2  # fn(rctx, on_complete) -> None; complete when on_complete() is called
+_WAIT = 3  # no function: a marker that completes as soon as it is granted (wait_for_var)
+
+
+class Operation(Generic[T]):
+    """One pushed function: an awaitable handle on its outcome.
+
+    ``await op`` returns the function's return value or raises its exception (a skipped
+    operation raises :class:`~aioengine.DependencyError`, a cancelled one
+    :class:`asyncio.CancelledError`). Cancelling the task that awaits an operation stops the
+    wait only; call :meth:`cancel` to cancel the operation itself.
+
+    Attributes:
+        name: the name given at push, or the function's ``__qualname__``.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_callbacks",
+        "_const",
+        "_context",
+        "_ctx",
+        "_engine",
+        "_exception",
+        "_fn",
+        "_inherited",
+        "_kind",
+        "_mutate",
+        "_priority",
+        "_prop",
+        "_requests",
+        "_result",
+        "_seq",
+        "_state",
+        "_target",
+        "_task",
+        "_wait",
+        "_waiters",
+        "name",
+    )
+
+    def __init__(
+        self,
+        engine: Engine,
+        fn: Callable[..., Any] | None,
+        kind: int,
+        ctx: Context,
+        const: tuple[Var, ...],
+        mutate: tuple[Var, ...],
+        prop: FnProperty,
+        priority: int,
+        name: str,
+    ) -> None:
+        self.name = name
+        self._engine = engine
+        self._fn = fn  # dropped when the operation finishes, so its closure is freed
+        self._kind = kind
+        self._ctx = ctx
+        self._const = const  # deduplicated; no Var is in both tuples
+        self._mutate = mutate
+        self._prop = prop
+        self._priority = priority
+        self._seq = 0  # push sequence number: ties in priority run in push order
+        self._target: Any = None  # executor that runs it; None: the event loop
+        self._requests: list[_Request] = []  # one per Var (and the serial sequencer)
+        self._wait = 0  # ungranted requests; set by the push, counted down by grants
+        self._state = OpState.PENDING
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self._inherited: _Failure | None = None  # failure taken from an input at start
+        self._waiters: list[asyncio.Future[None]] | None = None  # one loop future per awaiter
+        self._callbacks: list[tuple[Callable[[Operation[T]], object], contextvars.Context]] | None
+        self._callbacks = None
+        self._task: asyncio.Task[Any] | None = None  # the running coroutine (kind _CORO)
+        self._context = contextvars.copy_context()  # the pusher's context vars, for fn
+
+    def _run(self, rctx: RunContext) -> None:
+        """What an executor calls: start this operation and run its function."""
+        self._engine._execute(self, rctx)
+
+    # -- asyncio.Future's interface ------------------------------------------------------
+
+    @property
+    def state(self) -> OpState:
+        """Where the operation is in its life (a snapshot)."""
+        return self._state
+
+    def done(self) -> bool:
+        """Return True once the operation finished: done, failed, skipped or cancelled."""
+        return self._state >= OpState.DONE
+
+    def cancelled(self) -> bool:
+        """Return True if the operation was cancelled."""
+        return self._state is OpState.CANCELLED
+
+    def cancel(self, msg: object = None) -> bool:
+        """Cancel the operation if it can still be cancelled; return whether it will be.
+
+        An operation that has not started is cancelled at once: its function never runs, its
+        Vars are released and no failure is recorded. A running coroutine operation receives
+        :class:`asyncio.CancelledError` at its current ``await`` (its Vars are released when it
+        ends). A running sync or callback-style operation cannot be cancelled: this returns
+        False and its Vars are released only when it has finished. Safe to call from any thread.
+        """
+        return self._engine._cancel(self, msg)
+
+    def result(self) -> T:
+        """Return the function's result, or raise its exception.
+
+        Raises:
+            asyncio.InvalidStateError: if the operation has not finished.
+            asyncio.CancelledError: if it was cancelled.
+        """
+        state = self._state
+        if state < OpState.DONE:
+            raise asyncio.InvalidStateError(f"{self!r} has not finished")
+        if state is OpState.CANCELLED:
+            raise asyncio.CancelledError(f"{self!r} was cancelled")
+        if self._exception is not None:
+            raise self._exception
+        result: T = self._result
+        return result
+
+    def exception(self) -> BaseException | None:
+        """Return the exception the operation finished with, or None.
+
+        Raises:
+            asyncio.InvalidStateError: if the operation has not finished.
+            asyncio.CancelledError: if it was cancelled.
+        """
+        state = self._state
+        if state < OpState.DONE:
+            raise asyncio.InvalidStateError(f"{self!r} has not finished")
+        if state is OpState.CANCELLED:
+            raise asyncio.CancelledError(f"{self!r} was cancelled")
+        return self._exception
+
+    def add_done_callback(
+        self,
+        fn: Callable[[Operation[T]], object],
+        *,
+        context: contextvars.Context | None = None,
+    ) -> None:
+        """Call ``fn(op)`` on the engine's event loop once the operation has finished.
+
+        As with :meth:`asyncio.Future.add_done_callback`, ``fn`` is scheduled with
+        ``loop.call_soon`` (at once if the operation is already done). Safe to call from any
+        thread once the engine is bound to its loop.
+        """
+        if not callable(fn):
+            raise TypeError(f"add_done_callback() needs a callable, got {fn!r}")
+        self._engine._add_done_callback(
+            self, fn, context if context is not None else contextvars.copy_context()
+        )
+
+    def remove_done_callback(self, fn: Callable[[Operation[T]], object]) -> int:
+        """Remove every registration of ``fn``; return how many were removed."""
+        return self._engine._remove_done_callback(self, fn)
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        """Return the event loop the engine is bound to.
+
+        Raises:
+            RuntimeError: if the engine is not bound to a loop yet.
+        """
+        return self._engine._require_loop()
+
+    def __await__(self) -> Generator[Any, None, T]:
+        if self._state < OpState.DONE:
+            fut = self._engine._op_waiter(self)
+            if fut is not None:
+                try:
+                    yield from fut
+                except asyncio.CancelledError:
+                    self._engine._discard_op_waiter(self, fut)
+                    raise
+        return self.result()
+
+    def __repr__(self) -> str:
+        return f"<Operation {self.name!r} {self._state.name.lower()} on {self._ctx!r}>"
+
+
+class OnComplete:
+    """The completion token passed to a callback-style (MXNet ``AsyncFn``) function.
+
+    Call it exactly once, from any thread: ``on_complete()`` completes the operation,
+    ``on_complete(exc)`` fails it with ``exc``. A second call raises :class:`RuntimeError`.
+    """
+
+    __slots__ = ("_called", "_op")
+
+    def __init__(self, op: Operation[Any]) -> None:
+        self._op = op
+        self._called = False  # guarded by the engine lock: set once, by the first call
+
+    def __call__(self, exc: BaseException | None = None) -> None:
+        if exc is not None and not isinstance(exc, BaseException):
+            raise TypeError(f"on_complete() takes an exception or None, not {exc!r}")
+        self._op._engine._on_complete_called(self, exc)
+
+    def __repr__(self) -> str:
+        state = "called" if self._called else "pending"
+        return f"<OnComplete for {self._op.name!r} {state}>"
+
+
+class OprHandle(Generic[T]):
+    """A pre-built operation (MXNet's ``OprHandle``): validated once, pushed many times.
+
+    Create one with :meth:`Engine.new_operator`, run it with :meth:`Engine.push`, and retire it
+    with :meth:`Engine.delete_operator`.
+
+    Attributes:
+        name: the operation name every push of this handle carries.
+    """
+
+    __slots__ = ("_const", "_deleted", "_engine", "_fn", "_kind", "_mutate", "_prop", "name")
+
+    def __init__(
+        self,
+        engine: Engine,
+        fn: Callable[..., Any],
+        kind: int,
+        const: tuple[Var, ...],
+        mutate: tuple[Var, ...],
+        prop: FnProperty,
+        name: str,
+    ) -> None:
+        self.name = name
+        self._engine = engine
+        self._fn = fn
+        self._kind = kind
+        self._const = const
+        self._mutate = mutate
+        self._prop = prop
+        self._deleted = False  # set by delete_operator; later pushes raise
+
+    @property
+    def const_vars(self) -> tuple[Var, ...]:
+        """The Vars every push of this handle reads."""
+        return self._const
+
+    @property
+    def mutate_vars(self) -> tuple[Var, ...]:
+        """The Vars every push of this handle mutates."""
+        return self._mutate
+
+    def __repr__(self) -> str:
+        state = " deleted" if self._deleted else ""
+        return (
+            f"<OprHandle {self.name!r}{state} reads={len(self._const)} writes={len(self._mutate)}>"
+        )

@@ -1,0 +1,89 @@
+"""Engine settings: keyword argument, else environment variable, else default.
+
+Every setting is resolved once, in ``Engine()``, so a bad value fails there with a
+:class:`ValueError` that names the argument or the environment variable, never later inside a
+worker.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+__all__ = ("Settings",)
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def _default_workers() -> int:
+    return os.cpu_count() or 1
+
+
+def _positive_int(value: object, arg: str, env: str, default: int) -> int:
+    if value is None:
+        raw = os.environ.get(env, "").strip()
+        if not raw:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(
+                f"environment variable {env}={raw!r} is not an integer; "
+                f"set it to a whole number >= 1 or unset it"
+            ) from None
+        if value < 1:
+            raise ValueError(f"environment variable {env}={raw!r} must be >= 1")
+        return value
+    if type(value) is not int:
+        raise ValueError(f"{arg} must be an int >= 1 or None, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{arg} must be >= 1, got {value}")
+    return value
+
+
+def _flag(value: object, arg: str, env: str) -> bool:
+    if value is None:
+        raw = os.environ.get(env, "").strip().lower()
+        if not raw:
+            return False
+        if raw in _TRUE:
+            return True
+        if raw in _FALSE:
+            return False
+        raise ValueError(
+            f"environment variable {env}={raw!r} is not a boolean; use 1 or 0 (or unset it)"
+        )
+    if type(value) is not bool:
+        raise ValueError(f"{arg} must be True, False or None, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The resolved configuration of one :class:`~aioengine.Engine`."""
+
+    cpu_workers: int
+    cpu_priority_workers: int
+    serial: bool
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        cpu_workers: object = None,
+        cpu_priority_workers: object = None,
+        serial: object = None,
+    ) -> Settings:
+        """Resolve each setting from its argument, its environment variable, or its default."""
+        workers = _default_workers()
+        return cls(
+            cpu_workers=_positive_int(cpu_workers, "cpu_workers", "AIOENGINE_CPU_WORKERS", workers),
+            cpu_priority_workers=_positive_int(
+                cpu_priority_workers,
+                "cpu_priority_workers",
+                "AIOENGINE_CPU_PRIORITY_WORKERS",
+                min(4, workers),
+            ),
+            serial=_flag(serial, "serial", "AIOENGINE_SERIAL"),
+        )

@@ -1,0 +1,227 @@
+"""Vars: the read/write FIFO that orders access to one piece of data.
+
+A :class:`Var` orders the operations that use one piece of data, as MXNet's ``ThreadedVar``
+does. Every operation appends one *request* per Var it names, in push order: a read request for
+a ``const_vars`` entry, a write request for a ``mutate_vars`` entry. A request is *granted* when
+the Var's turn reaches it; an operation runs when all of its requests are granted, and releases
+them when it finishes.
+
+Grant rule (written here only): a run of READs at the head of the queue is granted together
+while no write is active; a WRITE at the head is granted once nothing is active. Nothing
+overtakes a queued request, so two operations of which at least one writes a common Var are
+granted (and so run) in push order, and readers between two writes overlap.
+
+Requests are the "futures" of the design: instead of an ``asyncio.Future`` per request, a grant
+decrements the operation's counter of ungranted requests and hands it to the engine when the
+counter reaches zero (MXNet's ``wait`` counter). This keeps the observable behaviour of a FIFO of
+futures while costing no event-loop round trip per grant; see ``engine.py``.
+
+Locking: every method whose name starts with ``_`` is called with the owning engine's lock held,
+from any thread; no method here runs user code or blocks.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+__all__ = ("Var", "VarStatistics")
+
+
+class _Waiter(Protocol):
+    """The part of an operation a Var touches: its counter of ungranted requests."""
+
+    _wait: int
+
+
+class _Request:
+    """One operation's claim on one Var, queued in push order."""
+
+    __slots__ = ("granted", "live", "op", "var", "write")
+
+    def __init__(self, op: _Waiter, var: Var, write: bool) -> None:
+        self.op = op
+        self.var = var
+        self.write = write
+        self.granted = False  # set once, by Var._append or Var._grant
+        self.live = True  # False: the operation was cancelled before this was granted (tombstone)
+
+
+class _Failure:
+    """A recorded failure, shared by every Var that carries it (MXNet's shared exception_ptr).
+
+    Clearing ``exc`` clears the failure from every Var and operation holding this box at once,
+    which is how ``wait_for_var`` throws a failure only once.
+    """
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc: BaseException | None = exc
+
+
+@dataclass(frozen=True, slots=True)
+class VarStatistics:
+    """A snapshot of a :class:`Var`'s queue, from :meth:`Var.statistics`.
+
+    Attributes:
+        pending_reads: granted read requests not yet released (readers running or about to).
+        pending_write: whether a granted write has not been released yet.
+        waiting: requests queued behind those (not granted yet).
+        version: completed writes so far.
+        failed: whether the Var carries a failure that nobody has waited for yet.
+    """
+
+    pending_reads: int
+    pending_write: bool
+    waiting: int
+    version: int
+    failed: bool
+
+
+class Var:
+    """A handle on one piece of data whose readers and writers the engine orders.
+
+    Create Vars with :meth:`Engine.new_var`; name them in ``const_vars`` (read) or
+    ``mutate_vars`` (written) when you push an operation. A Var holds no data of its own: it is
+    the token that the operations touching the same data agree on.
+
+    Attributes:
+        name: the name given to :meth:`Engine.new_var`, used in reprs and error messages.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_deleted",
+        "_failure",
+        "_owner",
+        "_queue",
+        "_reads",
+        "_version",
+        "_writing",
+        "name",
+    )
+
+    def __init__(self, owner: Engine | None, name: str) -> None:
+        self.name = name
+        self._owner = owner  # the engine whose lock guards the fields below
+        # Ungranted requests in push order; may hold tombstones, never at the head.
+        self._queue: deque[_Request] = deque()
+        self._reads = 0  # granted read requests not yet released
+        self._writing = False  # a granted write not yet released; invariant: implies _reads == 0
+        self._version = 0  # completed (run or skipped) writes
+        self._failure: _Failure | None = None  # the failure this Var carries, if not thrown yet
+        self._deleted = False  # delete_var was called: no new request may be appended
+
+    @property
+    def version(self) -> int:
+        """The number of writes to this Var that have completed (run or skipped).
+
+        Cancelled writes and waits do not count. Safe to read from any thread.
+        """
+        return self._version
+
+    def statistics(self) -> VarStatistics:
+        """Return a snapshot of this Var's queue and failure state."""
+        box = self._failure
+        return VarStatistics(
+            pending_reads=self._reads,
+            pending_write=self._writing,
+            waiting=sum(1 for r in self._queue if r.live),
+            version=self._version,
+            failed=box is not None and box.exc is not None,
+        )
+
+    def __repr__(self) -> str:
+        state = " deleted" if self._deleted else ""
+        waiting = sum(1 for r in self._queue if r.live)
+        return (
+            f"<Var {self.name!r}{state} version={self._version} reads={self._reads} "
+            f"write={self._writing} waiting={waiting}>"
+        )
+
+    # -- the grant rule; caller holds the engine lock ------------------------------------
+
+    def _append(self, req: _Request) -> bool:
+        """Queue ``req`` behind every earlier request; return True if it is granted now.
+
+        Appending never makes another request grantable, so the caller only has to count
+        this one (``op._wait``).
+        """
+        if req.write:
+            if self._writing or self._reads or self._queue:
+                self._queue.append(req)
+                return False
+            self._writing = True
+        else:
+            if self._writing or self._queue:
+                self._queue.append(req)
+                return False
+            self._reads += 1
+        req.granted = True
+        return True
+
+    def _release(self, req: _Request, ready: list[_Waiter], *, completed_write: bool) -> None:
+        """Hand back a granted request and grant whatever the rule now allows.
+
+        ``completed_write`` says whether a released write counts towards :attr:`version`.
+        """
+        if req.write:
+            self._writing = False
+            if completed_write:
+                self._version += 1
+        else:
+            self._reads -= 1
+            if self._reads:
+                return
+        self._grant(ready)
+
+    def _grant(self, ready: list[_Waiter]) -> None:
+        """Grant requests from the head of the queue while the rule allows; drop tombstones.
+
+        After this returns the head of the queue (if any) is live and not grantable.
+        """
+        queue = self._queue
+        while queue:
+            req = queue[0]
+            if not req.live:
+                queue.popleft()
+                continue
+            if req.write:
+                if self._writing or self._reads:
+                    return
+                self._writing = True
+            else:
+                if self._writing:
+                    return
+                self._reads += 1
+            queue.popleft()
+            req.granted = True
+            op = req.op
+            op._wait -= 1
+            if not op._wait:
+                ready.append(op)
+            if req.write:
+                return
+
+    def _is_idle(self) -> bool:
+        """True when no request is granted or queued."""
+        return not (self._reads or self._writing or self._queue)
+
+    def _check_invariants(self) -> None:
+        """Assert the grant rule's invariants (for tests)."""
+        assert self._reads >= 0, self
+        assert not (self._writing and self._reads), self
+        assert all(not r.granted for r in self._queue), self
+        if self._queue:
+            head = self._queue[0]
+            assert head.live, f"{self} has a tombstone at its head"
+            # The head is queued only because the rule forbids granting it now.
+            if head.write:
+                assert self._writing or self._reads, self
+            else:
+                assert self._writing, self

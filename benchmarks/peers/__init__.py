@@ -1,0 +1,1 @@
+"""Benchmark peers; each module is a standalone runner executed in a fresh process."""

@@ -1,0 +1,237 @@
+"""aioengine peer.
+
+Configurations (each optionally suffixed ``-uvloop`` to run on uvloop instead of the default
+asyncio loop):
+
+``aio-threaded``  ``Engine(cpu_workers=os.cpu_count())``, ``push_sync`` (bodies on worker threads)
+``aio-inline``    the same engine, ``push_sync(..., prop=FnProperty.ASYNC)`` (inline on the loop)
+``aio-serial``    ``Engine(serial=True)``, ``push_sync`` (one at a time on the loop)
+``aio-async``     ``Engine(cpu_workers=os.cpu_count())``, ``push_async`` of coroutine bodies
+``aio-mem``       memory benchmarks (workloads tagged ``memory``): bytes per pending op
+                  (tracemalloc) and RSS growth over many ops (``/proc/self/statm`` or psutil)
+
+Per-op arguments (the var lists and ``functools.partial(body, i)``) are built before the clock
+starts, as the other runners prepare theirs (MXNet: ctypes arrays); the timed region is the
+push loop plus ``await engine.wait_for_all()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import time
+import tracemalloc
+from functools import partial
+from typing import Any
+
+from workloads import WARMUP, Checker, Program, WorkloadSpec, generate, make_runner, result_record
+from workloads import run_cli, split_loop
+
+SYNC_KINDS = ("aio-threaded", "aio-inline", "aio-serial")
+
+
+def _engine(kind: str) -> Any:
+    import aioengine as ae
+
+    if kind == "aio-serial":
+        return ae.Engine(serial=True)
+    return ae.Engine(cpu_workers=os.cpu_count() or 1)
+
+
+async def _run_program(engine: Any, spec: WorkloadSpec, kind: str) -> tuple[float, Checker, Program]:
+    import aioengine as ae
+
+    prog, n_vars = generate(spec)
+    check = Checker(spec, prog, n_vars)
+    vs = [engine.new_var(f"v{k}") for k in range(n_vars)]
+    cvs = [[vs[v] for v in reads] for reads, _ in prog]
+    mvs = [[vs[v] for v in writes] for _, writes in prog]
+    ctx = ae.cpu()
+    n = len(prog)
+    await engine.wait_for_all()
+    if kind == "aio-async":
+        if not spec.is_coro:
+            raise ValueError("aio-async runs coroutine bodies only")
+        cfns = [partial(check.cbody, i) for i in range(n)]
+        push_async = engine.push_async
+        t0 = time.perf_counter()
+        for i in range(n):
+            push_async(cfns[i], ctx, cvs[i], mvs[i])
+        await engine.wait_for_all()
+        return time.perf_counter() - t0, check, prog
+    if spec.is_coro:
+        raise ValueError(f"{kind} runs sync bodies only")
+    fns = [partial(check.body, i) for i in range(n)]
+    push_sync = engine.push_sync
+    if kind == "aio-inline":
+        prop = ae.FnProperty.ASYNC
+        t0 = time.perf_counter()
+        for i in range(n):
+            push_sync(fns[i], ctx, const_vars=cvs[i], mutate_vars=mvs[i], prop=prop)
+        await engine.wait_for_all()
+    else:
+        t0 = time.perf_counter()
+        for i in range(n):
+            push_sync(fns[i], ctx, const_vars=cvs[i], mutate_vars=mvs[i])
+        await engine.wait_for_all()
+    return time.perf_counter() - t0, check, prog
+
+
+async def _measure(spec: WorkloadSpec, kind: str) -> tuple[float, Checker, Program]:
+    async with _engine(kind) as engine:
+        warm = WARMUP
+        if kind == "aio-async":
+            warm = WorkloadSpec("warmup", "random", "yield", 500, n_vars=16, seed=99)
+        await _run_program(engine, warm, kind)
+        return await _run_program(engine, spec, kind)
+
+
+def rss_bytes() -> int:
+    """Current resident set size in bytes (``/proc/self/statm``, else psutil, else 0)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        pass
+    try:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+    except ImportError:
+        return 0
+
+
+async def _mem_pending(spec: WorkloadSpec) -> dict[str, Any]:
+    """Bytes per pending op: ops queued behind a gate op that holds a var, traced by tracemalloc.
+
+    Two layouts: ``chain`` (every op mutates the gate var) and ``fanout`` (every op reads the
+    gate var and mutates one of 100 vars).  The same function object is pushed every time, so
+    only the engine's own per-op state (operation object, var-queue entries, bookkeeping) counts.
+    """
+    import aioengine as ae
+
+    out: dict[str, Any] = {}
+    n = spec.n_ops
+    for layout in ("chain", "fanout"):
+        async with ae.Engine(cpu_workers=os.cpu_count() or 1) as engine:
+            ctx = ae.cpu()
+            gate = engine.new_var("gate")
+            targets = [engine.new_var(f"t{k}") for k in range(100)]
+            release = asyncio.Event()
+
+            async def hold(_rctx: object, ev: asyncio.Event = release) -> None:
+                await ev.wait()
+
+            def noop(_rctx: object) -> None:
+                return None
+
+            engine.push_async(hold, ctx, [], [gate])
+            await asyncio.sleep(0)
+            gc.collect()
+            tracemalloc.start()
+            before = tracemalloc.get_traced_memory()[0]
+            push = engine.push_sync
+            if layout == "chain":
+                for _ in range(n):
+                    push(noop, ctx, const_vars=[], mutate_vars=[gate])
+            else:
+                for i in range(n):
+                    push(noop, ctx, const_vars=[gate], mutate_vars=[targets[i % 100]])
+            gc.collect()
+            after = tracemalloc.get_traced_memory()[0]
+            tracemalloc.stop()
+            pending = getattr(engine, "pending", None)
+            release.set()
+            await engine.wait_for_all()
+            out[f"pending_bytes_per_op_{layout}"] = (after - before) / n
+            if pending is not None:
+                out[f"pending_reported_{layout}"] = pending
+    out["pending_bytes_per_op"] = max(
+        out["pending_bytes_per_op_chain"], out["pending_bytes_per_op_fanout"]
+    )
+    return out
+
+
+async def _mem_rss(spec: WorkloadSpec) -> dict[str, Any]:
+    """RSS before and after ``spec.n_ops`` no-op ops pushed in batches of 10,000 (threaded)."""
+    import aioengine as ae
+
+    batch_spec = WorkloadSpec("rss-batch", "random", "noop", 10_000, n_vars=256, seed=7)
+    prog, n_vars = generate(batch_spec)
+    async with ae.Engine(cpu_workers=os.cpu_count() or 1) as engine:
+        ctx = ae.cpu()
+        vs = [engine.new_var(f"v{k}") for k in range(n_vars)]
+
+        def noop(_rctx: object) -> None:
+            return None
+
+        push = engine.push_sync
+        n_batches = max(1, spec.n_ops // len(prog))
+
+        async def one_batch() -> None:
+            for reads, writes in prog:
+                push(
+                    noop,
+                    ctx,
+                    const_vars=[vs[v] for v in reads],
+                    mutate_vars=[vs[v] for v in writes],
+                )
+            await engine.wait_for_all()
+
+        await one_batch()  # warm-up: pools started, free lists populated
+        gc.collect()
+        start = rss_bytes()
+        peak = start
+        t0 = time.perf_counter()
+        for _ in range(n_batches - 1):
+            await one_batch()
+            peak = max(peak, rss_bytes())
+        dt = time.perf_counter() - t0
+        gc.collect()
+        end = rss_bytes()
+    mib = 1 << 20
+    return {
+        "rss_ops": n_batches * len(prog),
+        "rss_start_mib": start / mib,
+        "rss_peak_mib": peak / mib,
+        "rss_end_mib": end / mib,
+        "rss_growth_mib": (end - start) / mib,
+        "rss_us_per_op": dt / max(1, (n_batches - 1) * len(prog)) * 1e6,
+    }
+
+
+def run_memory(spec: WorkloadSpec, config: str) -> dict[str, Any]:
+    """Memory benchmark record for ``memory/pending`` or ``memory/rss``."""
+    _, loop_kind = split_loop(config)
+    with make_runner(loop_kind) as runner:
+        if spec.name.endswith("pending"):
+            data = runner.run(_mem_pending(spec))
+        else:
+            data = runner.run(_mem_rss(spec))
+    return {"workload": spec.name, "config": config, "n_ops": spec.n_ops, **data}
+
+
+def run_workload(spec: WorkloadSpec, config: str) -> dict[str, Any]:
+    """Run one workload with the aioengine *config*; return the result record."""
+    import aioengine
+
+    kind, loop_kind = split_loop(config)
+    if "memory" in spec.tags:
+        return run_memory(spec, config)
+    if kind not in (*SYNC_KINDS, "aio-async"):
+        raise ValueError(f"unknown aioengine config {config!r}")
+    with make_runner(loop_kind) as runner:
+        dt, check, prog = runner.run(_measure(spec, kind))
+    return result_record(
+        spec,
+        config,
+        dt,
+        check,
+        prog,
+        {"loop": loop_kind, "aioengine": getattr(aioengine, "__version__", "?")},
+    )
+
+
+if __name__ == "__main__":
+    run_cli(run_workload, "aioengine peer")

@@ -1,0 +1,368 @@
+"""Seeded benchmark workloads shared by every peer.
+
+A *program* is a list of ops; op ``i`` is a pair ``(const_var_indices, mutate_var_indices)``
+over ``n_vars`` abstract variables.  Every runner (MXNet, dask, the asyncio floors, aioengine)
+turns the same program into its own pushes/graph and runs the same body for each op.
+
+Verification is identical for all peers and costs one list store per var an op touches plus one
+increment per var it mutates: at the start of op ``i`` the body records the current *version* of
+each var the op touches, and at the end it bumps the version of every var it mutates.  A serial
+replay in push order produces the expected records; any reordering that breaks the dependency
+contract (a read that overtakes or is overtaken by a write, two writes that swap, an op that
+never runs) shows up as a mismatch.
+
+This module uses only the standard library (NumPy is imported lazily by the ``numpy`` body) so
+that it can be imported by the MXNet runner, which lives in its own virtual environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+Op = tuple[tuple[int, ...], tuple[int, ...]]
+Program = list[Op]
+SyncBody = Callable[..., None]
+CoroBody = Callable[..., Awaitable[None]]
+
+SHAPES = ("independent", "chain", "fanout", "random")
+SYNC_BODIES = ("noop", "sleep", "cpu", "numpy")
+CORO_BODIES = ("yield", "io")
+
+#: Pure-Python loop length of the ``cpu`` body (about 40 µs on a 2020s x86 core).
+CPU_ITERS = 1000
+#: Vector length of the ``numpy`` body (``np.sqrt`` over float64, GIL released, about 0.2 ms).
+#: A BLAS kernel was avoided on purpose: the MXNet venv pins ``numpy<1.24`` whose bundled
+#: OpenBLAS picks a very different kernel than current NumPy on some CPUs, whereas ``sqrt``
+#: runs at the same speed in both builds (each result reports its measured ``body_us``).
+NUMPY_LEN = 131072
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """Complete, JSON-serialisable description of one workload."""
+
+    name: str
+    shape: str
+    body: str
+    n_ops: int
+    n_vars: int = 0
+    seed: int = 1234
+    width: int = 8
+    sleep_s: float = 0.001
+    io_s: float = 0.01
+    cpu_iters: int = CPU_ITERS
+    numpy_len: int = NUMPY_LEN
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def is_coro(self) -> bool:
+        """True when the body is a coroutine (only asyncio-based peers can run it)."""
+        return self.body in CORO_BODIES
+
+    def to_json(self) -> dict[str, Any]:
+        """Return a JSON-friendly dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WorkloadSpec:
+        """Inverse of :meth:`to_json`."""
+        data = dict(data)
+        data["tags"] = tuple(data.get("tags", ()))
+        return cls(**data)
+
+
+def generate(spec: WorkloadSpec) -> tuple[Program, int]:
+    """Return ``(program, n_vars)`` for *spec*; deterministic for a given seed."""
+    rng = random.Random(spec.seed)
+    n = spec.n_ops
+    prog: Program = []
+    if spec.shape == "independent":
+        n_vars = spec.n_vars or n
+        prog = [((), (i % n_vars,)) for i in range(n)]
+    elif spec.shape == "chain":
+        n_vars = 1
+        prog = [((), (0,)) for _ in range(n)]
+    elif spec.shape == "fanout":
+        # var 0 is written once, then read by `width` readers that write nothing; repeated.
+        n_vars = 1
+        w = spec.width
+        for i in range(n):
+            prog.append(((), (0,)) if i % (w + 1) == 0 else ((0,), ()))
+    elif spec.shape == "random":
+        n_vars = spec.n_vars or 64
+        for _ in range(n):
+            r = rng.randint(0, 3)
+            k = rng.randint(1, 2)
+            vs = rng.sample(range(n_vars), r + k)
+            prog.append((tuple(vs[:r]), tuple(vs[r:])))
+    else:
+        raise ValueError(f"unknown shape {spec.shape!r}")
+    return prog, n_vars
+
+
+def program_digest(prog: Program) -> str:
+    """Short digest of a program, so the orchestrator can check every peer ran the same ops."""
+    return hashlib.sha1(json.dumps(prog).encode()).hexdigest()[:12]
+
+
+class Checker:
+    """Per-run verification state plus the op bodies that update it.
+
+    ``body(i, *_)`` and ``cbody(i, *_)`` accept (and ignore) extra positional arguments, so
+    the same function can be called as ``fn(rctx)`` by aioengine (via ``functools.partial``),
+    with dependency results by dask, or bare by the floors.
+    """
+
+    def __init__(self, spec: WorkloadSpec, prog: Program, n_vars: int) -> None:
+        self.spec = spec
+        self.prog = prog
+        self.n_vars = n_vars
+        self.touch: list[tuple[int, ...]] = [r + w for r, w in prog]
+        self.writes: list[tuple[int, ...]] = [w for _, w in prog]
+        self.off: list[int] = []
+        pos = 0
+        for t in self.touch:
+            self.off.append(pos)
+            pos += len(t)
+        self.n_slots = pos
+        self.ver: list[int] = [0] * n_vars
+        self.out: list[int] = [-1] * pos
+        self.body: SyncBody = self._make_sync_body()
+        self.cbody: CoroBody = self._make_coro_body()
+
+    def reset(self) -> None:
+        """Clear versions and records in place (the bodies keep referring to the same lists)."""
+        self.ver[:] = [0] * self.n_vars
+        self.out[:] = [-1] * self.n_slots
+
+    def _make_sync_body(self) -> SyncBody:
+        touch, writes, off = self.touch, self.writes, self.off
+        ver, out = self.ver, self.out
+        kind = self.spec.body
+
+        if kind == "noop" or kind in CORO_BODIES:
+
+            def body(i: int, *_: object) -> None:
+                o = off[i]
+                for v in touch[i]:
+                    out[o] = ver[v]
+                    o += 1
+                for v in writes[i]:
+                    ver[v] += 1
+
+            return body
+
+        work = make_work(self.spec)
+
+        def body_work(i: int, *_: object) -> None:
+            o = off[i]
+            for v in touch[i]:
+                out[o] = ver[v]
+                o += 1
+            work()
+            for v in writes[i]:
+                ver[v] += 1
+
+        return body_work
+
+    def _make_coro_body(self) -> CoroBody:
+        touch, writes, off = self.touch, self.writes, self.off
+        ver, out = self.ver, self.out
+        delay = 0.0 if self.spec.body in ("yield", "noop") else self.spec.io_s
+        sleep = asyncio.sleep
+
+        async def cbody(i: int, *_: object) -> None:
+            o = off[i]
+            for v in touch[i]:
+                out[o] = ver[v]
+                o += 1
+            await sleep(delay)
+            for v in writes[i]:
+                ver[v] += 1
+
+        return cbody
+
+    def expected(self) -> list[int]:
+        """Records produced by a serial replay in push order."""
+        ver = [0] * self.n_vars
+        out = [-1] * self.n_slots
+        touch, writes, off = self.touch, self.writes, self.off
+        for i in range(len(self.prog)):
+            o = off[i]
+            for v in touch[i]:
+                out[o] = ver[v]
+                o += 1
+            for v in writes[i]:
+                ver[v] += 1
+        return out
+
+    def verify(self) -> dict[str, Any]:
+        """Compare the run's records with the serial replay; return a small JSON report."""
+        exp = self.expected()
+        ok = exp == self.out
+        first_bad = -1
+        if not ok:
+            bad_slot = next(k for k, (a, b) in enumerate(zip(exp, self.out)) if a != b)
+            first_bad = max(i for i, o in enumerate(self.off) if o <= bad_slot)
+        return {"verified": ok, "first_bad_op": first_bad}
+
+
+def make_work(spec: WorkloadSpec) -> Callable[[], None]:
+    """Return the payload of a sync body (without the verification bookkeeping)."""
+    kind = spec.body
+    if kind == "noop":
+        return lambda: None
+    if kind == "sleep":
+        sleep, dt = time.sleep, spec.sleep_s
+        return lambda: sleep(dt)
+    if kind == "cpu":
+        iters = spec.cpu_iters
+
+        def cpu() -> None:
+            s = 0
+            for k in range(iters):
+                s += k
+
+        return cpu
+    if kind == "numpy":
+        import numpy as np
+
+        src = np.random.default_rng(spec.seed).random(spec.numpy_len)
+        local = threading.local()
+        sqrt = np.sqrt
+
+        def kernel() -> None:
+            buf = getattr(local, "buf", None)
+            if buf is None:
+                buf = local.buf = np.empty_like(src)
+            sqrt(src, out=buf)
+
+        return kernel
+    raise ValueError(f"unknown sync body {kind!r}")
+
+
+def calibrate_body_us(spec: WorkloadSpec, reps: int = 20) -> float:
+    """Mean wall time (µs) of one body payload run serially in this process (0 for no-ops)."""
+    if spec.body in ("noop", "yield"):
+        return 0.0
+    if spec.body == "io":
+        return spec.io_s * 1e6
+    work = make_work(spec)
+    work()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        work()
+    return (time.perf_counter() - t0) / reps * 1e6
+
+
+def result_record(
+    spec: WorkloadSpec,
+    config: str,
+    seconds: float,
+    check: Checker,
+    prog: Program,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Build the JSON record a runner prints for one measurement."""
+    n = len(prog)
+    rec: dict[str, Any] = {
+        "workload": spec.name,
+        "config": config,
+        "n_ops": n,
+        "seconds": seconds,
+        "ops_per_s": n / seconds if seconds > 0 else float("inf"),
+        "us_per_op": seconds / n * 1e6,
+        "digest": program_digest(prog),
+        "body_us": calibrate_body_us(spec),
+    }
+    rec.update(check.verify())
+    if extra:
+        rec.update(extra)
+    return rec
+
+
+def standard_workloads(quick: bool = False) -> list[WorkloadSpec]:
+    """The workload matrix of the issue (full sizes), or a small smoke version (``quick``)."""
+    n_noop = 2_000 if quick else 20_000
+    n_sleep = 200 if quick else 2_000
+    v_sleep = 50 if quick else 200
+    n_cpu = 300 if quick else 2_000
+    n_np = 300 if quick else 2_000
+    n_coro = 2_000 if quick else 20_000
+    n_io = 1_000 if quick else 10_000
+    specs: list[WorkloadSpec] = []
+    for shape in SHAPES:
+        specs.append(WorkloadSpec(f"noop/{shape}", shape, "noop", n_noop, n_vars=0))
+    specs.append(WorkloadSpec("sleep/random", "random", "sleep", n_sleep, n_vars=v_sleep))
+    specs.append(WorkloadSpec("cpu/random", "random", "cpu", n_cpu, n_vars=v_sleep))
+    specs.append(WorkloadSpec("numpy/random", "random", "numpy", n_np, n_vars=v_sleep))
+    for shape in SHAPES:
+        specs.append(WorkloadSpec(f"coro-yield/{shape}", shape, "yield", n_coro))
+    specs.append(WorkloadSpec("coro-io/independent", "independent", "io", n_io))
+    return specs
+
+
+def select(specs: Sequence[WorkloadSpec], pattern: str | None) -> list[WorkloadSpec]:
+    """Filter specs by comma-separated substrings of their names (``None`` keeps all)."""
+    if not pattern:
+        return list(specs)
+    pats = [p.strip() for p in pattern.split(",") if p.strip()]
+    return [s for s in specs if any(p in s.name for p in pats)]
+
+
+WARMUP = WorkloadSpec("warmup", "random", "noop", 500, n_vars=16, seed=99)
+
+
+def run_cli(
+    runner: Callable[[WorkloadSpec, str], dict[str, Any]], description: str
+) -> None:
+    """Shared command line of the peer runners.
+
+    ``--config NAME --workloads JSON`` runs each workload (a JSON list of spec dicts) with the
+    given configuration and prints ``{"results": [...]}`` as the last line of stdout.  A failing
+    workload yields a record with an ``error`` field instead of aborting the others.
+    """
+    import argparse
+    import sys
+    import traceback
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--workloads", required=True, help="JSON list of WorkloadSpec dicts")
+    args = ap.parse_args()
+    results: list[dict[str, Any]] = []
+    for data in json.loads(args.workloads):
+        spec = WorkloadSpec.from_json(data)
+        try:
+            results.append(runner(spec, args.config))
+        except Exception as exc:  # noqa: BLE001 - reported to the orchestrator
+            traceback.print_exc(file=sys.stderr)
+            results.append(
+                {"workload": spec.name, "config": args.config, "error": f"{type(exc).__name__}: {exc}"}
+            )
+    sys.stdout.write(json.dumps({"results": results}) + "\n")
+    sys.stdout.flush()
+
+
+def split_loop(config: str) -> tuple[str, str]:
+    """Split ``"name-uvloop"`` into ``("name", "uvloop")``; other names use the default loop."""
+    if config.endswith("-uvloop"):
+        return config[: -len("-uvloop")], "uvloop"
+    return config, "asyncio"
+
+
+def make_runner(loop_kind: str) -> asyncio.Runner:
+    """An ``asyncio.Runner`` on the default event loop or on uvloop."""
+    if loop_kind == "uvloop":
+        import uvloop
+
+        return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    return asyncio.Runner()

@@ -1,0 +1,104 @@
+"""Shared fixtures: every async test runs on the default asyncio loop and on uvloop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+import aioengine as ae
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover - uvloop is in the test group
+    uvloop = None
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """Run each async test once per loop implementation (hostile loops, as anyio does)."""
+    factories: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+        "asyncio": asyncio.new_event_loop
+    }
+    if uvloop is not None:
+        factories["uvloop"] = uvloop.new_event_loop
+    return factories
+
+
+@pytest.fixture(params=[pytest.param(False, id="threaded"), pytest.param(True, id="serial")])
+def serial(request: pytest.FixtureRequest) -> bool:
+    """Both engine modes: every test taking ``engine`` runs threaded and serial."""
+    value: bool = request.param
+    return value
+
+
+@pytest.fixture
+async def engine(serial: bool) -> AsyncIterator[ae.Engine]:
+    """An engine with two CPU workers, closed (and drained) after the test."""
+    eng = ae.Engine(cpu_workers=2, serial=serial)
+    try:
+        yield eng
+    finally:
+        if not eng.closed:
+            try:
+                await eng.aclose(cancel=True)
+            except BaseExceptionGroup:
+                pass
+
+
+@pytest.fixture
+async def threaded_engine() -> AsyncIterator[ae.Engine]:
+    """A threaded engine with two CPU workers (for tests about threads and pools)."""
+    eng = ae.Engine(cpu_workers=2, serial=False)
+    try:
+        yield eng
+    finally:
+        if not eng.closed:
+            try:
+                await eng.aclose(cancel=True)
+            except BaseExceptionGroup:
+                pass
+
+
+class Monitor:
+    """Records every operation's start and end per Var and fails on a forbidden overlap.
+
+    ``enter(reads, writes)`` / ``exit(...)`` are called by operations from any thread; an
+    overlap of a writer with any other user of the same Var is recorded in ``violations``.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.readers: dict[Any, int] = {}
+        self.writers: dict[Any, int] = {}
+        self.violations: list[str] = []
+        self.max_readers = 0
+
+    def enter(self, name: str, reads: tuple[Any, ...], writes: tuple[Any, ...]) -> None:
+        with self._lock:
+            for v in writes:
+                if self.writers.get(v, 0) or self.readers.get(v, 0):
+                    self.violations.append(f"{name} writes {v} while it is in use")
+                self.writers[v] = self.writers.get(v, 0) + 1
+            for v in reads:
+                if self.writers.get(v, 0):
+                    self.violations.append(f"{name} reads {v} while it is written")
+                self.readers[v] = self.readers.get(v, 0) + 1
+                self.max_readers = max(self.max_readers, self.readers[v])
+
+    def exit(self, reads: tuple[Any, ...], writes: tuple[Any, ...]) -> None:
+        with self._lock:
+            for v in writes:
+                self.writers[v] -= 1
+            for v in reads:
+                self.readers[v] -= 1
+
+
+@pytest.fixture
+def monitor() -> Monitor:
+    """A fresh exclusivity monitor."""
+    return Monitor()
