@@ -36,7 +36,7 @@ import logging
 import threading
 import warnings
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from types import FunctionType, TracebackType
+from types import CoroutineType, FunctionType, TracebackType
 from typing import Any, TypeVar, overload
 
 from .context import Context, DeviceType, RunContext, cpu
@@ -309,7 +309,8 @@ class Engine:
             executor.shutdown(wait)
 
     def __del__(self) -> None:
-        if self._state is not _State.CLOSED and getattr(self, "_executors", None):
+        # __init__ may have failed before _executors existed: then there is nothing to release.
+        if getattr(self, "_executors", None) and self._state is not _State.CLOSED:
             warnings.warn(
                 f"{self!r} was garbage collected without being closed; use "
                 "'async with Engine()' or 'await engine.aclose()'",
@@ -849,7 +850,7 @@ class Engine:
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)) and rctx is self._loop_rctx:
                     raise  # inline on the loop thread: recorded, and the loop still stops
                 return
-            if inspect.isawaitable(result):
+            if type(result) is CoroutineType:
                 self._finish(op, _FAILED, None, self._awaitable_result(op, result))
             else:
                 self._finish(op, _DONE, result, None)
@@ -862,7 +863,7 @@ class Engine:
             except BaseException as exc:
                 self._callback_raised(op, token, exc)
                 return
-            if inspect.isawaitable(result):
+            if type(result) is CoroutineType:
                 self._callback_raised(op, token, self._awaitable_result(op, result))
 
     def _run_context(self, ctx: Context) -> RunContext:
@@ -901,8 +902,8 @@ class Engine:
         if callable(close):
             close()  # a never-awaited coroutine would warn
         return TypeError(
-            f"{op.name!r} returned an awaitable ({type(result).__name__}); declare it "
-            "'async def' and push it with push_async()"
+            f"{op.name!r} returned a coroutine; declare it 'async def' and push it with "
+            "push_async()"
         )
 
     def _start_task(self, op: Operation[Any], fn: Callable[..., Any], rctx: RunContext) -> None:

@@ -4,16 +4,19 @@
 #     def bench(session: nox.Session) -> None:
 #         """Benchmark aioengine against MXNet 1.9.1, dask and the asyncio floors.
 #
-#         ``nox -s bench`` runs the full matrix (about 10 minutes on 2 cores, plus a one-time
+#         ``nox -s bench`` runs the full matrix (about 8 minutes on 2 cores, plus a one-time
 #         MXNet venv install); ``nox -s bench -- --quick`` is the smoke mode CI runs.
-#         Extra arguments go to benchmarks/run.py (see ``-- --help``).
+#         Extra arguments go to benchmarks/run.py (see ``nox -s bench -- --help``).
 #         """
-#         session.install(".", "dask", "matplotlib", "uvloop", "numpy", "psutil")
+#         session.install(".", "dask", "matplotlib", "uvloop", "numpy")
 #         session.run("python", "benchmarks/run.py", *session.posargs)
 #
-# The MXNet peer runs in its own virtual environment (``mxnet==1.9.1`` needs ``numpy<1.24``);
-# run.py creates it at ``.venv-mxnet/`` (or ``--mxnet-venv``) with ``python -m venv`` on first
-# use and skips MXNet with a printed note when that fails.
+# Python 3.11 because ``numpy<1.24`` (which MXNet 1.9.1 needs) has no wheels for 3.12+: the
+# MXNet venv is created from the session's interpreter when it is 3.8-3.11, else from
+# python3.11/3.10/3.9 on PATH, else the MXNet peers are skipped with a note.  The venv lives at
+# ``.venv-mxnet/`` (or ``--mxnet-venv``); run.py creates it with ``python -m venv`` + pip on first
+# use and skips MXNet with a printed note when that fails.  psutil is optional (RSS is read from
+# /proc on Linux).
 """Benchmark orchestrator: aioengine side by side with its peers in one run.
 
 Every measurement runs in a fresh subprocess (a runner from ``benchmarks/peers/`` that prints
@@ -49,9 +52,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from shutil import which
 from typing import Any
 
-from workloads import WorkloadSpec, select, standard_workloads
+from workloads import WorkloadSpec, select, selftest, standard_workloads
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -112,6 +116,7 @@ PEERS: tuple[Peer, ...] = (
     Peer("aio-inline", "peers.aioengine_runner", "aio", _sync),
     Peer("aio-inline-uvloop", "peers.aioengine_runner", "aio", _sync),
     Peer("aio-serial", "peers.aioengine_runner", "aio", _sync),
+    Peer("aio-serial-uvloop", "peers.aioengine_runner", "aio", _sync),
     Peer("aio-async", "peers.aioengine_runner", "aio", _coro),
     Peer("aio-async-uvloop", "peers.aioengine_runner", "aio", _coro),
     Peer("aio-mem", "peers.aioengine_runner", "aio", _memory),
@@ -124,6 +129,7 @@ AIO_LABELS = {
     "aio-inline": "inl",
     "aio-inline-uvloop": "inl/uv",
     "aio-serial": "ser",
+    "aio-serial-uvloop": "ser/uv",
     "aio-async": "async",
     "aio-async-uvloop": "async/uv",
 }
@@ -141,6 +147,7 @@ class Target:
     loop_variants: bool = True  # also check "<aio>-uvloop" against "<peer>-uvloop" if present
 
 
+MX_N = "mxnet-perdevice-N"
 TARGETS: tuple[Target, ...] = (
     Target(
         "sync no-op, CPU pool >= 1.5x MXNet best threaded",
@@ -153,12 +160,12 @@ TARGETS: tuple[Target, ...] = (
     Target("serial >= 0.6x asyncio inline floor", "noop/", "aio-serial", ("floor-inline",), 0.6),
     Target("inline >= NaiveEngine", "noop/", "aio-inline", ("mxnet-naive",), 1.0),
     Target("serial >= NaiveEngine", "noop/", "aio-serial", ("mxnet-naive",), 1.0),
-    Target("coroutine ops >= 0.6x task-per-op floor", "coro-yield/", "aio-async", ("floor-task",), 0.6),
-    Target("concurrent 10 ms I/O within 1.5x of gather", "coro-io/", "aio-async", ("gather",), 1 / 1.5),
-    Target("sleep >= 0.95x MXNet N workers", "sleep/", "aio-threaded", ("mxnet-perdevice-N",), 0.95),
-    Target("numpy >= 0.95x MXNet N workers", "numpy/", "aio-threaded", ("mxnet-perdevice-N",), 0.95),
+    Target("coro ops >= 0.6x task-per-op floor", "coro-yield/", "aio-async", ("floor-task",), 0.6),
+    Target("10 ms I/O within 1.5x of gather", "coro-io/", "aio-async", ("gather",), 1 / 1.5),
+    Target("sleep >= 0.95x MXNet N workers", "sleep/", "aio-threaded", (MX_N,), 0.95),
+    Target("numpy >= 0.95x MXNet N workers", "numpy/", "aio-threaded", (MX_N,), 0.95),
     Target("no-op >= 5x dask threaded", "noop/", "aio-threaded", ("dask-N",), 5.0),
-)  # fmt: skip
+)
 
 PENDING_LIMIT_BYTES = 1024
 RSS_LIMIT_MIB = 50.0
@@ -166,10 +173,12 @@ RSS_LIMIT_MIB = 50.0
 
 def memory_workloads(quick: bool) -> list[WorkloadSpec]:
     """Memory benchmarks: pending ops (tracemalloc) and RSS after many ops."""
+    n_pending = 10_000 if quick else 100_000
+    n_rss = 100_000 if quick else 1_000_000
     return [
-        WorkloadSpec("memory/pending", "chain", "noop", 10_000 if quick else 100_000, tags=("memory",)),
-        WorkloadSpec("memory/rss", "random", "noop", 100_000 if quick else 1_000_000, tags=("memory",)),
-    ]  # fmt: skip
+        WorkloadSpec("memory/pending", "chain", "noop", n_pending, tags=("memory",)),
+        WorkloadSpec("memory/rss", "random", "noop", n_rss, tags=("memory",)),
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -194,7 +203,12 @@ def child_env() -> dict[str, str]:
     if env.get("PYTHONPATH"):
         path.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(path)
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
+    for var in (
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+    ):
         env[var] = "1"
     env.pop("MXNET_ENGINE_TYPE", None)
     env.pop("MXNET_CPU_WORKER_NTHREADS", None)
@@ -202,8 +216,27 @@ def child_env() -> dict[str, str]:
 
 
 def venv_python(venv: Path) -> Path:
-    """The interpreter of a virtual environment."""
+    """Return the interpreter path of a virtual environment."""
     return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def mxnet_base_python() -> str | None:
+    """Return an interpreter that can host ``numpy<1.24`` (3.8 to 3.11), preferring this one."""
+    cands = [sys.executable] + [p for v in ("3.11", "3.10", "3.9") if (p := which(f"python{v}"))]
+    for cand in cands:
+        try:
+            out = subprocess.run(
+                [cand, "-c", "import sys; print(sys.version_info[0] * 100 + sys.version_info[1])"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if 308 <= int(out.strip() or 0) <= 311:
+            return cand
+    return None
 
 
 def _probe_mxnet(py: Path) -> dict[str, Any] | str:
@@ -214,6 +247,7 @@ def _probe_mxnet(py: Path) -> dict[str, Any] | str:
             capture_output=True,
             text=True,
             timeout=180,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"probe failed: {exc}"
@@ -246,9 +280,15 @@ def ensure_mxnet(venv: Path, allow_install: bool, retry: bool) -> tuple[str | No
     print(f"[setup] installing {' '.join(MXNET_REQS)} into {venv} (one-time, 1-3 min) ...")
     sys.stdout.flush()
     t0 = time.perf_counter()
+    base = mxnet_base_python()
+    if base is None:
+        return None, (
+            "MXNet skipped: numpy<1.24 needs Python <= 3.11 and no such interpreter was found"
+            " (this one, python3.11, python3.10, python3.9)"
+        )
     try:
         if not py.exists():
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+            subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=300)
         pip = [str(py), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
         subprocess.run([*pip, "--only-binary=:all:", *MXNET_REQS], check=True, timeout=1200)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -279,7 +319,12 @@ def probe_main(env: Env) -> None:
         "print(json.dumps(out))\n"
     )
     proc = subprocess.run(
-        [env.main_python, "-c", code], env=child_env(), capture_output=True, text=True, timeout=120
+        [env.main_python, "-c", code],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     found: dict[str, str] = json.loads(proc.stdout.strip().splitlines()[-1])
     env.versions.update({k: v for k, v in found.items() if not v.startswith("ERROR")})
@@ -323,7 +368,13 @@ def run_job(job: Job, env: Env, timeout: float) -> list[dict[str, Any]]:
     err = ""
     try:
         proc = subprocess.run(
-            cmd, env=child_env(), cwd=BENCH, capture_output=True, text=True, timeout=timeout
+            cmd,
+            env=child_env(),
+            cwd=BENCH,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
         lines = proc.stdout.strip().splitlines()
         if lines and lines[-1].startswith("{"):
@@ -472,9 +523,10 @@ def evaluate_targets(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]
     mem = summary.get("memory/rss", {}).get("peers", {}).get("aio-mem", {})
     if "rss_growth_mib" in mem:
         v = mem["rss_growth_mib"]
+        n_ops = int(mem.get("rss_ops", 0))
         rows.append(
             {
-                "target": f"RSS growth after {int(mem.get('rss_ops', 0)):,} ops <= {RSS_LIMIT_MIB:g} MiB",
+                "target": f"RSS growth after {n_ops:,} ops <= {RSS_LIMIT_MIB:g} MiB",
                 "aio": "aio-mem",
                 "value": v,
                 "limit": RSS_LIMIT_MIB,
@@ -507,7 +559,17 @@ def print_report(
         peers = w["peers"]
         aios = [a for a in AIO_LABELS if a in rat.get(spec.name, {})]
         n_vars = f", {spec.n_vars} vars" if spec.n_vars else ""
-        print(f"\n== {spec.name}  ({spec.n_ops:,} ops, shape {spec.shape}, body {spec.body}{n_vars})")
+        print(
+            f"\n== {spec.name}  ({spec.n_ops:,} ops, shape {spec.shape}, body {spec.body}{n_vars})"
+        )
+        if spec.body in ("sleep", "cpu", "numpy"):
+            own = [v["body_us"] for k, v in peers.items() if "body_us" in v and "mxnet" not in k]
+            mx = [v["body_us"] for k, v in peers.items() if "body_us" in v and "mxnet" in k]
+            text = f"   body alone, serially: {statistics.median(own):.0f} us" if own else ""
+            if mx:
+                text += f" (MXNet venv: {statistics.median(mx):.0f} us)"
+            if text:
+                print(text)
         head = f"  {'peer':<22}{'ops/s':>11}{'us/op':>10}{'spread':>8}  ok "
         print(head + "".join(f"{AIO_LABELS[a]:>9}" for a in aios))
         for name, s in sorted(peers.items(), key=lambda kv: -kv[1].get("ops_per_s", -1.0)):
@@ -533,9 +595,10 @@ def print_report(
             if m.get("errors"):
                 print("  ERROR", "; ".join(m["errors"])[:100])
             if "pending_bytes_per_op" in m:
+                chain, fan = m["pending_bytes_per_op_chain"], m["pending_bytes_per_op_fanout"]
                 print(
-                    f"  pending ops: {m['pending_bytes_per_op_chain']:.0f} B/op (chain on one var), "
-                    f"{m['pending_bytes_per_op_fanout']:.0f} B/op (read gate, write 1 of 100)"
+                    f"  pending ops: {chain:.0f} B/op (all write one var), "
+                    f"{fan:.0f} B/op (read a gate var, write 1 of 100)"
                 )
             if "rss_growth_mib" in m:
                 print(
@@ -563,6 +626,7 @@ def plot(summary: dict[str, dict[str, Any]], path: Path, title: str) -> str | No
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
         from matplotlib.ticker import FuncFormatter, NullFormatter
     except ImportError as exc:
         return f"chart skipped: {exc}"
@@ -598,8 +662,11 @@ def plot(summary: dict[str, dict[str, Any]], path: Path, title: str) -> str | No
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    names = {"aio": "aioengine", "mxnet": "MXNet 1.9.1", "dask": "dask", "floor": "asyncio floor"}
+    handles = [Patch(color=c, label=names[f]) for f, c in colors.items()]
+    fig.legend(handles=handles, loc="upper right", ncols=4, fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=10, x=0.02, ha="left")
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -608,6 +675,13 @@ def plot(summary: dict[str, dict[str, Any]], path: Path, title: str) -> str | No
 
 # --------------------------------------------------------------------------------------------
 # main
+
+
+def _loadavg() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return 0.0
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -645,26 +719,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     timeout: float = args.timeout or (120.0 if quick else 900.0)
     specs = select(standard_workloads(quick), args.only)
     mem_specs = [] if args.no_memory else select(memory_workloads(quick), args.only)
-    peers = [p for p in PEERS if not args.peers or any(p.name.startswith(x) for x in args.peers.split(","))]
+    peers = [
+        p
+        for p in PEERS
+        if not args.peers or any(p.name.startswith(x) for x in args.peers.split(","))
+    ]
 
     if args.list:
         for s in specs + mem_specs:
             names = [p.name for p in peers if p.applies(s)]
-            print(f"{s.name:<22} {s.n_ops:>9,} ops  shape={s.shape:<11} body={s.body:<6} {' '.join(names)}")
+            head = f"{s.name:<22} {s.n_ops:>9,} ops  shape={s.shape:<11} body={s.body:<6}"
+            print(head, " ".join(names))
         return 0
 
     t_start = time.perf_counter()
+    load_start = _loadavg()
     env = Env()
+    problems = selftest()
+    if problems:
+        print("[error] the verification self-test failed:", *problems, sep="\n  ")
+        return 1
     probe_main(env)
     if args.no_mxnet:
         env.skipped.add("mxnet")
         env.notes.append("MXNet skipped (--no-mxnet)")
     elif any(p.family == "mxnet" for p in peers):
-        env.mxnet_python, note = ensure_mxnet(args.mxnet_venv, not args.no_install, args.retry_install)
+        env.mxnet_python, note = ensure_mxnet(
+            args.mxnet_venv, not args.no_install, args.retry_install
+        )
         env.notes.append(note)
         if env.mxnet_python is None:
             env.skipped.add("mxnet")
     peers = [p for p in peers if p.family not in env.skipped and p.name not in env.skipped]
+    if load_start > 0.5 * N_CPU:
+        env.notes.append(
+            f"machine busy before the run (1-min load average {load_start:.1f} on {N_CPU} CPUs):"
+            " timings are unreliable"
+        )
     for note in env.notes:
         print(f"[note] {note}")
     setup_s = time.perf_counter() - t_start
@@ -674,13 +765,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     for rep in range(reps):
         jobs = plan(specs, peers, rep, grouped)
         for j, job in enumerate(jobs):
-            names = ",".join(s.name for s in job.specs) if len(job.specs) < 3 else f"{len(job.specs)} workloads"
-            print(f"[rep {rep + 1}/{reps} {j + 1:>3}/{len(jobs)}] {job.peer.name:<22} {names}", flush=True)
+            what = (
+                ",".join(s.name for s in job.specs)
+                if len(job.specs) < 3
+                else f"{len(job.specs)} workloads"
+            )
+            print(
+                f"[rep {rep + 1}/{reps} {j + 1:>3}/{len(jobs)}] {job.peer.name:<22} {what}",
+                flush=True,
+            )
             raw.extend(run_job(job, env, timeout))
     for job in plan(mem_specs, peers, 0, grouped):
         print(f"[memory] {job.peer.name} {','.join(s.name for s in job.specs)}", flush=True)
         raw.extend(run_job(job, env, timeout))
     run_s = time.perf_counter() - t_run
+    load_end = _loadavg()
+    # Our own runners keep about one CPU busy (two for the threaded peers); much more than that
+    # means something else competed for the CPUs.
+    if load_end > N_CPU + 1:
+        env.notes.append(
+            f"1-min load average {load_end:.1f} at the end of the run on {N_CPU} CPUs: other"
+            " processes probably competed for the CPUs; compare spreads before trusting ratios"
+        )
 
     all_specs = specs + mem_specs
     summary = summarise(all_specs, raw)
@@ -689,10 +795,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_report(all_specs, summary, rat, targets)
 
     bad_verify = [
-        (w, p) for w, s in summary.items() for p, v in s["peers"].items() if v.get("verified") is False
+        (w, p)
+        for w, s in summary.items()
+        for p, v in s["peers"].items()
+        if v.get("verified") is False
     ]
     errors = [(r["workload"], r["config"], r["error"]) for r in raw if "error" in r]
-    digests = {w: {d for v in s["peers"].values() for d in v.get("digests", [])} for w, s in summary.items()}
+    digests = {
+        w: {d for v in s["peers"].values() for d in v.get("digests", [])}
+        for w, s in summary.items()
+    }
     mismatched = [w for w, d in digests.items() if len(d) > 1]
 
     meta = {
@@ -708,6 +820,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "setup_s": setup_s,
         "run_s": run_s,
+        "loadavg_start": load_start,
+        "loadavg_end": load_end,
     }
     doc = {
         "meta": meta,

@@ -23,14 +23,14 @@ import json
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 Op = tuple[tuple[int, ...], tuple[int, ...]]
 Program = list[Op]
 SyncBody = Callable[..., None]
-CoroBody = Callable[..., Awaitable[None]]
+CoroBody = Callable[..., Coroutine[Any, Any, None]]
 
 SHAPES = ("independent", "chain", "fanout", "random")
 SYNC_BODIES = ("noop", "sleep", "cpu", "numpy")
@@ -191,7 +191,7 @@ class Checker:
         return cbody
 
     def expected(self) -> list[int]:
-        """Records produced by a serial replay in push order."""
+        """Return the records a serial replay in push order produces."""
         ver = [0] * self.n_vars
         out = [-1] * self.n_slots
         touch, writes, off = self.touch, self.writes, self.off
@@ -210,7 +210,7 @@ class Checker:
         ok = exp == self.out
         first_bad = -1
         if not ok:
-            bad_slot = next(k for k, (a, b) in enumerate(zip(exp, self.out)) if a != b)
+            bad_slot = next(k for k, (a, b) in enumerate(zip(exp, self.out, strict=True)) if a != b)
             first_bad = max(i for i, o in enumerate(self.off) if o <= bad_slot)
         return {"verified": ok, "first_bad_op": first_bad}
 
@@ -269,6 +269,7 @@ def result_record(
     seconds: float,
     check: Checker,
     prog: Program,
+    *,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build the JSON record a runner prints for one measurement."""
@@ -290,7 +291,7 @@ def result_record(
 
 
 def standard_workloads(quick: bool = False) -> list[WorkloadSpec]:
-    """The workload matrix of the issue (full sizes), or a small smoke version (``quick``)."""
+    """Return the workload matrix of the issue (full sizes) or its small smoke version."""
     n_noop = 2_000 if quick else 20_000
     n_sleep = 200 if quick else 2_000
     v_sleep = 50 if quick else 200
@@ -321,9 +322,7 @@ def select(specs: Sequence[WorkloadSpec], pattern: str | None) -> list[WorkloadS
 WARMUP = WorkloadSpec("warmup", "random", "noop", 500, n_vars=16, seed=99)
 
 
-def run_cli(
-    runner: Callable[[WorkloadSpec, str], dict[str, Any]], description: str
-) -> None:
+def run_cli(runner: Callable[[WorkloadSpec, str], dict[str, Any]], description: str) -> None:
     """Shared command line of the peer runners.
 
     ``--config NAME --workloads JSON`` runs each workload (a JSON list of spec dicts) with the
@@ -343,10 +342,14 @@ def run_cli(
         spec = WorkloadSpec.from_json(data)
         try:
             results.append(runner(spec, args.config))
-        except Exception as exc:  # noqa: BLE001 - reported to the orchestrator
+        except Exception as exc:  # reported to the orchestrator as a record
             traceback.print_exc(file=sys.stderr)
             results.append(
-                {"workload": spec.name, "config": args.config, "error": f"{type(exc).__name__}: {exc}"}
+                {
+                    "workload": spec.name,
+                    "config": args.config,
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
             )
     sys.stdout.write(json.dumps({"results": results}) + "\n")
     sys.stdout.flush()
@@ -360,9 +363,103 @@ def split_loop(config: str) -> tuple[str, str]:
 
 
 def make_runner(loop_kind: str) -> asyncio.Runner:
-    """An ``asyncio.Runner`` on the default event loop or on uvloop."""
+    """Return an ``asyncio.Runner`` on the default event loop or on uvloop."""
     if loop_kind == "uvloop":
         import uvloop
 
         return asyncio.Runner(loop_factory=uvloop.new_event_loop)
     return asyncio.Runner()
+
+
+def selftest() -> list[str]:
+    """Check that verification accepts legal orders and rejects illegal ones; return failures.
+
+    For every shape: push order and a random legal order (a topological order of the
+    dependency graph) must verify; swapping two conflicting ops, dropping an op and running
+    everything in reverse must not.  The programs of two ``generate`` calls must be identical.
+    """
+    problems: list[str] = []
+    rng = random.Random(5)
+    for shape in SHAPES:
+        spec = WorkloadSpec(f"selftest/{shape}", shape, "noop", 300, n_vars=12, width=4)
+        prog, n_vars = generate(spec)
+        if generate(spec)[0] != prog:
+            problems.append(f"{shape}: generate() is not deterministic")
+        preds = _predecessors(prog, n_vars)
+
+        def outcome(
+            order: Sequence[int], spec: WorkloadSpec = spec, prog: Program = prog, nv: int = n_vars
+        ) -> bool:
+            check = Checker(spec, prog, nv)
+            for i in order:
+                check.body(i)
+            return bool(check.verify()["verified"])
+
+        n = len(prog)
+
+        def legal(order: Sequence[int], preds: list[list[int]] = preds, n: int = n) -> bool:
+            pos = {op: k for k, op in enumerate(order)}
+            return len(pos) == n and all(pos[j] < pos[i] for i in range(n) for j in preds[i])
+
+        orders: list[tuple[str, list[int]]] = [
+            ("push order", list(range(n))),
+            ("random legal order", _random_topological_order(preds, rng)),
+            ("reverse order", list(range(n))[::-1]),
+            ("one op dropped", list(range(n - 1))),
+        ]
+        conflict = next(((p, i) for i in range(n) for p in preds[i]), None)
+        if conflict is not None:
+            a, b = conflict
+            swapped = list(range(n))
+            swapped[a], swapped[b] = swapped[b], swapped[a]
+            orders.append((f"conflicting ops {a} and {b} swapped", swapped))
+        for label, order in orders:
+            want = legal(order)
+            if label.startswith("random legal") and not want:
+                problems.append(f"{shape}: selftest bug, random order is not legal")
+            if outcome(order) != want:
+                problems.append(f"{shape}: {label} verified={not want}, expected {want}")
+        if legal(orders[2][1]) or legal(orders[3][1]):
+            problems.append(f"{shape}: selftest programs too weak (reverse order is legal)")
+    return problems
+
+
+def _predecessors(prog: Program, n_vars: int) -> list[list[int]]:
+    """Direct predecessors of each op under the engine rule (last writer / readers since)."""
+    last_writer: list[int | None] = [None] * n_vars
+    readers: list[list[int]] = [[] for _ in range(n_vars)]
+    preds: list[list[int]] = []
+    for i, (reads, writes) in enumerate(prog):
+        p: set[int] = set()
+        for v in reads:
+            lw = last_writer[v]
+            if lw is not None:
+                p.add(lw)
+            readers[v].append(i)
+        for v in writes:
+            lw = last_writer[v]
+            if lw is not None:
+                p.add(lw)
+            p.update(readers[v])
+            readers[v] = []
+            last_writer[v] = i
+        preds.append(sorted(p))
+    return preds
+
+
+def _random_topological_order(preds: list[list[int]], rng: random.Random) -> list[int]:
+    succ: list[list[int]] = [[] for _ in preds]
+    count = [len(p) for p in preds]
+    for i, p in enumerate(preds):
+        for j in p:
+            succ[j].append(i)
+    ready = [i for i, c in enumerate(count) if c == 0]
+    order: list[int] = []
+    while ready:
+        i = ready.pop(rng.randrange(len(ready)))
+        order.append(i)
+        for j in succ[i]:
+            count[j] -= 1
+            if not count[j]:
+                ready.append(j)
+    return order

@@ -124,6 +124,7 @@ class ThreadExecutor:
                 run(rctx)
             except BaseException:  # the engine's run closures catch user errors themselves
                 logger.exception("aioengine internal error in %s", self._name)
+            del run  # an idle worker must not keep the last operation (and its Vars) alive
 
     def __repr__(self) -> str:
         return (

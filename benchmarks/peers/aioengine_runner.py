@@ -19,19 +19,32 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib
 import os
 import time
 import tracemalloc
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from workloads import WARMUP, Checker, Program, WorkloadSpec, generate, make_runner, result_record
-from workloads import run_cli, split_loop
+from workloads import (
+    WARMUP,
+    Checker,
+    Program,
+    WorkloadSpec,
+    generate,
+    make_runner,
+    result_record,
+    run_cli,
+    split_loop,
+)
+
+if TYPE_CHECKING:
+    import aioengine
 
 SYNC_KINDS = ("aio-threaded", "aio-inline", "aio-serial")
 
 
-def _engine(kind: str) -> Any:
+def _engine(kind: str) -> aioengine.Engine:
     import aioengine as ae
 
     if kind == "aio-serial":
@@ -39,7 +52,9 @@ def _engine(kind: str) -> Any:
     return ae.Engine(cpu_workers=os.cpu_count() or 1)
 
 
-async def _run_program(engine: Any, spec: WorkloadSpec, kind: str) -> tuple[float, Checker, Program]:
+async def _run_program(
+    engine: aioengine.Engine, spec: WorkloadSpec, kind: str
+) -> tuple[float, Checker, Program]:
     import aioengine as ae
 
     prog, n_vars = generate(spec)
@@ -88,18 +103,17 @@ async def _measure(spec: WorkloadSpec, kind: str) -> tuple[float, Checker, Progr
 
 
 def rss_bytes() -> int:
-    """Current resident set size in bytes (``/proc/self/statm``, else psutil, else 0)."""
+    """Return the resident set size in bytes (``/proc/self/statm``, else psutil, else 0)."""
     try:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError):
         pass
     try:
-        import psutil
-
-        return int(psutil.Process().memory_info().rss)
+        psutil = importlib.import_module("psutil")
     except ImportError:
         return 0
+    return int(psutil.Process().memory_info().rss)
 
 
 async def _mem_pending(spec: WorkloadSpec) -> dict[str, Any]:
@@ -229,7 +243,7 @@ def run_workload(spec: WorkloadSpec, config: str) -> dict[str, Any]:
         dt,
         check,
         prog,
-        {"loop": loop_kind, "aioengine": getattr(aioengine, "__version__", "?")},
+        extra={"loop": loop_kind, "aioengine": getattr(aioengine, "__version__", "?")},
     )
 
 

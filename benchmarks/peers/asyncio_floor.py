@@ -29,12 +29,21 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from workloads import WARMUP, Checker, Program, WorkloadSpec, generate, make_runner, result_record
-from workloads import run_cli, split_loop
+from workloads import (
+    WARMUP,
+    Checker,
+    Program,
+    WorkloadSpec,
+    generate,
+    make_runner,
+    result_record,
+    run_cli,
+    split_loop,
+)
 
 
 class _Op:
-    __slots__ = ("i", "pending", "dependents", "done")
+    __slots__ = ("dependents", "done", "i", "pending")
 
     def __init__(self, i: int) -> None:
         self.i = i
@@ -99,7 +108,9 @@ class CounterScheduler:
             await self.waiter
 
 
-async def _run_counter(spec: WorkloadSpec, mode: str, pool: ThreadPoolExecutor | None) -> Any:
+async def _run_counter(
+    spec: WorkloadSpec, mode: str, pool: ThreadPoolExecutor | None
+) -> tuple[float, Checker, Program]:
     prog, n_vars = generate(spec)
     check = Checker(spec, prog, n_vars)
     loop = asyncio.get_running_loop()
@@ -232,7 +243,7 @@ def run_workload(spec: WorkloadSpec, config: str) -> dict[str, Any]:
                 warm = WorkloadSpec("warmup", "random", "yield", 500, n_vars=16, seed=99)
             runner.run(_measure(warm, kind))
         dt, check, prog = runner.run(_measure(spec, kind))
-    return result_record(spec, config, dt, check, prog, {"loop": loop_kind})
+    return result_record(spec, config, dt, check, prog, extra={"loop": loop_kind})
 
 
 if __name__ == "__main__":

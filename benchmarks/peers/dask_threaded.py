@@ -15,8 +15,16 @@ import os
 import time
 from typing import Any
 
-from workloads import WARMUP, Checker, Program, SyncBody, WorkloadSpec, generate, result_record
-from workloads import run_cli
+from workloads import (
+    WARMUP,
+    Checker,
+    Program,
+    SyncBody,
+    WorkloadSpec,
+    generate,
+    result_record,
+    run_cli,
+)
 
 
 def build_graph(prog: Program, n_vars: int, body: SyncBody) -> tuple[dict[str, Any], list[str]]:
@@ -74,7 +82,12 @@ def run_workload(spec: WorkloadSpec, config: str) -> dict[str, Any]:
     _run(WARMUP, workers)
     dt, check, prog = _run(spec, workers)
     return result_record(
-        spec, config, dt, check, prog, {"workers": workers, "dask": dask.__version__}
+        spec,
+        config,
+        dt,
+        check,
+        prog,
+        extra={"workers": workers, "dask": str(getattr(dask, "__version__", "?"))},
     )
 
 

@@ -1,4 +1,4 @@
-"""Apache MXNet 1.9.1 engine peer, driven through its C API with ctypes.
+r"""Apache MXNet 1.9.1 engine peer, driven through its C API with ctypes.
 
 Runs inside the MXNet virtual environment (``mxnet==1.9.1``, ``numpy<1.24``); it loads
 ``libmxnet.so`` from the installed ``mxnet`` package without importing the Python package, and it
@@ -177,9 +177,13 @@ class MXNet:
         arr = self.nd_array([x])
         lib = self.lib
         self.check(
-            lib.MXEnginePushAsyncND(a_cb, 0, None, self.ctx_p, None, 0, arr, 1, None, 0, None, False)
+            lib.MXEnginePushAsyncND(
+                a_cb, 0, None, self.ctx_p, None, 0, arr, 1, None, 0, None, False
+            )
         )
-        self.check(lib.MXEnginePushSyncND(b_cb, 0, None, self.ctx_p, arr, 1, None, 0, None, 0, None))
+        self.check(
+            lib.MXEnginePushSyncND(b_cb, 0, None, self.ctx_p, arr, 1, None, 0, None, 0, None)
+        )
         self.wait_all()
         self.free([x])
         return events == ["A-done", "B"]
@@ -244,7 +248,7 @@ def run_workload(spec: WorkloadSpec, config: str) -> dict[str, Any]:
         dt,
         check,
         prog,
-        {
+        extra={
             "engine": os.environ["MXNET_ENGINE_TYPE"],
             "cpu_workers": os.environ.get("MXNET_CPU_WORKER_NTHREADS"),
         },
@@ -268,7 +272,7 @@ def main() -> None:
             run_cli(run_workload, "MXNet 1.9.1 engine peer (ctypes)")
     except SystemExit as exc:
         code = int(exc.code or 0)
-    except BaseException:  # noqa: BLE001 - report and exit non-zero without MXNet teardown
+    except BaseException:  # report and exit non-zero without MXNet teardown
         import traceback
 
         traceback.print_exc()

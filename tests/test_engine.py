@@ -1,0 +1,468 @@
+"""The rule, the pools and the engine's lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+import time
+import warnings
+from typing import Any
+
+import pytest
+
+import aioengine as ae
+
+from .conftest import Monitor
+
+
+def recorder(trace: list[str], name: str, result: Any = None) -> Any:
+    def fn(rctx: ae.RunContext) -> Any:
+        trace.append(name)
+        return result
+
+    return fn
+
+
+class TestTheRule:
+    async def test_writes_run_in_push_order(self, engine: ae.Engine) -> None:
+        x = engine.new_var("x")
+        trace: list[str] = []
+        for i in range(50):
+            engine.push_sync(recorder(trace, f"w{i}"), mutate_vars=[x])
+        await engine.wait_for_all()
+        assert trace == [f"w{i}" for i in range(50)]
+        assert x.version == 50
+
+    async def test_reads_between_writes_see_the_writes_before_them(self, engine: ae.Engine) -> None:
+        x = engine.new_var("x")
+        value = [0]
+        seen: list[tuple[int, int]] = []
+
+        def write(rctx: ae.RunContext, n: int) -> None:
+            value[0] = n
+
+        def read(rctx: ae.RunContext, i: int) -> None:
+            seen.append((i, value[0]))
+
+        expected = []
+        for i in range(30):
+            if i % 3 == 0:
+                engine.push_sync(lambda r, n=i: write(r, n), mutate_vars=[x])
+                current = i
+            else:
+                engine.push_sync(lambda r, i=i: read(r, i), const_vars=[x])
+                expected.append((i, current))
+        await engine.wait_for_all()
+        assert sorted(seen) == expected
+
+    async def test_readers_overlap(self, threaded_engine: ae.Engine) -> None:
+        """Two readers of one Var run at the same time: a 2-party barrier only passes then."""
+        x = threaded_engine.new_var("x")
+        barrier = threading.Barrier(2, timeout=10)
+        ops = [
+            threaded_engine.push_sync(lambda r: barrier.wait(), const_vars=[x]) for _ in range(2)
+        ]
+        assert sorted(await asyncio.gather(*ops)) == [0, 1]
+
+    async def test_writer_excludes_readers_and_writers(
+        self, threaded_engine: ae.Engine, monitor: Monitor
+    ) -> None:
+        x, y = threaded_engine.new_var("x"), threaded_engine.new_var("y")
+
+        def body(name: str, reads: tuple[str, ...], writes: tuple[str, ...]) -> Any:
+            def fn(rctx: ae.RunContext) -> None:
+                monitor.enter(name, reads, writes)
+                time.sleep(0.0005)  # gives a wrong engine the chance to overlap
+                monitor.exit(reads, writes)
+
+            return fn
+
+        for i in range(200):
+            kind = i % 4
+            if kind == 0:
+                threaded_engine.push_sync(body(f"w{i}", (), ("x",)), mutate_vars=[x])
+            elif kind == 1:
+                threaded_engine.push_sync(body(f"r{i}", ("x", "y"), ()), const_vars=[x, y])
+            elif kind == 2:
+                threaded_engine.push_sync(
+                    body(f"m{i}", ("x",), ("y",)), const_vars=[x], mutate_vars=[y]
+                )
+            else:
+                threaded_engine.push_sync(body(f"r{i}", ("y",), ()), const_vars=[y])
+        await threaded_engine.wait_for_all()
+        assert monitor.violations == []
+
+    async def test_disjoint_vars_run_concurrently(self, threaded_engine: ae.Engine) -> None:
+        x, y = threaded_engine.new_var("x"), threaded_engine.new_var("y")
+        barrier = threading.Barrier(2, timeout=10)
+        a = threaded_engine.push_sync(lambda r: barrier.wait(), mutate_vars=[x])
+        b = threaded_engine.push_sync(lambda r: barrier.wait(), mutate_vars=[y])
+        assert sorted(await asyncio.gather(a, b)) == [0, 1]
+
+    async def test_duplicates_are_ignored_and_both_lists_means_mutated(
+        self, engine: ae.Engine
+    ) -> None:
+        x = engine.new_var("x")
+        trace: list[str] = []
+        engine.push_sync(recorder(trace, "a"), const_vars=[x, x], mutate_vars=[x, x])
+        engine.push_sync(recorder(trace, "b"), const_vars=[x, x])
+        await engine.wait_for_all()
+        assert trace == ["a", "b"]
+        assert x.version == 1  # the op that listed x in both lists wrote it once
+
+    async def test_coroutine_ops_are_ordered_like_sync_ops(self, engine: ae.Engine) -> None:
+        x = engine.new_var("x")
+        trace: list[str] = []
+
+        async def slow(rctx: ae.RunContext) -> str:
+            trace.append("slow:start")
+            for _ in range(5):
+                await asyncio.sleep(0)
+            trace.append("slow:end")
+            return "slow"
+
+        first = engine.push_async(slow, mutate_vars=[x])
+        engine.push_sync(recorder(trace, "sync"), const_vars=[x])
+        assert await first == "slow"
+        await engine.wait_for_all()
+        assert trace == ["slow:start", "slow:end", "sync"]
+
+    async def test_io_coroutines_overlap(self, engine: ae.Engine) -> None:
+        """Coroutine ops on disjoint Vars wait together: 20 sleeps take about one."""
+        gate = asyncio.Event()
+        started = 0
+
+        async def io(rctx: ae.RunContext) -> None:
+            nonlocal started
+            started += 1
+            if started == 20:
+                gate.set()
+            await gate.wait()
+
+        ops = [engine.push_async(io, mutate_vars=[engine.new_var()]) for _ in range(20)]
+        if engine.serial:
+            # Serial mode runs one at a time: the first can never see the others start.
+            with pytest.raises(TimeoutError):
+                await engine.wait_for_all(timeout=0.2)
+            gate.set()
+        await asyncio.gather(*ops)
+
+    async def test_wait_for_var_waits_for_readers_too(self, threaded_engine: ae.Engine) -> None:
+        x = threaded_engine.new_var("x")
+        release = threading.Event()
+        reader = threaded_engine.push_sync(lambda r: release.wait(10), const_vars=[x])
+        waiter = asyncio.ensure_future(threaded_engine.wait_for_var(x))
+        await asyncio.sleep(0.05)
+        assert not waiter.done()
+        release.set()
+        await waiter
+        assert reader.done()
+
+    async def test_wait_for_var_ignores_later_pushes(self, threaded_engine: ae.Engine) -> None:
+        x = threaded_engine.new_var("x")
+        hold = threading.Event()
+        first = threaded_engine.push_sync(lambda r: hold.wait(10), mutate_vars=[x])
+        waiter = asyncio.ensure_future(threaded_engine.wait_for_var(x))
+        await asyncio.sleep(0)  # the wait starts (and is queued on x) before the next push
+        release = threading.Event()
+        later = threaded_engine.push_sync(lambda r: release.wait(10), mutate_vars=[x])
+        hold.set()
+        await waiter
+        assert first.done()
+        assert not later.done()
+        release.set()
+        await later
+
+    async def test_wait_for_idle_var_returns_at_once(self, engine: ae.Engine) -> None:
+        await engine.wait_for_var(engine.new_var())
+
+    async def test_ops_without_vars_run(self, engine: ae.Engine) -> None:
+        assert await engine.push_sync(lambda r: 7) == 7
+
+    async def test_wait_for_all_waits_for_every_pending_op(self, engine: ae.Engine) -> None:
+        done: list[int] = []
+        for i in range(20):
+            engine.push_sync(lambda r, i=i: done.append(i), mutate_vars=[engine.new_var()])
+        await engine.wait_for_all()
+        assert sorted(done) == list(range(20))
+        assert engine.pending == 0
+
+
+class TestPools:
+    async def test_sync_ops_run_on_the_context_pool(self, threaded_engine: ae.Engine) -> None:
+        names = await asyncio.gather(
+            threaded_engine.push_sync(lambda r: threading.current_thread().name),
+            threaded_engine.push_sync(lambda r: threading.current_thread().name, ae.cpu(1)),
+        )
+        assert names[0].startswith("aioengine-cpu0")
+        assert names[1].startswith("aioengine-cpu1")
+
+    async def test_cpu_prioritized_runs_on_the_priority_pool(
+        self, threaded_engine: ae.Engine
+    ) -> None:
+        op = threaded_engine.push_sync(
+            lambda r: (threading.current_thread().name, r.ctx),
+            ae.cpu(3),
+            prop=ae.FnProperty.CPU_PRIORITIZED,
+        )
+        name, ctx = await op
+        assert name.startswith("aioengine-cpu-priority")
+        assert ctx == ae.cpu(3)
+
+    @pytest.mark.parametrize(
+        "prop",
+        [
+            ae.FnProperty.COPY_FROM_GPU,
+            ae.FnProperty.COPY_TO_GPU,
+            ae.FnProperty.GPU_PRIORITIZED,
+            ae.FnProperty.NO_SKIP,
+        ],
+    )
+    async def test_gpu_properties_behave_as_normal_on_cpu(
+        self, threaded_engine: ae.Engine, prop: ae.FnProperty
+    ) -> None:
+        name = await threaded_engine.push_sync(lambda r: threading.current_thread().name, prop=prop)
+        assert name.startswith("aioengine-cpu0")
+
+    async def test_async_property_runs_inline_on_the_loop_thread(
+        self, threaded_engine: ae.Engine
+    ) -> None:
+        loop_thread = threading.get_ident()
+        ident = await threaded_engine.push_sync(
+            lambda r: threading.get_ident(), prop=ae.FnProperty.ASYNC
+        )
+        assert ident == loop_thread
+
+    async def test_serial_mode_runs_sync_fns_on_the_loop_thread(self) -> None:
+        async with ae.Engine(serial=True) as engine:
+            ident = await engine.push_sync(lambda r: threading.get_ident())
+        assert ident == threading.get_ident()
+
+    async def test_workers_never_exceed_the_setting(self) -> None:
+        async with ae.Engine(cpu_workers=3) as engine:
+            lock = threading.Lock()
+            running = peak = 0
+
+            def body(rctx: ae.RunContext) -> None:
+                nonlocal running, peak
+                with lock:
+                    running += 1
+                    peak = max(peak, running)
+                time.sleep(0.002)
+                with lock:
+                    running -= 1
+
+            for _ in range(60):
+                engine.push_sync(body, mutate_vars=[engine.new_var()])
+            await engine.wait_for_all()
+        assert peak == 3
+
+    async def test_threads_are_released_on_close(self) -> None:
+        before = {t.ident for t in threading.enumerate()}
+        engine = ae.Engine(cpu_workers=2)
+        await engine.push_sync(lambda r: None)
+        await engine.aclose()
+        leftover = [
+            t for t in threading.enumerate() if t.ident not in before and t.name.startswith("aio")
+        ]
+        assert leftover == []
+
+
+class TestPriority:
+    @pytest.mark.parametrize(
+        "prop", [ae.FnProperty.NORMAL, ae.FnProperty.CPU_PRIORITIZED, ae.FnProperty.ASYNC]
+    )
+    async def test_ready_ops_run_highest_priority_first(self, prop: ae.FnProperty) -> None:
+        async with ae.Engine(cpu_workers=1, cpu_priority_workers=1) as engine:
+            trace: list[int] = []
+            gate = threading.Event()
+            blocker = engine.new_var("blocker")
+            # Hold the single worker (or the loop, for ASYNC) so the ops queue up ready.
+            if prop is ae.FnProperty.ASYNC:
+                engine.push_sync(lambda r: None, prop=prop, mutate_vars=[blocker], priority=100)
+            else:
+                engine.push_sync(lambda r: gate.wait(10), prop=prop, mutate_vars=[blocker])
+            for p in (1, 5, 3, -2, 4, 5):
+                engine.push_sync(
+                    lambda r, p=p: trace.append(p),
+                    prop=prop,
+                    priority=p,
+                    mutate_vars=[engine.new_var()],
+                )
+            gate.set()
+            await engine.wait_for_all()
+        assert trace == [5, 5, 4, 3, 1, -2]
+
+    async def test_priority_never_reorders_across_dependencies(self, engine: ae.Engine) -> None:
+        x = engine.new_var("x")
+        trace: list[str] = []
+        engine.push_sync(recorder(trace, "low"), mutate_vars=[x], priority=-10)
+        engine.push_sync(recorder(trace, "high"), const_vars=[x], priority=10)
+        await engine.wait_for_all()
+        assert trace == ["low", "high"]
+
+
+class TestThreads:
+    async def test_opposite_order_pushes_from_two_threads_never_deadlock(
+        self, threaded_engine: ae.Engine
+    ) -> None:
+        """MXNet 1.9.1 deadlocks here every time: pushes must be atomic across Vars."""
+        a, b = threaded_engine.new_var("a"), threaded_engine.new_var("b")
+        counts = {"a": 0, "b": 0}
+
+        def pusher(first: ae.Var, second: ae.Var) -> None:
+            for _ in range(500):
+                threaded_engine.push_sync(
+                    lambda r: counts.__setitem__("a", counts["a"] + 1), mutate_vars=[first, second]
+                )
+
+        threads = [
+            threading.Thread(target=pusher, args=(a, b)),
+            threading.Thread(target=pusher, args=(b, a)),
+        ]
+        for t in threads:
+            t.start()
+        await asyncio.to_thread(lambda: [t.join() for t in threads])
+        await threaded_engine.wait_for_all(timeout=30)
+        assert counts["a"] == 1000
+        assert a.version == b.version == 1000
+
+    async def test_pushes_from_threads_keep_each_threads_order(
+        self, threaded_engine: ae.Engine
+    ) -> None:
+        x = threaded_engine.new_var("x")
+        trace: list[tuple[int, int]] = []
+
+        def pusher(t: int) -> None:
+            for i in range(200):
+                threaded_engine.push_sync(lambda r, t=t, i=i: trace.append((t, i)), mutate_vars=[x])
+
+        threads = [threading.Thread(target=pusher, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        await asyncio.to_thread(lambda: [t.join() for t in threads])
+        await threaded_engine.wait_for_all(timeout=30)
+        assert len(trace) == 800
+        for t in range(4):
+            assert [i for tt, i in trace if tt == t] == list(range(200))
+
+    async def test_push_from_a_worker_thread(self, threaded_engine: ae.Engine) -> None:
+        x = threaded_engine.new_var("x")
+
+        def parent(rctx: ae.RunContext) -> ae.Operation[int]:
+            return threaded_engine.push_sync(lambda r: 42, const_vars=[x])
+
+        child = await threaded_engine.push_sync(parent, mutate_vars=[x])
+        assert await child == 42
+
+    async def test_await_from_thread_without_loop_is_refused(
+        self, threaded_engine: ae.Engine
+    ) -> None:
+        op = threaded_engine.push_sync(lambda r: 1)
+        await op
+
+        def other_loop() -> None:
+            async def main() -> None:
+                await threaded_engine.push_sync(lambda r: 2)
+
+            asyncio.run(main())
+
+        with pytest.raises(RuntimeError, match="bound to another event loop"):
+            await asyncio.to_thread(other_loop)
+
+
+class TestLifecycle:
+    def test_engine_binds_lazily(self) -> None:
+        engine = ae.Engine()  # no loop running: construction must not need one
+
+        async def main() -> int:
+            result: int = await engine.push_sync(lambda r: 3)
+            await engine.aclose()
+            return result
+
+        assert asyncio.run(main()) == 3
+
+    def test_use_from_a_second_loop_raises(self) -> None:
+        engine = ae.Engine()
+
+        async def first() -> None:
+            await engine.push_sync(lambda r: None)
+
+        async def second() -> None:
+            with pytest.raises(RuntimeError, match="bound to another event loop"):
+                engine.push_sync(lambda r: None)
+            with pytest.raises(RuntimeError, match="bound to another event loop"):
+                await engine.wait_for_all()
+
+        asyncio.run(first())
+        asyncio.run(second())
+        engine._shutdown_executors(wait=True)
+        engine._state = engine._state.CLOSED
+
+    async def test_aclose_drains_then_refuses_pushes(self, engine: ae.Engine) -> None:
+        done: list[int] = []
+        x = engine.new_var()
+        for i in range(10):
+            engine.push_sync(lambda r, i=i: done.append(i), mutate_vars=[x])
+        await engine.aclose()
+        assert done == list(range(10))
+        assert engine.closed
+        with pytest.raises(ae.EngineClosedError, match="closed; create a new Engine"):
+            engine.push_sync(lambda r: None)
+        await engine.aclose()  # closing twice is harmless
+
+    async def test_aclose_raises_unthrown_failures(self) -> None:
+        engine = ae.Engine()
+        err = ValueError("boom")
+
+        def fail(rctx: ae.RunContext) -> None:
+            raise err
+
+        engine.push_sync(fail, mutate_vars=[engine.new_var()])
+        with pytest.raises(ExceptionGroup) as info:
+            await engine.aclose()
+        assert info.value.exceptions == (err,)
+        assert engine.closed
+
+    async def test_async_with_clean_exit_drains(self) -> None:
+        trace: list[str] = []
+        async with ae.Engine() as engine:
+            engine.push_sync(recorder(trace, "a"))
+        assert trace == ["a"]
+        assert engine.closed
+
+    async def test_async_with_body_error_propagates_unchanged(self) -> None:
+        err = KeyError("body")
+        gate = threading.Event()
+        ran: list[str] = []
+        with pytest.raises(KeyError) as info:
+            async with ae.Engine(cpu_workers=1) as engine:
+                x = engine.new_var()
+                running = engine.push_sync(lambda r: gate.wait(10), mutate_vars=[x])
+                queued = engine.push_sync(lambda r: ran.append("queued"), mutate_vars=[x])
+                await asyncio.sleep(0.01)
+                gate.set()
+                raise err
+        assert info.value is err
+        assert running.done()
+        assert queued.cancelled()
+        assert ran == []
+        assert engine.closed
+
+    async def test_garbage_collected_engine_warns_and_releases_threads(self) -> None:
+        engine = ae.Engine(cpu_workers=1)
+        await engine.push_sync(lambda r: None)
+        executors = list(engine._executors.values())
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            del engine
+            gc.collect()
+        assert any(issubclass(w.category, ResourceWarning) for w in caught)
+        for executor in executors:
+            assert executor._closing  # type: ignore[attr-defined]
+
+    async def test_repr(self) -> None:
+        async with ae.Engine(cpu_workers=2) as engine:
+            assert repr(engine) == "<aioengine.Engine open pending=0 cpu_workers=2>"
+        assert repr(ae.Engine(serial=True)) == "<aioengine.Engine open pending=0 serial>"

@@ -1,0 +1,496 @@
+"""Operation: the awaitable handle a push returns, with asyncio.Future's interface.
+
+Also the three kinds of function (sync, coroutine, callback-style with ``on_complete``), the
+RunContext a function receives, and the context variables it sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+import aioengine as ae
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
+
+
+class Boom(Exception):
+    """An exception raised by a test's fn."""
+
+
+class Blocker:
+    """A coroutine operation that holds its Vars until :meth:`release` is called."""
+
+    def __init__(
+        self,
+        engine: ae.Engine,
+        trace: list[str],
+        *,
+        mutate: Sequence[ae.Var] = (),
+        name: str = "block",
+    ) -> None:
+        self.gate = asyncio.Event()
+
+        async def block(rctx: ae.RunContext) -> None:
+            trace.append(f"{name}:start")
+            await self.gate.wait()
+            trace.append(f"{name}:end")
+
+        self.op = engine.push_async(block, mutate_vars=mutate, name=name)
+
+    def release(self) -> None:
+        self.gate.set()
+
+
+def push_value(
+    engine: ae.Engine, value: Any, *, mutate: Sequence[ae.Var] = (), name: str | None = None
+) -> ae.Operation[Any]:
+    def fn(rctx: ae.RunContext) -> Any:
+        return value
+
+    return engine.push_sync(fn, mutate_vars=mutate, name=name)
+
+
+def push_kind(
+    engine: ae.Engine,
+    kind: str,
+    body: Any,
+    ctx: ae.Context | None = None,
+    *,
+    prop: ae.FnProperty = ae.FnProperty.NORMAL,
+) -> tuple[ae.Operation[Any], list[Any]]:
+    """Push ``body(rctx)`` wrapped as a fn of ``kind``; body's result lands in the list."""
+    out: list[Any] = []
+    ctx = ctx or ae.cpu()
+    if kind == "sync":
+
+        def fn(rctx: ae.RunContext) -> None:
+            out.append(body(rctx))
+
+        return engine.push_sync(fn, ctx, prop=prop), out
+    if kind == "coroutine":
+
+        async def afn(rctx: ae.RunContext) -> None:
+            out.append(body(rctx))
+
+        return engine.push_async(afn, ctx, prop=prop), out
+    assert kind == "callback"
+
+    def cfn(rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+        out.append(body(rctx))
+        on_complete()
+
+    return engine.push_async(cfn, ctx, prop=prop), out
+
+
+KINDS = ["sync", "coroutine", "callback"]
+
+
+class TestFutureInterface:
+    """done / result / exception / cancelled / get_loop / name / repr."""
+
+    async def test_pending(self, engine: ae.Engine) -> None:
+        x = engine.new_var("x")
+        trace: list[str] = []
+        blocker = Blocker(engine, trace, mutate=[x])
+        op = push_value(engine, 42, mutate=[x], name="answer")
+        assert not op.done()
+        assert not op.cancelled()
+        with pytest.raises(asyncio.InvalidStateError):
+            op.result()
+        with pytest.raises(asyncio.InvalidStateError):
+            op.exception()
+        blocker.release()
+        assert await op == 42
+        assert op.done()
+        assert not op.cancelled()
+        assert op.result() == 42
+        assert op.exception() is None
+
+    async def test_failed(self, engine: ae.Engine) -> None:
+        exc = Boom()
+
+        def fn(rctx: ae.RunContext) -> None:
+            raise exc
+
+        op = engine.push_sync(fn)
+        with pytest.raises(Boom):
+            await op
+        assert op.done()
+        assert op.exception() is exc
+        with pytest.raises(Boom) as info:
+            op.result()
+        assert info.value is exc
+        with pytest.raises(ExceptionGroup):
+            await engine.wait_for_all()
+
+    async def test_get_loop(self, engine: ae.Engine) -> None:
+        op = push_value(engine, 1)
+        assert op.get_loop() is asyncio.get_running_loop()
+        await op
+
+    @pytest.mark.parametrize("kind", KINDS)
+    async def test_name(self, engine: ae.Engine, kind: str) -> None:
+        def sync_fn(rctx: ae.RunContext) -> None:
+            pass
+
+        async def coro_fn(rctx: ae.RunContext) -> None:
+            pass
+
+        def callback_fn(rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+            on_complete()
+
+        fn: Any = {"sync": sync_fn, "coroutine": coro_fn, "callback": callback_fn}[kind]
+        push = engine.push_sync if kind == "sync" else engine.push_async
+        unnamed = push(fn)
+        named = push(fn, name="load weights")
+        assert unnamed.name == fn.__qualname__
+        assert named.name == "load weights"
+        await asyncio.gather(unnamed, named)
+
+    async def test_repr(self, engine: ae.Engine) -> None:
+        x = engine.new_var("x")
+        trace: list[str] = []
+        blocker = Blocker(engine, trace, mutate=[x])
+        op = push_value(engine, 1, mutate=[x], name="load")
+        assert repr(op).startswith("<Operation 'load' ")
+        assert "pending" in repr(op)
+        blocker.release()
+        await op
+        assert repr(op).startswith("<Operation 'load' ")
+        assert "done" in repr(op)
+
+
+class TestDoneCallbacks:
+    """``add_done_callback``: called once, on the loop thread, with the op."""
+
+    async def test_called_once_on_the_loop_thread(self, engine: ae.Engine) -> None:
+        loop_thread = threading.get_ident()
+        calls: list[tuple[ae.Operation[Any], int]] = []
+        called = asyncio.Event()
+
+        def callback(op: ae.Operation[Any]) -> None:
+            calls.append((op, threading.get_ident()))
+            called.set()
+
+        x = engine.new_var("x")
+        trace: list[str] = []
+        blocker = Blocker(engine, trace, mutate=[x])
+        op = push_value(engine, 1, mutate=[x])
+        op.add_done_callback(callback)
+        blocker.release()
+        await called.wait()
+        for _ in range(3):
+            await asyncio.sleep(0)  # a second call would show up here
+        assert calls == [(op, loop_thread)]
+
+    async def test_added_after_done(self, engine: ae.Engine) -> None:
+        """As asyncio.Future: scheduled with call_soon, not called synchronously."""
+        calls: list[ae.Operation[Any]] = []
+        called = asyncio.Event()
+
+        def callback(op: ae.Operation[Any]) -> None:
+            calls.append(op)
+            called.set()
+
+        op = push_value(engine, 1)
+        await op
+        op.add_done_callback(callback)
+        assert calls == []
+        await called.wait()
+        await asyncio.sleep(0)
+        assert calls == [op]
+
+    async def test_added_from_another_thread(self, engine: ae.Engine) -> None:
+        loop_thread = threading.get_ident()
+        threads: list[int] = []
+        called = asyncio.Event()
+
+        def callback(op: ae.Operation[Any]) -> None:
+            threads.append(threading.get_ident())
+            called.set()
+
+        x = engine.new_var("x")
+        trace: list[str] = []
+        blocker = Blocker(engine, trace, mutate=[x])
+        op = push_value(engine, 1, mutate=[x])
+        await asyncio.to_thread(op.add_done_callback, callback)
+        blocker.release()
+        await called.wait()
+        assert threads == [loop_thread]
+
+    async def test_remove_done_callback(self, engine: ae.Engine) -> None:
+        calls: list[str] = []
+        called = asyncio.Event()
+
+        def removed(op: ae.Operation[Any]) -> None:
+            calls.append("removed")
+
+        def kept(op: ae.Operation[Any]) -> None:
+            calls.append("kept")
+            called.set()
+
+        x = engine.new_var("x")
+        trace: list[str] = []
+        blocker = Blocker(engine, trace, mutate=[x])
+        op = push_value(engine, 1, mutate=[x])
+        op.add_done_callback(removed)
+        op.add_done_callback(kept)
+        op.add_done_callback(removed)
+        assert op.remove_done_callback(removed) == 2
+        assert op.remove_done_callback(removed) == 0
+        blocker.release()
+        await called.wait()
+        await asyncio.sleep(0)
+        assert calls == ["kept"]
+
+    @pytest.mark.parametrize("outcome", ["failed", "skipped", "cancelled"])
+    async def test_called_for_every_outcome(self, engine: ae.Engine, outcome: str) -> None:
+        x = engine.new_var("x")
+        trace: list[str] = []
+        blocker = Blocker(engine, trace, mutate=[x])
+        exc = Boom()
+
+        def fail(rctx: ae.RunContext) -> None:
+            raise exc
+
+        failing = engine.push_sync(fail, mutate_vars=[x])
+        op = failing if outcome == "failed" else push_value(engine, 1, mutate=[x])
+        seen: list[ae.Operation[Any]] = []
+        called = asyncio.Event()
+
+        def callback(done: ae.Operation[Any]) -> None:
+            seen.append(done)
+            called.set()
+
+        op.add_done_callback(callback)
+        if outcome == "cancelled":
+            assert op.cancel() is True
+        blocker.release()
+        await called.wait()
+        assert seen == [op]
+        assert op.done()
+        if outcome == "cancelled":
+            assert op.cancelled()
+        elif outcome == "skipped":
+            assert isinstance(op.exception(), ae.DependencyError)
+        else:
+            assert op.exception() is exc
+        with pytest.raises(ExceptionGroup):
+            await engine.wait_for_all()
+
+    async def test_not_callable(self, engine: ae.Engine) -> None:
+        op = push_value(engine, 1)
+        with pytest.raises(TypeError):
+            op.add_done_callback(42)  # type: ignore[arg-type]
+        await op
+
+
+class TestAwait:
+    """An Operation is awaitable from any number of tasks on the engine's loop."""
+
+    async def test_several_tasks_await_one_op(self, engine: ae.Engine) -> None:
+        x = engine.new_var("x")
+        trace: list[str] = []
+        blocker = Blocker(engine, trace, mutate=[x])
+        op = push_value(engine, "v", mutate=[x])
+
+        async def waiter() -> Any:
+            return await op
+
+        tasks = [asyncio.create_task(waiter()) for _ in range(3)]
+        await asyncio.sleep(0)
+        blocker.release()
+        assert await asyncio.gather(*tasks) == ["v", "v", "v"]
+        assert await op == "v"  # awaiting again gives the same result
+
+    async def test_several_tasks_see_the_same_exception(self, engine: ae.Engine) -> None:
+        exc = Boom()
+
+        def fail(rctx: ae.RunContext) -> None:
+            raise exc
+
+        op = engine.push_sync(fail)
+        results = await asyncio.gather(op, op, return_exceptions=True)
+        assert list(results) == [exc, exc]
+        assert all(r is exc for r in results)
+        with pytest.raises(ExceptionGroup):
+            await engine.wait_for_all()
+
+    async def test_gather(self, engine: ae.Engine) -> None:
+        ops = [push_value(engine, i) for i in range(5)]
+        assert await asyncio.gather(*ops) == [0, 1, 2, 3, 4]
+
+    async def test_await_from_another_loop(self, engine: ae.Engine) -> None:
+        x = engine.new_var("x")
+        trace: list[str] = []
+        blocker = Blocker(engine, trace, mutate=[x])
+        op = push_value(engine, 1, mutate=[x])
+
+        async def foreign() -> Any:
+            return await op
+
+        with pytest.raises(RuntimeError, match=r"loop"):
+            await asyncio.to_thread(asyncio.run, foreign())
+        blocker.release()
+        assert await op == 1  # the engine is unaffected
+
+
+class TestCallbackStyle:
+    """``def fn(rctx, on_complete)``: done when on_complete() is called, from any thread."""
+
+    async def test_completed_from_another_thread(self, engine: ae.Engine) -> None:
+        x = engine.new_var("x")
+        trace: list[str] = []
+        timers: list[threading.Timer] = []
+
+        def fn(rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+            trace.append("fn")
+
+            def complete() -> None:
+                trace.append("on_complete")
+                on_complete()
+
+            timer = threading.Timer(0.01, complete)
+            timers.append(timer)
+            timer.start()
+
+        op = engine.push_async(fn, mutate_vars=[x])
+        after = engine.push_sync(lambda rctx: trace.append("after"), mutate_vars=[x])
+        await op
+        assert op.result() is None
+        await after
+        assert trace == ["fn", "on_complete", "after"]
+        assert x.version == 2
+        timers[0].join()
+
+    async def test_second_call_raises(self, engine: ae.Engine) -> None:
+        tokens: list[ae.OnComplete] = []
+        started = threading.Event()
+
+        def fn(rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+            tokens.append(on_complete)
+            started.set()
+
+        op = engine.push_async(fn)
+        assert await asyncio.to_thread(started.wait, 10)
+        tokens[0]()
+        with pytest.raises(RuntimeError):
+            tokens[0]()
+        with pytest.raises(RuntimeError):
+            tokens[0](Boom())
+        await op
+        assert op.result() is None
+        await engine.wait_for_all()  # the rejected Boom was not recorded
+
+    async def test_non_exception_argument(self, engine: ae.Engine) -> None:
+        tokens: list[ae.OnComplete] = []
+        started = threading.Event()
+
+        def fn(rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+            tokens.append(on_complete)
+            started.set()
+
+        op = engine.push_async(fn)
+        assert await asyncio.to_thread(started.wait, 10)
+        with pytest.raises(TypeError):
+            tokens[0]("oops")  # type: ignore[arg-type]
+        assert not op.done()
+        tokens[0]()  # the bad call did not count
+        await op
+        assert op.result() is None
+
+    async def test_fn_raising_before_on_complete_fails_the_op(self, engine: ae.Engine) -> None:
+        exc = Boom()
+
+        def fn(rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+            raise exc
+
+        op = engine.push_async(fn)
+        with pytest.raises(Boom) as info:
+            await op
+        assert info.value is exc
+        with pytest.raises(ExceptionGroup):
+            await engine.wait_for_all()
+
+
+class TestFunctionKinds:
+    """push_sync takes plain functions only; a sync fn must not return a coroutine."""
+
+    async def test_sync_fn_returning_a_coroutine_fails(self, engine: ae.Engine) -> None:
+        async def work() -> int:
+            return 1
+
+        def fn(rctx: ae.RunContext) -> Any:
+            return work()
+
+        op = engine.push_sync(fn, mutate_vars=[engine.new_var("x")])
+        with pytest.raises(TypeError):
+            await op
+        with pytest.raises(ExceptionGroup) as info:
+            await engine.wait_for_all()
+        assert info.value.exceptions == (op.exception(),)
+
+    async def test_push_sync_of_a_coroutine_function(self, engine: ae.Engine) -> None:
+        async def fn(rctx: ae.RunContext) -> None:
+            pass
+
+        with pytest.raises(TypeError, match=r"push_async"):
+            engine.push_sync(fn)
+        assert engine.pending == 0
+
+    @pytest.mark.parametrize("push", ["push_sync", "push_async"])
+    async def test_not_callable(self, engine: ae.Engine, push: str) -> None:
+        with pytest.raises(TypeError):
+            getattr(engine, push)(42)
+        assert engine.pending == 0
+
+
+class TestRunContext:
+    """``rctx.ctx`` is the context pushed to; ``rctx.stream`` is None on the CPU."""
+
+    @pytest.mark.parametrize("kind", KINDS)
+    @pytest.mark.parametrize(
+        "prop", [ae.FnProperty.NORMAL, ae.FnProperty.CPU_PRIORITIZED, ae.FnProperty.ASYNC]
+    )
+    @pytest.mark.parametrize("ctx", [ae.cpu(0), ae.cpu(1)], ids=["cpu0", "cpu1"])
+    async def test_run_context(
+        self, engine: ae.Engine, kind: str, prop: ae.FnProperty, ctx: ae.Context
+    ) -> None:
+        op, out = push_kind(engine, kind, lambda rctx: rctx, ctx, prop=prop)
+        await op
+        [rctx] = out
+        assert isinstance(rctx, ae.RunContext)
+        assert rctx.ctx == ctx
+        assert rctx.stream is None
+
+
+class TestContextVars:
+    """Context variables set by the pusher are visible inside fn."""
+
+    @pytest.mark.parametrize("kind", KINDS)
+    async def test_pusher_context_is_visible(self, engine: ae.Engine, kind: str) -> None:
+        token = request_id.set("req-1")
+        try:
+            op, out = push_kind(engine, kind, lambda rctx: request_id.get())
+        finally:
+            request_id.reset(token)
+        await op
+        assert out == ["req-1"]
+
+    @pytest.mark.parametrize("kind", KINDS)
+    async def test_each_pusher_sees_its_own(self, engine: ae.Engine, kind: str) -> None:
+        async def push_as(value: str) -> Any:
+            request_id.set(value)
+            op, out = push_kind(engine, kind, lambda rctx: request_id.get())
+            await op
+            return out[0]
+
+        results = await asyncio.gather(push_as("a"), push_as("b"), push_as("c"))
+        assert list(results) == ["a", "b", "c"]
+        assert request_id.get() == "unset"

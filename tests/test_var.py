@@ -1,0 +1,165 @@
+"""The grant rule as plain data: no loop, no threads (dask's test_start_state style)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+import aioengine as ae
+from aioengine.var import Var, _Request
+
+
+@dataclass
+class FakeOp:
+    """Stands in for an operation: the Var only touches its counter."""
+
+    name: str
+    _wait: int = 1
+    requests: list[_Request] = field(default_factory=list)
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+class Queue:
+    """Drives one Var as the engine does, recording the order of grants."""
+
+    def __init__(self) -> None:
+        self.var = Var(None, "x")
+        self.granted: list[str] = []
+
+    def push(self, name: str, write: bool) -> _Request:
+        op = FakeOp(name)
+        req = _Request(op, self.var, write)
+        if self.var._append(req):
+            op._wait -= 1
+            self.granted.append(name)
+        self.var._check_invariants()
+        return req
+
+    def release(self, req: _Request, *, completed: bool = True) -> None:
+        ready: list[FakeOp] = []
+        self.var._release(req, ready, completed_write=completed)  # type: ignore[arg-type]
+        self.granted.extend(op.name for op in ready)
+        self.var._check_invariants()
+
+    def cancel(self, req: _Request) -> None:
+        ready: list[FakeOp] = []
+        req.live = False
+        self.var._grant(ready)  # type: ignore[arg-type]
+        self.granted.extend(op.name for op in ready)
+        self.var._check_invariants()
+
+
+class TestGrantRule:
+    def test_reads_at_the_head_are_granted_together(self) -> None:
+        q = Queue()
+        q.push("r1", False)
+        q.push("r2", False)
+        assert q.granted == ["r1", "r2"]
+        assert q.var.statistics().pending_reads == 2
+
+    def test_writer_waits_for_granted_readers(self) -> None:
+        q = Queue()
+        r1 = q.push("r1", False)
+        r2 = q.push("r2", False)
+        q.push("w1", True)
+        assert q.granted == ["r1", "r2"]
+        q.release(r1)
+        assert q.granted == ["r1", "r2"]
+        q.release(r2)
+        assert q.granted == ["r1", "r2", "w1"]
+
+    def test_reader_does_not_overtake_a_queued_writer(self) -> None:
+        q = Queue()
+        r1 = q.push("r1", False)
+        w1 = q.push("w1", True)
+        q.push("r2", False)
+        assert q.granted == ["r1"]
+        q.release(r1)
+        assert q.granted == ["r1", "w1"]
+        q.release(w1)
+        assert q.granted == ["r1", "w1", "r2"]
+
+    def test_write_releases_the_following_run_of_reads_only(self) -> None:
+        q = Queue()
+        w1 = q.push("w1", True)
+        r1 = q.push("r1", False)
+        r2 = q.push("r2", False)
+        q.push("w2", True)
+        q.push("r3", False)
+        q.release(w1)
+        assert q.granted == ["w1", "r1", "r2"]
+        q.release(r2)
+        q.release(r1)
+        assert q.granted == ["w1", "r1", "r2", "w2"]
+
+    def test_writes_are_granted_one_at_a_time_in_push_order(self) -> None:
+        q = Queue()
+        reqs = [q.push(f"w{i}", True) for i in range(4)]
+        for req in reqs:
+            q.release(req)
+        assert q.granted == ["w0", "w1", "w2", "w3"]
+        assert q.var.version == 4
+        assert q.var._is_idle()
+
+    def test_version_counts_completed_writes_only(self) -> None:
+        q = Queue()
+        w = q.push("w", True)
+        r = q.push("r", False)
+        q.release(w, completed=False)
+        q.release(r)
+        assert q.var.version == 0
+
+    @pytest.mark.parametrize("position", [0, 1, 2])
+    def test_cancelled_request_becomes_a_tombstone(self, position: int) -> None:
+        q = Queue()
+        w0 = q.push("w0", True)
+        queued = [q.push("r1", False), q.push("w2", True), q.push("r3", False)]
+        q.cancel(queued[position])
+        q.release(w0)
+        expected = {0: ["w0", "w2"], 1: ["w0", "r1", "r3"], 2: ["w0", "r1"]}[position]
+        assert q.granted == expected
+
+    def test_tombstone_at_the_head_never_blocks(self) -> None:
+        """Regression guard: a tombstone at the head must not hold back a later request."""
+        q = Queue()
+        w0 = q.push("w0", True)
+        w1 = q.push("w1", True)
+        q.release(w0)  # w1 granted
+        w2 = q.push("w2", True)
+        q.cancel(w2)
+        q.release(w1)
+        q.push("r", False)
+        assert q.granted == ["w0", "w1", "r"]
+        assert not q.var._queue
+
+    def test_operation_waits_for_all_its_requests(self) -> None:
+        x, y = Var(None, "x"), Var(None, "y")
+        blocker = FakeOp("blocker")
+        assert x._append(_Request(blocker, x, True))
+        op = FakeOp("op", _wait=0)
+        for v in (x, y):
+            if not v._append(_Request(op, v, True)):
+                op._wait += 1
+        assert op._wait == 1  # y granted at once, x queued behind the blocker
+        ready: list[FakeOp] = []
+        x._release(_Request(blocker, x, True), ready, completed_write=True)  # type: ignore[arg-type]
+        assert ready == [op]
+
+
+class TestVarObject:
+    async def test_repr_and_statistics(self, threaded_engine: ae.Engine) -> None:
+        v = threaded_engine.new_var("weights")
+        assert repr(v) == "<Var 'weights' version=0 reads=0 write=False waiting=0>"
+        assert v.statistics() == ae.VarStatistics(
+            pending_reads=0, pending_write=False, waiting=0, version=0, failed=False
+        )
+        await threaded_engine.push_sync(lambda rctx: None, mutate_vars=[v])
+        assert v.version == 1
+        assert "version=1" in repr(v)
+
+    async def test_default_names_are_unique(self, threaded_engine: ae.Engine) -> None:
+        names = {threaded_engine.new_var().name for _ in range(5)}
+        assert len(names) == 5
