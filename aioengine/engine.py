@@ -35,7 +35,7 @@ import inspect
 import logging
 import threading
 import warnings
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from types import CoroutineType, FunctionType, TracebackType
 from typing import Any, TypeVar, overload
 
@@ -112,6 +112,44 @@ def _is_coroutine_function(fn: Callable[..., Any]) -> bool:
         return True
     call = getattr(type(fn), "__call__", None)  # noqa: B004 (an async __call__ method)
     return call is not None and not inspect.isfunction(fn) and inspect.iscoroutinefunction(call)
+
+
+def _async_kind(fn: Callable[..., Any]) -> int:
+    """Classify a function given to ``push_async`` (or ``new_operator(is_async=True)``).
+
+    ``async def fn(rctx)`` runs as a task on the loop, and so does a plain function with one
+    required positional parameter that returns an awaitable (``lambda rctx: fetch(url)``;
+    parameters with defaults, as used to bind loop variables, do not count). A function with
+    two required positional parameters is callback-style: ``fn(rctx, on_complete)``.
+    """
+    if _is_coroutine_function(fn):
+        return _CORO
+    if type(fn) is FunctionType:
+        code = fn.__code__
+        positional = code.co_argcount
+        required = positional - len(fn.__defaults__ or ())
+        varargs = bool(code.co_flags & inspect.CO_VARARGS)
+    else:
+        try:
+            params = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            return _CALLBACK  # no signature to read: MXNet's AsyncFn convention
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        positional = sum(1 for p in params if p.kind in kinds)
+        required = sum(1 for p in params if p.kind in kinds and p.default is p.empty)
+        varargs = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+    if required >= 2 or (required == 0 and varargs):
+        return _CALLBACK
+    if required == 1 or positional:
+        return _CORO
+    raise TypeError(
+        f"{_fn_name(fn)} takes no positional argument; push_async needs async def fn(rctx), "
+        "a function of (rctx) returning an awaitable, or a callback-style fn(rctx, on_complete)"
+    )
+
+
+async def _await(awaitable: Awaitable[T]) -> T:
+    return await awaitable
 
 
 def _noop(rctx: RunContext) -> None:
@@ -375,7 +413,7 @@ class Engine:
         if is_async is None:
             kind = _CORO if coro else _SYNC
         elif is_async is True:
-            kind = _CORO if coro else _CALLBACK
+            kind = _async_kind(fn)
         elif is_async is False:
             if coro:
                 raise TypeError(
@@ -486,7 +524,9 @@ class Engine:
         ``fn`` is either ``async def fn(rctx)``, run as a task on the engine's loop (the
         operation completes when it returns), or a plain ``fn(rctx, on_complete)`` (MXNet's
         ``AsyncFn``), run on ``ctx``'s pool, which completes when ``on_complete()`` is called
-        from any thread, exactly once (``on_complete(exc)`` fails it). Not an async function:
+        from any thread, exactly once (``on_complete(exc)`` fails it). A plain function with
+        one required parameter that returns an awaitable (``lambda rctx: fetch(url)``) runs
+        like ``async def``; two required parameters mean callback-style. Not an async function:
         it returns the :class:`Operation` at once. Safe to call from any thread; a coroutine
         function needs the engine bound to its loop.
 
@@ -496,7 +536,7 @@ class Engine:
         """
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
-        kind = _CORO if _is_coroutine_function(fn) else _CALLBACK
+        kind = _async_kind(fn)
         const, mutate = self._var_lists(const_vars, mutate_vars)
         return self._push(fn, kind, ctx, const, mutate, prop, priority, name, None)
 
@@ -914,10 +954,12 @@ class Engine:
         except BaseException as exc:
             self._finish(op, _FAILED, None, exc)
             return
-        if not asyncio.iscoroutine(coro):
-            err = TypeError(f"{op.name!r} did not return a coroutine, got {coro!r}")
-            self._finish(op, _FAILED, None, err)
-            return
+        if type(coro) is not CoroutineType:
+            if not inspect.isawaitable(coro):
+                err = TypeError(f"{op.name!r} did not return an awaitable, got {coro!r}")
+                self._finish(op, _FAILED, None, err)
+                return
+            coro = _await(coro)
         task = loop.create_task(coro, name=f"aioengine:{op.name}", context=op._context)
         with self._lock:
             op._task = task

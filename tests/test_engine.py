@@ -436,14 +436,23 @@ class TestLifecycle:
         err = KeyError("body")
         gate = threading.Event()
         ran: list[str] = []
-        with pytest.raises(KeyError) as info:
+        ops: list[ae.Operation[Any]] = []
+        engines: list[ae.Engine] = []
+
+        async def body() -> None:
             async with ae.Engine(cpu_workers=1) as engine:
+                engines.append(engine)
                 x = engine.new_var()
-                running = engine.push_sync(lambda r: gate.wait(10), mutate_vars=[x])
-                queued = engine.push_sync(lambda r: ran.append("queued"), mutate_vars=[x])
+                ops.append(engine.push_sync(lambda r: gate.wait(10), mutate_vars=[x]))
+                ops.append(engine.push_sync(lambda r: ran.append("queued"), mutate_vars=[x]))
                 await asyncio.sleep(0.01)
                 gate.set()
                 raise err
+
+        with pytest.raises(KeyError) as info:
+            await body()
+        running, queued = ops
+        engine = engines[0]
         assert info.value is err
         assert running.done()
         assert queued.cancelled()
