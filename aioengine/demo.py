@@ -12,6 +12,7 @@ the serial one.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import threading
 import time
@@ -105,7 +106,7 @@ async def run_program(program: Program, engine: Engine) -> DemoReport:
     lock = threading.Lock()
     threads: set[str] = set()
 
-    def op(step: Step, index: int) -> None:
+    def op(step: Step, index: int, rctx: RunContext) -> None:
         nonlocal busy
         t0 = time.perf_counter()
         inputs = [arrays[i] for i in step.reads if i not in step.writes]
@@ -132,7 +133,7 @@ async def run_program(program: Program, engine: Engine) -> DemoReport:
             engine.push_async(fn, cpu(), const_vars=[vars_[step.reads[0]]], name="upload")
         else:
             engine.push_sync(
-                lambda rctx, step=step, index=index: op(step, index),
+                functools.partial(op, step, index),
                 cpu(),
                 const_vars=[vars_[i] for i in step.reads],
                 mutate_vars=[vars_[i] for i in step.writes],

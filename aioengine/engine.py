@@ -382,6 +382,42 @@ class Engine:
             count = self._var_count
         return Var(self, name if name is not None else f"var{count}")
 
+    @overload
+    def new_operator(
+        self,
+        fn: Callable[[RunContext], Coroutine[Any, Any, T]],
+        const_vars: Iterable[Var] = ...,
+        mutate_vars: Iterable[Var] = ...,
+        *,
+        prop: FnProperty = ...,
+        name: str | None = ...,
+        is_async: bool | None = ...,
+    ) -> OprHandle[T]: ...
+
+    @overload
+    def new_operator(
+        self,
+        fn: Callable[[RunContext, OnComplete], None],
+        const_vars: Iterable[Var] = ...,
+        mutate_vars: Iterable[Var] = ...,
+        *,
+        prop: FnProperty = ...,
+        name: str | None = ...,
+        is_async: bool | None = ...,
+    ) -> OprHandle[None]: ...
+
+    @overload
+    def new_operator(
+        self,
+        fn: Callable[[RunContext], T],
+        const_vars: Iterable[Var] = ...,
+        mutate_vars: Iterable[Var] = ...,
+        *,
+        prop: FnProperty = ...,
+        name: str | None = ...,
+        is_async: bool | None = ...,
+    ) -> OprHandle[T]: ...
+
     def new_operator(
         self,
         fn: Callable[..., Any],

@@ -1,6 +1,6 @@
-# Proposed nox session (paste into noxfile.py):
+# Proposed nox session (paste into noxfile.py; keep it out of nox.options.sessions):
 #
-#     @nox.session(python="3.11")
+#     @nox.session
 #     def bench(session: nox.Session) -> None:
 #         """Benchmark aioengine against MXNet 1.9.1, dask and the asyncio floors.
 #
@@ -8,15 +8,14 @@
 #         MXNet venv install); ``nox -s bench -- --quick`` is the smoke mode CI runs.
 #         Extra arguments go to benchmarks/run.py (see ``nox -s bench -- --help``).
 #         """
-#         session.install(".", "dask", "matplotlib", "uvloop", "numpy")
+#         session.install("-e", ".", "dask", "matplotlib", "uvloop", "numpy")
 #         session.run("python", "benchmarks/run.py", *session.posargs)
 #
-# Python 3.11 because ``numpy<1.24`` (which MXNet 1.9.1 needs) has no wheels for 3.12+: the
-# MXNet venv is created from the session's interpreter when it is 3.8-3.11, else from
-# python3.11/3.10/3.9 on PATH, else the MXNet peers are skipped with a note.  The venv lives at
-# ``.venv-mxnet/`` (or ``--mxnet-venv``); run.py creates it with ``python -m venv`` + pip on first
-# use and skips MXNet with a printed note when that fails.  psutil is optional (RSS is read from
-# /proc on Linux).
+# MXNet 1.9.1 needs ``numpy<1.24``, which has wheels for Python 3.8-3.11 only: run.py creates
+# the MXNet venv (``.venv-mxnet/`` or ``--mxnet-venv``) with ``python -m venv`` + pip on first use,
+# from the session's interpreter when it is 3.8-3.11, else from python3.11/3.10/3.9 on PATH, and
+# skips the MXNet peers with a printed note when none exists or the install fails.  psutil is
+# optional (RSS is read from /proc on Linux).
 """Benchmark orchestrator: aioengine side by side with its peers in one run.
 
 Every measurement runs in a fresh subprocess (a runner from ``benchmarks/peers/`` that prints

@@ -579,6 +579,41 @@ class TestBadArguments:
         assert await pending == "held"
         await assert_still_works(world)
 
+    async def test_push_while_closing_is_refused(self, engine: ae.Engine) -> None:
+        """Pushes raise as soon as aclose() starts; what was pending still runs."""
+        v = engine.new_var("v")
+        gate = asyncio.Event()
+
+        async def hold(rctx: ae.RunContext) -> str:
+            await gate.wait()
+            return "held"
+
+        held = engine.push_async(hold, mutate_vars=[v])
+        started = asyncio.Event()
+
+        async def close() -> None:
+            started.set()  # aclose() then runs up to its first suspension: the engine closes
+            await engine.aclose()
+
+        closing = asyncio.ensure_future(close())
+        await started.wait()
+        before = (engine.pending, v.statistics())
+        with pytest.raises(
+            ae.EngineClosedError,
+            match=r"^<aioengine\.Engine closing pending=1 .*> is closing; create a new Engine$",
+        ):
+            engine.push_sync(noop, mutate_vars=[v])
+        with pytest.raises(ae.EngineClosedError, match=r"is closing; create a new Engine$"):
+            engine.new_operator(noop)
+        assert (engine.pending, v.statistics()) == before
+        gate.set()
+        await closing
+        assert held.result() == "held"
+        assert engine.closed
+        with pytest.raises(ae.EngineClosedError, match=CLOSED):
+            async with engine:
+                pass
+
     async def test_every_engine_error_is_an_engine_error(self) -> None:
         for exc in (
             ae.EngineClosedError,
@@ -1005,20 +1040,22 @@ class TestReentrancy:
     async def test_wait_for_all_inside_an_op_counts_the_op_itself(
         self, threaded_engine: ae.Engine
     ) -> None:
-        """wait_for_all waits until *no* op is pending, the caller included: inside an op it
-        can only time out (naming that op); the engine is unharmed."""
+        """wait_for_all returns when *no* op is pending, the caller included, so inside an op
+        it cannot return; cancelling that wait (here by a timeout) leaves the engine intact."""
         engine = threaded_engine
-        a = engine.new_var("a")
+        a, b = engine.new_var("a"), engine.new_var("b")
+        other = engine.push_sync(lambda rctx: "other", mutate_vars=[b])
 
         async def waiter(rctx: ae.RunContext) -> str:
             try:
-                await engine.wait_for_all(timeout=0.05)
-            except TimeoutError as exc:
-                return str(exc)
+                async with asyncio.timeout(0.05):
+                    await engine.wait_for_all()
+            except TimeoutError:
+                return "timed out"
             return "returned"
 
-        message = await engine.push_async(waiter, mutate_vars=[a], name="waiter")
-        assert message.startswith("wait_for_all() timed out after 0.05 s with 1 operation(s)")
-        assert message.endswith("first: 'waiter'")
+        assert await engine.push_async(waiter, mutate_vars=[a], name="waiter") == "timed out"
+        assert await other == "other"
         assert await engine.wait_for_all() is None
         assert engine.pending == 0
+        assert (a.version, b.version) == (1, 1)

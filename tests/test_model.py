@@ -2,13 +2,14 @@
 
 A program is a list of *segments*. Each segment starts with a blocker (a ``NO_SKIP`` coroutine
 that mutates every Var and waits on an ``asyncio.Event``), then pushes random operations: sync
-(``push_sync``), coroutine (``push_async`` with ``async def``) or callback-style (``push_async``
-with ``def fn(rctx, on_complete)``, completed inline or from a thread), with random read and
-write sets (duplicates and a Var in both lists included), priorities and properties; some raise,
-some are cancelled right after the push (they cannot have started: the blocker holds every Var).
-Then the blocker is released and the segment may end with a wait: ``wait_for_var`` after the
-operations pushed so far finished, ``wait_for_var`` while they still run (only where the model
-says the Var carries no failure, the one case where throw-once clearing cannot race with
+(``push_sync``, or ``new_operator`` + ``push`` + ``delete_operator``), coroutine
+(``push_async`` with ``async def``) or callback-style (``push_async`` with
+``def fn(rctx, on_complete)``, completed inline or from a thread), with random read and write
+sets (duplicates and a Var in both lists included), priorities and properties; some raise,
+some are cancelled right after the push (they cannot have started: the blocker holds every
+Var). Then the blocker is released and the segment may end with a wait: ``wait_for_var`` after
+the operations pushed so far finished, ``wait_for_var`` while they still run (only on a Var
+that the model says carries no failure, the one case where throw-once clearing cannot race with
 operations still pending), or ``wait_for_all``.
 
 The reference model applies the operations one at a time in push order with MXNet's failure
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +51,7 @@ class Kind(enum.Enum):
     CORO = "coro"  # push_async(async def)
     CB_INLINE = "cb-inline"  # push_async(def fn(rctx, on_complete)), completed inside fn
     CB_THREAD = "cb-thread"  # the same, completed from a thread fn starts
+    HANDLE = "handle"  # a sync fn through new_operator + push, deleted right after the push
 
 
 class WaitKind(enum.Enum):
@@ -227,13 +230,13 @@ def model(program: Program) -> Expected:
             continue  # a concurrent wait raises nothing (run_program asserts it)
         if wait.kind is WaitKind.ALL:
             exp.waits.append(tuple(recorded))
-            for failure in list(recorded):
-                clear(failure)
+            for name in list(recorded):
+                clear(name)
         else:
-            failure = carried[wait.var]
-            exp.waits.append((failure,) if failure else ())
-            if failure:
-                clear(failure)
+            carries = carried[wait.var]
+            exp.waits.append((carries,) if carries else ())
+            if carries:
+                clear(carries)
     exp.final_wait_for_all = tuple(recorded)
     return exp
 
@@ -277,7 +280,7 @@ class Runner:
         mutate = [self.vars[i] for i in spec.mutate]
         kw: dict[str, Any] = {"prop": spec.prop, "priority": spec.priority, "name": spec.name}
         op: ae.Operation[Any]
-        if spec.kind is Kind.SYNC:
+        if spec.kind in (Kind.SYNC, Kind.HANDLE):
 
             def sync_fn(rctx: ae.RunContext) -> str:
                 self._enter(spec)
@@ -286,7 +289,14 @@ class Runner:
                     raise exc
                 return spec.name
 
-            op = self.engine.push_sync(sync_fn, ae.cpu(), const, mutate, **kw)
+            if spec.kind is Kind.SYNC:
+                op = self.engine.push_sync(sync_fn, ae.cpu(), const, mutate, **kw)
+            else:
+                handle = self.engine.new_operator(
+                    sync_fn, const, mutate, prop=spec.prop, name=spec.name
+                )
+                op = self.engine.push(handle, ae.cpu(), priority=spec.priority)
+                self.engine.delete_operator(handle)  # the push made already still runs
         elif spec.kind is Kind.CORO:
 
             async def coro_fn(rctx: ae.RunContext) -> str:
@@ -325,8 +335,13 @@ class Runner:
         loop = asyncio.get_running_loop()
         for op in list(self.ops.values()):
             if not op.done():
-                finished = loop.create_future()
-                op.add_done_callback(lambda _op, f=finished: f.done() or f.set_result(None))
+                finished: asyncio.Future[None] = loop.create_future()
+
+                def wake(_op: ae.Operation[Any], f: asyncio.Future[None] = finished) -> None:
+                    if not f.done():
+                        f.set_result(None)
+
+                op.add_done_callback(wake)
                 await finished
 
     def check_invariants(self) -> None:
@@ -393,7 +408,8 @@ async def run_program(
         if wait.kind is WaitKind.ALL:
             waits.append(await raised_by(engine.wait_for_all))
         else:
-            waits.append(await raised_by(lambda w=wait: engine.wait_for_var(runner.vars[w.var])))
+            wait_for_var = functools.partial(engine.wait_for_var, runner.vars[wait.var])
+            waits.append(await raised_by(wait_for_var))
     for task in concurrent:
         assert await task == ()
     final = await raised_by(engine.wait_for_all)
@@ -417,7 +433,8 @@ def outcome_of(
     exc = op.exception()
     if exc is None:
         # A callback-style fn completes with on_complete(), which carries no value.
-        assert op.result() == (spec.name if spec.kind in (Kind.SYNC, Kind.CORO) else None)
+        returns = spec.kind in (Kind.SYNC, Kind.CORO, Kind.HANDLE)
+        assert op.result() == (spec.name if returns else None)
         return Outcome.DONE, None
     if isinstance(exc, ae.DependencyError):
         cause = exc.__cause__

@@ -255,7 +255,8 @@ class TestPushFromThreads:
                 for w, p in enumerate(programs)
             )
         )
-        await engine.wait_for_all(timeout=60)
+        async with asyncio.timeout(60):  # a deadlock fails here, not at pytest's timeout
+            await engine.wait_for_all()
         assert all(op.done() and op.exception() is None for ops in pushed for op in ops)
         check_start_order(programs, log, data)
         assert sum(v.version for v in vars_) == sum(map(len, programs))
@@ -281,7 +282,8 @@ class TestPushFromThreads:
             return ops
 
         pushed = await asyncio.gather(from_loop(), *threads)
-        await engine.wait_for_all(timeout=60)
+        async with asyncio.timeout(60):  # a deadlock fails here, not at pytest's timeout
+            await engine.wait_for_all()
         assert all(op.done() and op.exception() is None for ops in pushed for op in ops)
         check_start_order(programs, log, data)
 
@@ -302,6 +304,8 @@ class TestPushFromThreads:
         await engine.wait_for_all()
 
         def pusher(first: ae.Var, second: ae.Var) -> list[ae.Operation[None]]:
+            const: tuple[ae.Var, ...]
+            mutate: tuple[ae.Var, ...]
             if mode == "write-write":
                 const, mutate = (), (first, second)
             else:
@@ -320,7 +324,8 @@ class TestPushFromThreads:
         pushed = await asyncio.gather(
             asyncio.to_thread(pusher, a, b), asyncio.to_thread(pusher, b, a)
         )
-        await engine.wait_for_all(timeout=60)
+        async with asyncio.timeout(60):  # a deadlock fails here, not at pytest's timeout
+            await engine.wait_for_all()
         assert all(op.done() and op.exception() is None for ops in pushed for op in ops)
         assert monitor.violations == []
         if mode == "write-write":
