@@ -33,8 +33,10 @@ import functools
 import heapq
 import inspect
 import logging
+import os
 import threading
 import warnings
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from types import CoroutineType, FunctionType, TracebackType
 from typing import Any, TypeVar, overload
@@ -49,6 +51,7 @@ from .errors import (
 )
 from .executors import Executor
 from .executors.threads import ThreadExecutor
+from .instrument import Instrument
 from .operation import (
     _CALLBACK,
     _CORO,
@@ -85,6 +88,25 @@ _NO_SKIP = frozenset({FnProperty.NO_SKIP, FnProperty.DELETE_VAR})
 _NORMAL = FnProperty.NORMAL
 _SEQUENCES = (list, tuple)
 _CPU0 = cpu(0)
+
+
+# Every engine, so that a forked child can mark them unusable (see _after_fork_in_child).
+_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a child after os.fork(): engines of the parent raise on use instead of hanging.
+
+    Their worker threads do not exist in the child and their lock may have been copied held,
+    so the lock is replaced and every later call raises a clear RuntimeError.
+    """
+    for engine in list(_engines):
+        engine._forked = True
+        engine._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _State(enum.Enum):
@@ -176,6 +198,10 @@ class Engine:
         serial: run every operation alone, in push order, on the loop thread (MXNet's
             NaiveEngine, with the same results, errors and cancellation as the threaded
             mode; env ``AIOENGINE_SERIAL=1``; default False).
+        max_pending: bound for the awaitable pushes (:meth:`push_sync_wait` and friends),
+            which wait while this many operations are pending, so a producer cannot outrun
+            memory (env ``AIOENGINE_MAX_PENDING``; default: unbounded). Plain pushes are
+            never refused.
 
     Raises:
         ValueError: if a setting (argument or environment variable) is invalid; the message
@@ -188,10 +214,16 @@ class Engine:
         cpu_workers: int | None = None,
         cpu_priority_workers: int | None = None,
         serial: bool | None = None,
+        max_pending: int | None = None,
     ) -> None:
         self._settings = Settings.resolve(
-            cpu_workers=cpu_workers, cpu_priority_workers=cpu_priority_workers, serial=serial
+            cpu_workers=cpu_workers,
+            cpu_priority_workers=cpu_priority_workers,
+            serial=serial,
+            max_pending=max_pending,
         )
+        self._pid = os.getpid()
+        self._forked = False  # set in a child process after os.fork(): every use raises
         self._lock = threading.Lock()
         self._state = _State.OPEN
         self._loop: asyncio.AbstractEventLoop | None = None  # bound once, on first use
@@ -203,6 +235,7 @@ class Engine:
         # Failures recorded and not thrown yet, in the order they happened.
         self._failures: dict[_Failure, None] = {}
         self._idle_waiters: list[asyncio.Future[None]] = []  # wait_for_all callers
+        self._capacity_waiters: list[asyncio.Future[None]] = []  # push_*_wait callers
         self._executors: dict[str, Executor] = {}  # by pool name, created on first use
         self._routes: dict[tuple[Context, FnProperty], Executor | None] = {}
         self._rctx_cache: dict[Context, RunContext] = {}  # stream-less RunContexts
@@ -211,10 +244,13 @@ class Engine:
         # scheduled and has not yet swapped _inbox out; the same for the loop queue.
         self._inbox: list[Operation[Any]] = []  # finished ops whose awaiters need waking
         self._idle_due = False  # _idle_waiters need waking (set off the loop thread)
+        self._capacity_due = False  # _capacity_waiters need waking (set off the loop thread)
         self._inbox_scheduled = False
         self._loop_queue: list[tuple[int, int, Operation[Any]]] = []  # ready ops for the loop
         self._loop_queue_scheduled = False
         self._wakes: list[Executor] = []  # loop-thread only: executors to wake this iteration
+        self._instruments: tuple[Instrument, ...] = ()  # observers; empty on the fast path
+        _engines.add(self)
         # Serial mode: every operation also writes this hidden Var, so they run one at a time.
         self._sequencer: Var | None = Var(self, "<serial>") if self._settings.serial else None
 
@@ -249,6 +285,22 @@ class Engine:
         mode = "serial" if self._settings.serial else f"cpu_workers={self._settings.cpu_workers}"
         return f"<aioengine.Engine {self._state.value} pending={len(self._live)} {mode}>"
 
+    # -- instruments -------------------------------------------------------------------
+
+    def add_instrument(self, instrument: Instrument) -> None:
+        """Install an :class:`~aioengine.instrument.Instrument`; safe from any thread."""
+        if not isinstance(instrument, Instrument):
+            raise TypeError(f"instrument must be an aioengine Instrument, got {instrument!r}")
+        with self._lock:
+            self._instruments = (*self._instruments, instrument)
+
+    def remove_instrument(self, instrument: Instrument) -> None:
+        """Uninstall ``instrument`` (ValueError if it is not installed)."""
+        with self._lock:
+            if instrument not in self._instruments:
+                raise ValueError(f"{instrument!r} is not installed on {self!r}")
+            self._instruments = tuple(i for i in self._instruments if i is not instrument)
+
     # -- loop binding ------------------------------------------------------------------
 
     def _bind(self) -> asyncio.AbstractEventLoop | None:
@@ -257,6 +309,12 @@ class Engine:
         Called from any thread. A thread with no running loop may push sync operations to
         an unbound engine; a thread running a different loop may not use the engine at all.
         """
+        if self._forked:
+            raise RuntimeError(
+                f"{self!r} was created in process {self._pid} and cannot be used after "
+                "os.fork(): its threads do not exist here. Create a new Engine in the child "
+                "(or use multiprocessing's 'spawn' start method)"
+            )
         loop = _get_running_loop()
         bound = self._loop
         if loop is bound:
@@ -636,6 +694,78 @@ class Engine:
         )
         return op
 
+    @property
+    def max_pending(self) -> int | None:
+        """The bound of the awaitable pushes, or None (unbounded)."""
+        return self._settings.max_pending
+
+    async def wait_for_capacity(self) -> None:
+        """Wait until fewer than ``max_pending`` operations are pending (at once if unbounded).
+
+        Returns without yielding when there is room. Only meaningful on the loop thread.
+        """
+        limit = self._settings.max_pending
+        if limit is None or len(self._live) < limit:
+            return
+        loop = self._require_loop()
+        while True:
+            with self._lock:
+                if len(self._live) < limit:
+                    return
+                fut: asyncio.Future[None] = loop.create_future()
+                self._capacity_waiters.append(fut)
+            try:
+                await fut
+            except BaseException:
+                with self._lock:
+                    if fut in self._capacity_waiters:
+                        self._capacity_waiters.remove(fut)
+                raise
+
+    async def push_sync_wait(
+        self,
+        fn: Callable[[RunContext], T],
+        ctx: Context = _CPU0,
+        const_vars: Iterable[Var] = (),
+        mutate_vars: Iterable[Var] = (),
+        *,
+        prop: FnProperty = _NORMAL,
+        priority: int = 0,
+        name: str | None = None,
+    ) -> Operation[T]:
+        """:meth:`push_sync` after :meth:`wait_for_capacity`: backpressure for producers.
+
+        Returns the :class:`Operation` once it is pushed (not when it finishes).
+        """
+        await self.wait_for_capacity()
+        return self.push_sync(
+            fn, ctx, const_vars, mutate_vars, prop=prop, priority=priority, name=name
+        )
+
+    async def push_async_wait(
+        self,
+        fn: Callable[..., Any],
+        ctx: Context = _CPU0,
+        const_vars: Iterable[Var] = (),
+        mutate_vars: Iterable[Var] = (),
+        *,
+        prop: FnProperty = _NORMAL,
+        priority: int = 0,
+        name: str | None = None,
+    ) -> Operation[Any]:
+        """:meth:`push_async` after :meth:`wait_for_capacity`: backpressure for producers."""
+        await self.wait_for_capacity()
+        return self.push_async(
+            fn, ctx, const_vars, mutate_vars, prop=prop, priority=priority, name=name
+        )
+
+    async def push_wait(
+        self, handle: OprHandle[T], ctx: Context = _CPU0, *, priority: int = 0
+    ) -> Operation[T]:
+        """:meth:`push` after :meth:`wait_for_capacity`: backpressure for producers."""
+        await self.wait_for_capacity()
+        return self.push(handle, ctx, priority=priority)
+
     def _push(
         self,
         fn: Callable[..., Any],
@@ -690,6 +820,9 @@ class Engine:
             self._seq += 1
             op._seq = seq = self._seq
             self._live[seq] = op
+            if self._instruments:
+                for inst in self._instruments:
+                    inst.on_push(op)
             wait = 0
             for req in requests:
                 if not req.var._append(req):
@@ -910,6 +1043,9 @@ class Engine:
             self._submit(todo)
         if not run:
             return
+        if self._instruments:
+            for inst in self._instruments:
+                inst.on_start(op)
         ctx = op._ctx
         if rctx is None:
             rctx = self._loop_rctx = self._run_context(ctx)
@@ -996,6 +1132,8 @@ class Engine:
                 self._finish(op, _FAILED, None, err)
                 return
             coro = _await(coro)
+        for inst in self._instruments:
+            coro = inst.wrap_coroutine(op, coro)
         task = loop.create_task(coro, name=f"aioengine:{op.name}", context=op._context)
         with self._lock:
             op._task = task
@@ -1099,8 +1237,17 @@ class Engine:
         op._requests = []
         op._fn = None
         op._inherited = None
+        if self._instruments and op._kind != _WAIT:
+            for inst in self._instruments:
+                inst.on_finish(op)
         if op._kind != _WAIT:
             del self._live[op._seq]
+            if self._capacity_waiters:
+                if _get_ident() == self._loop_thread:
+                    self._wake_capacity_waiters()
+                else:
+                    self._capacity_due = True
+                    self._post()
             if not self._live and self._idle_waiters:
                 if _get_ident() == self._loop_thread:
                     self._wake_idle_waiters()
@@ -1126,6 +1273,9 @@ class Engine:
             self._inbox = []
             idle = self._idle_due
             self._idle_due = False
+            if self._capacity_due:
+                self._capacity_due = False
+                self._wake_capacity_waiters()
             self._inbox_scheduled = False
             for op in ops:
                 self._wake(op)
@@ -1147,6 +1297,17 @@ class Engine:
             assert loop is not None
             for fn, context in callbacks:
                 loop.call_soon(fn, op, context=context)
+
+    def _wake_capacity_waiters(self) -> None:
+        """Wake every push_*_wait caller; each re-checks the bound (loop thread, lock held)."""
+        limit = self._settings.max_pending
+        if limit is not None and len(self._live) >= limit:
+            return
+        waiters = self._capacity_waiters
+        self._capacity_waiters = []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
 
     def _wake_idle_waiters(self) -> None:
         waiters = self._idle_waiters

@@ -42,6 +42,12 @@ def _positive_int(value: object, arg: str, env: str, default: int) -> int:
     return value
 
 
+def _optional_int(value: object, arg: str, env: str) -> int | None:
+    if value is None and not os.environ.get(env, "").strip():
+        return None
+    return _positive_int(value, arg, env, 0)
+
+
 def _flag(value: object, arg: str, env: str) -> bool:
     if value is None:
         raw = os.environ.get(env, "").strip().lower()
@@ -66,6 +72,7 @@ class Settings:
     cpu_workers: int
     cpu_priority_workers: int
     serial: bool
+    max_pending: int | None
 
     @classmethod
     def resolve(
@@ -74,6 +81,7 @@ class Settings:
         cpu_workers: object = None,
         cpu_priority_workers: object = None,
         serial: object = None,
+        max_pending: object = None,
     ) -> Settings:
         """Resolve each setting from its argument, its environment variable, or its default."""
         workers = _default_workers()
@@ -86,4 +94,5 @@ class Settings:
                 min(4, workers),
             ),
             serial=_flag(serial, "serial", "AIOENGINE_SERIAL"),
+            max_pending=_optional_int(max_pending, "max_pending", "AIOENGINE_MAX_PENDING"),
         )

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import heapq
 import logging
+import os
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 from ..context import Context, RunContext
@@ -24,6 +26,37 @@ from . import Run
 __all__ = ("ThreadExecutor",)
 
 logger = logging.getLogger("aioengine")
+
+# Every executor with threads, so the interpreter's exit and os.fork() can reach them.
+_executors: weakref.WeakSet[ThreadExecutor] = weakref.WeakSet()
+
+
+def _abandon_all() -> None:
+    """At interpreter exit (before threads are joined): stop every worker loop.
+
+    Without this, an engine that was never closed would keep its workers waiting for work and
+    the interpreter would hang joining them. Queued operations are dropped (nobody is left to
+    await them); running ones finish.
+    """
+    for executor in list(_executors):
+        executor._abandon()
+
+
+def _reset_all_in_child() -> None:
+    """After os.fork(), in the child: the workers do not exist there and a lock may be held."""
+    for executor in list(_executors):
+        executor._cond = threading.Condition(threading.Lock())
+        executor._heap.clear()
+        executor._threads = executor._idle = 0
+        executor._workers.clear()
+        executor._pool = None
+        executor._closing = executor._abandoned = True
+
+
+# Private but stable since 3.9: concurrent.futures uses it to stop its own workers at exit.
+threading._register_atexit(_abandon_all)  # type: ignore[attr-defined]
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_all_in_child)
 
 
 class ThreadExecutor:
@@ -47,6 +80,7 @@ class ThreadExecutor:
         self._idle = 0  # workers blocked in _cond.wait() and not yet notified
         self._closing = False  # shutdown() was called: workers exit once the heap is empty
         self._workers: set[int] = set()  # thread idents of the running worker loops
+        self._abandoned = False  # interpreter exit or fork: submissions are dropped silently
 
     @property
     def ctx(self) -> Context:
@@ -66,6 +100,8 @@ class ThreadExecutor:
         """
         with self._cond:
             if self._closing:
+                if self._abandoned:
+                    return  # the interpreter is exiting (or this is a forked child)
                 raise RuntimeError(f"{self!r} is shut down")
             heapq.heappush(self._heap, (-priority, seq, run))
             if wake:
@@ -90,6 +126,7 @@ class ThreadExecutor:
             self._threads += 1
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._max, thread_name_prefix=self._name)
+                _executors.add(self)
             self._pool.submit(self._work)
             want -= 1
 
@@ -102,6 +139,14 @@ class ThreadExecutor:
             pool = self._pool
         if pool is not None:
             pool.shutdown(wait=wait)
+
+    def _abandon(self) -> None:
+        """Drop what is queued and let the workers exit after their current item."""
+        with self._cond:
+            self._closing = self._abandoned = True
+            self._heap.clear()
+            self._idle = 0
+            self._cond.notify_all()
 
     def _work(self) -> None:
         """Worker loop: pop the best queued callable and run it, until shut down."""
