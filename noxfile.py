@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import glob
+import os
 
 import nox
 
 nox.needs_version = ">=2025.02.09"
-nox.options.sessions = ["lint", "mypy", "tests", "examples"]
+nox.options.sessions = ["lint", "mypy", "tests", "examples", "docs", "bench_smoke"]
 nox.options.reuse_venv = "yes"
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
@@ -44,7 +45,45 @@ def mypy(session: nox.Session) -> None:
 @nox.session
 def examples(session: nox.Session) -> None:
     """Run every example script and the demo with small sizes."""
-    session.install("-e", ".")
+    session.install("-e", ".[examples]")
     for path in sorted(glob.glob("examples/*.py")):
         session.run("python", path, env={"AIOENGINE_EXAMPLE_SMALL": "1"})
-    session.run("python", "-m", "aioengine", "demo", "--ops", "120", "--size", "64")
+    trace = os.path.join(session.create_tmp(), "demo.trace.json")
+    session.run(
+        "python", "-m", "aioengine", "demo", "--ops", "120", "--size", "64", "--trace", trace
+    )
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site with warnings as errors (offline: no plugin fetches)."""
+    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "docs"))
+    session.run(
+        "mkdocs", "build", "--strict", "--site-dir", os.path.join(session.create_tmp(), "site")
+    )
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmark aioengine against MXNet 1.9.1, dask and the asyncio floors, in one run.
+
+    ``nox -s bench`` runs the full matrix (about 8 minutes on 2 cores, plus a one-time MXNet
+    venv install); ``nox -s bench -- --quick`` is the smoke mode. Extra arguments go to
+    benchmarks/run.py (``nox -s bench -- --help``). Timings are printed, never asserted.
+    """
+    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "bench"))
+    session.run("python", "benchmarks/run.py", *session.posargs)
+
+
+@nox.session
+def bench_smoke(session: nox.Session) -> None:
+    """The benchmark's smoke mode (CI): every peer runs and verifies; timings are not judged."""
+    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "bench"))
+    session.run("python", "benchmarks/run.py", "--quick", *session.posargs)
+
+
+@nox.session
+def soak(session: nox.Session) -> None:
+    """Long chaos soak: ``nox -s soak -- --minutes N`` (default 10)."""
+    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "test"))
+    session.run("python", "-m", "tests.soak.run", *session.posargs)

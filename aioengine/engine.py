@@ -37,10 +37,15 @@ import os
 import threading
 import warnings
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
-from types import CoroutineType, FunctionType, TracebackType
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterable, Sequence
+from types import CoroutineType, FunctionType, MethodType, TracebackType
 from typing import Any, TypeVar, overload
 
+from . import dump as _dump
+from . import ergonomic as _ergonomic
+from . import graph as _graph
+from . import progress as _progress
+from . import trace as _trace
 from .context import Context, DeviceType, RunContext, cpu
 from .errors import (
     DependencyError,
@@ -51,7 +56,9 @@ from .errors import (
 )
 from .executors import Executor
 from .executors.threads import ThreadExecutor
+from .history import Recorder
 from .instrument import Instrument
+from .log import OpLogger
 from .operation import (
     _CALLBACK,
     _CORO,
@@ -64,7 +71,9 @@ from .operation import (
     OpState,
 )
 from .settings import Settings
-from .var import Var, _Failure, _Request
+from .stats import EngineStatistics, build_statistics, new_counters
+from .var import NO_VALUE, Var, _Failure, _Request
+from .watchdog import start_watchdog
 
 __all__ = ("Engine",)
 
@@ -90,6 +99,14 @@ _SEQUENCES = (list, tuple)
 _CPU0 = cpu(0)
 
 
+# The coroutine operation whose task is running (set in its context), to refuse waits that
+# could only deadlock: an operation waiting for itself or for an operation queued behind it.
+# A weak reference: the context outlives the operation in asyncio's handles and tracebacks.
+_current_op: contextvars.ContextVar[weakref.ref[Operation[Any]] | None] = contextvars.ContextVar(
+    "aioengine_current_op", default=None
+)
+
+
 # Every engine, so that a forked child can mark them unusable (see _after_fork_in_child).
 _engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 
@@ -109,6 +126,16 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+async def _shutdown_watch(ref: weakref.ref[Engine]) -> AsyncGenerator[None, None]:
+    """Yields once; its ``finally`` runs when the loop closes its async generators."""
+    try:
+        yield
+    finally:
+        engine = ref()
+        if engine is not None:
+            await engine._loop_shutting_down()
+
+
 class _State(enum.Enum):
     """Lifecycle of an :class:`Engine`."""
 
@@ -118,18 +145,29 @@ class _State(enum.Enum):
 
 
 def _fn_name(fn: Callable[..., Any]) -> str:
+    """The default operation name: the function's ``__qualname__`` (partials unwrapped)."""
+    while type(fn) is functools.partial:
+        fn = fn.func
+    if type(fn) is FunctionType or type(fn) is MethodType:
+        return fn.__qualname__
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
-    if isinstance(name, str):
-        return name
-    inner = getattr(fn, "func", None)  # functools.partial
-    if inner is not None and inner is not fn:
-        return _fn_name(inner)
-    return type(fn).__name__
+    return name if isinstance(name, str) else type(fn).__name__
 
 
 def _is_coroutine_function(fn: Callable[..., Any]) -> bool:
-    if type(fn) is FunctionType:  # the common case, without inspect's unwrapping
-        return bool(fn.__code__.co_flags & _CO_COROUTINE)
+    """Whether calling ``fn`` returns a coroutine, decided without calling it.
+
+    Plain functions, methods and partials of them (the hot path) are decided from the code
+    flags; anything else goes through :func:`inspect.iscoroutinefunction`, including an object
+    whose ``__call__`` is ``async def``.
+    """
+    inner = fn
+    while type(inner) is functools.partial:
+        inner = inner.func
+    if type(inner) is MethodType:
+        inner = inner.__func__
+    if type(inner) is FunctionType:
+        return bool(inner.__code__.co_flags & _CO_COROUTINE)
     if inspect.iscoroutinefunction(fn):
         return True
     call = getattr(type(fn), "__call__", None)  # noqa: B004 (an async __call__ method)
@@ -202,6 +240,10 @@ class Engine:
             which wait while this many operations are pending, so a producer cannot outrun
             memory (env ``AIOENGINE_MAX_PENDING``; default: unbounded). Plain pushes are
             never refused.
+        watchdog: log a :meth:`dump` (logger ``aioengine``, WARNING) when no operation has
+            finished for this many seconds while some are pending, once per stall; also
+            records push sites (env ``AIOENGINE_WATCHDOG``; default: off). See
+            ``docs/observability.md``.
 
     Raises:
         ValueError: if a setting (argument or environment variable) is invalid; the message
@@ -215,12 +257,14 @@ class Engine:
         cpu_priority_workers: int | None = None,
         serial: bool | None = None,
         max_pending: int | None = None,
+        watchdog: float | None = None,
     ) -> None:
         self._settings = Settings.resolve(
             cpu_workers=cpu_workers,
             cpu_priority_workers=cpu_priority_workers,
             serial=serial,
             max_pending=max_pending,
+            watchdog=watchdog,
         )
         self._pid = os.getpid()
         self._forked = False  # set in a child process after os.fork(): every use raises
@@ -249,8 +293,16 @@ class Engine:
         self._loop_queue: list[tuple[int, int, Operation[Any]]] = []  # ready ops for the loop
         self._loop_queue_scheduled = False
         self._wakes: list[Executor] = []  # loop-thread only: executors to wake this iteration
-        self._instruments: tuple[Instrument, ...] = ()  # observers; empty on the fast path
+        # Observers; empty on the fast path (DEBUG logging at creation installs an OpLogger).
+        self._loop_closing = False  # the bound loop is shutting down: loop ops are cancelled
+        self._shutdown_watcher: AsyncGenerator[None, None] | None = None
+        self._instruments: tuple[Instrument, ...] = (
+            (OpLogger(),) if logger.isEnabledFor(logging.DEBUG) else ()
+        )
+        self._finished = new_counters()  # finished ops by executor and OpState (statistics())
         _engines.add(self)
+        if self._settings.watchdog is not None:
+            start_watchdog(self, self._settings.watchdog)
         # Serial mode: every operation also writes this hidden Var, so they run one at a time.
         self._sequencer: Var | None = Var(self, "<serial>") if self._settings.serial else None
 
@@ -310,11 +362,7 @@ class Engine:
         an unbound engine; a thread running a different loop may not use the engine at all.
         """
         if self._forked:
-            raise RuntimeError(
-                f"{self!r} was created in process {self._pid} and cannot be used after "
-                "os.fork(): its threads do not exist here. Create a new Engine in the child "
-                "(or use multiprocessing's 'spawn' start method)"
-            )
+            self._check_fork()
         loop = _get_running_loop()
         bound = self._loop
         if loop is bound:
@@ -329,11 +377,46 @@ class Engine:
             if self._loop is None:
                 self._loop = loop
                 self._loop_thread = _get_ident()
-                return loop
+                first = True
+            else:
+                first = False
+        if first:
+            self._watch_loop_shutdown()
+            return loop
         raise RuntimeError(
             f"{self!r} is bound to another event loop; an Engine serves the loop it was "
             "first used on: create one Engine per loop"
         )
+
+    def _watch_loop_shutdown(self) -> None:
+        """Learn when the bound loop shuts down (``asyncio.run`` / ``Runner.close``).
+
+        A loop's ``shutdown_asyncgens()`` closes every async generator first iterated on it;
+        asyncio.run and pytest-asyncio call it after cancelling the remaining tasks. The
+        engine keeps one such generator, so it is told, and cancels what can no longer run
+        there instead of starting new tasks that would be destroyed pending.
+        """
+        watch = _shutdown_watch(weakref.ref(self))
+        try:
+            watch.asend(None).send(None)  # the loop's firstiter hook registers it here
+        except StopIteration:
+            pass
+        self._shutdown_watcher = watch  # the loop holds it only weakly
+
+    async def _loop_shutting_down(self) -> None:
+        """The loop is shutting down: cancel what has not started, and running coroutines."""
+        self._loop_closing = True
+        self._cancel_not_started()
+        with self._lock:
+            tasks = [
+                op._task
+                for op in self._live.values()
+                if op._task is not None and not op._task.done()
+            ]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def _require_loop(self) -> asyncio.AbstractEventLoop:
         loop = self._bind()
@@ -370,17 +453,21 @@ class Engine:
                 "%r closed while handling %r; operations also failed", self, exc, exc_info=group
             )
 
-    async def aclose(self, *, cancel: bool = False) -> None:
+    async def aclose(self, *, cancel: bool = False, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Drain the engine, shut its thread pools down and raise unthrown failures.
 
         After this starts, pushes raise :class:`~aioengine.EngineClosedError`. Without
         ``cancel`` every pending operation runs; with ``cancel=True`` those that have not
         started are cancelled and running ones are waited for. Closing twice is harmless. If
-        the await is cancelled the engine stays consistent (still closing); call again.
+        the await is cancelled or times out, the engine stays consistent (still closing, its
+        pools running); call again.
 
         Raises:
             ExceptionGroup: of every failure recorded and not thrown yet, as
                 :meth:`wait_for_all`.
+            TimeoutError: if operations are still running after ``timeout`` seconds (e.g. a
+                callback-style operation whose ``on_complete`` is never called); the message
+                names them.
         """
         self._require_loop()
         with self._lock:
@@ -389,7 +476,15 @@ class Engine:
             self._state = _State.CLOSING
         if cancel:
             self._cancel_not_started()
-        await self._drained(None)
+        try:
+            await self._drained(timeout)
+        except TimeoutError:
+            with self._lock:
+                names = [op.name for op in list(self._live.values())[:10]]
+            raise TimeoutError(
+                f"aclose() timed out after {timeout} s with {len(self._live)} operation(s) "
+                f"still pending, first: {', '.join(map(repr, names))}"
+            ) from None
         errors = self._take_failures()
         self._shutdown_executors(wait=True)
         self._state = _State.CLOSED
@@ -427,12 +522,19 @@ class Engine:
 
     # -- creating Vars and operators ---------------------------------------------------
 
-    def new_var(self, name: str | None = None) -> Var:
+    def new_var(self, name: str | None = None, *, value: object = NO_VALUE) -> Var:
         """Create a Var of this engine; safe from any thread.
 
         Args:
             name: shown in reprs and error messages (default ``"var<N>"``).
+            value: data for the Var to carry (see :meth:`submit` and :meth:`Var.get`);
+                default: none.
         """
+        if value is not NO_VALUE:
+            var = self.new_var(name)
+            var._value = value
+            return var
+        self._check_fork()
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {name!r}")
         with self._lock:
@@ -532,6 +634,7 @@ class Engine:
         Raises:
             OperatorDeletedError: if it was already deleted.
         """
+        self._check_fork()
         if not isinstance(handle, OprHandle):
             raise TypeError(f"handle must be an aioengine.OprHandle, got {handle!r}")
         if handle._engine is not self:
@@ -625,8 +728,9 @@ class Engine:
         function needs the engine bound to its loop.
 
         Raises:
-            TypeError, ValueError, VarDeletedError, EngineClosedError,
-            DeviceUnavailableError: as :meth:`push_sync`.
+            EngineError: ``VarDeletedError``, ``EngineClosedError`` or
+                ``DeviceUnavailableError``, as :meth:`push_sync` (and ``TypeError`` /
+                ``ValueError`` for bad arguments).
         """
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
@@ -686,7 +790,11 @@ class Engine:
                 raise TypeError(f"delete_fn must be callable or None, got {delete_fn!r}")
             if _is_coroutine_function(delete_fn):
                 raise TypeError("delete_fn must be a plain function, not a coroutine function")
-        _, mutate = self._var_lists((), (var,))
+        if type(var) is not Var:
+            raise TypeError(f"var must be an aioengine.Var, got {var!r}")
+        if var._owner is not self:
+            raise ValueError(f"{var!r} belongs to another Engine")
+        mutate = (var,)
         fn = delete_fn if delete_fn is not None else _noop
         name = f"delete_var({var.name})"
         op: Operation[None] = self._push(
@@ -841,7 +949,16 @@ class Engine:
 
     # -- argument checks ---------------------------------------------------------------
 
+    def _check_fork(self) -> None:
+        if self._forked:
+            raise RuntimeError(
+                f"{self!r} was created in process {self._pid} and cannot be used after "
+                "os.fork(): its threads do not exist here. Create a new Engine in the child "
+                "(or use multiprocessing's 'spawn' start method)"
+            )
+
     def _check_open(self) -> None:
+        self._check_fork()
         if self._state is not _State.OPEN:
             raise EngineClosedError(f"{self!r} is {self._state.value}; create a new Engine")
 
@@ -977,9 +1094,9 @@ class Engine:
         operation (each wake-up of a sleeping thread costs a GIL hand-off).
         """
         if _get_ident() != self._loop_thread:
-            target.submit(op._run, op._priority, op._seq, True)
+            target.submit(functools.partial(self._execute, op), op._priority, op._seq, True)
             return
-        target.submit(op._run, op._priority, op._seq, False)
+        target.submit(functools.partial(self._execute, op), op._priority, op._seq, False)
         wakes = self._wakes
         if target not in wakes:
             wakes.append(target)
@@ -1024,7 +1141,11 @@ class Engine:
                 if not self._loop_queue:
                     break
                 op = heapq.heappop(self._loop_queue)[2]
-            self._execute(op, None)
+            if self._loop_closing:
+                self._cancel(op, "the event loop is shutting down")
+            else:
+                self._execute(op, None)
+            del op  # a failure's frames reach this frame: keep no finished operation alive
         with self._lock:
             if self._loop_queue:
                 self._call_soon(self._run_loop_queue)
@@ -1033,15 +1154,17 @@ class Engine:
 
     def _execute(self, op: Operation[Any], rctx: RunContext | None) -> None:
         """Start ``op`` and run its function (on an executor thread or the loop thread)."""
-        ready: list[Any] = []
+        skipped = None
         with self._lock:
             if op._state is not _READY:  # cancelled while queued
                 return
-            run = self._start_locked(op, ready)
-            todo = self._settle(ready) if ready else ready
-        if todo:
-            self._submit(todo)
-        if not run:
+            if self._failures:
+                skipped = self._skip_locked(op)
+            if skipped is None:
+                op._state = _RUNNING
+        if skipped is not None:
+            if skipped:
+                self._submit(skipped)
             return
         if self._instruments:
             for inst in self._instruments:
@@ -1058,7 +1181,12 @@ class Engine:
             try:
                 result = op._context.run(fn, rctx)
             except BaseException as exc:
+                # Drop this frame from the traceback: the recorded failure must not keep the
+                # operation (and through it its Vars) alive until someone throws it.
+                exc.__traceback__ = exc.__traceback__.tb_next if exc.__traceback__ else None
                 self._finish(op, _FAILED, None, exc)
+                # The failure's frames reach this frame through f_back: hold no operation.
+                del op, fn
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)) and rctx is self._loop_rctx:
                     raise  # inline on the loop thread: recorded, and the loop still stops
                 return
@@ -1073,7 +1201,9 @@ class Engine:
             try:
                 result = op._context.run(fn, rctx, token)
             except BaseException as exc:
+                exc.__traceback__ = exc.__traceback__.tb_next if exc.__traceback__ else None
                 self._callback_raised(op, token, exc)
+                del op, fn, token  # as above: the failure's frames reach this frame
                 return
             if type(result) is CoroutineType:
                 self._callback_raised(op, token, self._awaitable_result(op, result))
@@ -1084,29 +1214,30 @@ class Engine:
             rctx = self._rctx_cache[ctx] = RunContext(ctx)
         return rctx
 
-    def _start_locked(self, op: Operation[Any], ready: list[Any]) -> bool:
-        """READY -> RUNNING, or SKIPPED if an input carries a failure (lock held).
+    def _skip_locked(self, op: Operation[Any]) -> list[Operation[Any]] | None:
+        """Inherit an input's failure at start; skip ``op`` unless it is NO_SKIP.
 
-        Returns whether the function should run. As in MXNet, the failure is taken at start
-        (when every earlier writer of the inputs has finished), from the first const Var
-        carrying one, else the first mutated Var.
+        Called with the lock held when some failure is recorded. As in MXNet, the failure is
+        taken at start (when every earlier writer of the inputs has finished), from the first
+        const Var carrying one, else the first mutated Var. Returns None when ``op`` should
+        run; when it was skipped, the operations its release made ready, for the caller to
+        submit once the lock is released.
         """
-        if self._failures:
-            for v in (*op._const, *op._mutate):
-                box = v._failure
-                if box is not None and box.exc is not None:
-                    op._inherited = box
-                    if op._prop not in _NO_SKIP:
-                        err = DependencyError(
-                            f"operation {op.name!r} was skipped: {v.name!r} carries a failure "
-                            f"({type(box.exc).__name__}: {box.exc})"
-                        )
-                        err.__cause__ = box.exc
-                        self._finish_locked(op, _SKIPPED, None, err, ready)
-                        return False
-                    break
-        op._state = _RUNNING
-        return True
+        for v in (*op._const, *op._mutate):
+            box = v._failure
+            if box is not None and box.exc is not None:
+                op._inherited = box
+                if op._prop in _NO_SKIP:
+                    return None
+                err = DependencyError(
+                    f"operation {op.name!r} was skipped: {v.name!r} carries a failure "
+                    f"({type(box.exc).__name__}: {box.exc})"
+                )
+                err.__cause__ = box.exc
+                ready: list[Any] = []
+                self._finish_locked(op, _SKIPPED, None, err, ready)
+                return self._settle(ready) if ready else []
+        return None
 
     @staticmethod
     def _awaitable_result(op: Operation[Any], result: object) -> TypeError:
@@ -1122,9 +1253,13 @@ class Engine:
         loop = self._loop
         assert loop is not None
         try:
+            # Lets waits inside the coroutine detect a self-deadlock (see _running_op).
+            op._context.run(_current_op.set, weakref.ref(op))
             coro = op._context.run(fn, rctx)
         except BaseException as exc:
+            exc.__traceback__ = exc.__traceback__.tb_next if exc.__traceback__ else None
             self._finish(op, _FAILED, None, exc)
+            del op, fn  # as in _execute: the failure's frames reach this frame
             return
         if type(coro) is not CoroutineType:
             if not inspect.isawaitable(coro):
@@ -1230,18 +1365,21 @@ class Engine:
         completed = state is not _CANCELLED and op._kind != _WAIT
         for req in op._requests:
             if req.granted:
-                req.var._release(req, ready, completed_write=completed)
+                req.var._release(req, ready, completed)
             else:  # cancelled before its turn: leave a tombstone, unblock what is behind
                 req.live = False
                 req.var._grant(ready)
-        op._requests = []
+        op._requests.clear()
         op._fn = None
         op._inherited = None
         if self._instruments and op._kind != _WAIT:
             for inst in self._instruments:
                 inst.on_finish(op)
+        # A finished operation keeps no Var alive (its failure's traceback may keep it).
+        op._const = op._mutate = ()
         if op._kind != _WAIT:
             del self._live[op._seq]
+            self._finished[op._target][state] += 1  # statistics()
             if self._capacity_waiters:
                 if _get_ident() == self._loop_thread:
                     self._wake_capacity_waiters()
@@ -1387,6 +1525,12 @@ class Engine:
         loop = self._bind()
         if loop is None or _get_running_loop() is not loop:
             raise RuntimeError(f"await {op!r} from a coroutine on the engine's event loop")
+        current = self._running_op()
+        if current is not None and self._settings.serial and op._seq > current._seq:
+            raise RuntimeError(
+                f"{current.name!r} awaits {op.name!r}, which serial mode runs only after it: "
+                "this would deadlock; await it outside the operation"
+            )
         fut = loop.create_future()
         with self._lock:
             if op._state >= _DONE:
@@ -1402,6 +1546,14 @@ class Engine:
                 op._waiters.remove(fut)
 
     # -- waiting -----------------------------------------------------------------------
+
+    def _running_op(self) -> Operation[Any] | None:
+        """The running coroutine operation of this engine the caller is inside, if any."""
+        ref = _current_op.get()
+        current = ref() if ref is not None else None
+        if current is None or current._engine is not self or current._state is not _RUNNING:
+            return None
+        return current
 
     async def wait_for_var(self, var: Var, *, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Wait until every operation pushed so far that reads or mutates ``var`` finished.
@@ -1422,10 +1574,20 @@ class Engine:
             raise ValueError(f"{var!r} belongs to another Engine")
         if self._state is _State.CLOSED:
             raise EngineClosedError(f"{self!r} is closed; create a new Engine")
+        current = self._running_op()
         marker: Operation[None] | None = None
         with self._lock:
             if var._deleted:
                 raise VarDeletedError(f"{var!r} was deleted; nothing to wait for")
+            if current is not None and (
+                any(r.var is var for r in current._requests)
+                or (self._settings.serial and not var._is_idle())
+            ):
+                raise RuntimeError(
+                    f"wait_for_var({var.name!r}) inside operation {current.name!r} would wait "
+                    "for that operation itself (it holds the Var, or serial mode runs what is "
+                    "pending on it afterwards); wait outside the operation"
+                )
             if not var._is_idle():
                 marker = Operation(
                     self, None, _WAIT, _CPU0, (), (var,), _NORMAL, 0, f"wait_for_var({var.name})"
@@ -1459,11 +1621,8 @@ class Engine:
             raise failure
 
     def _describe_var(self, var: Var) -> str:
-        with self._lock:
-            users = [
-                op.name for op in self._live.values() if any(r.var is var for r in op._requests)
-            ]
-        return f"still pending on it: {', '.join(map(repr, users[:10])) or 'nothing'}"
+        """The part of :meth:`dump` about ``var`` and what its users wait behind."""
+        return f"why it is busy:\n{_dump.describe_var(self, var)}"
 
     def _cancel_marker(self, marker: Operation[None]) -> None:
         ready: list[Any] = []
@@ -1474,11 +1633,18 @@ class Engine:
         if todo:
             self._submit(todo)
 
-    async def wait_for_all(self, *, timeout: float | None = None) -> None:  # noqa: ASYNC109
+    async def wait_for_all(
+        self,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+        progress: bool = False,
+    ) -> None:
         """Wait until no operation is pending, then raise every unthrown failure.
 
         Operations pushed while waiting are waited for too. Afterwards all recorded failures
-        are cleared. Cancelling the wait (or the timeout) leaves the engine unchanged.
+        are cleared. Cancelling the wait (or the timeout) leaves the engine unchanged. With
+        ``progress=True`` a progress bar of finished vs pushed operations is shown (tqdm,
+        notebook-aware, with ``pip install 'aioengine[progress]'``; a text line otherwise).
 
         Raises:
             ExceptionGroup: of every failure recorded and not yet thrown (by this or by
@@ -1488,14 +1654,21 @@ class Engine:
         self._require_loop()
         if self._state is _State.CLOSED:
             raise EngineClosedError(f"{self!r} is closed; create a new Engine")
+        current = self._running_op()
+        if current is not None:
+            raise RuntimeError(
+                f"wait_for_all() inside operation {current.name!r} would wait for that "
+                "operation itself; use wait_for_var() on the Vars you need"
+            )
         try:
-            await self._drained(timeout)
+            if progress:
+                await _progress.drain_with_progress(self, timeout)
+            else:
+                await self._drained(timeout)
         except TimeoutError:
-            with self._lock:
-                names = [op.name for op in list(self._live.values())[:10]]
             raise TimeoutError(
                 f"wait_for_all() timed out after {timeout} s with {len(self._live)} "
-                f"operation(s) pending, first: {', '.join(map(repr, names))}"
+                f"operation(s) pending:\n{_dump.describe_all(self)}"
             ) from None
         errors = self._take_failures()
         if errors:
@@ -1528,3 +1701,123 @@ class Engine:
                     errors.append(box.exc)
                     box.exc = None
         return errors
+
+    # -- observability (thin delegations to trace.py, graph.py, dump.py, stats.py) --------
+
+    def trace(self, path: str | os.PathLike[str] | None = None) -> _trace.TraceSession:
+        """Trace while a ``with`` / ``async with`` block runs; write Chrome trace JSON to ``path``.
+
+        ``async with engine.trace("run.json"):`` records every operation that starts in the
+        block (one track per worker thread, lanes for coroutine and callback-style operations,
+        flow arrows to the operations each waited for); open the file in ui.perfetto.dev or
+        chrome://tracing. The session's ``trace`` attribute holds the JSON object afterwards.
+        See ``docs/observability.md``. Safe to call from any thread.
+        """
+        return _trace.TraceSession(self, path)
+
+    def start_trace(self) -> None:
+        """Start recording a trace (see :meth:`trace`); safe from any thread.
+
+        Raises:
+            RuntimeError: if a trace is already running.
+        """
+        _trace.start_trace(self)
+
+    def stop_trace(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+        """Stop the trace; return its Chrome trace-event JSON object, also written to ``path``.
+
+        Operations still running are closed at this moment with the outcome
+        ``"unfinished (trace stopped)"``.
+
+        Raises:
+            RuntimeError: if no trace is running.
+        """
+        return _trace.stop_trace(self, path)
+
+    def record_history(self, n: int = 1000) -> None:
+        """Record push sites, times and dependencies, and keep the newest ``n`` finished ops.
+
+        From this call on, :meth:`graph` also shows recently finished operations, and
+        :meth:`dump` shows push sites (``file:line``) and how long each operation has waited;
+        :meth:`statistics` measures busy time. Costs a short frame walk per push. Calling it
+        again resizes the history. ``Engine(watchdog=...)`` turns it on with ``n=1000``.
+        """
+        if type(n) is not int or n < 0:
+            raise ValueError(f"n must be an int >= 0, got {n!r}")
+        Recorder.ensure(self, n)
+
+    def graph(self) -> _graph.Graph:
+        """The dependency graph of pending (and, with :meth:`record_history`, recent) ops.
+
+        Edges run from an operation to the ones that waited for it, labelled with the Var.
+        Render it with ``to_dot()`` / ``to_mermaid()``; notebooks display it inline.
+        """
+        return _graph.build_graph(self)
+
+    def dump(self) -> _dump.Dump:
+        """A snapshot of every busy Var's queue and every pending operation; ``print()`` it.
+
+        Shows which operations hold each Var and which wait for it, the await stacks of
+        suspended coroutine operations, and flags callback-style operations that have not
+        called ``on_complete()``. Safe from any thread.
+        """
+        return _dump.build_dump(self)
+
+    def statistics(self) -> EngineStatistics:
+        """Counts of operations by state, in total and per pool (a frozen dataclass)."""
+        return build_statistics(self)
+
+    # -- the ergonomic layer (thin delegations to ergonomic.py; the push path is unchanged) --
+
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        reads: Iterable[Var] = (),
+        writes: Iterable[Var] = (),
+        out: Var | Sequence[Var] | None = None,
+        ctx: Context = _CPU0,
+        prop: FnProperty = _NORMAL,
+        priority: int = 0,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> Operation[Any]:
+        """Push ``fn(*args, **kwargs)``: an ordinary function, with the values of its Vars.
+
+        Every Var among ``args`` and ``kwargs`` is read (written if it is also in ``writes``)
+        and replaced by the value it carries when ``fn`` runs; ``reads`` / ``writes`` add
+        Vars that are not arguments. ``fn``'s return value becomes the value of ``out`` (a
+        Var, or a sequence of Vars that the result is unpacked into), which is written. A
+        coroutine function runs on the loop (:meth:`push_async`), anything else on ``ctx``'s
+        pool (:meth:`push_sync`). Returns the :class:`Operation`; see ``ergonomic.py``.
+
+        Raises:
+            EngineError: ``VarDeletedError``, ``EngineClosedError`` or
+                ``DeviceUnavailableError``, as :meth:`push_sync` (and ``TypeError`` /
+                ``ValueError`` for bad arguments).
+        """
+        return _ergonomic.submit(
+            self, fn, args, kwargs, reads, writes, out, ctx, prop, priority, name
+        )
+
+    def op(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        const_vars: Iterable[Var] = (),
+        mutate_vars: Iterable[Var] = (),
+        out: Var | Sequence[Var] | None = None,
+        ctx: Context = _CPU0,
+        prop: FnProperty = _NORMAL,
+        priority: int = 0,
+        name: str | None = None,
+    ) -> Any:
+        """Decorator: calling the decorated function pushes it with :meth:`submit`.
+
+        ``@engine.op`` or ``@engine.op(const_vars=..., mutate_vars=..., out=...)``; a call
+        ``f(*args, **kwargs)`` returns an :class:`Operation` and reads ``const_vars``, writes
+        ``mutate_vars`` and ``out``, and passes Var arguments by value, as :meth:`submit`.
+        """
+        return _ergonomic.op(self, fn, const_vars, mutate_vars, out, ctx, prop, priority, name)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from .context import Context, RunContext
+    from .context import Context
     from .engine import Engine
     from .var import Var, _Failure, _Request
 
@@ -145,9 +145,6 @@ class Operation(Generic[T]):
         self._task: asyncio.Task[Any] | None = None  # the running coroutine (kind _CORO)
         self._context = contextvars.copy_context()  # the pusher's context vars, for fn
 
-    def _run(self, rctx: RunContext) -> None:
-        """What an executor calls: start this operation and run its function."""
-        self._engine._execute(self, rctx)
 
     # -- asyncio.Future's interface ------------------------------------------------------
 

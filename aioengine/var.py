@@ -22,12 +22,18 @@ from any thread; no method here runs user code or blocks.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .operation import FnProperty
 
 if TYPE_CHECKING:
     from .engine import Engine
+    from .operation import Operation
+
+_ASYNC = FnProperty.ASYNC
 
 __all__ = ("Var", "VarStatistics")
 
@@ -62,6 +68,18 @@ class _Failure:
 
     def __init__(self, exc: BaseException) -> None:
         self.exc: BaseException | None = exc
+
+
+class _NoValue:
+    """The type of :data:`NO_VALUE`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_VALUE"
+
+
+NO_VALUE: Any = _NoValue()  # what a Var created without ``value=`` carries (ergonomic.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +119,7 @@ class Var:
         "_owner",
         "_queue",
         "_reads",
+        "_value",
         "_version",
         "_writing",
         "name",
@@ -116,6 +135,7 @@ class Var:
         self._version = 0  # completed (run or skipped) writes
         self._failure: _Failure | None = None  # the failure this Var carries, if not thrown yet
         self._deleted = False  # delete_var was called: no new request may be appended
+        self._value: object = NO_VALUE  # the data it carries (ergonomic.py); guarded by its turn
 
     @property
     def version(self) -> int:
@@ -165,7 +185,7 @@ class Var:
         req.granted = True
         return True
 
-    def _release(self, req: _Request, ready: list[_Waiter], *, completed_write: bool) -> None:
+    def _release(self, req: _Request, ready: list[_Waiter], completed_write: bool) -> None:
         """Hand back a granted request and grant whatever the rule now allows.
 
         ``completed_write`` says whether a released write counts towards :attr:`version`.
@@ -225,3 +245,43 @@ class Var:
                 assert self._writing or self._reads, self
             else:
                 assert self._writing, self
+
+    # -- values (the ergonomic layer, ergonomic.py): a Var may carry its data ------------
+
+    @property
+    def has_value(self) -> bool:
+        """Whether this Var carries a value (``new_var(name, value=...)`` or a write ``out=``)."""
+        return self._value is not NO_VALUE
+
+    async def get(self) -> Any:
+        """Return the value this Var carries, after every write to it pushed so far.
+
+        A read operation run inline on the loop (``FnProperty.ASYNC``): it waits for earlier
+        writers, overlaps with other readers, and returns the value object itself (not a
+        copy). Must be awaited on the engine's loop.
+
+        Raises:
+            DependencyError: if the Var carries a failure (its ``__cause__`` is the failure).
+            ValueError: if the Var carries no value.
+        """
+        return await self._engine().submit(_identity, self, prop=_ASYNC, name=f"get({self.name})")
+
+    def set(self, value: object) -> Operation[None]:
+        """Push a write that replaces the value, after every earlier use of this Var.
+
+        Runs inline on the loop (``FnProperty.ASYNC``); returns the :class:`Operation`.
+        """
+        fn = functools.partial(_identity, value)  # a partial: a Var value stays a plain value
+        op: Operation[None] = self._engine().submit(
+            fn, out=self, prop=_ASYNC, name=f"set({self.name})"
+        )
+        return op
+
+    def _engine(self) -> Engine:
+        if self._owner is None:
+            raise RuntimeError(f"{self!r} belongs to no Engine")
+        return self._owner
+
+
+def _identity(value: object) -> object:
+    return value

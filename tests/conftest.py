@@ -45,7 +45,7 @@ async def engine(serial: bool) -> AsyncIterator[ae.Engine]:
     finally:
         if not eng.closed:
             try:
-                await eng.aclose(cancel=True)
+                await eng.aclose(cancel=True, timeout=30)  # a hung op fails, never hangs, CI
             except BaseExceptionGroup:
                 pass
 
@@ -59,7 +59,7 @@ async def threaded_engine() -> AsyncIterator[ae.Engine]:
     finally:
         if not eng.closed:
             try:
-                await eng.aclose(cancel=True)
+                await eng.aclose(cancel=True, timeout=30)  # a hung op fails, never hangs, CI
             except BaseExceptionGroup:
                 pass
 
