@@ -6,11 +6,14 @@ and guarantees one rule: two operations of which at least one mutates a common V
 order they were pushed.
 """
 
+from .blocking import BlockingEngine as BlockingEngine
+from .blocking import run as run
 from .context import Context as Context
 from .context import DeviceType as DeviceType
 from .context import RunContext as RunContext
 from .context import cpu as cpu
 from .context import gpu as gpu
+from .dump import Dump as Dump
 from .engine import Engine as Engine
 from .errors import DependencyError as DependencyError
 from .errors import DeviceUnavailableError as DeviceUnavailableError
@@ -18,34 +21,43 @@ from .errors import EngineClosedError as EngineClosedError
 from .errors import EngineError as EngineError
 from .errors import OperatorDeletedError as OperatorDeletedError
 from .errors import VarDeletedError as VarDeletedError
+from .graph import Graph as Graph
 from .operation import FnProperty as FnProperty
 from .operation import OnComplete as OnComplete
 from .operation import Operation as Operation
 from .operation import OprHandle as OprHandle
 from .operation import OpState as OpState
+from .stats import EngineStatistics as EngineStatistics
+from .stats import PoolStatistics as PoolStatistics
 from .var import Var as Var
 from .var import VarStatistics as VarStatistics
 
 __version__ = "0.1.0"
 
 __all__ = (
+    "BlockingEngine",
     "Context",
     "DependencyError",
     "DeviceType",
     "DeviceUnavailableError",
+    "Dump",
     "Engine",
     "EngineClosedError",
     "EngineError",
+    "EngineStatistics",
     "FnProperty",
+    "Graph",
     "OnComplete",
     "OpState",
     "Operation",
     "OperatorDeletedError",
     "OprHandle",
+    "PoolStatistics",
     "RunContext",
     "Var",
     "VarDeletedError",
     "VarStatistics",
     "cpu",
     "gpu",
+    "run",
 )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import random
 import threading
 import time
@@ -96,8 +97,11 @@ def _kernel(out: np.ndarray, inputs: list[np.ndarray], salt: float) -> None:
     np.log1p(out, out=out)
 
 
-async def run_program(program: Program, engine: Engine) -> DemoReport:
-    """Push ``program`` on ``engine``, wait for it, and report (arrays are the results)."""
+async def run_program(program: Program, engine: Engine, *, progress: bool = False) -> DemoReport:
+    """Push ``program`` on ``engine``, wait for it, and report (arrays are the results).
+
+    ``progress=True`` shows a progress bar while waiting (``wait_for_all(progress=True)``).
+    """
     rng = np.random.default_rng(program.seed)
     arrays = [rng.standard_normal((program.size, program.size)) for _ in range(program.n_vars)]
     vars_ = [engine.new_var(f"a{i}") for i in range(program.n_vars)]
@@ -139,7 +143,7 @@ async def run_program(program: Program, engine: Engine) -> DemoReport:
                 mutate_vars=[vars_[i] for i in step.writes],
                 name=f"op{index}",
             )
-    await engine.wait_for_all()
+    await engine.wait_for_all(progress=progress)
     wall = time.perf_counter() - t0
     return DemoReport(
         ops=len(program.steps),
@@ -154,12 +158,27 @@ async def run_program(program: Program, engine: Engine) -> DemoReport:
 
 
 async def run_demo(
-    *, n_ops: int = 600, n_vars: int = 32, size: int = 256, seed: int = 0, workers: int | None
+    *,
+    n_ops: int = 600,
+    n_vars: int = 32,
+    size: int = 256,
+    seed: int = 0,
+    workers: int | None,
+    trace_path: str | os.PathLike[str] | None = None,
+    progress: bool = False,
 ) -> tuple[DemoReport, DemoReport]:
-    """Run the program threaded and serially; raise AssertionError if they disagree."""
+    """Run the program threaded and serially; raise AssertionError if they disagree.
+
+    The threaded run is traced to ``trace_path`` (Chrome trace JSON) when it is given, and
+    shows a progress bar with ``progress=True``.
+    """
     program = make_program(n_ops, n_vars, size, seed)
     async with Engine(cpu_workers=workers) as engine:
-        threaded = await run_program(program, engine)
+        if trace_path is not None:
+            async with engine.trace(trace_path):
+                threaded = await run_program(program, engine, progress=progress)
+        else:
+            threaded = await run_program(program, engine, progress=progress)
     async with Engine(serial=True) as engine:
         serial = await run_program(program, engine)
     for i, (a, b) in enumerate(zip(threaded.arrays, serial.arrays, strict=True)):

@@ -48,6 +48,29 @@ def _optional_int(value: object, arg: str, env: str) -> int | None:
     return _positive_int(value, arg, env, 0)
 
 
+def _optional_seconds(value: object, arg: str, env: str) -> float | None:
+    if value is None:
+        raw = os.environ.get(env, "").strip()
+        if not raw:
+            return None
+        try:
+            seconds = float(raw)
+        except ValueError:
+            raise ValueError(
+                f"environment variable {env}={raw!r} is not a number of seconds; "
+                "set it to a number > 0 or unset it"
+            ) from None
+        if not seconds > 0 or seconds == float("inf"):
+            raise ValueError(f"environment variable {env}={raw!r} must be a finite number > 0")
+        return seconds
+    if type(value) not in (int, float):
+        raise ValueError(f"{arg} must be a number of seconds > 0 or None, got {value!r}")
+    seconds = float(value)  # type: ignore[arg-type]
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"{arg} must be a finite number of seconds > 0, got {value!r}")
+    return seconds
+
+
 def _flag(value: object, arg: str, env: str) -> bool:
     if value is None:
         raw = os.environ.get(env, "").strip().lower()
@@ -73,6 +96,7 @@ class Settings:
     cpu_priority_workers: int
     serial: bool
     max_pending: int | None
+    watchdog: float | None = None  # seconds without a finished operation before a dump is logged
 
     @classmethod
     def resolve(
@@ -82,6 +106,7 @@ class Settings:
         cpu_priority_workers: object = None,
         serial: object = None,
         max_pending: object = None,
+        watchdog: object = None,
     ) -> Settings:
         """Resolve each setting from its argument, its environment variable, or its default."""
         workers = _default_workers()
@@ -95,4 +120,5 @@ class Settings:
             ),
             serial=_flag(serial, "serial", "AIOENGINE_SERIAL"),
             max_pending=_optional_int(max_pending, "max_pending", "AIOENGINE_MAX_PENDING"),
+            watchdog=_optional_seconds(watchdog, "watchdog", "AIOENGINE_WATCHDOG"),
         )

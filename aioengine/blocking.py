@@ -1,0 +1,466 @@
+"""The blocking front end: the engine for synchronous code and other threads.
+
+``with ae.BlockingEngine() as engine:`` starts an event-loop thread through anyio's
+:func:`~anyio.from_thread.start_blocking_portal` and runs an :class:`~aioengine.Engine` on it.
+The methods are the Engine's: pushes return :class:`concurrent.futures.Future` objects, and
+``wait_for_var`` / ``wait_for_all`` / ``get`` block the calling thread (with ``timeout=``).
+Every method is safe from any number of threads at once.
+
+Threads, and why nothing here deadlocks quietly:
+
+* Pushes are made directly on the calling thread (the engine's pushes are thread-safe and
+  atomic across their Vars), so calls from one thread keep their program order and cost no
+  loop round trip. A push from a thread that runs an event loop of its own is handed to the
+  engine's loop thread instead (an Engine serves one loop).
+* Waits run on the loop thread through the portal and block the caller until they finish.
+  The loop thread itself must never block on the engine: a wait from there (inside a
+  coroutine operation, an ``FnProperty.ASYNC`` operation, a serial-mode operation or a done
+  callback) could only deadlock, so it raises :class:`RuntimeError` at once. MXNet deadlocks
+  when ``WaitForVar`` is called from inside an operation.
+* A future's ``result()`` / ``exception()`` called on the loop thread before it is done
+  raises for the same reason.
+
+:func:`run` is the other way round: it runs an async ``main`` on a new loop (asyncio's or
+uvloop's) in the calling thread and returns its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from .context import Context, RunContext, cpu
+from .engine import Engine
+from .errors import EngineClosedError
+from .operation import FnProperty, Operation, OprHandle
+from .var import NO_VALUE, Var
+
+__all__ = ("BlockingEngine", "run")
+
+T = TypeVar("T")
+
+_CPU0 = cpu(0)
+_NORMAL = FnProperty.NORMAL
+
+
+class _OpFuture(concurrent.futures.Future[T]):
+    """A :class:`concurrent.futures.Future` that follows one :class:`Operation`.
+
+    ``cancel()`` cancels the operation (and succeeds only if the operation could be
+    cancelled); blocking on it from the engine's loop thread raises instead of deadlocking.
+    """
+
+    def __init__(self, op: Operation[T], owner: BlockingEngine) -> None:
+        super().__init__()
+        self.operation = op
+        self._owner = owner
+
+    def cancel(self) -> bool:
+        if self.done():
+            return False
+        if not self.operation.cancel():
+            return False
+        if super().cancel():
+            self.set_running_or_notify_cancel()  # wakes concurrent.futures.wait() callers
+        return True
+
+    def result(self, timeout: float | None = None) -> T:
+        if not self.done():
+            self._owner._check_thread("Future.result()")
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self.done():
+            self._owner._check_thread("Future.exception()")
+        return super().exception(timeout)
+
+
+def _settle(fut: _OpFuture[Any], op: Operation[Any]) -> None:
+    """Copy ``op``'s outcome into ``fut`` (a done callback, on the loop thread)."""
+    if fut.done():  # cancelled through the future already
+        return
+    try:
+        if op.cancelled():
+            super(_OpFuture, fut).cancel()
+            fut.set_running_or_notify_cancel()
+        elif (exc := op.exception()) is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(op.result())
+    except concurrent.futures.InvalidStateError:  # pragma: no cover - a cancel() raced us
+        pass
+
+
+class BlockingEngine:
+    """An :class:`~aioengine.Engine` on its own event-loop thread, for synchronous code.
+
+    ``with BlockingEngine(cpu_workers=4) as engine:`` starts the loop thread (anyio's blocking
+    portal) and binds a new Engine to it; leaving the block drains the engine like
+    :meth:`wait_for_all` (or, if the block raised, cancels what has not started) and stops
+    the thread. The methods mirror :class:`~aioengine.Engine`'s; ``push_*`` and
+    :meth:`submit` return :class:`concurrent.futures.Future` objects (their ``operation``
+    attribute is the :class:`~aioengine.Operation`), and the waits block. Safe to use from any
+    number of threads at once.
+
+    Args:
+        uvloop: run the loop thread on uvloop (``pip install 'aioengine[uvloop]'``).
+        **engine_kwargs: passed to :class:`~aioengine.Engine` (``cpu_workers``, ``serial``, ...).
+
+    Raises:
+        ValueError: if an engine setting is invalid (from the constructor, as ``Engine()``).
+    """
+
+    def __init__(self, *, uvloop: bool = False, **engine_kwargs: Any) -> None:
+        self._engine = Engine(**engine_kwargs)
+        self._uvloop = bool(uvloop)
+        self._lock = threading.Lock()
+        self._stack: contextlib.ExitStack | None = None
+        self._portal: BlockingPortal | None = None
+        self._loop_thread: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    @property
+    def engine(self) -> Engine:
+        """The async :class:`~aioengine.Engine` (for ``trace()``, ``graph()``, ``dump()``...)."""
+        return self._engine
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has finished."""
+        return self._closed
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "running" if self._portal else "not started"
+        return f"<aioengine.BlockingEngine {state} {self._engine!r}>"
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def __enter__(self) -> BlockingEngine:
+        with self._lock:
+            if self._closed:
+                raise EngineClosedError(f"{self!r} is closed; create a new BlockingEngine")
+            if self._portal is not None:
+                raise RuntimeError(f"{self!r} was already entered")
+            options = {"use_uvloop": True} if self._uvloop else {}
+            stack = contextlib.ExitStack()
+            portal = stack.enter_context(
+                start_blocking_portal("asyncio", options, name="aioengine-loop")
+            )
+            try:
+                portal.call(self._engine.__aenter__)
+                self._loop_thread = portal.call(threading.get_ident)
+                self._loop = portal.call(asyncio.get_running_loop)
+            except BaseException:
+                stack.close()
+                raise
+            self._stack, self._portal = stack, portal
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.close()
+            return
+        self._close(functools.partial(self._engine.__aexit__, exc_type, exc, tb))
+
+    def close(self) -> None:
+        """Drain the engine, stop the loop thread and raise unthrown failures (idempotent).
+
+        Raises:
+            ExceptionGroup: of every failure recorded and not thrown yet.
+            RuntimeError: if called on the engine's loop thread.
+        """
+        self._close(self._engine.aclose)
+
+    def _close(self, closer: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self._check_thread("close()")
+        with self._lock:
+            stack, portal = self._stack, self._portal
+            if self._closed or stack is None or portal is None:
+                self._closed = True
+                return
+            try:
+                portal.call(closer)
+            finally:
+                self._closed = True
+                self._stack = self._portal = None
+                stack.close()
+
+    def _portal_or_raise(self, what: str) -> BlockingPortal:
+        portal = self._portal
+        if portal is None:
+            if self._closed:
+                raise EngineClosedError(f"{what}: {self!r} is closed; create a new one")
+            raise RuntimeError(
+                f"{what}: {self!r} is not started; use 'with ae.BlockingEngine() as engine:'"
+            )
+        return portal
+
+    def _check_thread(self, what: str) -> None:
+        if threading.get_ident() == self._loop_thread:
+            raise RuntimeError(
+                f"BlockingEngine.{what} was called on the engine's own event-loop thread "
+                "(inside a coroutine operation, an FnProperty.ASYNC operation, a serial-mode "
+                "operation or a done callback); blocking there would deadlock. Await the "
+                "async Engine (blocking_engine.engine) there instead, or call from another "
+                "thread"
+            )
+
+    # -- pushing -----------------------------------------------------------------------
+
+    def _bridge(self, push: Callable[[], Operation[T]]) -> _OpFuture[T]:
+        portal = self._portal_or_raise("push")
+        loop = self._loop
+        running = asyncio._get_running_loop()
+        if running is not None and running is not loop:
+            # This thread runs another loop: push from the engine's. (A tuple, because the
+            # portal would await an awaitable result, and an Operation is awaitable.)
+            (op,) = portal.call(lambda: (push(),))
+        else:
+            op = push()
+        fut: _OpFuture[T] = _OpFuture(op, self)
+        op.add_done_callback(functools.partial(_settle, fut))
+        return fut
+
+    def new_var(self, name: str | None = None, *, value: object = NO_VALUE) -> Var:
+        """Create a Var (see :meth:`aioengine.Engine.new_var`)."""
+        return self._engine.new_var(name, value=value)
+
+    def new_operator(
+        self,
+        fn: Callable[..., Any],
+        const_vars: Iterable[Var] = (),
+        mutate_vars: Iterable[Var] = (),
+        *,
+        prop: FnProperty = _NORMAL,
+        name: str | None = None,
+        is_async: bool | None = None,
+    ) -> OprHandle[Any]:
+        """Build an operator to :meth:`push` many times (see :meth:`Engine.new_operator`)."""
+        return self._engine.new_operator(
+            fn, const_vars, mutate_vars, prop=prop, name=name, is_async=is_async
+        )
+
+    def delete_operator(self, handle: OprHandle[Any]) -> None:
+        """Retire ``handle`` (see :meth:`aioengine.Engine.delete_operator`)."""
+        self._engine.delete_operator(handle)
+
+    def push_sync(
+        self,
+        fn: Callable[[RunContext], T],
+        ctx: Context = _CPU0,
+        const_vars: Iterable[Var] = (),
+        mutate_vars: Iterable[Var] = (),
+        *,
+        prop: FnProperty = _NORMAL,
+        priority: int = 0,
+        name: str | None = None,
+    ) -> concurrent.futures.Future[T]:
+        """:meth:`aioengine.Engine.push_sync`, returning a :class:`concurrent.futures.Future`."""
+        return self._bridge(
+            lambda: self._engine.push_sync(
+                fn, ctx, const_vars, mutate_vars, prop=prop, priority=priority, name=name
+            )
+        )
+
+    def push_async(
+        self,
+        fn: Callable[..., Any],
+        ctx: Context = _CPU0,
+        const_vars: Iterable[Var] = (),
+        mutate_vars: Iterable[Var] = (),
+        *,
+        prop: FnProperty = _NORMAL,
+        priority: int = 0,
+        name: str | None = None,
+    ) -> concurrent.futures.Future[Any]:
+        """:meth:`aioengine.Engine.push_async` (coroutines run on the engine's loop thread)."""
+        return self._bridge(
+            lambda: self._engine.push_async(
+                fn, ctx, const_vars, mutate_vars, prop=prop, priority=priority, name=name
+            )
+        )
+
+    def push(
+        self, handle: OprHandle[T], ctx: Context = _CPU0, *, priority: int = 0
+    ) -> concurrent.futures.Future[T]:
+        """:meth:`aioengine.Engine.push`, returning a :class:`concurrent.futures.Future`."""
+        return self._bridge(lambda: self._engine.push(handle, ctx, priority=priority))
+
+    def delete_var(
+        self,
+        var: Var,
+        delete_fn: Callable[[RunContext], object] | None = None,
+        ctx: Context = _CPU0,
+    ) -> concurrent.futures.Future[None]:
+        """:meth:`aioengine.Engine.delete_var`, returning a :class:`concurrent.futures.Future`."""
+        return self._bridge(lambda: self._engine.delete_var(var, delete_fn, ctx))
+
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        reads: Iterable[Var] = (),
+        writes: Iterable[Var] = (),
+        out: Var | Sequence[Var] | None = None,
+        ctx: Context = _CPU0,
+        prop: FnProperty = _NORMAL,
+        priority: int = 0,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> concurrent.futures.Future[Any]:
+        """:meth:`aioengine.Engine.submit`, returning a :class:`concurrent.futures.Future`."""
+        return self._bridge(
+            lambda: self._engine.submit(
+                fn,
+                *args,
+                reads=reads,
+                writes=writes,
+                out=out,
+                ctx=ctx,
+                prop=prop,
+                priority=priority,
+                name=name,
+                **kwargs,
+            )
+        )
+
+    def op(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        const_vars: Iterable[Var] = (),
+        mutate_vars: Iterable[Var] = (),
+        out: Var | Sequence[Var] | None = None,
+        ctx: Context = _CPU0,
+        prop: FnProperty = _NORMAL,
+        priority: int = 0,
+        name: str | None = None,
+    ) -> Any:
+        """:meth:`aioengine.Engine.op`: calls return :class:`concurrent.futures.Future` objects."""
+        reads, writes = tuple(const_vars), tuple(mutate_vars)
+
+        def decorate(f: Callable[..., Any]) -> Callable[..., concurrent.futures.Future[Any]]:
+            if not callable(f):
+                raise TypeError(f"@engine.op needs a function, got {f!r}")
+
+            @functools.wraps(f)
+            def push(*args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+                return self.submit(
+                    f,
+                    *args,
+                    reads=reads,
+                    writes=writes,
+                    out=out,
+                    ctx=ctx,
+                    prop=prop,
+                    priority=priority,
+                    name=name,
+                    **kwargs,
+                )
+
+            return push
+
+        return decorate(fn) if fn is not None else decorate
+
+    # -- waiting -----------------------------------------------------------------------
+
+    def wait_for_var(self, var: Var, *, timeout: float | None = None) -> None:
+        """Block until every operation pushed so far on ``var`` has finished.
+
+        Then raise the failure ``var`` carries, as :meth:`aioengine.Engine.wait_for_var`.
+
+        Raises:
+            TimeoutError: if ``timeout`` seconds pass first.
+            RuntimeError: if called on the engine's loop thread (it would deadlock).
+        """
+        self._check_thread("wait_for_var()")
+        portal = self._portal_or_raise("wait_for_var()")
+        portal.call(functools.partial(self._engine.wait_for_var, var, timeout=timeout))
+
+    def wait_for_all(self, *, timeout: float | None = None, progress: bool = False) -> None:
+        """Block until no operation is pending, then raise every unthrown failure.
+
+        As :meth:`aioengine.Engine.wait_for_all` (``progress=True`` shows a progress bar).
+
+        Raises:
+            ExceptionGroup: of every failure recorded and not yet thrown.
+            TimeoutError: if ``timeout`` seconds pass first.
+            RuntimeError: if called on the engine's loop thread (it would deadlock).
+        """
+        self._check_thread("wait_for_all()")
+        portal = self._portal_or_raise("wait_for_all()")
+        portal.call(
+            functools.partial(self._engine.wait_for_all, timeout=timeout, progress=progress)
+        )
+
+    def get(self, var: Var, *, timeout: float | None = None) -> Any:
+        """Block until every write to ``var`` pushed so far has run; return its value.
+
+        As :meth:`aioengine.Var.get`.
+
+        Raises:
+            TimeoutError: if ``timeout`` seconds pass first (the read is cancelled).
+            RuntimeError: if called on the engine's loop thread (it would deadlock).
+        """
+        self._check_thread("get()")
+        fut = self._bridge(lambda: self._engine.submit(_identity, var, prop=FnProperty.ASYNC))
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise TimeoutError(f"get({var!r}) timed out after {timeout} s") from None
+
+
+def _identity(value: object) -> object:
+    return value
+
+
+def run(
+    main: Callable[[], Coroutine[Any, Any, T]] | Coroutine[Any, Any, T], *, uvloop: bool = False
+) -> T:
+    """Run an async ``main`` on a new event loop in this thread and return its result.
+
+    ``main`` is a coroutine function (called with no arguments) or a coroutine. With
+    ``uvloop=True`` the loop is uvloop's (``pip install 'aioengine[uvloop]'``), otherwise
+    asyncio's default; like :func:`asyncio.run`, it cannot be called from a running loop.
+
+    Raises:
+        ImportError: if ``uvloop=True`` and uvloop is not installed.
+        TypeError: if ``main`` is neither a coroutine function nor a coroutine.
+    """
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    if uvloop:
+        try:
+            import uvloop as _uvloop
+        except ImportError as exc:
+            raise ImportError(
+                "ae.run(main, uvloop=True) needs uvloop, which is not installed: "
+                "pip install 'aioengine[uvloop]' (or call ae.run(main) for asyncio's loop)"
+            ) from exc
+        factory = _uvloop.new_event_loop
+    coro = main() if callable(main) else main
+    if not inspect.iscoroutine(coro):
+        raise TypeError(
+            f"ae.run() needs a coroutine function or a coroutine, got {main!r}; "
+            "define main with 'async def'"
+        )
+    with asyncio.Runner(loop_factory=factory) as runner:
+        result: T = runner.run(coro)
+    return result

@@ -1,0 +1,227 @@
+"""The recorder: what the engine itself does not keep (push sites, times, recent operations).
+
+The engine keeps only what it needs to run: pending operations (``Engine._live``) and the Var
+queues. Everything the observability tools want on top of that is collected here, by an
+:class:`~aioengine.instrument.Instrument` that is installed only when something asks for it
+(:meth:`Engine.record_history`, or ``Engine(watchdog=...)``), so an engine without it pays one
+truth test per hook and nothing else.
+
+While installed, :class:`Recorder` records for every operation pushed since: its push site
+(``file:line`` of the first frame outside aioengine), when it was pushed, started and
+finished, and the operations it depends on (:class:`DepTracker`). Finished operations go to a
+bounded history (the newest ``n``), which :meth:`Engine.graph` shows next to the pending ones.
+
+Threading: ``on_push`` and ``on_finish`` run with the engine lock held, so the recorder's own
+fields are guarded by that lock; ``on_start`` runs without it and only stores one float on a
+record. Readers (``graph()``, ``dump()``, ``statistics()``, the watchdog) take the engine lock.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import weakref
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from .instrument import Instrument
+from .operation import _CALLBACK, _CORO, OpState
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .operation import Operation
+    from .var import Var
+
+__all__ = ("DepTracker", "OpRecord", "Recorder", "kind_name", "pool_name")
+
+# Frames of these modules are skipped when looking for the push site.
+_INTERNAL = frozenset(
+    {
+        "aioengine.engine",
+        "aioengine.operation",
+        "aioengine.history",
+        "aioengine.instrument",
+        "aioengine.trace",
+    }
+)
+
+_MAX_READERS = 4096  # readers remembered per Var between two writes (dependency tracking)
+
+
+def pool_name(target: object) -> str:
+    """The short name of an executor (``cpu0``, ``cpu-priority``), or ``loop`` for None."""
+    if target is None:
+        return "loop"
+    name = getattr(target, "_name", None)
+    if isinstance(name, str):
+        return name.removeprefix("aioengine-")
+    return type(target).__name__
+
+
+def kind_name(kind: int) -> str:
+    """``sync``, ``coroutine`` or ``callback`` for an operation's ``_kind``."""
+    if kind == _CORO:
+        return "coroutine"
+    if kind == _CALLBACK:
+        return "callback"
+    return "sync"
+
+
+def push_site(depth: int = 2) -> str | None:
+    """``file:line`` of the innermost frame outside aioengine's own modules (cheap walk)."""
+    try:
+        frame: Any = sys._getframe(depth)
+    except ValueError:  # pragma: no cover - shallower stack than expected
+        return None
+    while frame is not None and frame.f_globals.get("__name__") in _INTERNAL:
+        frame = frame.f_back
+    if frame is None:  # pragma: no cover - pushed from inside the engine only
+        return None
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+class _VarTrack:
+    """The last writer of a Var and the readers since, as push sequence numbers."""
+
+    __slots__ = ("readers", "writer")
+
+    def __init__(self) -> None:
+        self.writer = 0  # 0: no writer seen
+        self.readers: list[int] = []
+
+
+class DepTracker:
+    """Computes each pushed operation's dependencies, in push order (caller serializes).
+
+    A reader depends on the previous writer of the Var; a writer on the previous writer and
+    on the readers since. Only the ``const_vars`` and ``mutate_vars`` count (not the hidden
+    serial-mode sequencer). Vars are held weakly.
+    """
+
+    def __init__(self) -> None:
+        self._vars: weakref.WeakKeyDictionary[Var, _VarTrack] = weakref.WeakKeyDictionary()
+
+    def push(self, op: Operation[Any]) -> tuple[tuple[int, str], ...]:
+        """Record ``op``'s accesses; return its dependencies as ``(seq, var name)`` pairs."""
+        deps: list[tuple[int, str]] = []
+        seq = op._seq
+        tracks = self._vars
+        for v in op._const:
+            track = tracks.get(v)
+            if track is None:
+                track = tracks[v] = _VarTrack()
+            if track.writer:
+                deps.append((track.writer, v.name))
+            track.readers.append(seq)
+            if len(track.readers) > _MAX_READERS:
+                del track.readers[: _MAX_READERS // 2]
+        for v in op._mutate:
+            track = tracks.get(v)
+            if track is None:
+                track = tracks[v] = _VarTrack()
+            if track.writer:
+                deps.append((track.writer, v.name))
+            deps.extend((r, v.name) for r in track.readers)
+            track.writer = seq
+            track.readers = []
+        return tuple(deps)
+
+
+class OpRecord:
+    """What the recorder knows about one operation (times are ``time.monotonic()``)."""
+
+    __slots__ = (
+        "const",
+        "deps",
+        "error",
+        "finished",
+        "kind",
+        "mutate",
+        "name",
+        "pool",
+        "priority",
+        "pushed",
+        "seq",
+        "site",
+        "started",
+        "state",
+    )
+
+    def __init__(
+        self, op: Operation[Any], site: str | None, deps: tuple[tuple[int, str], ...]
+    ) -> None:
+        self.seq = op._seq
+        self.name = op.name
+        self.kind = kind_name(op._kind)
+        self.pool = pool_name(op._target)
+        self.priority = op._priority
+        self.const = tuple(v.name for v in op._const)
+        self.mutate = tuple(v.name for v in op._mutate)
+        self.site = site
+        self.deps = deps
+        self.pushed = time.monotonic()
+        self.started: float | None = None
+        self.finished: float | None = None
+        self.state = OpState.PENDING
+        self.error: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<OpRecord #{self.seq} {self.name!r} {self.state.name.lower()}>"
+
+
+class Recorder(Instrument):
+    """Records push sites, times, dependencies and the newest finished operations.
+
+    Install it with :meth:`Engine.record_history`; ``Engine(watchdog=...)`` installs one too.
+    """
+
+    def __init__(self, history: int) -> None:
+        self.history: deque[OpRecord] = deque(maxlen=history)  # finished, oldest first
+        self.live: dict[int, OpRecord] = {}  # pending operations pushed while installed
+        self.busy: dict[str, float] = {}  # seconds from start to finish, by pool
+        self.since = time.monotonic()  # when it was installed
+        self._deps = DepTracker()
+
+    @staticmethod
+    def of(engine: Engine) -> Recorder | None:
+        """The recorder installed on ``engine``, if any."""
+        for inst in engine._instruments:
+            if isinstance(inst, Recorder):
+                return inst
+        return None
+
+    @staticmethod
+    def ensure(engine: Engine, history: int) -> Recorder:
+        """Install a recorder keeping ``history`` operations, or resize the installed one."""
+        with engine._lock:
+            current = Recorder.of(engine)
+            if current is not None:
+                if current.history.maxlen != history:
+                    current.history = deque(current.history, maxlen=history)
+                return current
+        recorder = Recorder(history)
+        engine.add_instrument(recorder)
+        return recorder
+
+    def on_push(self, op: Operation[Any]) -> None:
+        """Record the push site, time and dependencies (engine lock held)."""
+        self.live[op._seq] = OpRecord(op, push_site(3), self._deps.push(op))
+
+    def on_start(self, op: Operation[Any]) -> None:
+        """Record the start time (no lock: one attribute store)."""
+        record = self.live.get(op._seq)
+        if record is not None:
+            record.started = time.monotonic()
+
+    def on_finish(self, op: Operation[Any]) -> None:
+        """Move the operation to the history with its outcome (engine lock held)."""
+        record = self.live.pop(op._seq, None)
+        if record is None:
+            return  # pushed before the recorder was installed
+        record.finished = now = time.monotonic()
+        record.state = op._state
+        if op._exception is not None:
+            record.error = f"{type(op._exception).__name__}: {op._exception}"
+        if record.started is not None:
+            self.busy[record.pool] = self.busy.get(record.pool, 0.0) + now - record.started
+        self.history.append(record)

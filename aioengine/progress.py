@@ -1,0 +1,82 @@
+"""``await engine.wait_for_all(progress=True)``: a progress bar of finished vs pushed operations.
+
+The bar is ``tqdm.auto.tqdm`` (a widget in Jupyter, text in a terminal) when tqdm is installed
+(``pip install 'aioengine[progress]'``); without it a plain ``done/total`` line is rewritten
+on stderr. Its total is the number of operations pending when the wait started plus those
+pushed while it runs, so it grows when more work arrives. It is refreshed every
+:data:`INTERVAL` seconds from the engine's counters; the operations themselves pay nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .stats import finished_total
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+__all__ = ("INTERVAL", "drain_with_progress")
+
+INTERVAL = 0.1  # seconds between refreshes
+
+
+class _Bar(Protocol):
+    total: Any
+    n: Any
+
+    def refresh(self) -> Any: ...
+    def close(self) -> Any: ...
+
+
+class _TextBar:
+    """The fallback without tqdm: ``aioengine: 3/10 operations`` rewritten on stderr."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.n = 0
+
+    def refresh(self) -> None:
+        sys.stderr.write(f"\raioengine: {self.n}/{self.total} operations")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        self.refresh()
+        sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _make_bar(total: int) -> _Bar:
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return _TextBar(total)
+    bar: _Bar = tqdm(total=total, unit="op", desc="aioengine", leave=True)
+    return bar
+
+
+async def drain_with_progress(engine: Engine, timeout: float | None) -> None:  # noqa: ASYNC109
+    """``engine._drained(timeout)`` while showing a progress bar."""
+    with engine._lock:
+        base = finished_total(engine)
+        total = len(engine._live)
+    bar = _make_bar(total)
+    drained = asyncio.ensure_future(engine._drained(None))
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                done, _ = await asyncio.wait({drained}, timeout=INTERVAL)
+                with engine._lock:
+                    finished = finished_total(engine) - base
+                    pending = len(engine._live)
+                bar.total = max(bar.total, finished + pending)
+                bar.n = finished
+                bar.refresh()
+                if done:
+                    drained.result()
+                    return
+    finally:
+        drained.cancel()  # no-op when done; else its waiter is removed as it unwinds
+        bar.close()

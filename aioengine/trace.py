@@ -1,0 +1,377 @@
+"""Trace export: Chrome trace-event JSON that Perfetto and ``chrome://tracing`` open.
+
+``async with engine.trace("run.json"):`` (or :meth:`Engine.start_trace` /
+:meth:`Engine.stop_trace`) installs a :class:`Tracer` instrument for the duration; with no
+trace running the engine pays nothing but its usual truth test on the (empty) instruments.
+
+Layout of the trace (one process, ``aioengine``):
+
+* one track per worker thread (``aioengine-cpu0_0`` ...): a complete slice (``ph: X``) per
+  synchronous operation, from the moment it starts to the moment it finished;
+* the event-loop thread: synchronous operations that run inline (``FnProperty.ASYNC``, serial
+  mode);
+* ``coroutine ops #k`` lanes: one slice per coroutine operation, from its start to its end,
+  with child slices ``run`` (a step of the coroutine actually executing on the loop, timed by
+  wrapping the coroutine, see :meth:`Tracer.wrap_coroutine`) and ``await`` (suspended between
+  two steps). Lanes are allocated like registers, so operations on one lane never overlap;
+* ``callback ops #k`` lanes: callback-style operations, from their start to ``on_complete()``;
+* instant events for operations that finished without running (skipped or cancelled);
+* flow arrows (``ph: s`` / ``ph: f``) from each operation to the ones it waited for: those it
+  depends on through a Var (see ``graph.py``) that were still pending when it was pushed.
+
+Every operation slice carries ``args``: ``seq``, ``name``, ``kind``, ``pool``, ``const_vars``,
+``mutate_vars``, ``priority``, ``outcome`` (``done``, ``failed``, ``cancelled``, ...) and the
+``error`` of a failed one.
+
+Threading: hooks run on whatever thread the engine calls them from; the tracer's own lock
+``_mu`` guards its fields and is taken inside the engine lock in ``on_push``/``on_finish``
+(lock order: engine lock, then ``_mu``); the tracer never calls back into the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Coroutine, Generator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from .history import DepTracker, kind_name, pool_name
+from .instrument import Instrument
+from .operation import _CALLBACK, _CORO
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .operation import Operation
+
+__all__ = ("TraceSession", "Tracer")
+
+_now = time.perf_counter_ns
+_LANE_TID = 1 << 24  # pseudo thread ids of the lanes start here (above Linux's pid_max)
+
+
+class _SteppedCoroutine(Coroutine[Any, Any, Any]):
+    """Runs ``coro`` unchanged, appending ``(start_ns, end_ns)`` for each step to ``steps``.
+
+    ``cr_await`` exposes the wrapped coroutine, so await-stack walkers (``dump.py``) see
+    through the wrapper.
+    """
+
+    __slots__ = ("_coro", "_steps")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], steps: list[tuple[int, int]]) -> None:
+        self._coro = coro
+        self._steps = steps
+
+    def send(self, value: Any) -> Any:
+        start = _now()
+        try:
+            return self._coro.send(value)
+        finally:
+            self._steps.append((start, _now()))
+
+    def throw(self, typ: Any, val: Any = None, tb: TracebackType | None = None) -> Any:
+        start = _now()
+        try:
+            if val is None and tb is None:
+                return self._coro.throw(typ)
+            return self._coro.throw(typ, val, tb)  # pragma: no cover - the 3-argument form
+        finally:
+            self._steps.append((start, _now()))
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self
+
+    def __iter__(self) -> _SteppedCoroutine:
+        return self  # pragma: no cover - asyncio calls send()
+
+    def __next__(self) -> Any:
+        return self.send(None)  # pragma: no cover - asyncio calls send()
+
+    @property
+    def cr_await(self) -> Coroutine[Any, Any, Any]:
+        """The wrapped coroutine."""
+        return self._coro
+
+
+class _Started:
+    """An operation that has started: where and when, and its steps if a coroutine."""
+
+    __slots__ = ("lane", "start", "steps", "tid")
+
+    def __init__(self, start: int, tid: int, lane: int | None) -> None:
+        self.start = start
+        self.tid = tid
+        self.lane = lane  # index into the coroutine or callback lanes, or None
+        self.steps: list[tuple[int, int]] = []
+
+
+class Tracer(Instrument):
+    """Collects trace events while installed; :meth:`finish` turns them into the JSON object."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._mu = threading.Lock()
+        self._t0 = _now()
+        self._pid = os.getpid()
+        self._deps = DepTracker()
+        self._waited: dict[int, tuple[tuple[int, str], ...]] = {}  # seq -> deps still pending
+        self._started: dict[int, _Started] = {}
+        self._slices: dict[int, tuple[int, float, float]] = {}  # seq -> (tid, start, end) in us
+        self._events: list[dict[str, Any]] = []
+        self._threads: dict[int, tuple[str, int]] = {}  # tid -> (name, sort index)
+        self._lanes: dict[str, list[bool]] = {"coroutine": [], "callback": []}  # busy flags
+        self._flow_id = 0
+
+    # -- hooks ---------------------------------------------------------------------------
+
+    def on_push(self, op: Operation[Any]) -> None:
+        """Remember which of ``op``'s dependencies are still pending (engine lock held)."""
+        live = self._engine._live
+        deps = tuple(d for d in self._deps.push(op) if d[0] in live)
+        if deps:
+            with self._mu:
+                self._waited[op._seq] = deps
+
+    def on_start(self, op: Operation[Any]) -> None:
+        """Note when and on which thread (or lane) ``op`` starts."""
+        start = _now()
+        kind = op._kind
+        with self._mu:
+            if kind in (_CORO, _CALLBACK):
+                lanes = self._lanes["coroutine" if kind == _CORO else "callback"]
+                lane = next((i for i, busy in enumerate(lanes) if not busy), len(lanes))
+                if lane == len(lanes):
+                    lanes.append(True)
+                else:
+                    lanes[lane] = True
+                self._started[op._seq] = _Started(start, self._lane_tid(kind, lane), lane)
+                return
+            tid = threading.get_native_id()
+            if tid not in self._threads:
+                name = threading.current_thread().name
+                if threading.get_ident() == self._engine._loop_thread:
+                    self._threads[tid] = (f"event loop ({name})", 0)
+                else:
+                    self._threads[tid] = (name, 1000 + len(self._threads))
+            self._started[op._seq] = _Started(start, tid, None)
+
+    def wrap_coroutine(
+        self, op: Operation[Any], coro: Coroutine[Any, Any, Any]
+    ) -> Coroutine[Any, Any, Any]:
+        """Time each step of the coroutine (the ``run`` slices)."""
+        with self._mu:
+            started = self._started.get(op._seq)
+        if started is None:  # the trace started between on_start and here
+            return coro
+        return _SteppedCoroutine(coro, started.steps)
+
+    def on_finish(self, op: Operation[Any]) -> None:
+        """Emit ``op``'s slices and flows (engine lock held)."""
+        end = _now()
+        args = self._args(op)
+        with self._mu:
+            self._finish(op._seq, op._kind, args, end)
+
+    # -- building events (``_mu`` held) -------------------------------------------------
+
+    def _lane_tid(self, kind: int, lane: int) -> int:
+        base = _LANE_TID if kind == _CORO else _LANE_TID * 2
+        tid = base + lane
+        if tid not in self._threads:
+            label = "coroutine ops" if kind == _CORO else "callback ops"
+            self._threads[tid] = (f"{label} #{lane + 1}", 1 + lane + (0 if kind == _CORO else 500))
+        return tid
+
+    def _us(self, ns: int) -> float:
+        return (ns - self._t0) / 1000.0
+
+    @staticmethod
+    def _args(op: Operation[Any]) -> dict[str, Any]:
+        args: dict[str, Any] = {
+            "seq": op._seq,
+            "name": op.name,
+            "kind": kind_name(op._kind),
+            "pool": pool_name(op._target),
+            "const_vars": [v.name for v in op._const],
+            "mutate_vars": [v.name for v in op._mutate],
+            "priority": op._priority,
+            "outcome": op._state.name.lower(),
+        }
+        if op._exception is not None:
+            args["error"] = f"{type(op._exception).__name__}: {op._exception}"
+        return args
+
+    def _finish(self, seq: int, kind: int, args: dict[str, Any], end: int) -> None:
+        started = self._started.pop(seq, None)
+        waited = self._waited.pop(seq, ())
+        if started is None:  # finished without running: skipped, or cancelled before start
+            tid = threading.get_native_id()
+            if tid not in self._threads:
+                self._threads[tid] = (threading.current_thread().name, 900)
+            self._events.append(
+                {
+                    "name": args["name"],
+                    "cat": "op",
+                    "ph": "i",
+                    "s": "t",
+                    "ts": self._us(end),
+                    "pid": self._pid,
+                    "tid": tid,
+                    "args": args,
+                }
+            )
+            return
+        tid = started.tid
+        start_us, end_us = self._us(started.start), self._us(end)
+        self._slice(args["name"], "op", tid, start_us, end_us, args)
+        if kind == _CORO:
+            previous: float | None = None
+            for step_start, step_end in started.steps:
+                s, e = self._us(step_start), self._us(min(step_end, end))
+                if previous is not None and s > previous:
+                    self._slice("await", "await", tid, previous, s, {"seq": seq})
+                self._slice("run", "run", tid, s, e, {"seq": seq})
+                previous = e
+        if started.lane is not None:
+            self._lanes["coroutine" if kind == _CORO else "callback"][started.lane] = False
+        self._slices[seq] = (tid, start_us, end_us)
+        for dep, var in waited:
+            source = self._slices.get(dep)
+            if source is None:
+                continue
+            dep_tid, dep_start, dep_end = source
+            self._flow_id += 1
+            common = {"name": f"waits on {var}", "cat": "dependency", "id": self._flow_id}
+            self._events.append(
+                {
+                    **common,
+                    "ph": "s",
+                    "ts": dep_end - min(0.5, (dep_end - dep_start) / 2),
+                    "pid": self._pid,
+                    "tid": dep_tid,
+                }
+            )
+            self._events.append(
+                {
+                    **common,
+                    "ph": "f",
+                    "bp": "e",
+                    "ts": start_us + min(0.5, (end_us - start_us) / 2),
+                    "pid": self._pid,
+                    "tid": tid,
+                }
+            )
+
+    def _slice(
+        self, name: str, cat: str, tid: int, start: float, end: float, args: dict[str, Any]
+    ) -> None:
+        self._events.append(
+            {
+                "name": name,
+                "cat": cat,
+                "ph": "X",
+                "ts": start,
+                "dur": max(end - start, 0.0),
+                "pid": self._pid,
+                "tid": tid,
+                "args": args,
+            }
+        )
+
+    # -- output --------------------------------------------------------------------------
+
+    def finish(self, live: list[Operation[Any]]) -> dict[str, Any]:
+        """Close the slices of ``live`` operations still running and return the trace."""
+        end = _now()
+        with self._mu:
+            for op in live:
+                if op._seq in self._started:
+                    args = self._args(op)
+                    args["outcome"] = "unfinished (trace stopped)"
+                    self._finish(op._seq, op._kind, args, end)
+            events = sorted(self._events, key=lambda e: (e["ts"], e["ph"] != "X"))
+            meta: list[dict[str, Any]] = [
+                {"name": "process_name", "ph": "M", "pid": self._pid, "args": {"name": "aioengine"}}
+            ]
+            for tid, (name, index) in sorted(self._threads.items()):
+                meta.append(
+                    {"name": "thread_name", "ph": "M", "pid": self._pid, "tid": tid,
+                     "args": {"name": name}}
+                )  # fmt: skip
+                meta.append(
+                    {"name": "thread_sort_index", "ph": "M", "pid": self._pid, "tid": tid,
+                     "args": {"sort_index": index}}
+                )  # fmt: skip
+        return {
+            "traceEvents": meta + events,
+            "displayTimeUnit": "ms",
+            "otherData": {"producer": "aioengine"},
+        }
+
+
+def start_trace(engine: Engine) -> Tracer:
+    """Install a :class:`Tracer` on ``engine`` (RuntimeError if one is running)."""
+    with engine._lock:
+        if any(isinstance(i, Tracer) for i in engine._instruments):
+            raise RuntimeError(f"{engine!r} is already tracing; call stop_trace() first")
+        tracer = Tracer(engine)
+        engine._instruments = (*engine._instruments, tracer)
+    return tracer
+
+
+def stop_trace(engine: Engine, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Uninstall the running :class:`Tracer`; return the trace and write it to ``path``."""
+    with engine._lock:
+        tracer = next((i for i in engine._instruments if isinstance(i, Tracer)), None)
+        if tracer is None:
+            raise RuntimeError(f"{engine!r} is not tracing; call start_trace() first")
+        engine._instruments = tuple(i for i in engine._instruments if i is not tracer)
+        live = list(engine._live.values())
+    trace = tracer.finish(live)
+    if path is not None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(trace, f)
+    return trace
+
+
+class TraceSession:
+    """What :meth:`Engine.trace` returns: traces while its ``with`` / ``async with`` block runs.
+
+    Attributes:
+        path: where the JSON is written on exit (None: not written).
+        trace: the trace-event JSON object, once the block has exited (else None).
+    """
+
+    def __init__(self, engine: Engine, path: str | os.PathLike[str] | None) -> None:
+        self._engine = engine
+        self.path = path
+        self.trace: dict[str, Any] | None = None
+
+    def __enter__(self) -> TraceSession:
+        start_trace(self._engine)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.trace = stop_trace(self._engine, self.path)
+
+    async def __aenter__(self) -> TraceSession:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)

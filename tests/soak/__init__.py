@@ -1,0 +1,1 @@
+"""Chaos soak: random fault-injecting programs checked against a sequential model."""

@@ -1,0 +1,282 @@
+"""BlockingEngine (synchronous code, other threads) and ae.run."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import sys
+import threading
+
+import pytest
+
+import aioengine as ae
+
+from .conftest import Monitor
+
+
+@pytest.fixture(params=[pytest.param(False, id="threaded"), pytest.param(True, id="serial")])
+def be(request: pytest.FixtureRequest):
+    with ae.BlockingEngine(cpu_workers=2, serial=request.param) as engine:
+        yield engine
+
+
+def test_pushes_return_concurrent_futures_in_rule_order(be: ae.BlockingEngine) -> None:
+    x = be.new_var("x")
+    trace: list[str] = []
+    first = be.push_sync(lambda r: trace.append("w1") or 1, mutate_vars=[x])
+    reads = [be.push_sync(lambda r: len(trace), const_vars=[x]) for _ in range(3)]
+    be.push_sync(lambda r: trace.append("w2"), mutate_vars=[x])
+    assert isinstance(first, concurrent.futures.Future)
+    assert isinstance(first.operation, ae.Operation)  # type: ignore[attr-defined]
+    be.wait_for_var(x)
+    assert trace == ["w1", "w2"]
+    assert first.result() == 1
+    assert [f.result(timeout=5) for f in reads] == [1, 1, 1]
+    assert x.version == 2
+
+
+def test_async_callback_operator_and_delete(be: ae.BlockingEngine) -> None:
+    x = be.new_var("x")
+
+    async def coro(rctx: ae.RunContext) -> str:
+        await asyncio.sleep(0)
+        return "coro"
+
+    def callback(rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+        on_complete()
+
+    h = be.new_operator(lambda r: "handle", [x], [])
+    futs = [be.push_async(coro, mutate_vars=[x]), be.push_async(callback), be.push(h)]
+    assert [f.result(timeout=5) for f in futs] == ["coro", None, "handle"]
+    be.delete_operator(h)
+    with pytest.raises(ae.OperatorDeletedError):
+        be.push(h)
+    deleted: list[str] = []
+    be.delete_var(x, lambda r: deleted.append("freed")).result(timeout=5)
+    assert deleted == ["freed"]
+    with pytest.raises(ae.VarDeletedError):
+        be.push_sync(lambda r: None, const_vars=[x])
+
+
+def test_many_threads_at_once_keep_the_rule(monitor: Monitor) -> None:
+    with ae.BlockingEngine(cpu_workers=4) as be:
+        vars_ = [be.new_var(f"v{i}") for i in range(4)]
+        counts = [0] * 4
+
+        def worker(t: int) -> None:
+            for k in range(50):
+                i, j = (t + k) % 4, (t + 2 * k + 1) % 4
+                reads, writes = ((vars_[j],) if j != i else ()), (vars_[i],)
+
+                def fn(r: ae.RunContext, i: int = i, reads=reads, writes=writes) -> None:
+                    monitor.enter("op", reads, writes)
+                    counts[i] += 1
+                    monitor.exit(reads, writes)
+
+                be.push_sync(fn, const_vars=reads, mutate_vars=writes)
+                if k % 10 == 0:
+                    be.wait_for_var(vars_[i], timeout=10)
+            be.wait_for_all(timeout=10)
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        be.wait_for_all(timeout=10)
+    assert sum(counts) == 300
+    assert monitor.violations == []
+
+
+def test_failures_and_throw_once(be: ae.BlockingEngine) -> None:
+    x = be.new_var("x")
+    err = ValueError("boom")
+
+    def fail(r: ae.RunContext) -> None:
+        raise err
+
+    f = be.push_sync(fail, mutate_vars=[x])
+    skipped = be.push_sync(lambda r: None, const_vars=[x])
+    assert f.exception(timeout=5) is err
+    assert isinstance(skipped.exception(timeout=5), ae.DependencyError)
+    with pytest.raises(ValueError, match="boom"):
+        be.wait_for_var(x)
+    be.wait_for_var(x)  # thrown once
+    be.push_sync(fail)
+    with pytest.raises(ExceptionGroup) as info:
+        be.wait_for_all()
+    assert info.value.exceptions == (err,)
+
+
+def test_timeouts_and_cancel() -> None:
+    with ae.BlockingEngine(cpu_workers=1) as be:
+        x = be.new_var("x")
+        gate = threading.Event()
+        running = be.push_sync(lambda r: gate.wait(5), mutate_vars=[x])
+        queued_ran: list[int] = []
+        queued = be.push_sync(lambda r: queued_ran.append(1), const_vars=[x])
+        with pytest.raises(TimeoutError, match="timed out"):
+            be.wait_for_var(x, timeout=0.05)
+        with pytest.raises(TimeoutError):
+            be.wait_for_all(timeout=0.05)
+        assert queued.cancel()
+        assert queued.cancelled()
+        assert not running.cancel()  # a running thread cannot be interrupted
+        with pytest.raises(concurrent.futures.TimeoutError):
+            running.result(timeout=0.01)
+        gate.set()
+        be.wait_for_all(timeout=5)
+        assert running.result() is True
+        assert queued_ran == []
+        assert not queued.cancel()  # already done
+
+
+def test_blocking_on_the_loop_thread_raises_instead_of_deadlocking() -> None:
+    with ae.BlockingEngine(cpu_workers=1) as be:
+        x = be.new_var("x")
+        gate = threading.Event()
+        pending = be.push_sync(lambda r: gate.wait(5), mutate_vars=[x])
+
+        async def in_coroutine(rctx: ae.RunContext) -> None:
+            be.wait_for_var(x)
+
+        def inline(rctx: ae.RunContext) -> None:
+            pending.result()
+
+        def inline_all(rctx: ae.RunContext) -> None:
+            be.wait_for_all()
+
+        errors = [
+            be.push_async(in_coroutine).exception(timeout=5),
+            be.push_sync(inline, prop=ae.FnProperty.ASYNC).exception(timeout=5),
+            be.push_sync(inline_all, prop=ae.FnProperty.ASYNC).exception(timeout=5),
+        ]
+        gate.set()
+        for exc in errors:
+            assert isinstance(exc, RuntimeError)
+            assert "own event-loop thread" in str(exc)
+        with pytest.raises(ExceptionGroup):
+            be.wait_for_all(timeout=5)
+
+
+def test_serial_mode_ops_run_on_the_loop_thread_and_cannot_block() -> None:
+    with ae.BlockingEngine(serial=True) as be:
+        x = be.new_var("x")
+        fut = be.push_sync(lambda r: be.wait_for_var(x))
+        assert isinstance(fut.exception(timeout=5), RuntimeError)
+        with pytest.raises(ExceptionGroup):
+            be.wait_for_all()
+
+
+def test_push_from_a_thread_running_its_own_loop() -> None:
+    with ae.BlockingEngine(cpu_workers=1) as be:
+
+        async def other_app() -> int:
+            fut = be.push_sync(lambda r: 41)
+            return await asyncio.wrap_future(fut) + 1
+
+        assert asyncio.run(other_app()) == 42
+
+
+def test_lifecycle_errors() -> None:
+    be = ae.BlockingEngine(cpu_workers=1)
+    assert "not started" in repr(be)
+    with pytest.raises(RuntimeError, match="not started"):
+        be.push_sync(lambda r: None)
+    with be:
+        assert "running" in repr(be)
+        with pytest.raises(RuntimeError, match="already entered"):
+            be.__enter__()
+    assert be.closed
+    be.close()  # idempotent
+    with pytest.raises(ae.EngineClosedError):
+        be.wait_for_all()
+    with pytest.raises(ae.EngineClosedError):
+        be.__enter__()
+    with pytest.raises(ValueError, match="cpu_workers"):
+        ae.BlockingEngine(cpu_workers=0)
+
+
+def test_a_raising_body_cancels_what_has_not_started() -> None:
+    ran: list[int] = []
+    futures: list[concurrent.futures.Future[object]] = []
+
+    def body() -> None:
+        with ae.BlockingEngine(cpu_workers=1) as be:
+            x = be.new_var("x")
+            gate = threading.Event()
+            be.push_sync(lambda r: gate.wait(5), mutate_vars=[x])
+            futures.append(be.push_sync(lambda r: ran.append(1), mutate_vars=[x]))
+            gate.set()
+            raise KeyError("body")
+
+    with pytest.raises(KeyError, match="body"):
+        body()
+    assert futures[0].cancelled() or ran == [1]
+
+
+def test_values_submit_and_op() -> None:
+    with ae.BlockingEngine(cpu_workers=2) as be:
+        total = be.new_var("total", value=0)
+
+        @be.op(out=total)
+        def add(current: int, k: int) -> int:
+            return current + k
+
+        futs = [add(total, k) for k in range(10)]
+        assert be.get(total, timeout=5) == 45
+        assert futs[-1].result() == 45
+        assert be.submit(lambda t: t * 2, total).result(timeout=5) == 90
+
+
+def test_get_timeout_cancels_the_read() -> None:
+    with ae.BlockingEngine(cpu_workers=1) as be:
+        x = be.new_var("x", value=1)
+        gate = threading.Event()
+        be.push_sync(lambda r: gate.wait(5), mutate_vars=[x])
+        with pytest.raises(TimeoutError, match="get"):
+            be.get(x, timeout=0.05)
+        gate.set()
+        assert be.get(x) == 1
+
+
+def test_uvloop_loop_thread() -> None:
+    pytest.importorskip("uvloop")
+    with ae.BlockingEngine(uvloop=True, cpu_workers=1) as be:
+
+        async def loop_type(rctx: ae.RunContext) -> str:
+            return type(asyncio.get_running_loop()).__module__
+
+        assert be.push_async(loop_type).result(timeout=5).startswith("uvloop")
+
+
+def test_run_returns_mains_result() -> None:
+    async def main() -> str:
+        async with ae.Engine(cpu_workers=1) as engine:
+            return await engine.push_sync(lambda r: "done")
+
+    assert ae.run(main) == "done"
+    assert ae.run(main()) == "done"
+
+
+def test_run_on_uvloop() -> None:
+    pytest.importorskip("uvloop")
+
+    async def main() -> str:
+        return type(asyncio.get_running_loop()).__module__
+
+    assert ae.run(main, uvloop=True).startswith("uvloop")
+
+
+def test_run_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(TypeError, match="async def"):
+        ae.run(lambda: 1)  # type: ignore[arg-type,return-value]
+    monkeypatch.setitem(sys.modules, "uvloop", None)
+
+    async def main() -> None:
+        pass
+
+    coro = main()
+    with pytest.raises(ImportError, match=r"aioengine\[uvloop\]"):
+        ae.run(coro, uvloop=True)
+    coro.close()

@@ -1,0 +1,163 @@
+"""Hang diagnosis: a hung operation is named in the dump and in the timeout errors."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+
+import pytest
+
+import aioengine as ae
+
+SERIAL = "<serial>"  # the hidden Var every operation writes in serial mode
+
+
+class Hang:
+    """A callback-style function that never calls on_complete until ``release()``."""
+
+    def __init__(self) -> None:
+        self.tokens: list[ae.OnComplete] = []
+
+    def __call__(self, rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+        self.tokens.append(on_complete)
+
+    def release(self) -> None:
+        for token in self.tokens:
+            if not token._called:
+                token()
+
+
+@pytest.fixture
+def hang() -> Iterator[Hang]:
+    """Request it after the engine fixture: it is released before the engine closes."""
+    h = Hang()
+    try:
+        yield h
+    finally:
+        h.release()
+
+
+def public(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return tuple(p for p in pairs if p[0] != SERIAL)
+
+
+class TestDump:
+    async def test_hung_callback_op_is_named_and_flagged(
+        self, engine: ae.Engine, hang: Hang
+    ) -> None:
+        x = engine.new_var("x")
+        engine.push_async(hang, mutate_vars=[x], name="hang")
+        engine.push_sync(lambda r: None, const_vars=[x], name="reader")
+        await asyncio.sleep(0.01)
+        dump = engine.dump()
+        assert dump.pending == 2
+        hung = dump.op("hang")
+        assert hung.state is ae.OpState.RUNNING
+        assert public(hung.holds) == (("x", "write"),)
+        assert hung.flag is not None and "on_complete() has not been called" in hung.flag
+        reader = dump.op("reader")
+        assert reader.state is ae.OpState.PENDING
+        assert public(reader.waits) == (("x", "read"),)
+        (var,) = [v for v in dump.vars if v.name != SERIAL]
+        assert var.name == "x"
+        assert var.holders == ((hung.seq, "write"),)
+        assert var.waiters == ((reader.seq, "read"),)
+        text = str(dump)
+        assert re.search(r"held by  #\d+ 'hang' \(write, running\)", text)
+        assert re.search(r"waiting  #\d+ 'reader' \(read, pending\)", text)
+        assert "engine.record_history()" in text  # no push sites without a recorder
+        with pytest.raises(KeyError):
+            dump.op("nobody")
+        hang.release()
+        await engine.wait_for_all()
+        assert str(engine.dump()) == "aioengine dump: 0 pending operation(s), 0 busy Var(s) shown"
+
+    async def test_timeouts_name_the_hung_op(self, engine: ae.Engine, hang: Hang) -> None:
+        x, y = engine.new_var("x"), engine.new_var("y")
+        engine.push_async(hang, mutate_vars=[x], name="hang")
+        # 'stuck' holds y and waits for x: waiting for y must lead to 'hang' through it.
+        engine.push_sync(lambda r: None, const_vars=[x], mutate_vars=[y], name="stuck")
+        engine.push_sync(lambda r: None, mutate_vars=[engine.new_var("z")], name="unrelated")
+        with pytest.raises(TimeoutError) as info:
+            await engine.wait_for_var(y, timeout=0.05)
+        message = str(info.value)
+        assert message.startswith("wait_for_var(<Var 'y'")
+        assert "'stuck'" in message and "'hang'" in message
+        assert "on_complete() has not been called" in message
+        assert "unrelated" not in message
+        with pytest.raises(TimeoutError) as info:
+            await engine.wait_for_all(timeout=0.05)
+        message = str(info.value)
+        assert re.search(r"with [23] operation\(s\) pending", message)  # unrelated: serial
+        assert "'hang'" in message and "on_complete() has not been called" in message
+        hang.release()
+        await engine.wait_for_all()
+
+    async def test_push_sites_and_times_with_a_recorder(
+        self, threaded_engine: ae.Engine, hang: Hang
+    ) -> None:
+        engine = threaded_engine
+        engine.record_history()
+        x = engine.new_var("x")
+        line = _lineno() + 1
+        engine.push_async(hang, mutate_vars=[x], name="hang")
+        await asyncio.sleep(0.01)
+        hung = engine.dump().op("hang")
+        assert hung.site is not None and hung.site.endswith(f"test_dump.py:{line}")
+        assert hung.pending_for is not None and hung.running_for is not None
+        assert hung.pending_for >= hung.running_for >= 0
+        assert f"test_dump.py:{line}" in str(engine.dump())
+        hang.release()
+        await engine.wait_for_all()
+
+    async def test_await_stack_of_a_suspended_coroutine(self, engine: ae.Engine) -> None:
+        release = asyncio.Event()
+
+        async def inner() -> None:
+            await release.wait()
+
+        async def outer(rctx: ae.RunContext) -> None:
+            await inner()
+
+        op = engine.push_async(outer, name="outer")
+        await asyncio.sleep(0.01)
+        info = engine.dump().op("outer")
+        functions = [frame.rsplit(" in ", 1)[1] for frame in info.stack]
+        assert functions[:3] == ["outer", "inner", "wait"]
+        assert "suspended in:" in str(engine.dump())
+        release.set()
+        await op
+
+    async def test_await_stack_through_the_tracer(self, threaded_engine: ae.Engine) -> None:
+        engine = threaded_engine
+        release = asyncio.Event()
+
+        async def sleeper(rctx: ae.RunContext) -> None:
+            await release.wait()
+
+        async with engine.trace():
+            op = engine.push_async(sleeper, name="sleeper")
+            await asyncio.sleep(0.01)
+            functions = [f.rsplit(" in ", 1)[1] for f in engine.dump().op("sleeper").stack]
+            assert functions[:2] == ["sleeper", "wait"]
+            release.set()
+            await op
+
+    async def test_format_limit(self, threaded_engine: ae.Engine, hang: Hang) -> None:
+        engine = threaded_engine
+        x = engine.new_var("x")
+        engine.push_async(hang, mutate_vars=[x], name="hang")
+        for i in range(5):
+            engine.push_sync(lambda r: None, mutate_vars=[x], name=f"w{i}")
+        text = engine.dump().format(limit=2)
+        assert "... and 4 more operation(s)" in text
+        assert "'w1'" not in text.split("Operations:")[1]
+        hang.release()
+        await engine.wait_for_all()
+
+
+def _lineno() -> int:
+    import sys
+
+    return sys._getframe(1).f_lineno

@@ -1,0 +1,139 @@
+"""The ergonomic layer: submit(), @engine.op and Vars that carry values."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+import aioengine as ae
+
+
+async def test_submit_passes_ordinary_arguments(engine: ae.Engine) -> None:
+    assert await engine.submit(pow, 2, 10) == 1024
+    assert await engine.submit(sorted, [3, 1, 2], reverse=True) == [3, 2, 1]
+
+
+async def test_var_arguments_are_passed_by_value_and_read(engine: ae.Engine) -> None:
+    a = engine.new_var("a", value=np.arange(4.0))
+    assert a.has_value
+    assert not engine.new_var("b").has_value
+    total = await engine.submit(np.sum, a)
+    assert total == 6.0
+    assert await engine.submit(lambda x, scale: x * scale, a, scale=a) is not None
+
+
+async def test_writes_mutate_values_in_place_in_push_order(engine: ae.Engine) -> None:
+    w = engine.new_var("w", value=np.zeros(3))
+    g = engine.new_var("g", value=np.ones(3))
+    seen: list[float] = []
+
+    @engine.op(mutate_vars=[w])
+    def step(w: np.ndarray, g: np.ndarray, lr: float = 1.0) -> None:
+        w -= lr * g
+
+    def observe(w: np.ndarray) -> None:
+        seen.append(float(w[0]))
+
+    for _ in range(5):
+        step(w, g)
+        engine.submit(observe, w)
+    assert list(await w.get()) == [-5.0, -5.0, -5.0]
+    assert seen == [-1.0, -2.0, -3.0, -4.0, -5.0]
+    assert w.version == 5
+    assert g.version == 0
+
+
+async def test_out_replaces_values(engine: ae.Engine) -> None:
+    count = engine.new_var("count", value=0)
+
+    @engine.op(out=count)
+    async def increment(n: int) -> int:
+        await asyncio.sleep(0)
+        return n + 1
+
+    ops = [increment(count) for _ in range(10)]
+    assert await count.get() == 10
+    assert [await op for op in ops] == list(range(1, 11))
+    lo, hi = engine.new_var("lo"), engine.new_var("hi")
+    await engine.submit(lambda xs: (min(xs), max(xs)), [4, 1, 9], out=[lo, hi])
+    assert (await lo.get(), await hi.get()) == (1, 9)
+    await count.set("replaced")
+    assert await count.get() == "replaced"
+
+
+async def test_reads_and_writes_add_dependencies(threaded_engine: ae.Engine) -> None:
+    engine = threaded_engine
+    x = engine.new_var("x")
+    barrier = threading.Barrier(2, timeout=5)
+    trace: list[str] = []
+    engine.submit(trace.append, "write", writes=[x])
+    engine.submit(barrier.wait, reads=[x])  # both readers overlap
+    engine.submit(barrier.wait, reads=[x])
+    engine.submit(trace.append, "write 2", writes=[x])
+    await engine.wait_for_var(x)
+    assert trace == ["write", "write 2"]
+
+
+async def test_decorator_without_arguments_and_async(engine: ae.Engine) -> None:
+    v = engine.new_var("v", value=[1, 2])
+
+    @engine.op
+    async def total(xs: list[int]) -> int:
+        await asyncio.sleep(0)
+        return sum(xs)
+
+    assert total.__name__ == "total"
+    op = total(v)
+    assert op.name.endswith("total")
+    assert await op == 3
+    assert (await engine.submit(str, 5, name="named")) == "5"
+
+
+async def test_failures_flow_through_values(engine: ae.Engine) -> None:
+    v = engine.new_var("v", value=1)
+
+    def fail(x: int) -> int:
+        raise ValueError("bad")
+
+    op = engine.submit(fail, v, out=v)
+    with pytest.raises(ValueError, match="bad"):
+        await op
+    with pytest.raises(ae.DependencyError) as info:
+        await v.get()
+    assert isinstance(info.value.__cause__, ValueError)
+    with pytest.raises(ValueError, match="bad"):
+        await engine.wait_for_var(v)
+    assert await v.get() == 1  # the failed op did not replace the value
+
+
+async def test_bad_inputs(engine: ae.Engine) -> None:
+    empty = engine.new_var("empty")
+    with pytest.raises(ValueError, match="carries no value"):
+        await engine.submit(len, empty)
+    with pytest.raises(ExceptionGroup):
+        await engine.wait_for_all()
+    with pytest.raises(TypeError, match="callable"):
+        engine.submit(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="out must be"):
+        engine.submit(len, [], out="x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="needs a function"):
+        engine.op(const_vars=[empty])(42)
+    pair = [engine.new_var("p"), engine.new_var("q")]
+    with pytest.raises(ValueError, match="returned 3 value"):
+        await engine.submit(lambda: (1, 2, 3), out=pair)
+    with pytest.raises(ExceptionGroup):
+        await engine.wait_for_all()
+    other = ae.Engine(cpu_workers=1)
+    with pytest.raises(ValueError, match="another Engine"):
+        engine.submit(len, other.new_var("o", value=[]))
+    with pytest.raises(RuntimeError, match="belongs to no Engine"):
+        await ae.Var(None, "orphan").get()
+
+
+async def test_plain_push_still_works_with_values(engine: ae.Engine) -> None:
+    v = engine.new_var("v", value=[0])
+    engine.push_sync(lambda r: v._value.append(1), mutate_vars=[v])
+    assert await v.get() == [0, 1]

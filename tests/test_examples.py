@@ -1,0 +1,40 @@
+"""Every example runs as a script, with the small sizes CI uses."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    if path.stem == "crawler":
+        pytest.importorskip("aiohttp")
+    env = {**os.environ, "AIOENGINE_EXAMPLE_SMALL": "1"}
+    args = [str(tmp_path / "trace.json")] if path.stem == "pipeline" else []
+    done = subprocess.run(
+        [sys.executable, str(path), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+    if path.stem == "pipeline":
+        assert (tmp_path / "trace.json").stat().st_size > 0
+    if path.stem == "crawler":
+        assert "(politeness: 1)" in done.stdout
+
+
+def test_the_expected_examples_exist() -> None:
+    assert {"quickstart", "crawler", "training", "pipeline"} <= {p.stem for p in EXAMPLES}

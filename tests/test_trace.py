@@ -1,0 +1,235 @@
+"""Trace export: valid Chrome trace-event JSON, nesting tracks, flows to the right operations."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+
+import aioengine as ae
+from aioengine.trace import Tracer
+
+PHASES = {"X", "i", "s", "f", "M"}
+
+
+def check_format(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    """Assert the Chrome trace event format; return the events."""
+    assert set(trace) >= {"traceEvents", "displayTimeUnit"}
+    events = trace["traceEvents"]
+    assert isinstance(events, list)
+    for e in events:
+        assert e["ph"] in PHASES, e
+        assert isinstance(e["name"], str)
+        assert isinstance(e["pid"], int)
+        if e["ph"] == "M":
+            continue
+        assert isinstance(e["tid"], int)
+        assert isinstance(e["ts"], float) and e["ts"] >= 0, e
+        if e["ph"] == "X":
+            assert e["dur"] >= 0
+        if e["ph"] in "sf":
+            assert isinstance(e["id"], int)
+    json.dumps(trace)  # serializable
+    return events
+
+
+def slices_by_track(events: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    tracks: dict[int, list[dict[str, Any]]] = {}
+    for e in events:
+        if e["ph"] == "X":
+            tracks.setdefault(e["tid"], []).append(e)
+    return tracks
+
+
+def check_nesting(events: list[dict[str, Any]]) -> None:
+    """Slices on one track nest properly and never partly overlap."""
+    for tid, slices in slices_by_track(events).items():
+        stack: list[tuple[float, float]] = []
+        for e in sorted(slices, key=lambda e: (e["ts"], -e["dur"])):
+            start, end = e["ts"], e["ts"] + e["dur"]
+            while stack and stack[-1][1] <= start + 1e-6:  # touching is fine (float error)
+                stack.pop()
+            if stack:
+                assert end <= stack[-1][1] + 1e-6, f"slice {e} overlaps its parent on {tid}"
+            stack.append((start, end))
+
+
+def enclosing_op(events: list[dict[str, Any]], tid: int, ts: float) -> dict[str, Any]:
+    """The operation slice (cat 'op') on track ``tid`` that contains ``ts``."""
+    found = [
+        e
+        for e in events
+        if e["ph"] == "X" and e["cat"] == "op" and e["tid"] == tid
+        if e["ts"] <= ts <= e["ts"] + e["dur"]
+    ]
+    assert len(found) == 1, (tid, ts, found)
+    return found[0]
+
+
+def flows(events: list[dict[str, Any]]) -> Counter[tuple[str, str, str]]:
+    """(source op, destination op, var) of every flow arrow."""
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert starts.keys() == ends.keys()
+    result: Counter[tuple[str, str, str]] = Counter()
+    for fid, s in starts.items():
+        f = ends[fid]
+        assert f["bp"] == "e"
+        src = enclosing_op(events, s["tid"], s["ts"])
+        dst = enclosing_op(events, f["tid"], f["ts"])
+        assert s["name"] == f["name"] and s["name"].startswith("waits on ")
+        result[src["name"], dst["name"], s["name"].removeprefix("waits on ")] += 1
+    return result
+
+
+async def program(engine: ae.Engine) -> None:
+    """A gate, then a small diamond of sync, coroutine and callback-style operations."""
+    x, y = engine.new_var("x"), engine.new_var("y")
+    gate = asyncio.Event()
+
+    async def opener(rctx: ae.RunContext) -> None:
+        await gate.wait()
+
+    async def fetch(rctx: ae.RunContext) -> int:
+        await asyncio.sleep(0.002)
+        await asyncio.sleep(0)
+        return 1
+
+    def later(rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+        threading.Timer(0.002, on_complete).start()
+
+    engine.push_async(opener, mutate_vars=[x], name="open")
+    engine.push_sync(lambda r: None, const_vars=[x], name="read")
+    engine.push_async(fetch, const_vars=[x], mutate_vars=[y], name="fetch")
+    engine.push_sync(lambda r: None, const_vars=[y], mutate_vars=[x], name="combine", priority=3)
+    engine.push_async(later, mutate_vars=[y], name="later")
+    gate.set()
+    await engine.wait_for_all()
+
+
+EXPECTED_FLOWS = Counter(
+    {
+        ("open", "read", "x"): 1,
+        ("open", "fetch", "x"): 1,
+        ("open", "combine", "x"): 1,
+        ("read", "combine", "x"): 1,
+        ("fetch", "combine", "x"): 1,
+        ("fetch", "combine", "y"): 1,
+        ("fetch", "later", "y"): 1,
+        ("combine", "later", "y"): 1,
+    }
+)
+
+
+class TestTrace:
+    async def test_trace_is_valid_and_flows_connect_the_right_ops(
+        self, engine: ae.Engine, tmp_path: pathlib.Path
+    ) -> None:
+        path = tmp_path / "run.json"
+        async with engine.trace(path) as session:
+            await program(engine)
+        trace = json.loads(path.read_text())
+        assert trace == session.trace
+        events = check_format(trace)
+        check_nesting(events)
+        assert flows(events) == EXPECTED_FLOWS
+        ops = {e["name"]: e for e in events if e["ph"] == "X" and e["cat"] == "op"}
+        assert set(ops) == {"open", "read", "fetch", "combine", "later"}
+        combine = ops["combine"]["args"]
+        assert combine["const_vars"] == ["y"] and combine["mutate_vars"] == ["x"]
+        assert combine["priority"] == 3 and combine["outcome"] == "done"
+        assert combine["kind"] == "sync"
+
+    async def test_tracks(self, threaded_engine: ae.Engine) -> None:
+        engine = threaded_engine
+        engine.start_trace()
+        await program(engine)
+        events = check_format(engine.stop_trace())
+        names = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+        ops = {e["name"]: e for e in events if e["ph"] == "X" and e["cat"] == "op"}
+        assert names[ops["read"]["tid"]].startswith("aioengine-cpu0")
+        assert names[ops["fetch"]["tid"]].startswith("coroutine ops #")
+        assert names[ops["later"]["tid"]].startswith("callback ops #")
+        # Every track with slices is named.
+        assert {e["tid"] for e in events if e["ph"] == "X"} <= set(names)
+
+    async def test_coroutine_run_and_await_slices(self, threaded_engine: ae.Engine) -> None:
+        engine = threaded_engine
+
+        async def napper(rctx: ae.RunContext) -> None:
+            for _ in range(3):
+                await asyncio.sleep(0.002)
+
+        with engine.trace() as session:
+            await engine.push_async(napper)
+        assert session.trace is not None
+        events = check_format(session.trace)
+        (op,) = [e for e in events if e["ph"] == "X" and e["cat"] == "op"]
+        children = [e for e in events if e["ph"] == "X" and e["cat"] != "op"]
+        runs = [e for e in children if e["name"] == "run"]
+        awaits = [e for e in children if e["name"] == "await"]
+        assert len(runs) == 4 and len(awaits) == 3  # 3 sleeps: 4 steps, suspended 3 times
+        assert all(e["tid"] == op["tid"] and e["args"]["seq"] == op["args"]["seq"] for e in children)
+        assert sum(e["dur"] for e in awaits) >= 3 * 1500  # microseconds
+        assert sum(e["dur"] for e in runs) < op["dur"]
+        check_nesting(events)
+
+    async def test_outcomes(self, engine: ae.Engine) -> None:
+        x = engine.new_var("x")
+
+        def boom(rctx: ae.RunContext) -> None:
+            raise ValueError("boom")
+
+        engine.start_trace()
+        failed = engine.push_sync(boom, mutate_vars=[x], name="boom")
+        skipped = engine.push_sync(lambda r: None, const_vars=[x], name="skipped")
+        with pytest.raises(ValueError, match="boom"):
+            await failed
+        with pytest.raises(ae.DependencyError):
+            await skipped
+        with pytest.raises(ValueError, match="boom"):
+            await engine.wait_for_var(x)
+        events = check_format(engine.stop_trace())
+        by_name = {e["name"]: e for e in events if e.get("cat") == "op"}
+        assert by_name["boom"]["args"]["outcome"] == "failed"
+        assert by_name["boom"]["args"]["error"] == "ValueError: boom"
+        assert by_name["skipped"]["ph"] == "i"
+        assert by_name["skipped"]["args"]["outcome"] == "skipped"
+
+    async def test_unfinished_ops_are_closed_at_stop(self, threaded_engine: ae.Engine) -> None:
+        engine = threaded_engine
+        release = asyncio.Event()
+
+        async def waiter(rctx: ae.RunContext) -> None:
+            await release.wait()
+
+        engine.start_trace()
+        op = engine.push_async(waiter, name="waiter")
+        await asyncio.sleep(0.01)
+        events = check_format(engine.stop_trace())
+        (e,) = [e for e in events if e.get("cat") == "op"]
+        assert e["args"]["outcome"] == "unfinished (trace stopped)"
+        release.set()
+        await op
+        check_nesting(events)
+
+    async def test_start_twice_and_stop_without_start(self, threaded_engine: ae.Engine) -> None:
+        engine = threaded_engine
+        with pytest.raises(RuntimeError, match="is not tracing"):
+            engine.stop_trace()
+        engine.start_trace()
+        with pytest.raises(RuntimeError, match="already tracing"):
+            engine.start_trace()
+        engine.stop_trace()
+
+    async def test_no_instrument_left_when_not_tracing(self, threaded_engine: ae.Engine) -> None:
+        engine = threaded_engine
+        assert engine._instruments == ()
+        async with engine.trace():
+            assert any(isinstance(i, Tracer) for i in engine._instruments)
+        assert engine._instruments == ()
