@@ -145,7 +145,6 @@ class Operation(Generic[T]):
         self._task: asyncio.Task[Any] | None = None  # the running coroutine (kind _CORO)
         self._context = contextvars.copy_context()  # the pusher's context vars, for fn
 
-
     # -- asyncio.Future's interface ------------------------------------------------------
 
     @property

@@ -41,6 +41,7 @@ async def test_writes_mutate_values_in_place_in_push_order(engine: ae.Engine) ->
         step(w, g)
         engine.submit(observe, w)
     assert list(await w.get()) == [-5.0, -5.0, -5.0]
+    await engine.wait_for_var(w)  # get() is a reader: it may finish before the last observe
     assert seen == [-1.0, -2.0, -3.0, -4.0, -5.0]
     assert w.version == 5
     assert g.version == 0

@@ -106,7 +106,8 @@ class TestGraph:
         svg = graph._repr_svg_()
         if svg is None:
             pytest.skip("graphviz's dot program is not installed")
-        assert "<svg" in svg and bundle["image/svg+xml"] == svg
+        assert "<svg" in svg
+        assert bundle["image/svg+xml"] == svg
 
     def test_notebook_display_without_graphviz(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, "graphviz", None)

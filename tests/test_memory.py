@@ -82,6 +82,7 @@ async def batch(engine: ae.Engine, vars_: list[ae.Var], handle: ae.OprHandle[Any
 
 class TestNoGrowth:
     @ONE_LOOP
+    @pytest.mark.timeout(300)  # tracemalloc (and coverage) slow every allocation ~10x
     async def test_many_ops_leave_traced_memory_flat(
         self, threaded_engine: ae.Engine, traced: None
     ) -> None:
@@ -92,10 +93,10 @@ class TestNoGrowth:
         for i in range(10):  # warm-up: pools, caches, interned names
             await batch(engine, vars_, handle, i)
         before = traced_now()
-        for i in range(50):  # 50,000 operations
+        for i in range(25):  # 25,000 operations (the benchmark runs 1,000,000 and checks RSS)
             await batch(engine, vars_, handle, i)
         growth = traced_now() - before
-        assert growth < 64 * 1024, f"grew {growth} bytes over 50,000 operations"
+        assert growth < 64 * 1024, f"grew {growth} bytes over 25,000 operations"
 
 
 class TestFreed:
@@ -151,9 +152,8 @@ class TestFreed:
 
 class TestPendingCost:
     @ONE_LOOP
-    async def test_100k_pending_ops_cost_at_most_1_kib_each(
-        self, threaded_engine: ae.Engine
-    ) -> None:
+    @pytest.mark.timeout(300)  # tracemalloc (and coverage) slow every allocation ~10x
+    async def test_pending_ops_cost_at_most_1_kib_each(self, threaded_engine: ae.Engine) -> None:
         asyncio.get_running_loop().set_debug(False)
         engine = threaded_engine
         x = engine.new_var("x")
@@ -165,7 +165,7 @@ class TestPendingCost:
 
         await engine.push_sync(noop, mutate_vars=[x])  # warm-up: the pool exists
         blocker = engine.push_async(block, mutate_vars=[x])
-        n = 100_000
+        n = 40_000  # the benchmark measures 100,000; the cost per op does not depend on n
         samples: list[weakref.ref[ae.Operation[None]]] = []
         tracemalloc.start()
         try:

@@ -29,7 +29,8 @@ def check_format(trace: dict[str, Any]) -> list[dict[str, Any]]:
         if e["ph"] == "M":
             continue
         assert isinstance(e["tid"], int)
-        assert isinstance(e["ts"], float) and e["ts"] >= 0, e
+        assert isinstance(e["ts"], float), e
+        assert e["ts"] >= 0, e
         if e["ph"] == "X":
             assert e["dur"] >= 0
         if e["ph"] in "sf":
@@ -82,7 +83,8 @@ def flows(events: list[dict[str, Any]]) -> Counter[tuple[str, str, str]]:
         assert f["bp"] == "e"
         src = enclosing_op(events, s["tid"], s["ts"])
         dst = enclosing_op(events, f["tid"], f["ts"])
-        assert s["name"] == f["name"] and s["name"].startswith("waits on ")
+        assert s["name"] == f["name"]
+        assert s["name"].startswith("waits on ")
         result[src["name"], dst["name"], s["name"].removeprefix("waits on ")] += 1
     return result
 
@@ -141,8 +143,10 @@ class TestTrace:
         ops = {e["name"]: e for e in events if e["ph"] == "X" and e["cat"] == "op"}
         assert set(ops) == {"open", "read", "fetch", "combine", "later"}
         combine = ops["combine"]["args"]
-        assert combine["const_vars"] == ["y"] and combine["mutate_vars"] == ["x"]
-        assert combine["priority"] == 3 and combine["outcome"] == "done"
+        assert combine["const_vars"] == ["y"]
+        assert combine["mutate_vars"] == ["x"]
+        assert combine["priority"] == 3
+        assert combine["outcome"] == "done"
         assert combine["kind"] == "sync"
 
     async def test_tracks(self, threaded_engine: ae.Engine) -> None:
@@ -173,8 +177,11 @@ class TestTrace:
         children = [e for e in events if e["ph"] == "X" and e["cat"] != "op"]
         runs = [e for e in children if e["name"] == "run"]
         awaits = [e for e in children if e["name"] == "await"]
-        assert len(runs) == 4 and len(awaits) == 3  # 3 sleeps: 4 steps, suspended 3 times
-        assert all(e["tid"] == op["tid"] and e["args"]["seq"] == op["args"]["seq"] for e in children)
+        assert len(runs) == 4
+        assert len(awaits) == 3
+        assert all(
+            e["tid"] == op["tid"] and e["args"]["seq"] == op["args"]["seq"] for e in children
+        )
         assert sum(e["dur"] for e in awaits) >= 3 * 1500  # microseconds
         assert sum(e["dur"] for e in runs) < op["dur"]
         check_nesting(events)

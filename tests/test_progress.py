@@ -1,0 +1,72 @@
+"""wait_for_all(progress=True): a tqdm bar, or a text line without tqdm."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+
+import aioengine as ae
+from aioengine import progress
+
+
+async def run(engine: ae.Engine) -> None:
+    gate = asyncio.Event()
+
+    async def opener(rctx: ae.RunContext) -> None:
+        await asyncio.sleep(progress.INTERVAL * 1.5)  # at least one refresh while pending
+        await gate.wait()
+
+    x = engine.new_var("x")
+    engine.push_async(opener, mutate_vars=[x])
+    for _ in range(3):
+        engine.push_sync(lambda r: None, const_vars=[x])
+    asyncio.get_running_loop().call_later(progress.INTERVAL * 2, gate.set)
+    await engine.wait_for_all(progress=True)
+
+
+class TestProgress:
+    async def test_tqdm_bar(
+        self, threaded_engine: ae.Engine, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        pytest.importorskip("tqdm")
+        await run(threaded_engine)
+        err = capsys.readouterr().err
+        assert "aioengine:" in err
+        assert "4/4" in err
+
+    async def test_text_fallback_without_tqdm(
+        self,
+        threaded_engine: ae.Engine,
+        capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+        await run(threaded_engine)
+        err = capsys.readouterr().err
+        assert "aioengine: 0/4 operations" in err
+        assert err.endswith("\raioengine: 4/4 operations\n")
+
+    async def test_timeout_and_failures(self, threaded_engine: ae.Engine) -> None:
+        engine = threaded_engine
+        release = asyncio.Event()
+
+        async def waiter(rctx: ae.RunContext) -> None:
+            await release.wait()
+
+        op = engine.push_async(waiter, name="waiter")
+        with pytest.raises(TimeoutError, match="'waiter'"):
+            await engine.wait_for_all(timeout=0.05, progress=True)
+        release.set()
+        await op
+
+        def boom(rctx: ae.RunContext) -> None:
+            raise ValueError("boom")
+
+        engine.push_sync(boom)
+        with pytest.raises(BaseExceptionGroup):
+            await engine.wait_for_all(progress=True)
+
+    async def test_idle_engine_returns_at_once(self, threaded_engine: ae.Engine) -> None:
+        await threaded_engine.wait_for_all(progress=True)

@@ -1,0 +1,108 @@
+"""The watchdog logs one dump per stall; settings from the argument or AIOENGINE_WATCHDOG."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+import aioengine as ae
+from aioengine.history import Recorder
+
+from .test_dump import Hang
+
+PERIOD = 0.05
+
+
+async def until(condition: Callable[[], bool], within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [
+        r
+        for r in caplog.records
+        if r.name == "aioengine" and r.levelno == logging.WARNING and "no operation" in r.msg
+    ]
+
+
+def watchdogs() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "aioengine-watchdog"]
+
+
+class TestWatchdog:
+    async def test_fires_exactly_once_per_stall(self, caplog: pytest.LogCaptureFixture) -> None:
+        caplog.set_level(logging.WARNING, logger="aioengine")
+        hang, again = Hang(), Hang()
+        engine = ae.Engine(cpu_workers=2, watchdog=PERIOD)
+        try:
+            x = engine.new_var("x")
+            engine.push_async(hang, mutate_vars=[x], name="hang")
+            engine.push_sync(lambda r: None, const_vars=[x], name="reader")
+            await until(lambda: len(warnings_of(caplog)) == 1)
+            await asyncio.sleep(6 * PERIOD)  # the stall goes on: no second warning
+            assert len(warnings_of(caplog)) == 1
+            message = warnings_of(caplog)[0].getMessage()
+            assert "'hang'" in message
+            assert "on_complete() has not been called" in message
+            assert "test_watchdog.py:" in message  # push sites: the watchdog records them
+            hang.release()
+            await engine.wait_for_all()
+            await asyncio.sleep(2 * PERIOD)  # idle: no warning either
+            assert len(warnings_of(caplog)) == 1
+            engine.push_async(again, mutate_vars=[x], name="again")  # a new stall
+            await until(lambda: len(warnings_of(caplog)) == 2)
+            await asyncio.sleep(6 * PERIOD)
+            assert len(warnings_of(caplog)) == 2
+            assert "'again'" in warnings_of(caplog)[1].getMessage()
+        finally:
+            hang.release()
+            again.release()
+            await engine.aclose()
+
+    async def test_quiet_while_operations_keep_finishing(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        caplog.set_level(logging.WARNING, logger="aioengine")
+        async with ae.Engine(cpu_workers=2, watchdog=4 * PERIOD) as engine:
+            x = engine.new_var("x")
+            for _ in range(12):
+                engine.push_sync(lambda r: time.sleep(PERIOD / 2), mutate_vars=[x])
+            await engine.wait_for_all()
+        assert warnings_of(caplog) == []
+
+    async def test_thread_exits_after_close(self) -> None:
+        before = set(watchdogs())
+        async with ae.Engine(cpu_workers=1, watchdog=PERIOD) as engine:
+            (thread,) = set(watchdogs()) - before
+            assert Recorder.of(engine) is not None
+        await until(lambda: not thread.is_alive())
+
+    async def test_environment_variable(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("AIOENGINE_WATCHDOG", "2.5")
+        async with ae.Engine(cpu_workers=1) as engine:
+            assert engine._settings.watchdog == 2.5
+            assert Recorder.of(engine) is not None
+
+    @pytest.mark.parametrize("raw", ["soon", "0", "-1", "inf"])
+    def test_bad_environment_variable(self, monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+        monkeypatch.setenv("AIOENGINE_WATCHDOG", raw)
+        with pytest.raises(ValueError, match=r"^environment variable AIOENGINE_WATCHDOG="):
+            ae.Engine()
+
+    @pytest.mark.parametrize("value", [0, -1.0, "1", float("inf"), True])
+    def test_bad_argument(self, value: object) -> None:
+        with pytest.raises(ValueError, match=r"^watchdog must be"):
+            ae.Engine(watchdog=value)  # type: ignore[arg-type]
+
+    def test_off_by_default(self) -> None:
+        engine = ae.Engine()
+        assert engine._settings.watchdog is None
+        assert engine._instruments == ()
