@@ -37,7 +37,7 @@ import os
 import threading
 import warnings
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from types import CoroutineType, FunctionType, MethodType, TracebackType
 from typing import Any, TypeVar, overload
 
@@ -124,16 +124,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-async def _shutdown_watch(ref: weakref.ref[Engine]) -> AsyncGenerator[None, None]:
-    """Yields once; its ``finally`` runs when the loop closes its async generators."""
-    try:
-        yield
-    finally:
-        engine = ref()
-        if engine is not None:
-            await engine._loop_shutting_down()
 
 
 class _State(enum.Enum):
@@ -294,8 +284,6 @@ class Engine:
         self._loop_queue_scheduled = False
         self._wakes: list[Executor] = []  # loop-thread only: executors to wake this iteration
         # Observers; empty on the fast path (DEBUG logging at creation installs an OpLogger).
-        self._loop_closing = False  # the bound loop is shutting down: loop ops are cancelled
-        self._shutdown_watcher: AsyncGenerator[None, None] | None = None
         self._instruments: tuple[Instrument, ...] = (
             (OpLogger(),) if logger.isEnabledFor(logging.DEBUG) else ()
         )
@@ -381,42 +369,11 @@ class Engine:
             else:
                 first = False
         if first:
-            self._watch_loop_shutdown()
             return loop
         raise RuntimeError(
             f"{self!r} is bound to another event loop; an Engine serves the loop it was "
             "first used on: create one Engine per loop"
         )
-
-    def _watch_loop_shutdown(self) -> None:
-        """Learn when the bound loop shuts down (``asyncio.run`` / ``Runner.close``).
-
-        A loop's ``shutdown_asyncgens()`` closes every async generator first iterated on it;
-        asyncio.run and pytest-asyncio call it after cancelling the remaining tasks. The
-        engine keeps one such generator, so it is told, and cancels what can no longer run
-        there instead of starting new tasks that would be destroyed pending.
-        """
-        watch = _shutdown_watch(weakref.ref(self))
-        try:
-            watch.asend(None).send(None)  # the loop's firstiter hook registers it here
-        except StopIteration:
-            pass
-        self._shutdown_watcher = watch  # the loop holds it only weakly
-
-    async def _loop_shutting_down(self) -> None:
-        """The loop is shutting down: cancel what has not started, and running coroutines."""
-        self._loop_closing = True
-        self._cancel_not_started()
-        with self._lock:
-            tasks = [
-                op._task
-                for op in self._live.values()
-                if op._task is not None and not op._task.done()
-            ]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
 
     def _require_loop(self) -> asyncio.AbstractEventLoop:
         loop = self._bind()
@@ -1141,10 +1098,7 @@ class Engine:
                 if not self._loop_queue:
                     break
                 op = heapq.heappop(self._loop_queue)[2]
-            if self._loop_closing:
-                self._cancel(op, "the event loop is shutting down")
-            else:
-                self._execute(op, None)
+            self._execute(op, None)
             del op  # a failure's frames reach this frame: keep no finished operation alive
         with self._lock:
             if self._loop_queue:
@@ -1270,6 +1224,11 @@ class Engine:
         for inst in self._instruments:
             coro = inst.wrap_coroutine(op, coro)
         task = loop.create_task(coro, name=f"aioengine:{op.name}", context=op._context)
+        # The engine tracks this task through its operation (dump(), statistics()); when the
+        # loop closes with it pending (asyncio.run ending while operations are queued behind
+        # a cancelled one), the operation is simply never finished, which is not worth a
+        # "Task was destroyed but it is pending!" on stderr at interpreter exit.
+        task._log_destroy_pending = False  # type: ignore[attr-defined]
         with self._lock:
             op._task = task
         if task.done():  # eager task factory: it may have finished already
