@@ -89,6 +89,12 @@ def render(data: dict[str, object]) -> str:
             "",
         ]
     out += [
+        "## The cost of tracing",
+        "",
+        "`aio-traced` is `aio-threaded` while `engine.start_trace()` records every operation;",
+        "the target table above gives the ratio of the two on the no-op shapes. Not tracing",
+        "costs one truth test per hook.",
+        "",
         "## Where the time goes",
         "",
         "Every operation costs aioengine a fixed amount of Python bookkeeping: the push (argument",

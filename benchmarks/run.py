@@ -115,6 +115,7 @@ PEERS: tuple[Peer, ...] = (
     Peer("aio-inline", "peers.aioengine_runner", "aio", _sync),
     Peer("aio-inline-uvloop", "peers.aioengine_runner", "aio", _sync),
     Peer("aio-serial", "peers.aioengine_runner", "aio", _sync),
+    Peer("aio-traced", "peers.aioengine_runner", "aio", _sync),
     Peer("aio-serial-uvloop", "peers.aioengine_runner", "aio", _sync),
     Peer("aio-async", "peers.aioengine_runner", "aio", _coro),
     Peer("aio-async-uvloop", "peers.aioengine_runner", "aio", _coro),
@@ -128,6 +129,7 @@ AIO_LABELS = {
     "aio-inline": "inl",
     "aio-inline-uvloop": "inl/uv",
     "aio-serial": "ser",
+    "aio-traced": "trace",
     "aio-serial-uvloop": "ser/uv",
     "aio-async": "async",
     "aio-async-uvloop": "async/uv",
@@ -164,6 +166,15 @@ TARGETS: tuple[Target, ...] = (
     Target("sleep >= 0.95x MXNet N workers", "sleep/", "aio-threaded", (MX_N,), 0.95),
     Target("numpy >= 0.95x MXNet N workers", "numpy/", "aio-threaded", (MX_N,), 0.95),
     Target("no-op >= 5x dask threaded", "noop/", "aio-threaded", ("dask-N",), 5.0),
+    # The cost of tracing (issue: "when tracing: measured in the benchmark"); informational.
+    Target(
+        "traced no-op >= 0.5x untraced",
+        "noop/",
+        "aio-traced",
+        ("aio-threaded",),
+        0.5,
+        loop_variants=False,
+    ),
 )
 
 PENDING_LIMIT_BYTES = 1024

@@ -6,6 +6,7 @@ asyncio loop):
 ``aio-threaded``  ``Engine(cpu_workers=os.cpu_count())``, ``push_sync`` (bodies on worker threads)
 ``aio-inline``    the same engine, ``push_sync(..., prop=FnProperty.ASYNC)`` (inline on the loop)
 ``aio-serial``    ``Engine(serial=True)``, ``push_sync`` (one at a time on the loop)
+``aio-traced``    ``aio-threaded`` while ``engine.start_trace()`` records every operation
 ``aio-async``     ``Engine(cpu_workers=os.cpu_count())``, ``push_async`` of coroutine bodies
 ``aio-mem``       memory benchmarks (workloads tagged ``memory``): bytes per pending op
                   (tracemalloc) and RSS growth over many ops (``/proc/self/statm`` or psutil)
@@ -41,7 +42,7 @@ from workloads import (
 if TYPE_CHECKING:
     import aioengine
 
-SYNC_KINDS = ("aio-threaded", "aio-inline", "aio-serial")
+SYNC_KINDS = ("aio-threaded", "aio-inline", "aio-serial", "aio-traced")
 
 
 def _engine(kind: str) -> aioengine.Engine:
@@ -99,7 +100,14 @@ async def _measure(spec: WorkloadSpec, kind: str) -> tuple[float, Checker, Progr
         if kind == "aio-async":
             warm = WorkloadSpec("warmup", "random", "yield", 500, n_vars=16, seed=99)
         await _run_program(engine, warm, kind)
-        return await _run_program(engine, spec, kind)
+        if kind != "aio-traced":
+            return await _run_program(engine, spec, kind)
+        # aio-threaded with a trace recording every operation (the trace's own cost).
+        engine.start_trace()
+        try:
+            return await _run_program(engine, spec, kind)
+        finally:
+            engine.stop_trace()
 
 
 def rss_bytes() -> int:
