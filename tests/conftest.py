@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -102,3 +102,31 @@ class Monitor:
 def monitor() -> Monitor:
     """A fresh exclusivity monitor."""
     return Monitor()
+
+
+class Blocker:
+    """A coroutine operation that holds its Vars until :meth:`release` is called."""
+
+    def __init__(
+        self,
+        engine: ae.Engine,
+        trace: list[str],
+        *,
+        const: Sequence[ae.Var] = (),
+        mutate: Sequence[ae.Var] = (),
+        name: str = "block",
+    ) -> None:
+        self.gate = asyncio.Event()
+        self.started = asyncio.Event()
+
+        async def block(rctx: ae.RunContext) -> str:
+            trace.append(f"{name}:start")
+            self.started.set()
+            await self.gate.wait()
+            trace.append(f"{name}:end")
+            return name
+
+        self.op = engine.push_async(block, const_vars=const, mutate_vars=mutate, name=name)
+
+    def release(self) -> None:
+        self.gate.set()

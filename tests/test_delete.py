@@ -18,6 +18,8 @@ import pytest
 
 import aioengine as ae
 
+from .conftest import Blocker
+
 
 class Boom(Exception):
     """An exception raised by a test's fn."""
@@ -25,33 +27,6 @@ class Boom(Exception):
 
 class Payload:
     """Something a fn's closure holds, to watch with a weakref."""
-
-
-class Blocker:
-    """A coroutine operation that holds its Vars until :meth:`release` is called."""
-
-    def __init__(
-        self,
-        engine: ae.Engine,
-        trace: list[str],
-        *,
-        const: Sequence[ae.Var] = (),
-        mutate: Sequence[ae.Var] = (),
-        name: str = "block",
-    ) -> None:
-        self.gate = asyncio.Event()
-        self.started = asyncio.Event()
-
-        async def block(rctx: ae.RunContext) -> None:
-            trace.append(f"{name}:start")
-            self.started.set()
-            await self.gate.wait()
-            trace.append(f"{name}:end")
-
-        self.op = engine.push_async(block, const_vars=const, mutate_vars=mutate, name=name)
-
-    def release(self) -> None:
-        self.gate.set()
 
 
 def push_recorder(
