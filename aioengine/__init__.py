@@ -16,11 +16,18 @@ from .context import gpu as gpu
 from .dump import Dump as Dump
 from .engine import Engine as Engine
 from .errors import DependencyError as DependencyError
+from .errors import DeviceFailedError as DeviceFailedError
 from .errors import DeviceUnavailableError as DeviceUnavailableError
 from .errors import EngineClosedError as EngineClosedError
 from .errors import EngineError as EngineError
 from .errors import OperatorDeletedError as OperatorDeletedError
 from .errors import VarDeletedError as VarDeletedError
+from .executors.cupy_streams import CupyBackend as CupyBackend
+from .executors.cupy_streams import gpu_available as gpu_available
+from .executors.device import DeviceBackend as DeviceBackend
+from .executors.device import StreamFamily as StreamFamily
+from .executors.simulated import SimulatedDeviceError as SimulatedDeviceError
+from .executors.simulated import SimulatedGPU as SimulatedGPU
 from .graph import Graph as Graph
 from .operation import FnProperty as FnProperty
 from .operation import OnComplete as OnComplete
@@ -37,7 +44,10 @@ __version__ = "0.1.0"
 __all__ = (
     "BlockingEngine",
     "Context",
+    "CupyBackend",
     "DependencyError",
+    "DeviceBackend",
+    "DeviceFailedError",
     "DeviceType",
     "DeviceUnavailableError",
     "Dump",
@@ -54,10 +64,14 @@ __all__ = (
     "OprHandle",
     "PoolStatistics",
     "RunContext",
+    "SimulatedDeviceError",
+    "SimulatedGPU",
+    "StreamFamily",
     "Var",
     "VarDeletedError",
     "VarStatistics",
     "cpu",
     "gpu",
+    "gpu_available",
     "run",
 )

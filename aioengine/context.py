@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import enum
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ("Context", "DeviceType", "RunContext", "cpu", "gpu")
+
+T = TypeVar("T")
 
 
 class DeviceType(enum.Enum):
@@ -67,7 +70,10 @@ def cpu(device_id: int = 0) -> Context:
 
 @functools.lru_cache(maxsize=256)
 def gpu(device_id: int = 0) -> Context:
-    """Return the GPU context ``device_id`` (needs CuPy and a CUDA device at push time).
+    """Return the GPU context ``device_id`` (needs a GPU backend at push time).
+
+    The engine's ``gpu_backend`` (CuPy by default) must have this device; see
+    ``docs/howto/gpu.md``.
 
     Equal calls return the same (immutable) object.
     """
@@ -80,8 +86,44 @@ class RunContext:
 
     Attributes:
         ctx: the :class:`Context` the operation was pushed to.
-        stream: ``None`` on the CPU; on a GPU, the ``cupy.cuda.Stream`` the function must use.
+        stream: ``None`` on the CPU; on a GPU, the stream the function's device work goes to
+            (a ``cupy.cuda.Stream``, current while the function runs; a
+            ``SimulatedStream`` on the simulated GPU).
     """
 
     ctx: Context
     stream: Any = None
+    # Per GPU operation: what keep_alive() was given, and the backend that launch() uses.
+    _keep: list[Any] | None = field(default=None, repr=False, compare=False)
+    _backend: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def device_id(self) -> int:
+        """The device number of :attr:`ctx`."""
+        return self.ctx.device_id
+
+    def launch(self, fn: Callable[..., T], *args: Any) -> T | None:
+        """Run ``fn(*args)`` as device work on this operation's stream.
+
+        With CuPy, ``fn`` is called at once with the stream current (CuPy calls enqueue
+        themselves) and its result returned. On the simulated GPU it is enqueued as a kernel
+        and run later by the device, in stream order (returns None). On the CPU it is simply
+        called. Code written against ``launch`` runs on all three.
+        """
+        backend = self._backend
+        if backend is None:
+            return fn(*args)
+        result: T | None = backend.launch(self.stream, fn, args)
+        return result
+
+    def keep_alive(self, *objs: object) -> None:
+        """Keep ``objs`` alive until this operation's device work has completed.
+
+        The engine already keeps the function (and so its closure), its result and the values
+        of its Vars; pass anything else the enqueued work reads or writes (a temporary, a host
+        buffer of an asynchronous copy), so the memory pool cannot reuse it too early. On the
+        CPU the work is done when the function returns, so this does nothing.
+        """
+        keep = self._keep
+        if keep is not None:
+            keep.extend(objs)

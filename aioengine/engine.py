@@ -49,13 +49,17 @@ from . import trace as _trace
 from .context import Context, DeviceType, RunContext, cpu
 from .errors import (
     DependencyError,
+    DeviceFailedError,
     DeviceUnavailableError,
     EngineClosedError,
     OperatorDeletedError,
     VarDeletedError,
 )
 from .executors import Executor
+from .executors.device import DeviceBackend
+from .executors.gpu import GpuDevices, GpuExecutor
 from .executors.threads import ThreadExecutor
+from .fence import Fence, gpu_waits, has_pending, host_waits, note_launch
 from .history import Recorder
 from .instrument import Instrument
 from .log import OpLogger
@@ -70,6 +74,7 @@ from .operation import (
     OprHandle,
     OpState,
 )
+from .poller import poller_for
 from .settings import Settings
 from .stats import EngineStatistics, build_statistics, new_counters
 from .var import NO_VALUE, Var, _Failure, _Request
@@ -97,6 +102,9 @@ _NO_SKIP = frozenset({FnProperty.NO_SKIP, FnProperty.DELETE_VAR})
 _NORMAL = FnProperty.NORMAL
 _SEQUENCES = (list, tuple)
 _CPU0 = cpu(0)
+_GPU = DeviceType.GPU
+_CPU = DeviceType.CPU
+_DEVICE_FAILED = -1  # the status of a fence settled because its device failed elsewhere
 
 
 # The coroutine operation whose task is running (set in its context), to refuse waits that
@@ -234,6 +242,21 @@ class Engine:
             finished for this many seconds while some are pending, once per stall; also
             records push sites (env ``AIOENGINE_WATCHDOG``; default: off). See
             ``docs/observability.md``.
+        gpu_backend: the device behind ``gpu(i)`` contexts: CuPy (the default, loaded on
+            the first GPU push) or :class:`~aioengine.SimulatedGPU` (CPU stand-in).
+        gpu_workers: threads per GPU for compute and priority work, each with its own stream
+            (env ``AIOENGINE_GPU_WORKERS``; default 1, as MXNet's
+            ``MXNET_GPU_WORKER_NTHREADS``).
+        gpu_copy_workers: threads per GPU for each copy direction, each with its own stream
+            (env ``AIOENGINE_GPU_COPY_WORKERS``; default 1; MXNet's
+            ``MXNET_GPU_COPY_NTHREADS``).
+        gpu_sync: ``"event"`` (default): a GPU operation releases its Vars once enqueued and
+            later GPU operations order themselves after it with stream waits; ``"host"``:
+            only once its work completed (a debug switch and test oracle; env
+            ``AIOENGINE_GPU_SYNC``).
+        gpu_max_inflight: the most enqueued, uncompleted operations per GPU; a GPU worker
+            waits before launching more, so a fast producer cannot exhaust device memory
+            (env ``AIOENGINE_GPU_MAX_INFLIGHT``; default: unbounded).
 
     Raises:
         ValueError: if a setting (argument or environment variable) is invalid; the message
@@ -248,6 +271,11 @@ class Engine:
         serial: bool | None = None,
         max_pending: int | None = None,
         watchdog: float | None = None,
+        gpu_backend: DeviceBackend | None = None,
+        gpu_workers: int | None = None,
+        gpu_copy_workers: int | None = None,
+        gpu_sync: str | None = None,
+        gpu_max_inflight: int | None = None,
     ) -> None:
         self._settings = Settings.resolve(
             cpu_workers=cpu_workers,
@@ -255,7 +283,20 @@ class Engine:
             serial=serial,
             max_pending=max_pending,
             watchdog=watchdog,
+            gpu_workers=gpu_workers,
+            gpu_copy_workers=gpu_copy_workers,
+            gpu_sync=gpu_sync,
+            gpu_max_inflight=gpu_max_inflight,
         )
+        if gpu_backend is not None and not all(
+            callable(getattr(gpu_backend, m, None))
+            for m in ("check", "bind_worker", "run", "launch", "wait_event", "record", "query")
+        ):
+            raise TypeError(
+                f"gpu_backend must be a device backend (aioengine.SimulatedGPU() or "
+                f"aioengine.CupyBackend()), got {gpu_backend!r}"
+            )
+        self._gpu_backend = gpu_backend
         self._pid = os.getpid()
         self._forked = False  # set in a child process after os.fork(): every use raises
         self._lock = threading.Lock()
@@ -291,6 +332,12 @@ class Engine:
         _engines.add(self)
         if self._settings.watchdog is not None:
             start_watchdog(self, self._settings.watchdog)
+        # GPU state, created by the first push to a gpu(i) context; while it is None no fence
+        # exists and host consumers skip the fence checks (the CPU-only fast path).
+        self._gpu: GpuDevices | None = None
+        self._fence_seq = 0  # fences recorded so far (Fence.seq)
+        self._gpu_pending: dict[Fence, None] = {}  # fences recorded and not settled
+        self._device_boxes: dict[int, _Failure] = {}  # per failed GPU: the shared failure
         # Serial mode: every operation also writes this hidden Var, so they run one at a time.
         self._sequencer: Var | None = Var(self, "<serial>") if self._settings.serial else None
 
@@ -443,6 +490,8 @@ class Engine:
                 f"still pending, first: {', '.join(map(repr, names))}"
             ) from None
         errors = self._take_failures()
+        if self._gpu is not None:
+            self._gpu.shutdown()
         self._shutdown_executors(wait=True)
         self._state = _State.CLOSED
         if errors:
@@ -897,11 +946,19 @@ class Engine:
             if wait:
                 op._wait = wait
                 return op
-            op._state = _READY
-            if target is None:
-                self._enqueue_loop(op)
-                return op
-        self._submit_one(target, op)
+            if self._gpu is not None:  # it may have to wait for GPU fences
+                todo = self._settle([op])
+            else:
+                op._state = _READY
+                if target is None:
+                    self._enqueue_loop(op)
+                    return op
+                todo = None
+        if todo is None:
+            assert target is not None
+            self._submit_one(target, op)
+        elif todo:
+            self._submit(todo)
         return op
 
     # -- argument checks ---------------------------------------------------------------
@@ -972,15 +1029,15 @@ class Engine:
     def _route(self, ctx: Context, prop: FnProperty, kind: int) -> Executor | None:
         """Return the executor for ``(ctx, prop)``; None means the event-loop thread."""
         if kind == _CORO:
-            if ctx.device_type is not DeviceType.CPU:
-                self._gpu_unavailable(ctx)
+            if ctx.device_type is not _CPU:
+                self._gpu_devices(ctx)  # a host consumer of a GPU: the device must be usable
             return None
         try:
             return self._routes[ctx, prop]
         except KeyError:
             pass
-        if ctx.device_type is not DeviceType.CPU:
-            self._gpu_unavailable(ctx)
+        if ctx.device_type is not _CPU:
+            return self._gpu_route(ctx, prop, kind)
         target: Executor | None
         if self._settings.serial or prop is FnProperty.ASYNC:
             target = None
@@ -1000,28 +1057,252 @@ class Engine:
                 self._executors[key] = executor
             return executor
 
-    @staticmethod
-    def _gpu_unavailable(ctx: Context) -> None:
+    # -- GPU contexts (fence.py has the ordering rules, executors/gpu.py the pools) ------
+
+    def _gpu_route(self, ctx: Context, prop: FnProperty, kind: int) -> Executor | None:
+        """Route an operation on a GPU context (not cached: a device may fail meanwhile).
+
+        Plain functions run on the device's stream workers; ``FnProperty.ASYNC``,
+        ``DELETE_VAR`` and callback-style functions are host consumers on the loop.
+        """
+        gpu = self._gpu_devices(ctx)
+        if kind != _SYNC or prop is FnProperty.ASYNC or prop is FnProperty.DELETE_VAR:
+            return None
+        with self._lock:
+            return gpu.executor(ctx, prop, self._executors.__setitem__)
+
+    def _gpu_devices(self, ctx: Context) -> GpuDevices:
+        """The GPU state, created on first use; raise if ``ctx``'s device cannot be used."""
+        if self._loop is None:
+            raise RuntimeError(
+                f"{self!r} is not bound to an event loop yet, and GPU operations need it (its "
+                "poller observes their completion); use the engine from a coroutine first"
+            )
+        gpu = self._gpu
+        if gpu is None:
+            from .executors.cupy_streams import CupyBackend
+
+            backend = self._gpu_backend
+            if backend is None:
+                try:
+                    backend = self._gpu_backend = CupyBackend()
+                except DeviceUnavailableError as exc:  # no CuPy: say which push failed
+                    raise DeviceUnavailableError(f"cannot run on {ctx!r}: {exc}") from None
+            backend.check(ctx.device_id)
+            settings = self._settings
+            with self._lock:
+                gpu = self._gpu
+                if gpu is None:
+                    gpu = self._gpu = GpuDevices(
+                        backend,
+                        workers=settings.gpu_workers,
+                        copy_workers=settings.gpu_copy_workers,
+                        host_sync=settings.gpu_sync == "host" or settings.serial,
+                        max_inflight=settings.gpu_max_inflight,
+                    )
+        else:
+            gpu.backend.check(ctx.device_id)
+        err = gpu.broken(ctx.device_id)
+        if err is not None:
+            raise DeviceFailedError(f"cannot push to {ctx!r}: {err}") from err.__cause__
+        return gpu
+
+    def _device_box_locked(self, device_id: int, err: DeviceFailedError) -> _Failure:
+        """The one failure record all operations failed by ``device_id`` share (lock held)."""
+        box = self._device_boxes.get(device_id)
+        if box is None or box.exc is None:  # none yet, or thrown (and so cleared) already
+            box = self._device_boxes[device_id] = _Failure(err)
+            self._failures[box] = None
+        return box
+
+    def _hold_for_fences(self, op: Operation[Any]) -> bool:
+        """Make a host consumer wait for the pending GPU fences on its Vars (lock held).
+
+        Returns False when there are none (it may start now); else it stays PENDING and
+        :meth:`_settle_fence_locked` makes it ready when the last of them completes.
+        """
+        fences = host_waits(op._const, op._mutate)
+        if not fences:
+            return False
+        op._fwait = len(fences)
+        for fence in fences:
+            assert fence.waiters is not None  # pending fences have a waiter list
+            fence.waiters.append(op)
+        return True
+
+    def _execute_gpu(self, op: Operation[Any], rctx: RunContext) -> None:
+        """Enqueue GPU ``op`` on this worker's stream and record its fence (GPU worker thread).
+
+        The stream first waits (``wait_event``, no host wait) for the fences on other streams
+        that ``op`` depends on (fence.py). Once its work is enqueued its Var turns are released
+        (event mode; host mode: when its fence completes), and the poller completes ``op`` when
+        its fence does. An enqueue cannot be undone, so nothing here can be cancelled.
+        """
+        gpu = self._gpu
+        assert gpu is not None
+        stream = rctx.stream
+        device = op._ctx.device_id
+        skipped = None
+        broken = None
+        waits: list[Any] = []
+        with self._lock:
+            if op._state is not _READY:  # cancelled while queued
+                return
+            if self._failures:
+                skipped = self._skip_locked(op)
+            if skipped is None:
+                broken = gpu.broken(device)
+                if broken is None:
+                    op._state = _RUNNING
+                    if not gpu.skip_waits:
+                        waits = [f.event for f in gpu_waits(op._const, op._mutate, stream)]
+        if skipped is not None:
+            if skipped:
+                self._submit(skipped)
+            return
+        if broken is not None:
+            self._fail_on_device(op, device, broken)
+            return
+        if self._instruments:
+            for inst in self._instruments:
+                inst.on_start(op)
+        backend = gpu.backend
+        gpu.acquire(device)  # the in-flight bound: may wait (this worker only) for completions
+        keep: list[Any] = []
+        fn = op._fn
+        assert fn is not None
+        state = _DONE
+        result: object = None
+        exc: BaseException | None = None
         try:
-            import cupy  # noqa: F401
-        except ImportError:
-            raise DeviceUnavailableError(
-                f"cannot run on {ctx!r}: CuPy is not installed; install it with "
-                "'pip install aioengine[gpu]' (or the cupy-cudaXXx wheel for your CUDA) or "
-                "push to aioengine.cpu()"
-            ) from None
-        raise DeviceUnavailableError(
-            f"cannot run on {ctx!r}: this aioengine build has no GPU executor yet; "
-            "push to aioengine.cpu()"
-        )
+            for event in waits:
+                backend.wait_event(stream, event)
+            result = op._context.run(
+                backend.run, stream, fn, RunContext(op._ctx, stream, keep, backend)
+            )
+        except BaseException as e:
+            e.__traceback__ = e.__traceback__.tb_next if e.__traceback__ else None
+            state, exc = _FAILED, e
+        event = None
+        if exc is None or not backend.is_device_error(exc):
+            try:
+                event = backend.record(stream)
+            except BaseException as e:
+                exc = e
+        if event is None:  # a CUDA error: the device is dead, and so is what it has queued
+            gpu.release(device)
+            assert exc is not None
+            err = gpu.fail(device, exc)
+            with self._lock:
+                self._call_soon(functools.partial(self._fail_device_fences, device))
+            self._fail_on_device(op, device, err)
+            del op, fn, exc  # the failure's frames reach this frame
+            return
+        values = tuple(v._value for v in (*op._const, *op._mutate))
+        fence = Fence(self, backend, event, stream, device, 0, (fn, result, keep, values))
+        ready: list[Any] = []
+        with self._lock:
+            self._fence_seq += 1
+            fence.seq = self._fence_seq
+            fence.op = op
+            fence.state = state
+            op._result = result
+            op._exception = exc
+            note_launch(op._const, op._mutate, fence)
+            self._gpu_pending[fence] = None
+            if not gpu.host_sync:
+                self._release_locked(op, state, exc, ready)
+            todo = self._settle(ready) if ready else ready
+        loop = self._loop
+        assert loop is not None
+        poller_for(loop).watch(fence)
+        if todo:
+            self._submit(todo)
+        del op, fn, exc, fence  # an idle worker keeps nothing alive
+
+    def _fail_on_device(self, op: Operation[Any], device: int, err: DeviceFailedError) -> None:
+        """Fail ``op`` (not launched) because its device failed."""
+        ready: list[Any] = []
+        with self._lock:
+            box = self._device_box_locked(device, err)
+            self._finish_locked(op, _FAILED, None, err, ready, box)
+            todo = self._settle(ready) if ready else ready
+        if todo:
+            self._submit(todo)
+
+    def _fail_device_fences(self, device: int) -> None:
+        """Settle every pending fence of a failed device as failed (loop thread)."""
+        ready: list[Any] = []
+        with self._lock:
+            for fence in list(self._gpu_pending):
+                if fence.device_id == device:
+                    self._settle_fence_locked(fence, _DEVICE_FAILED, ready)
+            todo = self._settle(ready) if ready else ready
+        if todo:
+            self._submit(todo)
+
+    def _fences_settled(self, items: list[tuple[Fence, int]]) -> None:
+        """The poller saw these fences complete (status 0) or fail (loop thread)."""
+        ready: list[Any] = []
+        with self._lock:
+            for fence, status in items:
+                if fence.status is None:  # else settled already, as its device failed
+                    self._settle_fence_locked(fence, status, ready)
+            todo = self._settle(ready) if ready else ready
+        if todo:
+            self._submit(todo)
+
+    def _settle_fence_locked(self, fence: Fence, status: int, ready: list[Any]) -> None:
+        """Complete ``fence``'s operation and wake the host consumers waiting on it (lock held).
+
+        A failed status fails the operation with its device's error (the device is marked
+        failed) and keeps the fence's keepalive: the device may still touch that memory.
+        """
+        gpu = self._gpu
+        assert gpu is not None
+        fence.status = status
+        del self._gpu_pending[fence]
+        gpu.release(fence.device_id)
+        op = fence.op
+        fence.op = None
+        fence.event = None
+        if not status:
+            fence.keep = None
+        if op is not None:
+            state = fence.state
+            exc = op._exception
+            box = None
+            if status:
+                exc = gpu.fail(fence.device_id, status)
+                box = self._device_box_locked(fence.device_id, exc)
+                state = _FAILED
+                op._result = None
+            if gpu.host_sync:
+                self._finish_locked(op, state, op._result, exc, ready, box)
+            else:
+                if box is not None:  # released as a success: what it wrote carries the failure
+                    for v in op._mutate:
+                        v._failure = box
+                op._state = state
+                op._exception = exc
+                self._complete_locked(op, state)
+        waiters = fence.waiters
+        fence.waiters = None
+        if waiters:
+            for w in waiters:
+                if w._state is _PENDING and w._fwait:
+                    w._fwait -= 1
+                    if not w._fwait:
+                        ready.append(w)
 
     # -- running -----------------------------------------------------------------------
 
     def _settle(self, ready: list[Any]) -> list[Operation[Any]]:
         """Mark newly ready operations READY (lock held).
 
-        Wait markers complete at once (which may append more operations to ``ready``, handled
-        in the same pass); operations for the loop thread join its queue. Returns the ones to
+        Host consumers of pending GPU work wait for its fences first. Wait markers complete
+        at once (which may append more operations to ``ready``, handled in the same pass);
+        operations for the loop thread join its queue. Returns the ones to
         submit to their executors once the lock is released.
         """
         todo: list[Operation[Any]] = []
@@ -1030,8 +1311,16 @@ class Engine:
             op = ready[i]
             i += 1
             if op._kind == _WAIT:
+                if self._gpu is not None and self._hold_for_fences(op):
+                    continue
                 self._finish_locked(op, _DONE, None, None, ready)
             elif op._state is _PENDING:
+                if (
+                    self._gpu is not None
+                    and type(op._target) is not GpuExecutor
+                    and self._hold_for_fences(op)
+                ):
+                    continue  # a host consumer of GPU data: it starts once the fences complete
                 op._state = _READY
                 if op._target is None:
                     self._enqueue_loop(op)
@@ -1108,6 +1397,9 @@ class Engine:
 
     def _execute(self, op: Operation[Any], rctx: RunContext | None) -> None:
         """Start ``op`` and run its function (on an executor thread or the loop thread)."""
+        if rctx is not None and rctx.ctx.device_type is _GPU:
+            self._execute_gpu(op, rctx)
+            return
         skipped = None
         with self._lock:
             if op._state is not _READY:  # cancelled while queued
@@ -1307,17 +1599,38 @@ class Engine:
         result: object,
         exc: BaseException | None,
         ready: list[Any],
+        box: _Failure | None = None,
     ) -> None:
-        """The bookkeeping of :meth:`_finish` (lock held; no user code runs here)."""
+        """The bookkeeping of :meth:`_finish` (lock held; no user code runs here).
+
+        ``box``: the failure record to share, for a failure that many operations have in
+        common (a failed GPU); by default a FAILED state records a new one.
+        """
         op._state = state
         op._result = result
         op._exception = exc
+        self._release_locked(op, state, exc, ready, box)
+        self._complete_locked(op, state)
+
+    def _release_locked(
+        self,
+        op: Operation[Any],
+        state: OpState,
+        exc: BaseException | None,
+        ready: list[Any],
+        box: _Failure | None = None,
+    ) -> None:
+        """Record ``op``'s failure on what it mutates and release its Vars (lock held).
+
+        A GPU operation does this once enqueued and completes later (:meth:`_complete_locked`).
+        """
         if state is not _CANCELLED:
-            box = op._inherited
-            if state is _FAILED:
-                assert exc is not None
-                box = _Failure(exc)
-                self._failures[box] = None
+            if box is None:
+                box = op._inherited
+                if state is _FAILED:
+                    assert exc is not None
+                    box = _Failure(exc)
+                    self._failures[box] = None
             if box is not None:
                 for v in op._mutate:
                     v._failure = box
@@ -1331,6 +1644,9 @@ class Engine:
         op._requests.clear()
         op._fn = None
         op._inherited = None
+
+    def _complete_locked(self, op: Operation[Any], state: OpState) -> None:
+        """Make ``op`` final: counters, ``wait_for_all``, awaiters and callbacks (lock held)."""
         if self._instruments and op._kind != _WAIT:
             for inst in self._instruments:
                 inst.on_finish(op)
@@ -1547,7 +1863,8 @@ class Engine:
                     "for that operation itself (it holds the Var, or serial mode runs what is "
                     "pending on it afterwards); wait outside the operation"
                 )
-            if not var._is_idle():
+            todo: list[Operation[Any]] = []
+            if not var._is_idle() or (self._gpu is not None and has_pending(var)):
                 marker = Operation(
                     self, None, _WAIT, _CPU0, (), (var,), _NORMAL, 0, f"wait_for_var({var.name})"
                 )
@@ -1555,8 +1872,12 @@ class Engine:
                 marker._waiters = [fut]
                 req = _Request(marker, var, True)
                 marker._requests.append(req)
-                var._append(req)  # not idle, so never granted here
-                marker._wait = 1
+                if var._append(req):  # idle, but GPU work on it is pending: wait for its fences
+                    todo = self._settle([marker])
+                else:
+                    marker._wait = 1
+        if todo:
+            self._submit(todo)
         if marker is not None:
             try:
                 async with asyncio.timeout(timeout):

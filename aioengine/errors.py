@@ -9,6 +9,7 @@ Everything the engine itself raises derives from :class:`EngineError`::
       x VarDeletedError         a push or wait names a Var after ``delete_var``
       x OperatorDeletedError    a push of an OprHandle after ``delete_operator``
       x DeviceUnavailableError  a push to a context whose device cannot be used here
+          x DeviceFailedError   the GPU failed with a CUDA error (sticky: restart the process)
 
 Exceptions raised by the functions you push are never wrapped: ``await op`` raises them
 unchanged, and ``wait_for_var`` / ``wait_for_all`` raise them (the latter in an
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 __all__ = (
     "DependencyError",
+    "DeviceFailedError",
     "DeviceUnavailableError",
     "EngineClosedError",
     "EngineError",
@@ -53,3 +55,11 @@ class OperatorDeletedError(EngineError):
 
 class DeviceUnavailableError(EngineError):
     """A push targeted a context whose device (or its driver library) is not available."""
+
+
+class DeviceFailedError(DeviceUnavailableError):
+    """A GPU failed with a CUDA error: its pending operations fail with this, later pushes raise it.
+
+    CUDA errors such as an illegal memory access are sticky: the process must be restarted to
+    use the device again. ``__cause__`` is the original error when one was raised.
+    """

@@ -12,6 +12,9 @@ Life of an operation (``OpState``)::
        +--cancel()--> CANCELLED <--cancel()-+           DONE / FAILED / CANCELLED (coroutines)
                                             +--an input carries a failure--> SKIPPED
 
+A host consumer of GPU data stays PENDING after its turn until the GPU fences on its Vars have
+completed; a GPU operation stays RUNNING after its enqueue until its own fence has (fence.py).
+
 Every field below ``name`` is guarded by the owning engine's lock; the only fields read without
 it are ``_state`` (a single reference read, for ``done()``) and the immutable ones.
 """
@@ -94,6 +97,7 @@ class Operation(Generic[T]):
         "_engine",
         "_exception",
         "_fn",
+        "_fwait",
         "_inherited",
         "_kind",
         "_mutate",
@@ -135,6 +139,7 @@ class Operation(Generic[T]):
         self._target: Any = None  # executor that runs it; None: the event loop
         self._requests: list[_Request] = []  # one per Var (and the serial sequencer)
         self._wait = 0  # ungranted requests; set by the push, counted down by grants
+        self._fwait = 0  # GPU fences this host consumer waits to see completed (fence.py)
         self._state = OpState.PENDING
         self._result: Any = None
         self._exception: BaseException | None = None

@@ -88,6 +88,25 @@ def _flag(value: object, arg: str, env: str) -> bool:
     return value
 
 
+_GPU_SYNC_MODES = ("event", "host")
+
+
+def _gpu_sync(value: object) -> str:
+    if value is None:
+        raw = os.environ.get("AIOENGINE_GPU_SYNC", "").strip().lower()
+        if not raw:
+            return "event"
+        if raw not in _GPU_SYNC_MODES:
+            raise ValueError(
+                f"environment variable AIOENGINE_GPU_SYNC={raw!r} must be 'event' or 'host' "
+                "(or unset)"
+            )
+        return raw
+    if value not in _GPU_SYNC_MODES:
+        raise ValueError(f"gpu_sync must be 'event', 'host' or None, got {value!r}")
+    return str(value)
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """The resolved configuration of one :class:`~aioengine.Engine`."""
@@ -97,6 +116,10 @@ class Settings:
     serial: bool
     max_pending: int | None
     watchdog: float | None = None  # seconds without a finished operation before a dump is logged
+    gpu_workers: int = 1  # threads (each with its stream) per GPU for compute/priority work
+    gpu_copy_workers: int = 1  # threads (each with its stream) per GPU and copy direction
+    gpu_sync: str = "event"  # "event": release Var turns at enqueue; "host": at completion
+    gpu_max_inflight: int | None = None  # enqueued, uncompleted GPU operations per device
 
     @classmethod
     def resolve(
@@ -107,6 +130,10 @@ class Settings:
         serial: object = None,
         max_pending: object = None,
         watchdog: object = None,
+        gpu_workers: object = None,
+        gpu_copy_workers: object = None,
+        gpu_sync: object = None,
+        gpu_max_inflight: object = None,
     ) -> Settings:
         """Resolve each setting from its argument, its environment variable, or its default."""
         workers = _default_workers()
@@ -121,4 +148,12 @@ class Settings:
             serial=_flag(serial, "serial", "AIOENGINE_SERIAL"),
             max_pending=_optional_int(max_pending, "max_pending", "AIOENGINE_MAX_PENDING"),
             watchdog=_optional_seconds(watchdog, "watchdog", "AIOENGINE_WATCHDOG"),
+            gpu_workers=_positive_int(gpu_workers, "gpu_workers", "AIOENGINE_GPU_WORKERS", 1),
+            gpu_copy_workers=_positive_int(
+                gpu_copy_workers, "gpu_copy_workers", "AIOENGINE_GPU_COPY_WORKERS", 1
+            ),
+            gpu_sync=_gpu_sync(gpu_sync),
+            gpu_max_inflight=_optional_int(
+                gpu_max_inflight, "gpu_max_inflight", "AIOENGINE_GPU_MAX_INFLIGHT"
+            ),
         )

@@ -31,6 +31,7 @@ from .operation import FnProperty
 
 if TYPE_CHECKING:
     from .engine import Engine
+    from .fence import Fence
     from .operation import Operation
 
 _ASYNC = FnProperty.ASYNC
@@ -116,6 +117,8 @@ class Var:
         "__weakref__",
         "_deleted",
         "_failure",
+        "_gpu_readers",
+        "_gpu_writer",
         "_owner",
         "_queue",
         "_reads",
@@ -136,6 +139,10 @@ class Var:
         self._failure: _Failure | None = None  # the failure this Var carries, if not thrown yet
         self._deleted = False  # delete_var was called: no new request may be appended
         self._value: object = NO_VALUE  # the data it carries (ergonomic.py); guarded by its turn
+        # GPU sync state (fence.py): the fence of the last GPU writer, and the newest GPU reader
+        # fence per stream (by id) since that write. Completed fences stay until replaced.
+        self._gpu_writer: Fence | None = None
+        self._gpu_readers: dict[int, Fence] | None = None
 
     @property
     def version(self) -> int:

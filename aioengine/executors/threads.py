@@ -148,11 +148,15 @@ class ThreadExecutor:
             self._idle = 0
             self._cond.notify_all()
 
+    def _worker_context(self) -> RunContext:
+        """The RunContext of a new worker thread (called on it; GPU pools bind a stream)."""
+        return self._rctx
+
     def _work(self) -> None:
         """Worker loop: pop the best queued callable and run it, until shut down."""
         cond = self._cond
         heap = self._heap
-        rctx = self._rctx
+        rctx = self._worker_context()
         with cond:
             self._workers.add(threading.get_ident())
         while True:

@@ -1,0 +1,177 @@
+"""GPU executors: per device, one worker pool per stream family, each worker on its stream.
+
+MXNet's per-device engine layout: for ``gpu(d)`` the engine lazily creates a pool for each
+:class:`~aioengine.executors.device.StreamFamily` an operation's ``FnProperty`` picks
+(compute, h2d, d2h, priority). Each worker thread binds device ``d`` and a stream of its own
+once, when it starts, and runs every operation with that stream current (CuPy's current
+device and stream are thread-local, so this is what makes it safe).
+
+:class:`GpuDevices` is the engine's per-device GPU state: the backend, the executors, which
+devices failed (sticky: a CUDA error poisons the process), and the optional bound on in-flight
+work. Operations, fences and Vars stay in ``engine.py`` / ``fence.py``.
+
+Locking: ``_cond`` guards ``_broken`` and ``_inflight``; a worker waiting for an in-flight slot
+waits on it, so it is never held with the engine lock requested (lock order: engine lock, then
+``_cond``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from ..context import Context, RunContext
+from ..errors import DeviceFailedError
+from ..operation import FnProperty
+from .device import DeviceBackend, StreamFamily
+from .threads import ThreadExecutor
+
+__all__ = ("GpuDevices", "GpuExecutor", "family_of")
+
+_FAMILY = {
+    FnProperty.COPY_TO_GPU: StreamFamily.H2D,
+    FnProperty.COPY_FROM_GPU: StreamFamily.D2H,
+    FnProperty.GPU_PRIORITIZED: StreamFamily.PRIORITY,
+}
+
+
+def family_of(prop: FnProperty) -> StreamFamily:
+    """The stream family a GPU operation with ``prop`` runs on (``COMPUTE`` by default)."""
+    return _FAMILY.get(prop, StreamFamily.COMPUTE)
+
+
+class GpuExecutor(ThreadExecutor):
+    """The worker pool of one (device, stream family); each worker owns one stream."""
+
+    def __init__(
+        self, ctx: Context, family: StreamFamily, workers: int, devices: GpuDevices
+    ) -> None:
+        super().__init__(ctx, workers, f"aioengine-gpu{ctx.device_id}-{family.value}")
+        self.family = family
+        self._devices = devices
+
+    def _worker_context(self) -> RunContext:
+        """Bind this new worker thread to its device and a stream of its own."""
+        try:
+            stream = self._devices.backend.bind_worker(self._ctx.device_id, self.family)
+        except BaseException as exc:
+            # The worker still runs what it is given; every operation then fails with this.
+            self._devices.fail(self._ctx.device_id, exc)
+            return RunContext(self._ctx)
+        return RunContext(self._ctx, stream)
+
+
+class GpuDevices:
+    """The GPU side of one engine: backend, executors, failed devices, in-flight bound.
+
+    Args:
+        backend: the device backend (CuPy or simulated).
+        workers: threads (so streams) per device for compute and priority work.
+        copy_workers: threads (so streams) per device for each copy direction.
+        host_sync: release Var turns only when an operation's event completed (debug mode).
+        max_inflight: the most enqueued, uncompleted operations per device (None: no bound).
+    """
+
+    def __init__(
+        self,
+        backend: DeviceBackend,
+        *,
+        workers: int,
+        copy_workers: int,
+        host_sync: bool,
+        max_inflight: int | None,
+    ) -> None:
+        self.backend = backend
+        self.host_sync = host_sync
+        self.max_inflight = max_inflight
+        self.skip_waits = False  # test hook: drop the cross-stream waits (results must diverge)
+        self._workers = workers
+        self._copy_workers = copy_workers
+        self._executors: dict[tuple[int, StreamFamily], GpuExecutor] = {}
+        self._cond = threading.Condition(threading.Lock())
+        self._broken: dict[int, DeviceFailedError] = {}  # device -> the error that killed it
+        self._inflight: dict[int, int] = {}  # device -> launched fences not completed
+        self._closing = False  # shutdown: in-flight waiters give up
+
+    def executor(
+        self, ctx: Context, prop: FnProperty, register: Callable[[str, GpuExecutor], None]
+    ) -> GpuExecutor:
+        """The executor for ``prop`` on ``ctx``, created on first use (engine lock held)."""
+        family = family_of(prop)
+        key = (ctx.device_id, family)
+        executor = self._executors.get(key)
+        if executor is None:
+            copy = family in (StreamFamily.H2D, StreamFamily.D2H)
+            n = self._copy_workers if copy else self._workers
+            executor = self._executors[key] = GpuExecutor(ctx, family, n, self)
+            register(f"gpu{ctx.device_id}-{family.value}", executor)
+        return executor
+
+    # -- failures ----------------------------------------------------------------------
+
+    def broken(self, device_id: int) -> DeviceFailedError | None:
+        """The error that killed ``device_id``, or None while it works."""
+        return self._broken.get(device_id)
+
+    def fail(self, device_id: int, cause: BaseException | int) -> DeviceFailedError:
+        """Mark ``device_id`` failed (first cause wins); return its error."""
+        with self._cond:
+            err = self._broken.get(device_id)
+            if err is None:
+                what = (
+                    f"status {cause}"
+                    if isinstance(cause, int)
+                    else f"{type(cause).__name__}: {cause}"
+                )
+                err = DeviceFailedError(
+                    f"gpu({device_id}) ({self.backend.name}) failed with a CUDA error ({what}); "
+                    "its pending operations failed and later pushes to it raise. A CUDA error "
+                    "leaves the process in an inconsistent state: the process must be "
+                    "restarted to use this GPU again"
+                )
+                if isinstance(cause, BaseException):
+                    err.__cause__ = cause
+                self._broken[device_id] = err
+            self._cond.notify_all()  # in-flight waiters of a dead device give up
+            return err
+
+    # -- the in-flight bound -----------------------------------------------------------
+
+    def acquire(self, device_id: int) -> None:
+        """Take an in-flight slot on ``device_id``, waiting while the bound is reached.
+
+        Called on a GPU worker thread before a launch; the poller frees slots as fences
+        complete, so this blocks only the worker, never the loop.
+        """
+        limit = self.max_inflight
+        with self._cond:
+            if limit is not None:
+                while (
+                    self._inflight.get(device_id, 0) >= limit
+                    and device_id not in self._broken
+                    and not self._closing
+                ):
+                    self._cond.wait(0.1)
+            self._inflight[device_id] = self._inflight.get(device_id, 0) + 1
+
+    def release(self, device_id: int) -> None:
+        """Give back the in-flight slot of a completed (or never launched) operation."""
+        with self._cond:
+            self._inflight[device_id] -= 1
+            self._cond.notify()
+
+    def inflight(self, device_id: int) -> int:
+        """Launched operations on ``device_id`` whose fence has not completed."""
+        return self._inflight.get(device_id, 0)
+
+    def shutdown(self) -> None:
+        """Let workers blocked on the in-flight bound go (the executors stop separately)."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+
+    def __repr__(self) -> str:
+        return (
+            f"<GpuDevices {self.backend.name} executors={len(self._executors)} "
+            f"broken={sorted(self._broken)}>"
+        )

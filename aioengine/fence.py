@@ -1,0 +1,152 @@
+"""Fences: how GPU operations order themselves after each other without the host.
+
+A :class:`Fence` is the event recorded on a stream after one GPU operation was enqueued
+(MXNet's async GPU engine, RFC apache/mxnet#18951). Each :class:`~aioengine.Var` remembers the
+fence of its last GPU writer and the newest GPU reader fence per stream since that write.
+
+Ordering rules (written here only; ``engine.py`` applies them, ``var.py`` holds the state):
+
+- A GPU operation on stream S orders itself after the fences it depends on with
+  ``S.wait_event``: for a read, the Var's writer (read-after-write); for a write, the writer and
+  every reader (write-after-write, write-after-read). Fences already on S need nothing (a
+  stream runs its work in order); per source stream only the newest fence counts (events of one
+  stream complete in order). Its Var turn is released once it is *enqueued*.
+- A host consumer (a CPU operation, a coroutine, ``wait_for_var``) waits until the same fences
+  have *completed*, as seen by the poller (``poller.py``), before it starts.
+- After the launch, on stream S with new fence F: every Var read gets ``readers[S] = F``; every
+  Var written gets ``writer = F`` and no readers.
+
+Locking: the fields of a Fence and the fence state of Vars are guarded by the owning engine's
+lock, except ``status``, which only the engine's loop thread sets (under that lock) and which
+is read without it as a single reference.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .operation import Operation
+    from .var import Var
+
+__all__ = ("Fence", "gpu_waits", "has_pending", "host_waits", "note_launch")
+
+
+class Fence:
+    """The completion event of one enqueued GPU operation.
+
+    Attributes:
+        event: the backend's event (dropped once the fence completes).
+        stream: the stream it was recorded on.
+        device_id: the device of that stream.
+        seq: launch order of the fences of one engine (newest wins per stream).
+        status: None while pending; then 0, or the device's error code.
+    """
+
+    __slots__ = (
+        "backend",
+        "device_id",
+        "event",
+        "keep",
+        "op",
+        "owner",
+        "seq",
+        "state",
+        "status",
+        "stream",
+        "waiters",
+    )
+
+    def __init__(
+        self,
+        owner: Any,
+        backend: Any,
+        event: Any,
+        stream: Any,
+        device_id: int,
+        seq: int,
+        keep: tuple[Any, ...],
+    ) -> None:
+        self.owner = owner  # the engine told when the fence completes (_fences_settled)
+        self.backend = backend  # whose query() reads this fence's status
+        self.event = event
+        self.stream = stream
+        self.device_id = device_id
+        self.seq = seq
+        self.status: int | None = None
+        # Everything the operation touched (its function and closure, its result, the values
+        # of its Vars, what it passed to RunContext.keep_alive): alive until status == 0, so the
+        # memory pool cannot hand it out while the device may still use it. Kept on error.
+        self.keep: tuple[Any, ...] | None = keep
+        self.op: Operation[Any] | None = None  # the GPU operation, until it is completed
+        self.state: Any = None  # the OpState the operation ends in if the fence succeeds
+        self.waiters: list[Operation[Any]] | None = []  # host consumers waiting on it
+
+    def __repr__(self) -> str:
+        status = "pending" if self.status is None else f"status={self.status}"
+        return f"<Fence #{self.seq} gpu({self.device_id}) {status}>"
+
+
+def gpu_waits(const: tuple[Var, ...], mutate: tuple[Var, ...], stream: Any) -> list[Fence]:
+    """The fences a GPU operation on ``stream`` must ``wait_event`` for (lock held)."""
+    newest: dict[int, Fence] = {}
+
+    def need(f: Fence | None) -> None:
+        if f is None or f.status is not None or f.stream is stream:
+            return
+        key = id(f.stream)
+        old = newest.get(key)
+        if old is None or old.seq < f.seq:
+            newest[key] = f
+
+    for v in const:
+        need(v._gpu_writer)
+    for v in mutate:
+        need(v._gpu_writer)
+        readers = v._gpu_readers
+        if readers:
+            for f in readers.values():
+                need(f)
+    return list(newest.values())
+
+
+def host_waits(const: tuple[Var, ...], mutate: tuple[Var, ...]) -> list[Fence]:
+    """The pending fences a host consumer must see completed before it starts (lock held)."""
+    pending: dict[Fence, None] = {}
+    for v in const:
+        f = v._gpu_writer
+        if f is not None and f.status is None:
+            pending[f] = None
+    for v in mutate:
+        f = v._gpu_writer
+        if f is not None and f.status is None:
+            pending[f] = None
+        readers = v._gpu_readers
+        if readers:
+            for f in readers.values():
+                if f.status is None:
+                    pending[f] = None
+    return list(pending)
+
+
+def has_pending(var: Var) -> bool:
+    """Whether GPU work on ``var`` is enqueued and not completed (lock held)."""
+    f = var._gpu_writer
+    if f is not None and f.status is None:
+        return True
+    readers = var._gpu_readers
+    return readers is not None and any(f.status is None for f in readers.values())
+
+
+def note_launch(const: tuple[Var, ...], mutate: tuple[Var, ...], fence: Fence) -> None:
+    """Record ``fence`` in the sync state of the Vars its operation used (lock held)."""
+    key = id(fence.stream)
+    for v in const:
+        readers = v._gpu_readers
+        if readers is None:
+            v._gpu_readers = {key: fence}
+        else:
+            readers[key] = fence
+    for v in mutate:
+        v._gpu_writer = fence
+        v._gpu_readers = None
