@@ -26,12 +26,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .context import DeviceType
 from .history import Recorder, kind_name, pool_name
-from .operation import _CALLBACK, OpState
+from .operation import _CALLBACK, _SYNC, OpState
 
 if TYPE_CHECKING:
     from .engine import Engine
     from .var import Var
+
+_GPU = DeviceType.GPU
 
 __all__ = ("Dump", "OpInfo", "VarInfo", "await_stack", "build_dump")
 
@@ -248,6 +251,10 @@ def build_dump(engine: Engine, var: Var | None = None) -> Dump:
             flag = None
             if op._kind == _CALLBACK and state is OpState.RUNNING:
                 flag = "callback-style operation: on_complete() has not been called yet"
+            elif op._fwait and state is OpState.PENDING:
+                flag = f"its Vars are granted; waiting for {op._fwait} GPU fence(s) to complete"
+            elif state is OpState.RUNNING and op._kind == _SYNC and op._ctx.device_type is _GPU:
+                flag = "GPU operation: completes when its fence (the event after it) does"
             if op._task is not None and not op._task.done():
                 tasks[op._seq] = op._task
             rows[op._seq] = {

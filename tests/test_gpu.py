@@ -711,3 +711,15 @@ def test_random_programs_event_mode_matches_host_mode_and_the_model(
     expected = model(program)
     assert asyncio.run(run_program(program, "event", seed)) == expected
     assert asyncio.run(run_program(program, "host", seed)) == expected
+
+
+async def test_dump_says_what_gpu_work_waits_for(eng: ae.Engine, manual: ae.SimulatedGPU) -> None:
+    x = eng.new_var("x")
+    eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [x], name="kernel")
+    eng.push_sync(lambda r: None, ae.cpu(), [x], [], name="consumer")
+    await until(lambda: manual.queued == 1)
+    dump = eng.dump()
+    assert "fence" in (dump.op("kernel").flag or "")
+    assert "waiting for 1 GPU fence" in (dump.op("consumer").flag or "")
+    manual.run_until_idle()
+    await eng.wait_for_all()
