@@ -70,9 +70,12 @@ def bench(session: nox.Session) -> None:
     ``nox -s bench`` runs the full matrix (about 8 minutes on 2 cores, plus a one-time MXNet
     venv install); ``nox -s bench -- --quick`` is the smoke mode. Extra arguments go to
     benchmarks/run.py (``nox -s bench -- --help``). Timings are printed, never asserted.
+    Then benchmarks/gpu_overlap.py measures GPU copy/compute overlap (JSON, ``--quick`` passed
+    on; it reports itself skipped without CuPy and a CUDA device).
     """
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "bench"))
     session.run("python", "benchmarks/run.py", *session.posargs)
+    session.run("python", "benchmarks/gpu_overlap.py", *{"--quick"} & set(session.posargs))
 
 
 @nox.session

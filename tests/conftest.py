@@ -17,6 +17,16 @@ except ImportError:  # pragma: no cover - uvloop is in the test group
     uvloop = None
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``gpu``-marked tests unless CuPy is installed and sees a usable CUDA device."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items or ae.gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs CuPy and a CUDA device (aioengine.gpu_available())")
+    for item in gpu_items:
+        item.add_marker(skip)
+
+
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:

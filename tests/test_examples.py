@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+import aioengine as ae
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 
@@ -34,7 +36,12 @@ def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
         assert (tmp_path / "trace.json").stat().st_size > 0
     if path.stem == "crawler":
         assert "(politeness: 1)" in done.stdout
+    if path.stem == "gpu_pipeline":
+        assert "results match NumPy" in done.stdout
+        if not ae.gpu_available():
+            assert "running on the simulated GPU" in done.stdout.splitlines()[0]
 
 
 def test_the_expected_examples_exist() -> None:
-    assert {"quickstart", "crawler", "training", "pipeline"} <= {p.stem for p in EXAMPLES}
+    expected = {"quickstart", "crawler", "training", "pipeline", "gpu_pipeline"}
+    assert expected <= {p.stem for p in EXAMPLES}
