@@ -313,6 +313,10 @@ class Engine:
         self._capacity_waiters: list[asyncio.Future[None]] = []  # push_*_wait callers
         self._executors: dict[str, Executor] = {}  # by pool name, created on first use
         self._routes: dict[tuple[Context, FnProperty], Executor | None] = {}
+        # The last CPU route taken, checked by identity first: a push loop repeats one context
+        # and property, and hashing a Context or an enum runs Python code. Replaced whole (one
+        # tuple), so a reader on another thread sees a consistent entry.
+        self._last_route: tuple[object, object, Executor | None] = (None, None, None)
         self._rctx_cache: dict[Context, RunContext] = {}  # stream-less RunContexts
         self._loop_rctx: RunContext | None = None  # the RunContext of the op running inline
         # Loop-thread hand-off. Invariant: _inbox_scheduled is True iff a _drain_inbox call is
@@ -502,6 +506,7 @@ class Engine:
             executors = list(self._executors.values())
             self._executors.clear()
             self._routes.clear()
+            self._last_route = (None, None, None)
         for executor in executors:
             executor.shutdown(wait)
 
@@ -1001,13 +1006,27 @@ class Engine:
         for v in c:
             if type(v) is not Var or v._owner is not self:
                 self._bad_var("const_vars", c)
-        mutate = tuple(dict.fromkeys(m)) if len(m) > 1 else tuple(m)
-        if not c:
+        # Short lists (the usual case) are deduplicated without building dicts or sets.
+        nm = len(m)
+        if nm < 2:
+            mutate = tuple(m)
+        elif nm == 2:
+            mutate = tuple(m) if m[0] is not m[1] else (m[0],)
+        else:
+            mutate = tuple(dict.fromkeys(m))
+        nc = len(c)
+        if not nc:
             return (), mutate
-        if len(c) == 1 and not mutate:
-            return tuple(c), mutate
-        written = set(mutate) if len(mutate) > 8 else mutate
-        return tuple(v for v in dict.fromkeys(c) if v not in written), mutate
+        if nc == 1:
+            v = c[0]
+            return ((), mutate) if v in mutate else ((v,), mutate)
+        if nm > 8:
+            written = set(mutate)
+            return tuple(v for v in dict.fromkeys(c) if v not in written), mutate
+        const = tuple(dict.fromkeys(c)) if nc > 2 or c[0] is c[1] else tuple(c)
+        if mutate and not set(mutate).isdisjoint(const):
+            const = tuple(v for v in const if v not in mutate)
+        return const, mutate
 
     @staticmethod
     def _listed(arg: str, vars_: object) -> list[Var]:
@@ -1032,13 +1051,19 @@ class Engine:
             if ctx.device_type is not _CPU:
                 self._gpu_devices(ctx)  # a host consumer of a GPU: the device must be usable
             return None
+        last_ctx, last_prop, last = self._last_route
+        if ctx is last_ctx and prop is last_prop:
+            return last
+        target: Executor | None
         try:
-            return self._routes[ctx, prop]
+            target = self._routes[ctx, prop]
         except KeyError:
             pass
+        else:
+            self._last_route = (ctx, prop, target)
+            return target
         if ctx.device_type is not _CPU:
             return self._gpu_route(ctx, prop, kind)
-        target: Executor | None
         if self._settings.serial or prop is FnProperty.ASYNC:
             target = None
         elif prop is FnProperty.CPU_PRIORITIZED:
@@ -1376,19 +1401,19 @@ class Engine:
     def _run_loop_queue(self) -> None:
         """Run the loop thread's READY operations, best first (on the loop thread).
 
-        Runs at most the operations queued when it started, then reschedules itself, so a
-        flood of inline operations cannot starve the loop's other callbacks.
+        Takes the operations queued when it starts in one batch (one lock round trip, not
+        one per operation) and runs them in priority order; what they make ready runs in the
+        next call, so a flood of inline operations cannot starve the loop's other callbacks.
         """
         with self._lock:
-            budget = len(self._loop_queue)
-        while budget:
-            budget -= 1
-            with self._lock:
-                if not self._loop_queue:
-                    break
-                op = heapq.heappop(self._loop_queue)[2]
-            self._execute(op, None)
-            del op  # a failure's frames reach this frame: keep no finished operation alive
+            batch = self._loop_queue
+            self._loop_queue = []
+        if len(batch) > 1:
+            batch.sort()
+        execute = self._execute
+        for entry in batch:
+            execute(entry[2], None)  # one already cancelled is skipped by _execute
+        del batch, entry  # a failure's frames reach this frame: keep no finished operation alive
         with self._lock:
             if self._loop_queue:
                 self._call_soon(self._run_loop_queue)
