@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
 import sys
 
 import pytest
+
+from aioengine.pipeline import STAGES
+
+from .test_pipeline import tracks_of
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
@@ -31,7 +36,10 @@ def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()
     if path.stem == "pipeline":
-        assert (tmp_path / "trace.json").stat().st_size > 0
+        assert done.stdout.startswith("24 records through read -> decode -> transform")
+        assert "aioengine: 100%" in done.stderr  # the progress bar (tqdm is a test dependency)
+        tracks = tracks_of(json.loads((tmp_path / "trace.json").read_text()))
+        assert set(tracks) == set(STAGES)
     if path.stem == "crawler":
         assert "(politeness: 1)" in done.stdout
 
