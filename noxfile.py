@@ -44,13 +44,18 @@ def mypy(session: nox.Session) -> None:
 
 @nox.session
 def examples(session: nox.Session) -> None:
-    """Run every example script and the demo with small sizes."""
+    """Run every example script and both demos with small sizes."""
     session.install("-e", ".[examples]")
     for path in sorted(glob.glob("examples/*.py")):
         session.run("python", path, env={"AIOENGINE_EXAMPLE_SMALL": "1"})
-    trace = os.path.join(session.create_tmp(), "demo.trace.json")
+    tmp = session.create_tmp()
+    trace = os.path.join(tmp, "demo.trace.json")
     session.run(
-        "python", "-m", "aioengine", "demo", "--ops", "120", "--size", "64", "--trace", trace
+        "python", "-m", "aioengine", "demo", "--records", "48", "--size", "64", "--trace", trace
+    )
+    trace = os.path.join(tmp, "bench-demo.trace.json")
+    session.run(
+        "python", "-m", "aioengine", "bench-demo", "--ops", "120", "--size", "64", "--trace", trace
     )
 
 

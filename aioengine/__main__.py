@@ -9,12 +9,70 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
-from .demo import run_demo
+from .demo import run_demo, run_pipeline_demo
+from .pipeline import IO_LATENCY, RECORDS, SIZE, STAGES
 
 
 def _demo(args: argparse.Namespace) -> int:
     print(
-        f"aioengine {__version__} demo: {args.ops} NumPy ops over {args.vars} arrays "
+        f"aioengine {__version__} demo: {args.records} records of {args.size}x{args.size} "
+        f"floats, seed {args.seed}, through\n"
+        f"  {' -> '.join(STAGES)}\n"
+        f"  read, upload:      coroutines on the event loop ({args.latency * 1e3:g} ms of "
+        "simulated I/O each)\n"
+        "  decode, transform: NumPy on the CPU worker threads\n"
+        "  reduce:            inline on the loop thread, one record at a time in push order",
+        flush=True,  # before the progress bar on stderr
+    )
+    trace_path = None if args.no_trace else os.path.abspath(args.trace)
+    report = asyncio.run(
+        run_pipeline_demo(
+            records=args.records,
+            size=args.size,
+            io_latency=args.latency,
+            seed=args.seed,
+            workers=args.workers,
+            trace_path=trace_path,
+            progress=not args.no_progress,
+        )
+    )
+    s, wall, seq_wall = report.summary, report.wall_s, report.sequential_wall_s
+    print(
+        f"  engine:     {s.records} records ({len(STAGES) * s.records} operations) in "
+        f"{wall:.3f} s on {report.workers} CPU worker(s)\n"
+        f"              {s.records / wall:,.0f} records/s, "
+        f"{s.uploaded_bytes / wall / 1e6:,.1f} MB/s uploaded\n"
+        f"  checksum:   {s.checksum:.6f} ({s.uploaded_bytes / 1e6:.1f} MB uploaded)\n"
+        f"  sequential: {seq_wall:.3f} s for the same stages one record after another, "
+        f"no engine\n"
+        f"              ({seq_wall / wall:.2f}x the engine's time)"
+    )
+    if not report.verified:
+        print(
+            f"  MISMATCH:   the engine computed {s},\n"
+            f"              the sequential run {report.sequential}",
+            file=sys.stderr,
+        )
+        return 1
+    print("  verified:   checksum and uploaded bytes bit-identical to the sequential run")
+    if trace_path is not None:
+        workers = sum(t.startswith("aioengine-cpu") for t in report.tracks)
+        lanes = sum(t.startswith("coroutine ops") for t in report.tracks)
+        print(
+            f"  trace:      {trace_path}\n"
+            "              open it in https://ui.perfetto.dev (Open trace file) or "
+            "chrome://tracing:\n"
+            f"              {workers} worker-thread track(s) (decode, transform), "
+            f"{lanes} coroutine lane(s)\n"
+            "              (read, upload), the event loop's track (reduce), and arrows from\n"
+            "              each operation to the ones it waited for"
+        )
+    return 0
+
+
+def _bench_demo(args: argparse.Namespace) -> int:
+    print(
+        f"aioengine {__version__} bench-demo: {args.ops} NumPy ops over {args.vars} arrays "
         f"of {args.size}x{args.size}, seed {args.seed}, "
         f"{args.workers or os.cpu_count()} CPU worker(s)"
     )
@@ -53,6 +111,21 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_common(parser: argparse.ArgumentParser, *, trace: str, what: str) -> None:
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="CPU worker threads (default: the engine's)"
+    )
+    parser.add_argument(
+        "--trace",
+        default=trace,
+        metavar="PATH",
+        help=f"where to write {what} trace (default {trace})",
+    )
+    parser.add_argument("--no-trace", action="store_true", help="do not write a trace")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m aioengine`` and the ``aioengine`` script."""
     parser = argparse.ArgumentParser(
@@ -62,25 +135,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", metavar="command", required=True)
     demo = commands.add_parser(
         "demo",
-        help="the showcase: a traced NumPy + coroutine workload, checked against a serial run",
-        description="Run a seeded random pipeline of NumPy kernels and coroutine uploads on "
-        "the engine's thread pools with a progress bar, write a trace of it, re-run it "
-        "serially, verify every array is bit-identical, and print a summary.",
+        help="the showcase: a traced read/decode/transform/upload/reduce pipeline, verified",
+        description="Run the pipeline of examples/pipeline.py (coroutine reads and uploads, "
+        "NumPy decode and transform on the CPU pool, an inline reduction in push order) with "
+        "a progress bar, write a trace of it, recompute it sequentially without the engine, "
+        "verify the summary is bit-identical, and print a summary.",
     )
-    demo.add_argument("--ops", type=int, default=600, help="operations to push (default 600)")
-    demo.add_argument("--vars", type=int, default=32, help="arrays / Vars (default 32)")
-    demo.add_argument("--size", type=int, default=256, help="array side (default 256)")
-    demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    demo.add_argument("--workers", type=int, default=None, help="CPU workers (default: CPUs)")
     demo.add_argument(
-        "--trace",
-        default="aioengine-demo.trace.json",
-        metavar="PATH",
-        help="where to write the threaded run's trace (default aioengine-demo.trace.json)",
+        "--records", type=int, default=RECORDS, help=f"records to process (default {RECORDS})"
     )
-    demo.add_argument("--no-trace", action="store_true", help="do not write a trace")
-    demo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    demo.add_argument(
+        "--size", type=int, default=SIZE, help=f"a record is SIZE x SIZE floats (default {SIZE})"
+    )
+    demo.add_argument(
+        "--latency",
+        type=float,
+        default=IO_LATENCY,
+        metavar="SECONDS",
+        help=f"simulated I/O time of each read and upload (default {IO_LATENCY})",
+    )
+    _add_common(demo, trace="aioengine-demo.trace.json", what="the engine run's")
     demo.set_defaults(handler=_demo)
+    bench = commands.add_parser(
+        "bench-demo",
+        help="a random NumPy program on the thread pools, checked bit-for-bit against a serial run",
+        description="Run a seeded random program of NumPy kernels and coroutine uploads on "
+        "the engine's thread pools with a progress bar, write a trace of it, re-run it "
+        "serially, verify every array is bit-identical, and print the speed-up.",
+    )
+    bench.add_argument("--ops", type=int, default=600, help="operations to push (default 600)")
+    bench.add_argument("--vars", type=int, default=32, help="arrays / Vars (default 32)")
+    bench.add_argument("--size", type=int, default=256, help="array side (default 256)")
+    _add_common(bench, trace="aioengine-bench-demo.trace.json", what="the threaded run's")
+    bench.set_defaults(handler=_bench_demo)
     args = parser.parse_args(argv)
     try:
         code: int = args.handler(args)

@@ -1,30 +1,131 @@
-"""The demo behind ``python -m aioengine demo``: a random NumPy workload, checked.
+"""The demos behind ``python -m aioengine``: each runs real work and checks its result.
 
-A seeded random program of operations over Vars that each guard one NumPy array: every
-operation reads up to three arrays and overwrites one or two, on the engine's CPU pools
-(NumPy releases the GIL inside its kernels, so independent operations really overlap), with a
-few coroutine operations that "upload" checksums the way an I/O-bound step would. The same
-program then runs again on a serial engine, and every array must be bit-identical: the rule
-(conflicting operations run in push order) is exactly what makes the parallel run agree with
-the serial one.
+``demo`` (:func:`run_pipeline_demo`), the showcase: the read -> decode -> transform -> upload
+-> reduce pipeline of ``pipeline.py`` (the code ``examples/pipeline.py`` runs) on an engine,
+traced and with a progress bar, then recomputed sequentially with no engine; the two summaries
+must be bit-identical.
+
+``bench-demo`` (:func:`run_demo`): a seeded random program of operations over Vars that each
+guard one NumPy array: every operation reads up to three arrays and overwrites one or two, on
+the engine's CPU pools (NumPy releases the GIL inside its kernels, so independent operations
+really overlap), with a few coroutine operations that "upload" checksums the way an I/O-bound
+step would. The same program then runs again on a serial engine, and every array must be
+bit-identical.
+
+Both checks hold because of the engine's rule (conflicting operations run in push order):
+it is exactly what makes the parallel run agree with the serial one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import random
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from .context import RunContext, cpu
 from .engine import Engine
+from .pipeline import IO_LATENCY, RECORDS, SIZE, PipelineSummary, run_pipeline, run_sequential
 
-__all__ = ("DemoReport", "Program", "make_program", "run_demo", "run_program")
+__all__ = (
+    "DemoReport",
+    "PipelineDemoReport",
+    "Program",
+    "make_program",
+    "run_demo",
+    "run_pipeline_demo",
+    "run_program",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineDemoReport:
+    """What :func:`run_pipeline_demo` ran and found.
+
+    Attributes:
+        summary: the engine run's result.
+        wall_s: the engine run's wall time, from the first push to the end of the wait.
+        sequential: the result of the same stages run one after another with no engine.
+        sequential_wall_s: that run's wall time.
+        workers: the engine's CPU worker threads.
+        tracks: the names of the trace's tracks (worker threads, the event loop, coroutine
+            lanes), in the trace's order; empty when not traced.
+    """
+
+    summary: PipelineSummary
+    wall_s: float
+    sequential: PipelineSummary
+    sequential_wall_s: float
+    workers: int
+    tracks: tuple[str, ...] = ()
+
+    @property
+    def verified(self) -> bool:
+        """Whether the engine run's summary equals the sequential one exactly (bit for bit)."""
+        return self.summary == self.sequential
+
+
+def _track_names(trace: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(
+        str(event["args"]["name"])
+        for event in trace["traceEvents"]
+        if event.get("ph") == "M" and event.get("name") == "thread_name"
+    )
+
+
+async def run_pipeline_demo(
+    *,
+    records: int = RECORDS,
+    size: int = SIZE,
+    io_latency: float = IO_LATENCY,
+    seed: int = 0,
+    workers: int | None = None,
+    trace_path: str | os.PathLike[str] | None = None,
+    progress: bool = False,
+) -> PipelineDemoReport:
+    """Run the pipeline on a new engine, then sequentially, and report both.
+
+    The engine run has ``workers`` CPU threads (None: the engine's default), is traced to
+    ``trace_path`` (Chrome trace JSON) when it is given, and shows a progress bar with
+    ``progress=True``. A mismatch is not raised: check :attr:`PipelineDemoReport.verified`.
+
+    Raises:
+        ValueError: if ``records < 1``, ``size < 1``, ``io_latency < 0`` or ``workers`` is
+            not a positive number.
+    """
+    async with Engine(cpu_workers=workers) as engine:
+        with contextlib.ExitStack() as stack:
+            session = None if trace_path is None else stack.enter_context(engine.trace(trace_path))
+            t0 = time.perf_counter()
+            summary = await run_pipeline(
+                engine,
+                records=records,
+                size=size,
+                io_latency=io_latency,
+                seed=seed,
+                progress=progress,
+            )
+            wall = time.perf_counter() - t0
+        # the trace is written now (on leaving the stack)
+        tracks = () if session is None or session.trace is None else _track_names(session.trace)
+        n_workers = engine.cpu_workers
+    t0 = time.perf_counter()
+    sequential = await run_sequential(records=records, size=size, io_latency=io_latency, seed=seed)
+    return PipelineDemoReport(
+        summary=summary,
+        wall_s=wall,
+        sequential=sequential,
+        sequential_wall_s=time.perf_counter() - t0,
+        workers=n_workers,
+        tracks=tracks,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -10,6 +11,9 @@ import sys
 import pytest
 
 import aioengine as ae
+from aioengine.pipeline import STAGES
+
+from .test_pipeline import tracks_of
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
@@ -33,7 +37,10 @@ def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()
     if path.stem == "pipeline":
-        assert (tmp_path / "trace.json").stat().st_size > 0
+        assert done.stdout.startswith("24 records through read -> decode -> transform")
+        assert "120/120" in done.stderr  # the progress bar (tqdm's, or the text line without it)
+        tracks = tracks_of(json.loads((tmp_path / "trace.json").read_text()))
+        assert set(tracks) == set(STAGES)
     if path.stem == "crawler":
         assert "(politeness: 1)" in done.stdout
     if path.stem == "gpu_pipeline":
