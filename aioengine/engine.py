@@ -104,6 +104,7 @@ _SEQUENCES = (list, tuple)
 _CPU0 = cpu(0)
 _GPU = DeviceType.GPU
 _CPU = DeviceType.CPU
+_LOOP_BUDGET = 256  # inline operations run per loop callback before the loop's other work
 _DEVICE_FAILED = -1  # the status of a fence settled because its device failed elsewhere
 
 
@@ -1401,19 +1402,26 @@ class Engine:
     def _run_loop_queue(self) -> None:
         """Run the loop thread's READY operations, best first (on the loop thread).
 
-        Takes the operations queued when it starts in one batch (one lock round trip, not
-        one per operation) and runs them in priority order; what they make ready runs in the
-        next call, so a flood of inline operations cannot starve the loop's other callbacks.
+        Takes what is queued in batches (one lock round trip each, not one per operation), run
+        in priority order; operations they make ready form the next batch, so a chain of inline
+        operations (or serial mode) does not cost a loop iteration per operation. After
+        ``_LOOP_BUDGET`` operations it yields to the loop's other callbacks and reschedules.
         """
-        with self._lock:
-            batch = self._loop_queue
-            self._loop_queue = []
-        if len(batch) > 1:
-            batch.sort()
-        execute = self._execute
-        for entry in batch:
-            execute(entry[2], None)  # one already cancelled is skipped by _execute
-        del batch, entry  # a failure's frames reach this frame: keep no finished operation alive
+        budget = _LOOP_BUDGET
+        execute = self._execute_one
+        while budget > 0:
+            with self._lock:
+                batch = self._loop_queue
+                if not batch:
+                    self._loop_queue_scheduled = False
+                    return
+                self._loop_queue = []
+            if len(batch) > 1:
+                batch.sort()
+            budget -= len(batch)
+            for entry in batch:
+                execute(entry[2], None)  # one cancelled meanwhile is skipped by _execute_one
+            del batch, entry  # a failure's frames reach this frame: keep no operation alive
         with self._lock:
             if self._loop_queue:
                 self._call_soon(self._run_loop_queue)
@@ -1421,14 +1429,34 @@ class Engine:
                 self._loop_queue_scheduled = False
 
     def _execute(self, op: Operation[Any], rctx: RunContext | None) -> None:
-        """Start ``op`` and run its function (on an executor thread or the loop thread)."""
-        if rctx is not None and rctx.ctx.device_type is _GPU:
-            self._execute_gpu(op, rctx)
+        """Start ``op`` and run its function (on an executor thread or the loop thread).
+
+        On a worker thread, an operation that ``op``'s completion made ready on the same pool
+        runs next on this thread, without a trip through the pool's queue (MXNet continues
+        on the completing thread too), even if queued work has a higher priority (priority
+        orders the queue, as in MXNet, and is a hint); the others are submitted as usual.
+        """
+        # A failure's traceback reaches this frame (f_back), whose locals it keeps as they are
+        # when it returns: so hold no operation by then.
+        if rctx is None:
+            self._execute_one(op, None)
+            del op
             return
+        if rctx.ctx.device_type is _GPU:
+            self._execute_gpu(op, rctx)
+            del op
+            return
+        nxt = self._execute_one(op, rctx)
+        del op
+        while nxt is not None:
+            nxt = self._execute_one(nxt, rctx)
+
+    def _execute_one(self, op: Operation[Any], rctx: RunContext | None) -> Operation[Any] | None:
+        """Run ``op`` (see :meth:`_execute`); return a ready successor to run on this thread."""
         skipped = None
         with self._lock:
             if op._state is not _READY:  # cancelled while queued
-                return
+                return None
             if self._failures:
                 skipped = self._skip_locked(op)
             if skipped is None:
@@ -1436,7 +1464,7 @@ class Engine:
         if skipped is not None:
             if skipped:
                 self._submit(skipped)
-            return
+            return None
         if self._instruments:
             for inst in self._instruments:
                 inst.on_start(op)
@@ -1460,11 +1488,13 @@ class Engine:
                 del op, fn
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)) and rctx is self._loop_rctx:
                     raise  # inline on the loop thread: recorded, and the loop still stops
-                return
+                return None
             if type(result) is CoroutineType:
                 self._finish(op, _FAILED, None, self._awaitable_result(op, result))
-            else:
+            elif rctx is self._loop_rctx:
                 self._finish(op, _DONE, result, None)
+            else:
+                return self._finish_and_continue(op, result)
         elif kind == _CORO:
             self._start_task(op, fn, rctx)
         else:
@@ -1475,9 +1505,10 @@ class Engine:
                 exc.__traceback__ = exc.__traceback__.tb_next if exc.__traceback__ else None
                 self._callback_raised(op, token, exc)
                 del op, fn, token  # as above: the failure's frames reach this frame
-                return
+                return None
             if type(result) is CoroutineType:
                 self._callback_raised(op, token, self._awaitable_result(op, result))
+        return None
 
     def _run_context(self, ctx: Context) -> RunContext:
         rctx = self._rctx_cache.get(ctx)
@@ -1546,8 +1577,7 @@ class Engine:
         # a cancelled one), the operation is simply never finished, which is not worth a
         # "Task was destroyed but it is pending!" on stderr at interpreter exit.
         task._log_destroy_pending = False  # type: ignore[attr-defined]
-        with self._lock:
-            op._task = task
+        op._task = task  # read on the loop thread only (_cancel hands off to it), so no lock
         if task.done():  # eager task factory: it may have finished already
             self._task_done(op, task)
         else:
@@ -1616,6 +1646,43 @@ class Engine:
             todo = self._settle(ready) if ready else ready
         if todo:
             self._submit(todo)
+
+    def _finish_and_continue(self, op: Operation[Any], result: object) -> Operation[Any] | None:
+        """:meth:`_finish` a sync ``op`` that returned on a worker; keep one ready successor.
+
+        The successor is an operation of the same pool that this completion made ready: the
+        caller runs it on its own thread (it is READY and in no queue, so nobody else can).
+        """
+        target = op._target
+        ready: list[Any] = []
+        with self._lock:
+            self._finish_locked(op, _DONE, result, None, ready)
+            todo = self._settle(ready) if ready else ready
+        if not todo:
+            return None
+        nxt = None
+        if target.abandoned:  # interpreter exit: this worker must return to its pool and stop
+            self._submit(todo)
+            return None
+        for i, candidate in enumerate(todo):
+            if candidate._target is target:
+                nxt = todo.pop(i)
+                break
+        if nxt is None:
+            self._submit(todo)  # this worker returns to its pool and pops one of them
+            return None
+        if todo:
+            # This worker goes on with nxt: wake others for every operation queued here.
+            execute = self._execute
+            for other in todo:
+                if other._target is target:
+                    target.submit(
+                        functools.partial(execute, other), other._priority, other._seq, False
+                    )
+                else:
+                    self._submit_one(other._target, other)
+            target.wake(caller_pops=False)
+        return nxt
 
     def _finish_locked(
         self,

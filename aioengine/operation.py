@@ -147,7 +147,7 @@ class Operation(Generic[T]):
         self._waiters: list[asyncio.Future[None]] | None = None  # one loop future per awaiter
         self._callbacks: list[tuple[Callable[[Operation[T]], object], contextvars.Context]] | None
         self._callbacks = None
-        self._task: asyncio.Task[Any] | None = None  # the running coroutine (kind _CORO)
+        self._task: asyncio.Task[Any] | None = None  # the coroutine (kind _CORO); loop thread only
         self._context = contextvars.copy_context()  # the pusher's context vars, for fn
 
     # -- asyncio.Future's interface ------------------------------------------------------

@@ -32,6 +32,11 @@ class Executor(Protocol):
         """The context this executor serves."""
         ...
 
+    @property
+    def abandoned(self) -> bool:
+        """Whether it stopped taking work for good (interpreter exit): workers must return."""
+        ...
+
     def submit(self, run: Run, priority: int, seq: int, wake: bool = True) -> None:
         """Queue ``run``; called from any thread, never blocks on running work.
 
@@ -40,8 +45,12 @@ class Executor(Protocol):
         """
         ...
 
-    def wake(self) -> None:
-        """Start whatever :meth:`submit` queued with ``wake=False``."""
+    def wake(self, *, caller_pops: bool = True) -> None:
+        """Start whatever :meth:`submit` queued with ``wake=False``.
+
+        ``caller_pops=False``: a worker of this executor calling it will not take the next
+        item itself when it returns (it goes on with another operation), so wake for all.
+        """
         ...
 
     def shutdown(self, wait: bool) -> None:

@@ -92,6 +92,11 @@ class ThreadExecutor:
         """The most threads this executor runs at once."""
         return self._max
 
+    @property
+    def abandoned(self) -> bool:
+        """Whether the interpreter is exiting (or this is a forked child): nothing more runs."""
+        return self._abandoned
+
     def submit(self, run: Run, priority: int, seq: int, wake: bool = True) -> None:
         """Queue ``run`` to be called on a worker thread; safe from any thread.
 
@@ -107,16 +112,20 @@ class ThreadExecutor:
             if wake:
                 self._wake_locked()
 
-    def wake(self) -> None:
-        """Wake (or start) enough workers for what is queued; safe from any thread."""
-        with self._cond:
-            self._wake_locked()
+    def wake(self, *, caller_pops: bool = True) -> None:
+        """Wake (or start) enough workers for what is queued; safe from any thread.
 
-    def _wake_locked(self) -> None:
+        A worker of this pool calling it is counted as one of them (it pops an item when it
+        returns) unless ``caller_pops`` is False: it goes on with other work first.
+        """
+        with self._cond:
+            self._wake_locked(caller_pops)
+
+    def _wake_locked(self, caller_pops: bool = True) -> None:
         # Idle workers go first; each notify hands one wake-up to one sleeper, which then no
         # longer counts as idle (so _idle always equals the sleepers not yet notified).
         want = len(self._heap)
-        if want and threading.get_ident() in self._workers:
+        if want and caller_pops and threading.get_ident() in self._workers:
             want -= 1  # the calling worker pops the next item itself when it returns
         while want and self._idle:
             self._idle -= 1
