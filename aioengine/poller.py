@@ -1,19 +1,21 @@
 """The fence poller: how the event loop learns that GPU work completed, without blocking.
 
 One :class:`Poller` per event loop watches every pending :class:`~aioengine.fence.Fence` of the
-engines on that loop. It keeps one FIFO per stream and queries only FIFO heads (a stream's
-events complete in order), with the backend's ``query`` (``cudaEventQuery``: a status code,
-never ``Event.done``, which reads an error as "not ready" and would spin forever). It polls
-again at once after progress, else backs off from 1 ms to :attr:`Poller.max_delay` (never below
-1 ms: uvloop runs shorter timers as ``call_soon``, a busy spin), and stops when nothing is
-pending: an idle engine costs no timer and no task.
+engines on that loop. It polls on a thread of its own, so that no CUDA call ever runs on the
+loop thread: it keeps one FIFO per stream and queries only FIFO heads (a stream's events
+complete in order), with the backend's ``query`` (``cudaEventQuery``: a status code, never
+``Event.done``, which reads an error as "not ready" and would spin forever). It polls again at
+once after progress, else backs off from 1 ms to :attr:`Poller.max_delay`, and hands the
+completions of each pass to the loop in one ``call_soon_threadsafe``. When nothing is pending
+it stops polling, and its thread exits after :attr:`Poller.linger` seconds: an idle engine
+costs no timer, no task and no query.
 
 No CUDA host callbacks (``launch_host_func``): they take the GIL on a driver thread and can
 deadlock (see ``reference/gpu-design.md`` §4).
 
-Locking: ``_lock`` guards ``_fifos``, ``_scheduled`` and ``_delay``; fences are appended from
-worker threads and popped on the loop thread. Completions are delivered to their engines on the
-loop thread with ``_lock`` released (lock order: engine lock, then ``_lock``).
+Locking: ``_cond`` guards ``_fifos``, ``_thread`` and ``_delay``. Fences are appended from
+worker threads and popped on the poller thread; completions are delivered to their engines on
+the loop thread, with ``_cond`` released (lock order: engine lock, then ``_cond``).
 """
 
 from __future__ import annotations
@@ -46,104 +48,133 @@ class Poller:
     """Watches fences for one event loop and reports their completion to their engines.
 
     Attributes:
-        min_delay: the first back-off sleep after a tick without progress (seconds).
+        min_delay: the first back-off sleep after a pass without progress (seconds).
         max_delay: the longest back-off sleep (seconds).
+        linger: how long the idle poller thread waits for new fences before it exits.
         queries: event queries made so far (for tests and statistics).
         ticks: polling passes made so far.
     """
 
     min_delay = 1e-3
     max_delay = 4e-3
+    linger = 0.05
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._lock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
         self._fifos: dict[int, deque[Fence]] = {}  # by id(stream): fences in record order
-        self._scheduled = False  # invariant: True iff a _tick is scheduled on the loop
-        self._delay = 0.0  # the sleep before the scheduled tick
-        self._handle: asyncio.Handle | None = None
+        self._thread: threading.Thread | None = None  # invariant: set iff the thread runs
+        self._delay = 0.0  # the back-off sleep after the latest pass
         self.queries = 0
         self.ticks = 0
 
     @property
     def pending(self) -> int:
         """Fences watched and not yet seen completed."""
-        with self._lock:
+        with self._cond:
             return sum(len(f) for f in self._fifos.values())
 
     @property
     def running(self) -> bool:
-        """Whether a polling pass is scheduled (False once idle)."""
-        return self._scheduled
+        """Whether it is polling (False once nothing is pending)."""
+        with self._cond:
+            return bool(self._fifos)
+
+    @property
+    def alive(self) -> bool:
+        """Whether its thread exists (it exits :attr:`linger` seconds after going idle)."""
+        return self._thread is not None
 
     def watch(self, fence: Fence) -> None:
         """Watch ``fence`` (recorded already; from any thread)."""
-        with self._lock:
+        with self._cond:
             fifo = self._fifos.get(id(fence.stream))
             if fifo is None:
                 fifo = self._fifos[id(fence.stream)] = deque()
             fifo.append(fence)
-            if self._scheduled:
-                return
-            self._scheduled = True
-            self._delay = 0.0
-        loop = self._loop
-        if asyncio._get_running_loop() is loop:
-            self._handle = loop.call_soon(self._tick)
-        elif not loop.is_closed():
-            loop.call_soon_threadsafe(self._tick)
+            if self._thread is None:
+                self._delay = 0.0
+                self._thread = threading.Thread(
+                    target=self._run, name="aioengine-gpu-poller", daemon=True
+                )
+                self._thread.start()
+            elif len(self._fifos) == 1 and len(fifo) == 1:
+                self._delay = 0.0
+                self._cond.notify()  # it was idle (lingering): poll again now
 
-    def _tick(self) -> None:
-        """One polling pass over the FIFO heads (loop thread), then reschedule or stop."""
+    def _run(self) -> None:
+        """The poller thread: poll while fences are pending, linger when idle, then exit."""
+        cond = self._cond
+        while True:
+            with cond:
+                if not self._fifos:
+                    cond.wait(self.linger)
+                    if not self._fifos:
+                        self._thread = None
+                        return
+                settled = self._poll_locked()
+                if not self._fifos:
+                    delay = 0.0
+                elif settled:
+                    delay = self._delay = 0.0
+                else:
+                    delay = self._delay = min(max(2 * self._delay, self.min_delay), self.max_delay)
+            if settled and not self._hand_over(settled):
+                with cond:  # the loop is closed: nobody is left to tell
+                    self._fifos.clear()
+                    self._thread = None
+                return
+            if delay:
+                with cond:
+                    cond.wait(delay)
+
+    def _poll_locked(self) -> list[tuple[Fence, int]]:
+        """One pass over the FIFO heads; returns the fences that completed or failed."""
         settled: list[tuple[Fence, int]] = []
         failed: dict[tuple[int, int], int] = {}  # (id(backend), device) -> error status
-        with self._lock:
-            self.ticks += 1
-            for key, fifo in list(self._fifos.items()):
-                while fifo:
-                    fence = fifo[0]
-                    if fence.status is not None:  # settled by its engine (device failure)
-                        fifo.popleft()
-                        continue
-                    self.queries += 1
-                    status = fence.backend.query(fence.event)
-                    if status == EVENT_NOT_READY:
-                        break
+        self.ticks += 1
+        for key, fifo in list(self._fifos.items()):
+            while fifo:
+                fence = fifo[0]
+                if fence.status is not None:  # settled by its engine (device failure)
                     fifo.popleft()
-                    settled.append((fence, status))
-                    if status:
-                        failed.setdefault((id(fence.backend), fence.device_id), status)
-                if not fifo:
-                    del self._fifos[key]
-            if failed:
-                # A device error is sticky: every fence of that device fails with it.
-                for key, fifo in list(self._fifos.items()):
-                    keep: deque[Fence] = deque()
-                    for fence in fifo:
-                        status = failed.get((id(fence.backend), fence.device_id))
-                        if status is None:
-                            keep.append(fence)
-                        elif fence.status is None:
-                            settled.append((fence, status))
-                    if keep:
-                        self._fifos[key] = keep
-                    else:
-                        del self._fifos[key]
-            if not self._fifos:
-                self._scheduled = False
-                self._handle = None
-            else:
-                self._delay = (
-                    0.0 if settled else min(max(2 * self._delay, self.min_delay), self.max_delay)
-                )
-                if self._delay:
-                    self._handle = self._loop.call_later(self._delay, self._tick)
+                    continue
+                self.queries += 1
+                status = fence.backend.query(fence.event)
+                if status == EVENT_NOT_READY:
+                    break
+                fifo.popleft()
+                settled.append((fence, status))
+                if status:
+                    failed.setdefault((id(fence.backend), fence.device_id), status)
+            if not fifo:
+                del self._fifos[key]
+        if failed:
+            # A device error is sticky: every fence of that device fails with it.
+            for key, fifo in list(self._fifos.items()):
+                keep: deque[Fence] = deque()
+                for fence in fifo:
+                    status = failed.get((id(fence.backend), fence.device_id))
+                    if status is None:
+                        keep.append(fence)
+                    elif fence.status is None:
+                        settled.append((fence, status))
+                if keep:
+                    self._fifos[key] = keep
                 else:
-                    self._handle = self._loop.call_soon(self._tick)
-        if settled:
-            self._deliver(settled)
+                    del self._fifos[key]
+        return settled
+
+    def _hand_over(self, settled: list[tuple[Fence, int]]) -> bool:
+        """Deliver ``settled`` on the loop thread; False if the loop is closed."""
+        try:
+            self._loop.call_soon_threadsafe(self._deliver, settled)
+        except RuntimeError:  # the loop is closed
+            return False
+        return True
 
     def _deliver(self, settled: list[tuple[Fence, int]]) -> None:
+        """Tell each engine which of its fences settled (loop thread)."""
         by_owner: dict[int, tuple[Any, list[tuple[Fence, int]]]] = {}
         for fence, status in settled:
             entry = by_owner.get(id(fence.owner))
@@ -154,11 +185,11 @@ class Poller:
         for owner, items in by_owner.values():
             try:
                 owner._fences_settled(items)
-            except Exception as exc:  # an engine bug must not stop polling for the others
+            except Exception as exc:  # an engine bug must not stop delivery to the others
                 self._loop.call_exception_handler(
                     {"message": "aioengine: error settling GPU fences", "exception": exc}
                 )
 
     def __repr__(self) -> str:
-        state = "polling" if self._scheduled else "idle"
+        state = "polling" if self._fifos else "idle"
         return f"<Poller {state} pending={self.pending} queries={self.queries}>"

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import aioengine as ae
-from aioengine.executors.simulated import ILLEGAL_ADDRESS
+from aioengine.executors.simulated import ILLEGAL_ADDRESS, SimulatedEvent
 from aioengine.poller import Poller, poller_for
 
 F = ae.FnProperty
@@ -146,9 +146,12 @@ async def test_no_device_call_ever_runs_on_the_loop_thread() -> None:
             engine.push_sync(lambda r: None, ae.cpu(), [x], [])
         await engine.wait_for_all()  # any device call on the loop would have raised
         stream = sim.streams[0]
-        # The check bites: the simulator refuses device calls on an event-loop thread.
+        # The check bites: the simulator refuses device calls on an event-loop thread,
+        # queries included (the poller queries on a thread of its own).
         with pytest.raises(RuntimeError, match="event-loop thread"):
             sim.record(stream)
+        with pytest.raises(RuntimeError, match="event-loop thread"):
+            sim.query(SimulatedEvent())
 
 
 async def test_coroutine_and_async_ops_on_a_gpu_context_are_host_consumers(
@@ -385,12 +388,12 @@ async def test_poller_queries_heads_only_backs_off_and_stops_when_idle(
     assert poller.ticks < 0.05 / Poller.min_delay + 10
     manual.run_until_idle()
     await asyncio.gather(*ops)
-    await asyncio.sleep(0)
     assert not poller.running
     assert poller.pending == 0
     ticks = poller.ticks
     await asyncio.sleep(0.02)
-    assert poller.ticks == ticks  # idle: no timer, no task
+    assert poller.ticks == ticks  # idle: no more queries
+    await until(lambda: not poller.alive)  # and its thread exits soon after
 
 
 async def test_one_poller_per_loop_serves_several_engines() -> None:

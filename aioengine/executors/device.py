@@ -1,7 +1,7 @@
 """The GPU device seam: what the engine needs from a device (streams, events, queries).
 
 The engine never calls CuPy itself. A :class:`DeviceBackend` gives it three things, all of
-which it calls from GPU worker threads only, except :meth:`DeviceBackend.query`:
+which it calls from GPU worker threads, except :meth:`DeviceBackend.query` (the poller's):
 
 - streams: a worker thread binds itself to one device and one stream of a
   :class:`StreamFamily` (:meth:`DeviceBackend.bind_worker`), and runs every operation with
@@ -10,8 +10,10 @@ which it calls from GPU worker threads only, except :meth:`DeviceBackend.query`:
   stream (:meth:`DeviceBackend.record`); a later operation on another stream orders itself
   after it with :meth:`DeviceBackend.wait_event` (no host wait);
 - queries: the poller (``poller.py``) asks :meth:`DeviceBackend.query` for an event's raw
-  status, on the event-loop thread. That is the one call made there: it never blocks and never
-  raises (``cudaEventQuery`` returns a status code).
+  status, on its own thread; it never blocks and never raises (``cudaEventQuery`` returns a
+  status code).
+
+No method is ever called on an event-loop thread.
 
 Two implementations: :class:`~aioengine.executors.cupy_streams.CupyBackend` (real GPUs) and
 :class:`~aioengine.executors.simulated.SimulatedGPU` (NumPy and threads, for CI and demos).
@@ -79,7 +81,7 @@ class DeviceBackend(Protocol):
 
     def query(self, event: Any) -> int:
         """The raw status of ``event``: :data:`EVENT_DONE`, :data:`EVENT_NOT_READY` or an
-        error code. Called on the loop thread; never blocks, never raises."""
+        error code. Called on the poller's thread; never blocks, never raises."""
         ...
 
     def is_device_error(self, exc: BaseException) -> bool:

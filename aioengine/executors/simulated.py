@@ -17,9 +17,8 @@ A kernel that raises (or :meth:`SimulatedGPU.fail`) puts the device into a stick
 illegal memory access does on a real GPU: every later query returns :data:`ILLEGAL_ADDRESS` and
 every later device call raises :class:`SimulatedDeviceError`.
 
-Only the poller's :meth:`~SimulatedGPU.query` may run on an event-loop thread; every other call
-raises :class:`RuntimeError` there, which is how the tests check that the engine never runs
-device work on the loop.
+Every device call raises :class:`RuntimeError` on a thread that runs an event loop, which is
+how the tests check that the engine never makes one there (the poller has a thread of its own).
 
 Locking: ``_cond`` guards every field of the device and of its streams and events.
 """
@@ -211,6 +210,7 @@ class SimulatedGPU:
 
     def query(self, event: Any) -> int:
         """0 when complete, 600 when not yet, the sticky error when the device failed."""
+        self._not_on_loop("query")
         with self._cond:
             stream = event._stream
             if stream is not None:
