@@ -1170,6 +1170,7 @@ class Engine:
         device = op._ctx.device_id
         skipped = None
         broken = None
+        deps: list[Fence] = []
         waits: list[Any] = []
         with self._lock:
             if op._state is not _READY:  # cancelled while queued
@@ -1180,8 +1181,9 @@ class Engine:
                 broken = gpu.broken(device)
                 if broken is None:
                     op._state = _RUNNING
+                    deps = gpu_waits(op._const, op._mutate, stream)
                     if not gpu.skip_waits:
-                        waits = [f.event for f in gpu_waits(op._const, op._mutate, stream)]
+                        waits = [f.event for f in deps]
         if skipped is not None:
             if skipped:
                 self._submit(skipped)
@@ -1193,10 +1195,19 @@ class Engine:
             for inst in self._instruments:
                 inst.on_start(op)
         backend = gpu.backend
-        gpu.acquire(device)  # the in-flight bound: may wait (this worker only) for completions
+        # The in-flight bound: may wait (this worker only) for completions.
+        if not gpu.acquire(device):  # the device failed, or the interpreter is exiting
+            broken = gpu.broken(device)
+            if broken is not None:
+                self._fail_on_device(op, device, broken)
+            else:
+                self._finish(op, _CANCELLED, None, None)
+            return
         keep: list[Any] = []
         fn = op._fn
         assert fn is not None
+        # The values before the run too: a write may replace a value the device still reads.
+        before = tuple(v._value for v in (*op._const, *op._mutate))
         state = _DONE
         result: object = None
         exc: BaseException | None = None
@@ -1218,14 +1229,16 @@ class Engine:
         if event is None:  # a CUDA error: the device is dead, and so is what it has queued
             gpu.release(device)
             assert exc is not None
+            # What the function enqueued may still run: keep it for the life of the process.
+            gpu.keep_forever((fn, keep, before, tuple(v._value for v in op._mutate)))
             err = gpu.fail(device, exc)
             with self._lock:
                 self._call_soon(functools.partial(self._fail_device_fences, device))
             self._fail_on_device(op, device, err)
             del op, fn, exc  # the failure's frames reach this frame
             return
-        values = tuple(v._value for v in (*op._const, *op._mutate))
-        fence = Fence(self, backend, event, stream, device, 0, (fn, result, keep, values))
+        after = tuple(v._value for v in op._mutate)
+        fence = Fence(self, backend, event, stream, device, 0, (fn, result, keep, before, after))
         ready: list[Any] = []
         with self._lock:
             self._fence_seq += 1
@@ -1236,8 +1249,17 @@ class Engine:
             op._exception = exc
             note_launch(op._const, op._mutate, fence)
             self._gpu_pending[fence] = None
+            poisoned = False
+            for dep in deps:  # if one of them fails, this stream never passes its wait
+                if dep.status is None:
+                    assert dep.dependents is not None  # pending fences have a list
+                    dep.dependents.append(fence)
+                elif dep.status:
+                    poisoned = True
             if not gpu.host_sync:
                 self._release_locked(op, state, exc, ready)
+            if poisoned:
+                self._fail_devices_locked([fence], ready)
             todo = self._settle(ready) if ready else ready
         loop = self._loop
         assert loop is not None
@@ -1260,9 +1282,11 @@ class Engine:
         """Settle every pending fence of a failed device as failed (loop thread)."""
         ready: list[Any] = []
         with self._lock:
+            failed = []
             for fence in list(self._gpu_pending):
                 if fence.device_id == device:
-                    self._settle_fence_locked(fence, _DEVICE_FAILED, ready)
+                    failed.extend(self._settle_fence_locked(fence, _DEVICE_FAILED, ready))
+            self._fail_devices_locked(failed, ready)
             todo = self._settle(ready) if ready else ready
         if todo:
             self._submit(todo)
@@ -1271,18 +1295,46 @@ class Engine:
         """The poller saw these fences complete (status 0) or fail (loop thread)."""
         ready: list[Any] = []
         with self._lock:
+            failed = []
             for fence, status in items:
                 if fence.status is None:  # else settled already, as its device failed
-                    self._settle_fence_locked(fence, status, ready)
+                    failed.extend(self._settle_fence_locked(fence, status, ready))
+            if failed:
+                self._fail_devices_locked(failed, ready)
             todo = self._settle(ready) if ready else ready
         if todo:
             self._submit(todo)
 
-    def _settle_fence_locked(self, fence: Fence, status: int, ready: list[Any]) -> None:
+    def _fail_devices_locked(self, waiting: list[Fence], ready: list[Any]) -> None:
+        """Fail the devices of pending fences that wait on a failed fence (lock held).
+
+        Their streams wait (``wait_event``) for work that will never complete, so nothing
+        after the wait can run: every pending fence of such a device fails, and so do the
+        devices waiting on those in turn (cross-device chains).
+        """
+        gpu = self._gpu
+        assert gpu is not None
+        while waiting:
+            fence = waiting.pop()
+            if fence.status is not None:
+                continue
+            gpu.fail(
+                fence.device_id,
+                RuntimeError("its streams wait for work of a failed GPU"),
+                reason="its streams wait for work of a GPU that failed",
+            )
+            for other in list(self._gpu_pending):
+                if other.device_id == fence.device_id and other.status is None:
+                    waiting.extend(self._settle_fence_locked(other, _DEVICE_FAILED, ready))
+
+    def _settle_fence_locked(self, fence: Fence, status: int, ready: list[Any]) -> list[Fence]:
         """Complete ``fence``'s operation and wake the host consumers waiting on it (lock held).
 
         A failed status fails the operation with its device's error (the device is marked
         failed) and keeps the fence's keepalive: the device may still touch that memory.
+        Returns the pending fences (of other operations) that wait on a failed ``fence``.
+        The event and the keepalive are dropped on the poller's thread, not here: destroying
+        an event or freeing pool memory is a CUDA call, and this runs on the loop thread.
         """
         gpu = self._gpu
         assert gpu is not None
@@ -1291,9 +1343,17 @@ class Engine:
         gpu.release(fence.device_id)
         op = fence.op
         fence.op = None
+        event = fence.event
         fence.event = None
+        loop = self._loop
+        assert loop is not None
         if not status:
+            poller_for(loop).release(event, fence.keep)
             fence.keep = None
+        else:
+            poller_for(loop).release(event)
+        dependents = fence.dependents
+        fence.dependents = None
         if op is not None:
             state = fence.state
             exc = op._exception
@@ -1320,6 +1380,9 @@ class Engine:
                     w._fwait -= 1
                     if not w._fwait:
                         ready.append(w)
+        if not status or not dependents:
+            return []
+        return [d for d in dependents if d.status is None]
 
     # -- running -----------------------------------------------------------------------
 

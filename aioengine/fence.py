@@ -45,6 +45,7 @@ class Fence:
 
     __slots__ = (
         "backend",
+        "dependents",
         "device_id",
         "event",
         "keep",
@@ -81,6 +82,8 @@ class Fence:
         self.op: Operation[Any] | None = None  # the GPU operation, until it is completed
         self.state: Any = None  # the OpState the operation ends in if the fence succeeds
         self.waiters: list[Operation[Any]] | None = []  # host consumers waiting on it
+        # Later fences whose streams wait_event on this one: if it fails they never complete.
+        self.dependents: list[Fence] | None = []
 
     def __repr__(self) -> str:
         status = "pending" if self.status is None else f"status={self.status}"

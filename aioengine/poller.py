@@ -13,9 +13,14 @@ costs no timer, no task and no query.
 No CUDA host callbacks (``launch_host_func``): they take the GIL on a driver thread and can
 deadlock (see ``reference/gpu-design.md`` §4).
 
-Locking: ``_cond`` guards ``_fifos``, ``_thread`` and ``_delay``. Fences are appended from
-worker threads and popped on the poller thread; completions are delivered to their engines on
-the loop thread, with ``_cond`` released (lock order: engine lock, then ``_cond``).
+Settled events and keepalives are handed back to the poller (:meth:`Poller.release`), which
+drops them on its own thread: destroying an event (``cudaEventDestroy``) or freeing pool memory
+is a CUDA call too. The poller holds its loop weakly and stops when the loop is closed.
+
+Locking: ``_cond`` guards ``_fifos``, ``_released``, ``_thread`` and ``_delay``. Fences are
+appended from worker threads and popped on the poller thread; completions are delivered to
+their engines on the loop thread, with ``_cond`` released (lock order: engine lock, then
+``_cond``). The poller never takes an engine lock.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from typing import Any
 
 from .executors.device import EVENT_NOT_READY
 from .fence import Fence
+
+_QUERY_FAILED = 999  # cudaErrorUnknown: the status of a query that raised (never expected)
 
 __all__ = ("Poller", "poller_for")
 
@@ -60,9 +67,10 @@ class Poller:
     linger = 0.05
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        self._loop = weakref.ref(loop)  # weak: _pollers must not keep closed loops alive
         self._cond = threading.Condition(threading.Lock())
         self._fifos: dict[int, deque[Fence]] = {}  # by id(stream): fences in record order
+        self._released: list[object] = []  # events and keepalives to drop on this thread
         self._thread: threading.Thread | None = None  # invariant: set iff the thread runs
         self._delay = 0.0  # the back-off sleep after the latest pass
         self.queries = 0
@@ -92,26 +100,58 @@ class Poller:
             if fifo is None:
                 fifo = self._fifos[id(fence.stream)] = deque()
             fifo.append(fence)
-            if self._thread is None:
-                self._delay = 0.0
-                self._thread = threading.Thread(
-                    target=self._run, name="aioengine-gpu-poller", daemon=True
-                )
-                self._thread.start()
-            elif len(self._fifos) == 1 and len(fifo) == 1:
-                self._delay = 0.0
-                self._cond.notify()  # it was idle (lingering): poll again now
+            self._wake_locked(len(self._fifos) == 1 and len(fifo) == 1)
+
+    def release(self, *objs: object) -> None:
+        """Drop ``objs`` (settled events, keepalives) on the poller thread, not the caller's."""
+        with self._cond:
+            self._released.extend(objs)
+            self._wake_locked(True)
+
+    def _wake_locked(self, was_idle: bool) -> None:
+        """Start the thread, or wake it if it may be lingering idle (``_cond`` held)."""
+        if self._thread is None:
+            self._delay = 0.0
+            self._thread = threading.Thread(
+                target=self._run, name="aioengine-gpu-poller", daemon=True
+            )
+            self._thread.start()
+        elif was_idle:
+            self._delay = 0.0
+            self._cond.notify()
 
     def _run(self) -> None:
         """The poller thread: poll while fences are pending, linger when idle, then exit."""
+        try:
+            self._poll_until_idle()
+        finally:
+            with self._cond:  # on an exception too: the next watch() starts a new thread
+                if self._thread is threading.current_thread():
+                    self._thread = None
+
+    def _poll_until_idle(self) -> None:
         cond = self._cond
         while True:
             with cond:
-                if not self._fifos:
-                    cond.wait(self.linger)
-                    if not self._fifos:
-                        self._thread = None
-                        return
+                released = self._released
+                self._released = []
+            del released  # drop events and keepalives here, outside the lock
+            loop = self._loop()
+            if loop is None or loop.is_closed():  # nobody is left to tell
+                with cond:
+                    self._fifos.clear()
+                    self._released.clear()
+                    self._thread = None
+                return
+            del loop
+            with cond:
+                if not self._fifos:  # idle: drop what was released, linger, then exit
+                    if not self._released:
+                        cond.wait(self.linger)
+                        if not self._fifos and not self._released:
+                            self._thread = None  # in the same critical section as the check
+                            return
+                    continue
                 settled = self._poll_locked()
                 if not self._fifos:
                     delay = 0.0
@@ -119,14 +159,12 @@ class Poller:
                     delay = self._delay = 0.0
                 else:
                     delay = self._delay = min(max(2 * self._delay, self.min_delay), self.max_delay)
-            if settled and not self._hand_over(settled):
-                with cond:  # the loop is closed: nobody is left to tell
-                    self._fifos.clear()
-                    self._thread = None
-                return
+            if settled:
+                self._hand_over(settled)
             if delay:
                 with cond:
-                    cond.wait(delay)
+                    if not self._released:
+                        cond.wait(delay)
 
     def _poll_locked(self) -> list[tuple[Fence, int]]:
         """One pass over the FIFO heads; returns the fences that completed or failed."""
@@ -136,11 +174,15 @@ class Poller:
         for key, fifo in list(self._fifos.items()):
             while fifo:
                 fence = fifo[0]
-                if fence.status is not None:  # settled by its engine (device failure)
+                event = fence.event  # read once: its engine may settle it meanwhile
+                if fence.status is not None or event is None:  # settled (device failure)
                     fifo.popleft()
                     continue
                 self.queries += 1
-                status = fence.backend.query(fence.event)
+                try:
+                    status = fence.backend.query(event)
+                except Exception:  # a backend bug must not kill polling for every engine
+                    status = _QUERY_FAILED
                 if status == EVENT_NOT_READY:
                     break
                 fifo.popleft()
@@ -165,13 +207,15 @@ class Poller:
                     del self._fifos[key]
         return settled
 
-    def _hand_over(self, settled: list[tuple[Fence, int]]) -> bool:
-        """Deliver ``settled`` on the loop thread; False if the loop is closed."""
+    def _hand_over(self, settled: list[tuple[Fence, int]]) -> None:
+        """Deliver ``settled`` on the loop thread (dropped if the loop closed meanwhile)."""
+        loop = self._loop()
+        if loop is None:
+            return
         try:
-            self._loop.call_soon_threadsafe(self._deliver, settled)
-        except RuntimeError:  # the loop is closed
-            return False
-        return True
+            loop.call_soon_threadsafe(self._deliver, settled)
+        except RuntimeError:  # closed: the next pass stops
+            pass
 
     def _deliver(self, settled: list[tuple[Fence, int]]) -> None:
         """Tell each engine which of its fences settled (loop thread)."""
@@ -186,9 +230,11 @@ class Poller:
             try:
                 owner._fences_settled(items)
             except Exception as exc:  # an engine bug must not stop delivery to the others
-                self._loop.call_exception_handler(
-                    {"message": "aioengine: error settling GPU fences", "exception": exc}
-                )
+                loop = self._loop()
+                if loop is not None:
+                    loop.call_exception_handler(
+                        {"message": "aioengine: error settling GPU fences", "exception": exc}
+                    )
 
     def __repr__(self) -> str:
         state = "polling" if self._fifos else "idle"

@@ -148,7 +148,9 @@ class Var:
     def version(self) -> int:
         """The number of writes to this Var that have completed (run or skipped).
 
-        Cancelled writes and waits do not count. Safe to read from any thread.
+        Cancelled writes and waits do not count. A GPU write counts once it is enqueued
+        (when it releases the Var), before its device work has finished. Safe to read from
+        any thread.
         """
         return self._version
 

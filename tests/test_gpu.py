@@ -145,6 +145,9 @@ async def test_no_device_call_ever_runs_on_the_loop_thread() -> None:
             engine.push_sync(lambda r: None, GPU0, [x], [], prop=F.COPY_FROM_GPU)
             engine.push_sync(lambda r: None, ae.cpu(), [x], [])
         await engine.wait_for_all()  # any device call on the loop would have raised
+        poller = poller_for(asyncio.get_running_loop())
+        await until(lambda: not poller.alive)  # it dropped the settled events on its thread
+        assert sim.events_freed_on_loop == 0  # destroying an event is a device call too
         stream = sim.streams[0]
         # The check bites: the simulator refuses device calls on an event-loop thread,
         # queries included (the poller queries on a thread of its own).
@@ -437,8 +440,8 @@ async def test_keepalive_holds_what_the_op_touched_until_its_fence_completes(
     manual.run_until_idle()
     await op
     del op
-    gc.collect()
-    assert all(r() is None for r in refs)
+    # Dropped once the fence completed, on the poller's thread (freeing memory is a CUDA call).
+    await until(lambda: (gc.collect(), all(r() is None for r in refs))[1])
 
 
 async def test_var_values_stay_alive_until_completion(
@@ -456,15 +459,14 @@ async def test_var_values_stay_alive_until_completion(
     manual.run_until_idle()
     await eng.wait_for_all()
     del op
-    gc.collect()
-    assert ref() is None
+    await until(lambda: (gc.collect(), ref() is None)[1])
 
 
 # -- the loop never blocks ----------------------------------------------------------------
 
 
 async def test_loop_keeps_running_while_kernels_run() -> None:
-    kernel = 0.05
+    kernel = 0.2  # long against the GIL hand-offs of 4 threads on 2 cores (5 ms each)
     sim = ae.SimulatedGPU()
     async with ae.Engine(gpu_backend=sim) as engine:
         x = engine.new_var("x")
@@ -479,7 +481,7 @@ async def test_loop_keeps_running_while_kernels_run() -> None:
                 lags.append(loop.time() - t - 0.001)
 
         beat = asyncio.ensure_future(heartbeat())
-        for _ in range(6):
+        for _ in range(3):
             engine.push_sync(lambda r: r.launch(time.sleep, kernel), GPU0, [], [x])
         await engine.wait_for_var(x)
         stop = True
@@ -726,3 +728,106 @@ async def test_dump_says_what_gpu_work_waits_for(eng: ae.Engine, manual: ae.Simu
     assert "waiting for 1 GPU fence" in (dump.op("consumer").flag or "")
     manual.run_until_idle()
     await eng.wait_for_all()
+
+
+async def test_a_value_replaced_by_a_gpu_write_stays_alive_until_completion(
+    eng: ae.Engine, manual: ae.SimulatedGPU
+) -> None:
+    old = Blob()
+    ref = weakref.ref(old)
+    w = eng.new_var("w", value=old)
+    del old
+    ahead = eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [eng.new_var()])
+    update = eng.submit(lambda b: Blob(), w, out=w, ctx=GPU0)  # reads w, replaces its value
+    await until(enqueued(ahead, update))
+    gc.collect()
+    assert ref() is not None  # replaced, but the device may still be reading it
+    manual.run_until_idle()
+    await update
+    await until(lambda: (gc.collect(), ref() is None)[1])
+
+
+async def test_a_gpu_waiting_on_a_failed_gpu_fails_instead_of_hanging(
+    manual: ae.SimulatedGPU,
+) -> None:
+    engine = ae.Engine(gpu_backend=manual)
+    x, y = engine.new_var("x"), engine.new_var("y")
+
+    def crash() -> None:
+        raise MemoryError("illegal address")
+
+    a = engine.push_sync(lambda r: r.launch(crash), GPU0, [], [x])
+    b = engine.push_sync(lambda r: r.launch(time.sleep, 0), ae.gpu(1), [x], [y])
+    await until(enqueued(a, b))
+    manual.run_until_idle()  # gpu(0) faults; gpu(1)'s stream waits for it forever
+    with pytest.raises(ae.DeviceFailedError, match="must be restarted"):
+        await asyncio.wait_for(a, 10)
+    with pytest.raises(ae.DeviceFailedError, match="wait for work of a GPU that failed"):
+        await asyncio.wait_for(b, 10)
+    with pytest.raises(ae.DeviceFailedError):  # what b wrote carries its failure
+        await asyncio.wait_for(engine.wait_for_var(y), 10)
+    with pytest.raises(ae.DeviceFailedError):
+        engine.push_sync(lambda r: None, ae.gpu(1))
+    with pytest.raises(BaseExceptionGroup):
+        await asyncio.wait_for(engine.aclose(), 10)
+
+
+class QueryRaises(ae.SimulatedGPU):
+    """A backend whose status query raises (a driver bug): polling must survive it."""
+
+    def query(self, event: Any) -> int:
+        raise RuntimeError("driver bug")
+
+
+async def test_a_query_that_raises_fails_the_device_and_polling_goes_on() -> None:
+    engine = ae.Engine(gpu_backend=QueryRaises())
+    op = engine.push_sync(lambda r: None, GPU0)
+    with pytest.raises(ae.DeviceFailedError, match="status 999"):
+        await asyncio.wait_for(op, 10)
+    with pytest.raises(BaseExceptionGroup):
+        await engine.aclose()
+    async with ae.Engine(gpu_backend=ae.SimulatedGPU()) as other:  # same loop, same poller
+        assert await asyncio.wait_for(other.push_sync(lambda r: 5, GPU0), 10) == 5
+
+
+def test_interpreter_exits_with_gpu_work_pending_under_an_inflight_bound() -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    body = textwrap.dedent(
+        """
+        import asyncio, time
+        import aioengine as ae
+
+        async def main():
+            engine = ae.Engine(gpu_backend=ae.SimulatedGPU(), gpu_max_inflight=1)
+            for _ in range(3):
+                engine.push_sync(
+                    lambda r: r.launch(time.sleep, 0.3), ae.gpu(0), [], [engine.new_var()]
+                )
+            await asyncio.sleep(0.05)  # the loop closes with work in flight and queued
+
+        asyncio.run(main())
+        print("exiting", flush=True)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", body], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "exiting\n"
+
+
+def test_pollers_do_not_keep_closed_loops_alive() -> None:
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def one() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        async with ae.Engine(gpu_backend=ae.SimulatedGPU()) as engine:
+            await engine.push_sync(lambda r: None, GPU0)
+
+    for _ in range(3):
+        asyncio.run(one())
+    gc.collect()
+    assert [ref() for ref in loops] == [None, None, None]

@@ -62,7 +62,9 @@ class CupyBackend:
         count = self._count
         if count is None:
             with self._lock:
-                count = self._count = self._probe()
+                count = self._count
+                if count is None:
+                    count = self._count = self._probe_off_thread()
         if device_id >= count:
             if count == 0:
                 raise DeviceUnavailableError(
@@ -74,6 +76,17 @@ class CupyBackend:
                 f"cannot run on gpu({device_id}): this machine has {count} CUDA device(s), "
                 f"gpu(0) to gpu({count - 1})"
             )
+
+    def _probe_off_thread(self) -> int:
+        """Count devices on a short-lived thread: the first push may come from the loop
+        thread, and no CUDA call (here ``cuInit``) may run there."""
+        result: list[int] = []
+        probe = threading.Thread(
+            target=lambda: result.append(self._probe()), name="aioengine-cuda-probe"
+        )
+        probe.start()
+        probe.join()
+        return result[0] if result else 0
 
     def _probe(self) -> int:
         cupy = self._cupy

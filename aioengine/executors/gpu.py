@@ -50,6 +50,11 @@ class GpuExecutor(ThreadExecutor):
         self.family = family
         self._devices = devices
 
+    def _abandon(self) -> None:
+        """Interpreter exit: also let workers waiting for an in-flight slot go."""
+        self._devices.shutdown()
+        super()._abandon()
+
     def _worker_context(self) -> RunContext:
         """Bind this new worker thread to its device and a stream of its own."""
         try:
@@ -92,6 +97,8 @@ class GpuDevices:
         self._broken: dict[int, DeviceFailedError] = {}  # device -> the error that killed it
         self._inflight: dict[int, int] = {}  # device -> launched fences not completed
         self._closing = False  # shutdown: in-flight waiters give up
+        # What operations of a failed device had enqueued: the device may still touch it.
+        self._kept_forever: list[object] = []
 
     def executor(
         self, ctx: Context, prop: FnProperty, register: Callable[[str, GpuExecutor], None]
@@ -113,8 +120,13 @@ class GpuDevices:
         """The error that killed ``device_id``, or None while it works."""
         return self._broken.get(device_id)
 
-    def fail(self, device_id: int, cause: BaseException | int) -> DeviceFailedError:
-        """Mark ``device_id`` failed (first cause wins); return its error."""
+    def fail(
+        self, device_id: int, cause: BaseException | int, reason: str | None = None
+    ) -> DeviceFailedError:
+        """Mark ``device_id`` failed (first cause wins); return its error.
+
+        ``reason`` replaces "failed with a CUDA error (...)" in the message.
+        """
         with self._cond:
             err = self._broken.get(device_id)
             if err is None:
@@ -123,8 +135,9 @@ class GpuDevices:
                     if isinstance(cause, int)
                     else f"{type(cause).__name__}: {cause}"
                 )
+                why = reason or f"failed with a CUDA error ({what})"
                 err = DeviceFailedError(
-                    f"gpu({device_id}) ({self.backend.name}) failed with a CUDA error ({what}); "
+                    f"gpu({device_id}) ({self.backend.name}) {why}; "
                     "its pending operations failed and later pushes to it raise. A CUDA error "
                     "leaves the process in an inconsistent state: the process must be "
                     "restarted to use this GPU again"
@@ -137,28 +150,35 @@ class GpuDevices:
 
     # -- the in-flight bound -----------------------------------------------------------
 
-    def acquire(self, device_id: int) -> None:
+    def acquire(self, device_id: int) -> bool:
         """Take an in-flight slot on ``device_id``, waiting while the bound is reached.
 
         Called on a GPU worker thread before a launch; the poller frees slots as fences
-        complete, so this blocks only the worker, never the loop.
+        complete, so this blocks only the worker, never the loop. Returns False (and takes
+        no slot) if the device failed or the engine is shutting down meanwhile.
         """
         limit = self.max_inflight
         with self._cond:
             if limit is not None:
-                while (
-                    self._inflight.get(device_id, 0) >= limit
-                    and device_id not in self._broken
-                    and not self._closing
-                ):
+                while self._inflight.get(device_id, 0) >= limit:
+                    if device_id in self._broken or self._closing:
+                        return False
                     self._cond.wait(0.1)
+            if device_id in self._broken:
+                return False
             self._inflight[device_id] = self._inflight.get(device_id, 0) + 1
+            return True
 
     def release(self, device_id: int) -> None:
         """Give back the in-flight slot of a completed (or never launched) operation."""
         with self._cond:
             self._inflight[device_id] -= 1
-            self._cond.notify()
+            self._cond.notify_all()  # waiters of several devices share the condition
+
+    def keep_forever(self, obj: object) -> None:
+        """Keep ``obj`` for the life of the process (memory a failed device may still use)."""
+        with self._cond:
+            self._kept_forever.append(obj)
 
     def inflight(self, device_id: int) -> int:
         """Launched operations on ``device_id`` whose fence has not completed."""

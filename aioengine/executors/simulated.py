@@ -94,13 +94,22 @@ class SimulatedStream:
 
 
 class SimulatedEvent:
-    """An event of a simulated device: complete once its stream passed its record point."""
+    """An event of a simulated device: complete once its stream passed its record point.
+
+    Destroying one on an event-loop thread is counted in
+    :attr:`SimulatedGPU.events_freed_on_loop` (``cudaEventDestroy`` is a CUDA call).
+    """
 
     __slots__ = ("_mark", "_stream")
 
     def __init__(self) -> None:
         self._stream: SimulatedStream | None = None  # None: never recorded (reads as complete)
         self._mark = 0  # the stream's _issued count at record time
+
+    def __del__(self) -> None:
+        stream = self._stream
+        if stream is not None and asyncio._get_running_loop() is not None:
+            stream._gpu.events_freed_on_loop += 1
 
     def _done(self) -> bool:
         stream = self._stream
@@ -146,6 +155,7 @@ class SimulatedGPU:
         self._thread: threading.Thread | None = None  # the device thread (not in manual mode)
         self._running = 0  # items being run by step() or the device thread
         self.worker_threads: dict[int, tuple[int, StreamFamily]] = {}  # ident -> what it bound
+        self.events_freed_on_loop = 0  # recorded events destroyed on an event-loop thread
 
     # -- the DeviceBackend protocol -----------------------------------------------------
 
@@ -299,13 +309,16 @@ class SimulatedGPU:
                 error = exc
         with self._cond:
             self._running -= 1
-            stream._items.popleft()
-            stream._retired += 1
-            if not isinstance(item, _Barrier):
-                stream.kernels += 1
             if error is not None:
+                # A faulting kernel never completes: its stream (and any stream waiting for
+                # it, on any device) stays where it is, as on a real GPU.
                 self._errors.setdefault(stream.device_id, ILLEGAL_ADDRESS)
                 self.error_causes.setdefault(stream.device_id, error)
+            else:
+                stream._items.popleft()
+                stream._retired += 1
+                if not isinstance(item, _Barrier):
+                    stream.kernels += 1
             self._cond.notify_all()
         return True
 
