@@ -3,7 +3,9 @@
 A soak runs *rounds*; each round creates an Engine (threaded, or serial every fourth round)
 and runs *epochs* on it. In an epoch the event loop and ``PRODUCERS`` threads push random
 operations at the same time: sync, coroutine and callback-style functions and pushes of
-pre-built operators, on random Vars, with random properties, priorities and contexts. Faults
+pre-built operators, on random Vars, with random properties, priorities and contexts (some
+sync operations go to two simulated GPUs, where they release their Vars once enqueued and
+complete when their fence does, so CPU users of the same Vars wait for fences). Faults
 are injected on the way: functions raise (or pass an exception to ``on_complete``) or are
 slow; operations are cancelled (from the loop and from producer threads, before and while they
 run); Vars are deleted while threads push on them; operators are deleted while threads push
@@ -54,6 +56,13 @@ WAIT_LIMIT = 60.0  # seconds: a wait that takes longer than this is reported as 
 
 P_FAIL = 0.01
 P_SLOW = 0.05
+P_GPU = 0.15  # share of plain sync operations pushed to a simulated GPU instead
+GPU_PROPS = (
+    ae.FnProperty.NORMAL,
+    ae.FnProperty.COPY_TO_GPU,
+    ae.FnProperty.COPY_FROM_GPU,
+    ae.FnProperty.GPU_PRIORITIZED,
+)
 P_CANCEL = 0.03
 P_DELETE_VAR = 0.006
 P_WAIT_VAR = 0.03
@@ -117,7 +126,9 @@ def sync_fn(rctx: ae.RunContext) -> str:
     rec = _REC.get()
     rec.start()
     try:
-        if rec.slow:
+        if rctx.stream is not None:  # on the simulated GPU: device work after this returns
+            rctx.launch(time.sleep, rec.slow)
+        elif rec.slow:
             time.sleep(rec.slow)
         if rec.exc is not None:
             raise rec.exc
@@ -271,6 +282,17 @@ def push_one(world: World, rng: random.Random, stats: Counter[str], mine: list[R
     if fail is not None:
         rec.exc = Injected(rec.name)
     ctx = ae.cpu(rng.randint(0, 1))
+    if (
+        handle is None
+        and kind == "sync"
+        and prop is not ae.FnProperty.ASYNC
+        and rng.random() < P_GPU
+    ):
+        # A GPU operation: released once enqueued, completed when its fence is.
+        ctx = ae.gpu(rng.randint(0, 1))
+        if prop is not ae.FnProperty.NO_SKIP:
+            prop = rng.choice(GPU_PROPS)
+        stats["gpu ops"] += 1
     priority = rng.randint(-2, 2)
     token = _REC.set(rec)
     try:
@@ -556,7 +578,12 @@ async def soak(seconds: float, seed: int, loop_name: str = "asyncio") -> SoakRep
         world = World(seed, Monitor(), completer)
         while True:
             serial = rounds % 4 == 3
-            world.engine = ae.Engine(cpu_workers=2, cpu_priority_workers=1, serial=serial)
+            world.engine = ae.Engine(
+                cpu_workers=2,
+                cpu_priority_workers=1,
+                serial=serial,
+                gpu_backend=ae.SimulatedGPU(devices=2, seed=rng.randrange(2**32)),
+            )
             world.order = PushOrder()
             world.engine.add_instrument(world.order)
             world.vars = [world.new_var() for _ in range(VARS)]

@@ -41,6 +41,7 @@ class TestChaosSoak:
             "operator pushes",
             "wait_for_var",
             "slow ops",
+            "gpu ops",
         ):
             assert report.faults[fault] > 0, f"the soak never exercised {fault!r}"
         # No growth: 64 MiB would be ~100 bytes per op of a typical run; RSS is noisy below.
