@@ -160,14 +160,16 @@ class Var:
         return VarStatistics(
             pending_reads=self._reads,
             pending_write=self._writing,
-            waiting=sum(1 for r in self._queue if r.live),
+            waiting=sum(1 for r in tuple(self._queue) if r.live),  # copied in one C call
             version=self._version,
             failed=box is not None and box.exc is not None,
         )
 
     def __repr__(self) -> str:
         state = " deleted" if self._deleted else ""
-        waiting = sum(1 for r in self._queue if r.live)
+        # No lock here (a repr may be taken with the engine lock held): tuple() copies the
+        # queue in one C call, which no thread can interleave with, then count.
+        waiting = sum(1 for r in tuple(self._queue) if r.live)
         return (
             f"<Var {self.name!r}{state} version={self._version} reads={self._reads} "
             f"write={self._writing} waiting={waiting}>"

@@ -163,3 +163,32 @@ class TestVarObject:
     async def test_default_names_are_unique(self, threaded_engine: ae.Engine) -> None:
         names = {threaded_engine.new_var().name for _ in range(5)}
         assert len(names) == 5
+
+
+async def test_repr_and_statistics_are_safe_while_threads_use_the_var() -> None:
+    """Both read the queue without the engine lock (a repr may be taken while holding it)."""
+    import threading
+
+    async with ae.Engine(cpu_workers=2) as engine:
+        x = engine.new_var("x")
+        stop = threading.Event()
+
+        def pusher() -> None:
+            while not stop.is_set():
+                for i in range(64):
+                    engine.push_sync(
+                        lambda r: None, ae.cpu(), [x] if i % 4 else [], [x] if i % 4 == 0 else []
+                    )
+
+        threads = [threading.Thread(target=pusher) for _ in range(2)]
+        for t in threads:
+            t.start()
+        try:
+            for _ in range(1500):
+                assert "waiting=" in repr(x)
+                assert x.statistics().waiting >= 0
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        await engine.wait_for_all()
