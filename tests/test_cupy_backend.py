@@ -70,9 +70,6 @@ class FakeCupy(types.ModuleType):
             def wait_event(self, event: Any) -> None:
                 fake.calls.append(("wait_event", self.ptr, event.ptr))
 
-            def synchronize(self) -> None:
-                fake.calls.append(("synchronize", self.ptr))
-
         class Event:
             def __init__(self, block: bool = False, disable_timing: bool = False) -> None:
                 self.ptr = id(self)

@@ -147,7 +147,3 @@ class CupyBackend:
         """Whether ``exc`` is a CUDA runtime or driver error."""
         cuda = self._cupy.cuda
         return isinstance(exc, (cuda.runtime.CUDARuntimeError, cuda.driver.CUDADriverError))
-
-    def synchronize(self, stream: Any) -> None:
-        """Block this thread until ``stream`` is idle (CuPy releases the GIL meanwhile)."""
-        stream.synchronize()

@@ -87,7 +87,3 @@ class DeviceBackend(Protocol):
     def is_device_error(self, exc: BaseException) -> bool:
         """Whether ``exc`` (raised in a worker) means the device itself failed."""
         ...
-
-    def synchronize(self, stream: Any) -> None:
-        """Block the calling (worker) thread until ``stream`` is idle."""
-        ...

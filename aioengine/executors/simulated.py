@@ -233,17 +233,6 @@ class SimulatedGPU:
         """Whether ``exc`` is a (simulated) CUDA error."""
         return isinstance(exc, SimulatedDeviceError)
 
-    def synchronize(self, stream: Any) -> None:
-        """Block until ``stream`` has run everything enqueued (or its device failed)."""
-        self._not_on_loop("synchronize")
-        with self._cond:
-            while stream._items and stream.device_id not in self._errors:
-                if self.manual and not self._running:
-                    raise RuntimeError(
-                        "synchronize() on a manual SimulatedGPU: call step() instead"
-                    )
-                self._cond.wait(0.05)
-
     # -- driving the simulation ---------------------------------------------------------
 
     def fail(self, device_id: int = 0, status: int = ILLEGAL_ADDRESS) -> None:
