@@ -161,6 +161,7 @@ class Poller:
                     delay = self._delay = min(max(2 * self._delay, self.min_delay), self.max_delay)
             if settled:
                 self._hand_over(settled)
+            del settled  # a lingering thread must hold no fence (and so no engine or loop)
             if delay:
                 with cond:
                     if not self._released:
