@@ -48,6 +48,11 @@ async def drive(engine: ae.Engine, sim: ae.SimulatedGPU, rng: random.Random) -> 
             await asyncio.sleep(0.001)
 
 
+def tick(rctx: ae.RunContext) -> None:
+    """A GPU function that enqueues one empty kernel (so its fence waits for the device)."""
+    rctx.launch(time.sleep, 0)
+
+
 def enqueued(*ops: ae.Operation[Any]) -> Callable[[], bool]:
     return lambda: all(op.state is ae.OpState.RUNNING for op in ops)
 
@@ -141,7 +146,7 @@ async def test_no_device_call_ever_runs_on_the_loop_thread() -> None:
     async with ae.Engine(gpu_backend=sim) as engine:
         x = engine.new_var("x")
         for _ in range(20):
-            engine.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [x])
+            engine.push_sync(tick, GPU0, [], [x])
             engine.push_sync(lambda r: None, GPU0, [x], [], prop=F.COPY_FROM_GPU)
             engine.push_sync(lambda r: None, ae.cpu(), [x], [])
         await engine.wait_for_all()  # any device call on the loop would have raised
@@ -203,8 +208,8 @@ async def test_host_mode_releases_only_when_the_event_completed(
 ) -> None:
     engine = ae.Engine(gpu_backend=manual, gpu_sync="host")
     x = engine.new_var("x")
-    a = engine.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [x])
-    b = engine.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [x])
+    a = engine.push_sync(tick, GPU0, [], [x])
+    b = engine.push_sync(tick, GPU0, [], [x])
     await until(enqueued(a))
     await asyncio.sleep(0.01)
     assert b.state is ae.OpState.PENDING  # a's work has not completed: b has no turn
@@ -221,7 +226,7 @@ async def test_cross_stream_read_after_write_waits_once_on_the_newest_fence(
     eng: ae.Engine, manual: ae.SimulatedGPU
 ) -> None:
     x = eng.new_var("x")
-    ops = [eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [x]) for _ in range(3)]
+    ops = [eng.push_sync(tick, GPU0, [], [x]) for _ in range(3)]
     ops.append(eng.push_sync(lambda r: None, GPU0, [x], [], prop=F.COPY_FROM_GPU))
     await until(enqueued(*ops))
     assert stream_of(manual, ae.StreamFamily.D2H).waits == 1
@@ -232,8 +237,8 @@ async def test_cross_stream_read_after_write_waits_once_on_the_newest_fence(
 async def test_reader_waits_once_per_source_stream(eng: ae.Engine, manual: ae.SimulatedGPU) -> None:
     x, y = eng.new_var("x"), eng.new_var("y")
     ops = [
-        eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [x]),
-        eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [y], prop=F.COPY_TO_GPU),
+        eng.push_sync(tick, GPU0, [], [x]),
+        eng.push_sync(tick, GPU0, [], [y], prop=F.COPY_TO_GPU),
         eng.push_sync(lambda r: None, GPU0, [x, y], [], prop=F.COPY_FROM_GPU),
     ]
     await until(enqueued(*ops))
@@ -247,10 +252,10 @@ async def test_writer_waits_for_readers_and_writer_on_other_streams(
 ) -> None:
     x = eng.new_var("x")
     ops = [
-        eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [x], prop=F.COPY_TO_GPU),
-        eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [x], [], prop=F.COPY_FROM_GPU),
-        eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [x], [], prop=F.GPU_PRIORITIZED),
-        eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [x]),  # WAW + 2 x WAR
+        eng.push_sync(tick, GPU0, [], [x], prop=F.COPY_TO_GPU),
+        eng.push_sync(tick, GPU0, [x], [], prop=F.COPY_FROM_GPU),
+        eng.push_sync(tick, GPU0, [x], [], prop=F.GPU_PRIORITIZED),
+        eng.push_sync(tick, GPU0, [], [x]),  # WAW + 2 x WAR
     ]
     await until(enqueued(*ops))
     assert stream_of(manual, ae.StreamFamily.COMPUTE).waits == 3
@@ -260,7 +265,7 @@ async def test_writer_waits_for_readers_and_writer_on_other_streams(
 
 async def test_completed_fences_need_no_wait(eng: ae.Engine, manual: ae.SimulatedGPU) -> None:
     x = eng.new_var("x")
-    first = eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [x])
+    first = eng.push_sync(tick, GPU0, [], [x])
     await until(lambda: manual.queued == 1)
     manual.run_until_idle()
     await first
@@ -328,7 +333,7 @@ async def test_wait_for_var_and_wait_for_all_wait_for_completion(
     eng: ae.Engine, manual: ae.SimulatedGPU
 ) -> None:
     x = eng.new_var("x")
-    op = eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [x])
+    op = eng.push_sync(tick, GPU0, [], [x])
     await until(enqueued(op))
     assert x.statistics().pending_write is False  # released at enqueue: the Var is idle
     waiter = asyncio.ensure_future(eng.wait_for_var(x))
@@ -346,7 +351,7 @@ async def test_wait_for_var_timeout_leaves_the_engine_usable(
     eng: ae.Engine, manual: ae.SimulatedGPU
 ) -> None:
     x = eng.new_var("x")
-    op = eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [x])
+    op = eng.push_sync(tick, GPU0, [], [x])
     await until(enqueued(op))
     with pytest.raises(TimeoutError):
         await eng.wait_for_var(x, timeout=0.02)
@@ -360,7 +365,7 @@ async def test_cancelled_host_consumer_does_not_run(
 ) -> None:
     x = eng.new_var("x")
     ran: list[str] = []
-    eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [x])
+    eng.push_sync(tick, GPU0, [], [x])
     read = eng.push_sync(lambda r: ran.append("read"), ae.cpu(), [x], [])
     after = eng.push_sync(lambda r: ran.append("after"), ae.cpu(), [], [x])
     await until(lambda: manual.queued == 1)
@@ -378,7 +383,7 @@ async def test_poller_queries_heads_only_backs_off_and_stops_when_idle(
     eng: ae.Engine, manual: ae.SimulatedGPU
 ) -> None:
     x = eng.new_var("x")
-    ops = [eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [x]) for _ in range(5)]
+    ops = [eng.push_sync(tick, GPU0, [], [x]) for _ in range(5)]
     await until(enqueued(*ops))
     poller = poller_for(asyncio.get_running_loop())
     await asyncio.sleep(0.05)
@@ -450,7 +455,7 @@ async def test_var_values_stay_alive_until_completion(
     blob = Blob()
     ref = weakref.ref(blob)
     x = eng.new_var("x", value=blob)
-    op = eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [x], [])
+    op = eng.push_sync(tick, GPU0, [x], [])
     await until(enqueued(op))
     eng.delete_var(x)
     del blob, x
@@ -523,8 +528,8 @@ async def test_kernel_fault_fails_pending_ops_and_later_pushes(
 
     ops = [
         eng.push_sync(lambda r: r.launch(crash), GPU0, [], [x]),
-        eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [y]),
-        eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [x], [y], prop=F.COPY_FROM_GPU),
+        eng.push_sync(tick, GPU0, [], [y]),
+        eng.push_sync(tick, GPU0, [x], [y], prop=F.COPY_FROM_GPU),
     ]
     host = eng.push_sync(lambda r: "ran", ae.cpu(), [x], [])
     await until(enqueued(*ops))
@@ -550,7 +555,7 @@ async def test_kernel_fault_fails_pending_ops_and_later_pushes(
 async def test_device_error_raised_in_the_worker_is_sticky(manual: ae.SimulatedGPU) -> None:
     engine = ae.Engine(gpu_backend=manual)
     x = engine.new_var("x")
-    slow = engine.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [x])
+    slow = engine.push_sync(tick, GPU0, [], [x])
     await until(enqueued(slow))
 
     def cuda_error(rctx: ae.RunContext) -> None:
@@ -614,10 +619,7 @@ def test_bad_gpu_settings_name_the_argument(monkeypatch: pytest.MonkeyPatch) -> 
 
 async def test_max_inflight_bounds_enqueued_work_per_device(manual: ae.SimulatedGPU) -> None:
     engine = ae.Engine(gpu_backend=manual, gpu_max_inflight=2)
-    ops = [
-        engine.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [engine.new_var()])
-        for _ in range(5)
-    ]
+    ops = [engine.push_sync(tick, GPU0, [], [engine.new_var()]) for _ in range(5)]
     await until(lambda: manual.queued == 2)
     await asyncio.sleep(0.02)
     assert manual.queued == 2
@@ -720,7 +722,7 @@ def test_random_programs_event_mode_matches_host_mode_and_the_model(
 
 async def test_dump_says_what_gpu_work_waits_for(eng: ae.Engine, manual: ae.SimulatedGPU) -> None:
     x = eng.new_var("x")
-    eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [x], name="kernel")
+    eng.push_sync(tick, GPU0, [], [x], name="kernel")
     eng.push_sync(lambda r: None, ae.cpu(), [x], [], name="consumer")
     await until(lambda: manual.queued == 1)
     dump = eng.dump()
@@ -737,7 +739,7 @@ async def test_a_value_replaced_by_a_gpu_write_stays_alive_until_completion(
     ref = weakref.ref(old)
     w = eng.new_var("w", value=old)
     del old
-    ahead = eng.push_sync(lambda r: r.launch(time.sleep, 0), GPU0, [], [eng.new_var()])
+    ahead = eng.push_sync(tick, GPU0, [], [eng.new_var()])
     update = eng.submit(lambda b: Blob(), w, out=w, ctx=GPU0)  # reads w, replaces its value
     await until(enqueued(ahead, update))
     gc.collect()
@@ -757,7 +759,7 @@ async def test_a_gpu_waiting_on_a_failed_gpu_fails_instead_of_hanging(
         raise MemoryError("illegal address")
 
     a = engine.push_sync(lambda r: r.launch(crash), GPU0, [], [x])
-    b = engine.push_sync(lambda r: r.launch(time.sleep, 0), ae.gpu(1), [x], [y])
+    b = engine.push_sync(tick, ae.gpu(1), [x], [y])
     await until(enqueued(a, b))
     manual.run_until_idle()  # gpu(0) faults; gpu(1)'s stream waits for it forever
     with pytest.raises(ae.DeviceFailedError, match="must be restarted"):
