@@ -8,7 +8,7 @@ import os
 import nox
 
 nox.needs_version = ">=2025.02.09"
-nox.options.sessions = ["lint", "mypy", "tests", "examples", "docs", "bench_smoke"]
+nox.options.sessions = ["lint", "mypy", "examples", "docs", "bench_smoke", "tests"]
 nox.options.reuse_venv = "yes"
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")

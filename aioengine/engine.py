@@ -1794,8 +1794,7 @@ class Engine:
             if req.granted:
                 req.var._release(req, ready, completed)
             else:  # cancelled before its turn: leave a tombstone, unblock what is behind
-                req.live = False
-                req.var._grant(ready)
+                req.var._withdraw(req, ready)
         op._requests.clear()
         op._fn = None
         op._inherited = None

@@ -115,6 +115,7 @@ class Var:
 
     __slots__ = (
         "__weakref__",
+        "_dead",
         "_deleted",
         "_failure",
         "_gpu_readers",
@@ -133,6 +134,7 @@ class Var:
         self._owner = owner  # the engine whose lock guards the fields below
         # Ungranted requests in push order; may hold tombstones, never at the head.
         self._queue: deque[_Request] = deque()
+        self._dead = 0  # tombstones in _queue, so a snapshot never has to walk the queue
         self._reads = 0  # granted read requests not yet released
         self._writing = False  # a granted write not yet released; invariant: implies _reads == 0
         self._version = 0  # completed (run or skipped) writes
@@ -160,20 +162,22 @@ class Var:
         return VarStatistics(
             pending_reads=self._reads,
             pending_write=self._writing,
-            waiting=sum(1 for r in tuple(self._queue) if r.live),  # copied in one C call
+            waiting=self._waiting(),
             version=self._version,
             failed=box is not None and box.exc is not None,
         )
 
     def __repr__(self) -> str:
         state = " deleted" if self._deleted else ""
-        # No lock here (a repr may be taken with the engine lock held): tuple() copies the
-        # queue in one C call, which no thread can interleave with, then count.
-        waiting = sum(1 for r in tuple(self._queue) if r.live)
         return (
             f"<Var {self.name!r}{state} version={self._version} reads={self._reads} "
-            f"write={self._writing} waiting={waiting}>"
+            f"write={self._writing} waiting={self._waiting()}>"
         )
+
+    def _waiting(self) -> int:
+        """The live requests queued: O(1) and without the lock (a repr may be taken with the
+        engine lock held), so off by one at worst while another thread changes the queue."""
+        return max(0, len(self._queue) - self._dead)
 
     # -- the grant rule; caller holds the engine lock ------------------------------------
 
@@ -211,6 +215,13 @@ class Var:
                 return
         self._grant(ready)
 
+    def _withdraw(self, req: _Request, ready: list[_Waiter]) -> None:
+        """Withdraw a queued request (its operation was cancelled): it stays in the queue as a
+        tombstone, and what queued behind it may now be granted."""
+        req.live = False
+        self._dead += 1
+        self._grant(ready)
+
     def _grant(self, ready: list[_Waiter]) -> None:
         """Grant requests from the head of the queue while the rule allows; drop tombstones.
 
@@ -221,6 +232,7 @@ class Var:
             req = queue[0]
             if not req.live:
                 queue.popleft()
+                self._dead -= 1
                 continue
             if req.write:
                 if self._writing or self._reads:
@@ -236,8 +248,8 @@ class Var:
             op._wait -= 1
             if not op._wait:
                 ready.append(op)
-            if req.write:
-                return
+            # Go on even after a write: the next live request cannot be granted, but tombstones
+            # in front of it must go (the head is never a tombstone).
 
     def _is_idle(self) -> bool:
         """True when no request is granted or queued."""
@@ -248,6 +260,7 @@ class Var:
         assert self._reads >= 0, self
         assert not (self._writing and self._reads), self
         assert all(not r.granted for r in self._queue), self
+        assert self._dead == sum(not r.live for r in self._queue), self
         if self._queue:
             head = self._queue[0]
             assert head.live, f"{self} has a tombstone at its head"

@@ -46,8 +46,7 @@ class Queue:
 
     def cancel(self, req: _Request) -> None:
         ready: list[FakeOp] = []
-        req.live = False
-        self.var._grant(ready)  # type: ignore[arg-type]
+        self.var._withdraw(req, ready)  # type: ignore[arg-type]
         self.granted.extend(op.name for op in ready)
         self.var._check_invariants()
 
@@ -122,6 +121,19 @@ class TestGrantRule:
         expected = {0: ["w0", "w2"], 1: ["w0", "r1", "r3"], 2: ["w0", "r1"]}[position]
         assert q.granted == expected
 
+    def test_waiting_counts_live_requests_only(self) -> None:
+        q = Queue()
+        w0 = q.push("w0", True)
+        queued = [q.push(f"w{i}", True) for i in range(1, 5)]
+        assert q.var.statistics().waiting == 4
+        q.cancel(queued[1])
+        q.cancel(queued[3])
+        assert q.var.statistics().waiting == 2
+        assert "waiting=2>" in repr(q.var)
+        q.release(w0)  # w1 granted; the tombstone w2 behind it reached the head and was dropped
+        assert q.var.statistics().waiting == 1
+        assert [r.op.name for r in q.var._queue] == ["w3", "w4"]  # w4: a tombstone, not counted
+
     def test_tombstone_at_the_head_never_blocks(self) -> None:
         """Regression guard: a tombstone at the head must not hold back a later request."""
         q = Queue()
@@ -174,7 +186,10 @@ async def test_repr_and_statistics_are_safe_while_threads_use_the_var() -> None:
         stop = threading.Event()
 
         def pusher() -> None:
-            while not stop.is_set():
+            # Bounded: each thread pushes at most 200 rounds, whatever the machine's speed.
+            for _ in range(200):
+                if stop.is_set():
+                    return
                 for i in range(64):
                     engine.push_sync(
                         lambda r: None, ae.cpu(), [x] if i % 4 else [], [x] if i % 4 == 0 else []
