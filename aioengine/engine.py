@@ -684,9 +684,14 @@ class Engine:
             EngineClosedError: if the engine is closing or closed.
             DeviceUnavailableError: if ``ctx`` is a GPU that cannot be used here.
         """
-        if not callable(fn):
+        if type(fn) is FunctionType:  # the usual case, decided without a call
+            if fn.__code__.co_flags & _CO_COROUTINE:
+                raise TypeError(
+                    f"{_fn_name(fn)} is a coroutine function; push it with push_async()"
+                )
+        elif not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
-        if _is_coroutine_function(fn):
+        elif _is_coroutine_function(fn):
             raise TypeError(f"{_fn_name(fn)} is a coroutine function; push it with push_async()")
         const, mutate = self._var_lists(const_vars, mutate_vars)
         return self._push(fn, _SYNC, ctx, const, mutate, prop, priority, name, None)
@@ -900,7 +905,9 @@ class Engine:
         handle: OprHandle[Any] | None = None,
     ) -> Operation[Any]:
         """Validate the rest, append the requests atomically and dispatch if ready."""
-        loop = self._bind()
+        loop = self._loop
+        if loop is None or self._forked or _get_running_loop() is not loop:
+            loop = self._bind()  # not on the bound loop's thread: the full check
         if type(ctx) is not Context:
             raise TypeError(f"ctx must be an aioengine.Context (cpu(i) or gpu(i)), got {ctx!r}")
         if type(prop) is not FnProperty:
@@ -908,10 +915,12 @@ class Engine:
         if type(priority) is not int:
             raise TypeError(f"priority must be an int, got {priority!r}")
         if name is None:
-            name = _fn_name(fn)
+            name = fn.__qualname__ if type(fn) is FunctionType else _fn_name(fn)
         elif type(name) is not str:
             raise TypeError(f"name must be a str or None, got {name!r}")
-        target = self._route(ctx, prop, kind)
+        last_ctx, last_prop, target = self._last_route
+        if ctx is not last_ctx or prop is not last_prop or kind == _CORO:
+            target = self._route(ctx, prop, kind)
         if target is None and loop is None:
             raise RuntimeError(
                 f"{self!r} is not bound to an event loop yet, and {name!r} must run on it "
@@ -1429,9 +1438,9 @@ class Engine:
         operation (each wake-up of a sleeping thread costs a GIL hand-off).
         """
         if _get_ident() != self._loop_thread:
-            target.submit(functools.partial(self._execute, op), op._priority, op._seq, True)
+            target.submit(functools.partial(self._execute, op), op._priority, op._seq, True, op)
             return
-        target.submit(functools.partial(self._execute, op), op._priority, op._seq, False)
+        target.submit(functools.partial(self._execute, op), op._priority, op._seq, False, op)
         wakes = self._wakes
         if target not in wakes:
             wakes.append(target)
@@ -1498,6 +1507,7 @@ class Engine:
         runs next on this thread, without a trip through the pool's queue (MXNet continues
         on the completing thread too), even if queued work has a higher priority (priority
         orders the queue, as in MXNet, and is a hint); the others are submitted as usual.
+        Failing that, the thread takes the best operation queued on its pool.
         """
         # A failure's traceback reaches this frame (f_back), whose locals it keeps as they are
         # when it returns: so hold no operation by then.
@@ -1512,28 +1522,35 @@ class Engine:
         nxt = self._execute_one(op, rctx)
         del op
         while nxt is not None:
-            nxt = self._execute_one(nxt, rctx)
+            nxt = self._execute_one(nxt, rctx, True)
 
-    def _execute_one(self, op: Operation[Any], rctx: RunContext | None) -> Operation[Any] | None:
-        """Run ``op`` (see :meth:`_execute`); return a ready successor to run on this thread."""
-        skipped = None
-        with self._lock:
-            if op._state is not _READY:  # cancelled while queued
+    def _execute_one(
+        self, op: Operation[Any], rctx: RunContext | None, claimed: bool = False
+    ) -> Operation[Any] | None:
+        """Run ``op`` (see :meth:`_execute`); return a successor this thread claimed to run.
+
+        ``claimed``: ``op`` is already RUNNING (:meth:`_finish_and_continue` started it).
+        """
+        if not claimed:
+            skipped = None
+            with self._lock:
+                if op._state is not _READY:  # cancelled while queued
+                    return None
+                if self._failures:
+                    skipped = self._skip_locked(op)
+                if skipped is None:
+                    op._state = _RUNNING
+            if skipped is not None:
+                if skipped:
+                    self._submit(skipped)
                 return None
-            if self._failures:
-                skipped = self._skip_locked(op)
-            if skipped is None:
-                op._state = _RUNNING
-        if skipped is not None:
-            if skipped:
-                self._submit(skipped)
-            return None
         if self._instruments:
             for inst in self._instruments:
                 inst.on_start(op)
         ctx = op._ctx
         if rctx is None:
-            rctx = self._loop_rctx = self._run_context(ctx)
+            rctx = self._rctx_cache.get(ctx) or self._run_context(ctx)
+            self._loop_rctx = rctx
         elif rctx.ctx is not ctx:  # e.g. the shared CPU priority pool
             rctx = self._run_context(ctx) if rctx.stream is None else RunContext(ctx, rctx.stream)
         fn = op._fn
@@ -1704,35 +1721,45 @@ class Engine:
         if state is _FAILED and isinstance(exc, asyncio.CancelledError):
             state, exc = _CANCELLED, None
         ready: list[Any] = []
-        with self._lock:
-            self._finish_locked(op, state, result, exc, ready)
+        with self._lock:  # _finish_locked, inlined: this is every operation's path
+            op._state = state
+            op._result = result
+            op._exception = exc
+            self._release_locked(op, state, exc, ready)
+            self._complete_locked(op, state)
             todo = self._settle(ready) if ready else ready
         if todo:
             self._submit(todo)
 
     def _finish_and_continue(self, op: Operation[Any], result: object) -> Operation[Any] | None:
-        """:meth:`_finish` a sync ``op`` that returned on a worker; keep one ready successor.
+        """:meth:`_finish` a sync ``op`` that returned on a worker; start its successor here.
 
-        The successor is an operation of the same pool that this completion made ready: the
-        caller runs it on its own thread (it is READY and in no queue, so nobody else can).
+        The successor is an operation of the same pool that this completion made ready, else
+        the best one queued on the pool. It is marked RUNNING in the same critical section as
+        ``op``'s completion (one lock round trip per operation, not two) and the caller runs
+        it on its own thread: READY and in no queue (or just taken from one), nobody else can.
+        With a failure recorded the start must check for skips: no successor is claimed then.
         """
         target = op._target
         ready: list[Any] = []
+        nxt = None
         with self._lock:
             self._finish_locked(op, _DONE, result, None, ready)
             todo = self._settle(ready) if ready else ready
-        if not todo:
-            return None
-        nxt = None
-        if target.abandoned:  # interpreter exit: this worker must return to its pool and stop
-            self._submit(todo)
-            return None
-        for i, candidate in enumerate(todo):
-            if candidate._target is target:
-                nxt = todo.pop(i)
-                break
+            # interpreter exit (abandoned): this worker must return to its pool and stop
+            if not self._failures and not target.abandoned:
+                for i, candidate in enumerate(todo):
+                    if candidate._target is target:
+                        nxt = todo.pop(i)
+                        break
+                else:
+                    while (nxt := target.take()) is not None and nxt._state is not _READY:
+                        pass  # cancelled while queued: its queue entry is dropped
+                if nxt is not None:
+                    nxt._state = _RUNNING
         if nxt is None:
-            self._submit(todo)  # this worker returns to its pool and pops one of them
+            if todo:
+                self._submit(todo)  # this worker returns to its pool and pops one of them
             return None
         if todo:
             # This worker goes on with nxt: wake others for every operation queued here.
@@ -1740,7 +1767,7 @@ class Engine:
             for other in todo:
                 if other._target is target:
                     target.submit(
-                        functools.partial(execute, other), other._priority, other._seq, False
+                        functools.partial(execute, other), other._priority, other._seq, False, other
                     )
                 else:
                     self._submit_one(other._target, other)

@@ -187,6 +187,34 @@ class TestCancelNotStarted:
         assert queued.cancelled()
         assert trace == []
 
+    @pytest.mark.parametrize("kind", ["sync", "callback"])
+    async def test_ready_in_a_pool_queue_a_worker_going_on_drops_it(self, kind: str) -> None:
+        """A worker that finishes an operation takes the next one queued on its pool; one
+        cancelled while queued there is dropped, never run, and the worker goes on."""
+        async with ae.Engine(cpu_workers=1) as engine:
+            gate = threading.Event()
+            ran: list[int] = []
+            engine.push_sync(lambda r: gate.wait(10), mutate_vars=[engine.new_var()])
+
+            def run(i: int) -> Any:
+                if kind == "sync":
+                    return lambda r: ran.append(i)
+
+                def cb(r: ae.RunContext, done: ae.OnComplete) -> None:
+                    ran.append(i)
+                    done()
+
+                return cb
+
+            push = engine.push_sync if kind == "sync" else engine.push_async
+            ops = [push(run(i), mutate_vars=[engine.new_var()]) for i in range(5)]
+            assert all(op.state is ae.OpState.READY for op in ops)  # queued on the one worker
+            assert [ops[i].cancel() for i in (1, 2, 4)] == [True, True, True]
+            gate.set()
+            await engine.wait_for_all()
+            assert ran == [0, 3]
+            assert [op.cancelled() for op in ops] == [False, True, True, False, True]
+
 
 class TestCancelRunningCoroutine:
     """A running coroutine op receives CancelledError at its await; Vars released at its end."""

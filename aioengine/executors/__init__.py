@@ -37,12 +37,19 @@ class Executor(Protocol):
         """Whether it stopped taking work for good (interpreter exit): workers must return."""
         ...
 
-    def submit(self, run: Run, priority: int, seq: int, wake: bool = True) -> None:
+    def submit(
+        self, run: Run, priority: int, seq: int, wake: bool = True, tag: object = None
+    ) -> None:
         """Queue ``run``; called from any thread, never blocks on running work.
 
         ``wake=False`` may defer starting it until the next :meth:`wake` (the engine batches
-        the submissions of one event-loop iteration that way).
+        the submissions of one event-loop iteration that way). ``tag``: the operation ``run``
+        starts, for :meth:`take`.
         """
+        ...
+
+    def take(self) -> object:
+        """Remove the best queued item and return its tag, or None; never blocks."""
         ...
 
     def wake(self, *, caller_pops: bool = True) -> None:

@@ -6,9 +6,10 @@ priority queue. A plain ``ThreadPoolExecutor.submit`` per operation would be FIF
 ignored, as on MXNet's normal pools) and would allocate a ``Future`` per operation; the worker
 loop honours priority on every pool and allocates nothing per operation.
 
-Locking: ``_cond`` guards ``_heap``, ``_threads``, ``_idle`` and ``_closing``. The engine may
-call :meth:`ThreadExecutor.submit` while holding its own lock, so a worker never takes the
-engine lock while holding ``_cond`` (lock order: engine lock, then ``_cond``).
+Locking: ``_lock`` (the lock of the ``_cond`` condition) guards ``_heap``, ``_threads``,
+``_idle`` and ``_closing``. The engine may call :meth:`ThreadExecutor.submit` while holding its
+own lock, so a worker never takes the engine lock while holding ``_lock`` (lock order: engine
+lock, then ``_lock``).
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def _abandon_all() -> None:
 def _reset_all_in_child() -> None:
     """After os.fork(), in the child: the workers do not exist there and a lock may be held."""
     for executor in list(_executors):
-        executor._cond = threading.Condition(threading.Lock())
+        executor._lock = threading.Lock()
+        executor._cond = threading.Condition(executor._lock)
         executor._heap.clear()
         executor._threads = executor._idle = 0
         executor._workers.clear()
@@ -74,8 +76,12 @@ class ThreadExecutor:
         self._name = name
         self._max = workers
         self._pool: ThreadPoolExecutor | None = None  # created by the first submit
-        self._cond = threading.Condition(threading.Lock())
-        self._heap: list[tuple[int, int, Run]] = []  # (-priority, seq, run): a min-heap
+        # Critical sections enter the raw lock (a C call), not the Condition (a Python-level
+        # __enter__): holding one is holding the other.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        # (-priority, seq, run, tag): a min-heap; seq is unique, so tags are never compared.
+        self._heap: list[tuple[int, int, Run, object]] = []
         self._threads = 0  # worker loops started and not exited
         self._idle = 0  # workers blocked in _cond.wait() and not yet notified
         self._closing = False  # shutdown() was called: workers exit once the heap is empty
@@ -97,20 +103,36 @@ class ThreadExecutor:
         """Whether the interpreter is exiting (or this is a forked child): nothing more runs."""
         return self._abandoned
 
-    def submit(self, run: Run, priority: int, seq: int, wake: bool = True) -> None:
+    def submit(
+        self, run: Run, priority: int, seq: int, wake: bool = True, tag: object = None
+    ) -> None:
         """Queue ``run`` to be called on a worker thread; safe from any thread.
 
         With ``wake=False`` no sleeping worker is woken (and no thread started) until the
         next :meth:`wake`: a burst of submissions then costs one hand-off, not one per item.
+        ``tag`` (the engine's operation) lets :meth:`take` hand the item to a worker directly.
         """
-        with self._cond:
+        with self._lock:
             if self._closing:
                 if self._abandoned:
                     return  # the interpreter is exiting (or this is a forked child)
                 raise RuntimeError(f"{self!r} is shut down")
-            heapq.heappush(self._heap, (-priority, seq, run))
+            heapq.heappush(self._heap, (-priority, seq, run, tag))
             if wake:
                 self._wake_locked()
+
+    def take(self) -> object:
+        """Remove the best queued item and return its tag; None if the queue is empty or the
+        best item has no tag (then a worker pops it as usual). Never blocks.
+
+        The engine calls it on a worker that just finished an operation, with the engine lock
+        held, to start the next one in the same critical section.
+        """
+        with self._lock:
+            heap = self._heap
+            if heap and heap[0][3] is not None:
+                return heapq.heappop(heap)[3]
+        return None
 
     def wake(self, *, caller_pops: bool = True) -> None:
         """Wake (or start) enough workers for what is queued; safe from any thread.
@@ -118,7 +140,7 @@ class ThreadExecutor:
         A worker of this pool calling it is counted as one of them (it pops an item when it
         returns) unless ``caller_pops`` is False: it goes on with other work first.
         """
-        with self._cond:
+        with self._lock:
             self._wake_locked(caller_pops)
 
     def _wake_locked(self, caller_pops: bool = True) -> None:
@@ -141,7 +163,7 @@ class ThreadExecutor:
 
     def shutdown(self, wait: bool) -> None:
         """Let the workers exit once the queue is empty; with ``wait``, join them."""
-        with self._cond:
+        with self._lock:
             self._closing = True
             self._idle = 0
             self._cond.notify_all()
@@ -151,7 +173,7 @@ class ThreadExecutor:
 
     def _abandon(self) -> None:
         """Drop what is queued and let the workers exit after their current item."""
-        with self._cond:
+        with self._lock:
             self._closing = self._abandoned = True
             self._heap.clear()
             self._idle = 0
@@ -164,12 +186,13 @@ class ThreadExecutor:
     def _work(self) -> None:
         """Worker loop: pop the best queued callable and run it, until shut down."""
         cond = self._cond
+        lock = self._lock
         heap = self._heap
         rctx = self._worker_context()
-        with cond:
+        with lock:
             self._workers.add(threading.get_ident())
         while True:
-            with cond:
+            with lock:
                 while not heap:
                     if self._closing:
                         self._threads -= 1
