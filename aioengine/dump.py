@@ -238,14 +238,14 @@ def build_dump(engine: Engine, var: Var | None = None) -> Dump:
         for op in engine._live.values():
             holds: list[tuple[Var, str]] = []
             waits: list[tuple[Var, str]] = []
-            for req in op._requests:
-                mode = "write" if req.write else "read"
-                if req.granted:
-                    holds.append((req.var, mode))
-                    var_rows.setdefault(req.var, ([], []))[0].append((op._seq, mode))
-                elif req.live:
-                    waits.append((req.var, mode))
-                    var_rows.setdefault(req.var, ([], []))
+            requests = [(v, "read") for v in op._const] + [(v, "write") for v in op._mutate]
+            for v, mode in requests:
+                if v._holds(op):
+                    holds.append((v, mode))
+                    var_rows.setdefault(v, ([], []))[0].append((op._seq, mode))
+                else:
+                    waits.append((v, mode))
+                    var_rows.setdefault(v, ([], []))
             record = records.get(op._seq)
             state = op._state
             flag = None
@@ -277,11 +277,11 @@ def build_dump(engine: Engine, var: Var | None = None) -> Dump:
         versions: dict[Var, int] = {}
         for v, (_, waiters) in var_rows.items():
             versions[v] = v._version
-            for req in v._queue:
-                waiter: Any = req.op  # an Operation, or a wait_for_var marker (not in _live)
+            for waiter, write in v._requests():
+                # An Operation, or a wait_for_var marker (not in _live); a cancelled one neither.
                 seq: int = waiter._seq
-                if req.live and engine._live.get(seq) is waiter:
-                    waiters.append((seq, "write" if req.write else "read"))
+                if engine._live.get(seq) is waiter:
+                    waiters.append((seq, "write" if write else "read"))
     if var is not None:
         keep = _blockers(var, rows, var_rows)
         rows = {s: r for s, r in rows.items() if s in keep}

@@ -30,9 +30,9 @@ import asyncio
 import contextvars
 import enum
 import functools
-import heapq
 import inspect
 import logging
+import operator
 import os
 import threading
 import warnings
@@ -77,7 +77,7 @@ from .operation import (
 from .poller import poller_for
 from .settings import Settings
 from .stats import EngineStatistics, build_statistics, new_counters
-from .var import NO_VALUE, Var, _Failure, _Request
+from .var import NO_VALUE, Var, _Failure
 from .watchdog import start_watchdog
 
 __all__ = ("Engine",)
@@ -105,6 +105,7 @@ _CPU0 = cpu(0)
 _GPU = DeviceType.GPU
 _CPU = DeviceType.CPU
 _LOOP_BUDGET = 256  # inline operations run per loop callback before the loop's other work
+_run_order = operator.attrgetter("_key")  # run queues: higher priority first, then push order
 _DEVICE_FAILED = -1  # the status of a fence settled because its device failed elsewhere
 
 
@@ -304,7 +305,7 @@ class Engine:
         self._state = _State.OPEN
         self._loop: asyncio.AbstractEventLoop | None = None  # bound once, on first use
         self._loop_thread = 0  # ident of the thread running _loop
-        self._seq = 0  # push counter: the sequence number of the latest operation
+        self._seq = 0  # push counter: the sequence number of the latest operation (or marker)
         self._var_count = 0
         # Operations pushed and not finished, by sequence number (so in push order).
         self._live: dict[int, Operation[Any]] = {}
@@ -326,7 +327,7 @@ class Engine:
         self._idle_due = False  # _idle_waiters need waking (set off the loop thread)
         self._capacity_due = False  # _capacity_waiters need waking (set off the loop thread)
         self._inbox_scheduled = False
-        self._loop_queue: list[tuple[int, int, Operation[Any]]] = []  # ready ops for the loop
+        self._loop_queue: list[Operation[Any]] = []  # READY ops for the loop, run by _key
         self._loop_queue_scheduled = False
         self._wakes: list[Executor] = []  # loop-thread only: executors to wake this iteration
         # Observers; empty on the fast path (DEBUG logging at creation installs an OpLogger).
@@ -929,33 +930,35 @@ class Engine:
             )
         op: Operation[Any] = Operation(self, fn, kind, ctx, const, mutate, prop, priority, name)
         op._target = target
-        requests = op._requests
-        for v in const:
-            requests.append(_Request(op, v, False))
-        for v in mutate:
-            requests.append(_Request(op, v, True))
-        if self._sequencer is not None:
-            requests.append(_Request(op, self._sequencer, True))
+        sequencer = self._sequencer
         with self._lock:
             if self._state is not _State.OPEN:
                 raise EngineClosedError(f"{self!r} is {self._state.value}; create a new Engine")
             if handle is not None and handle._deleted:
                 raise OperatorDeletedError(f"{handle!r} was deleted; build a new one")
-            for req in requests:
-                if req.var._deleted:
-                    raise VarDeletedError(
-                        f"{req.var!r} was deleted; operation {name!r} cannot use it"
-                    )
+            for v in const:
+                if v._deleted:
+                    self._raise_deleted(v, name)
+            for v in mutate:
+                if v._deleted:
+                    self._raise_deleted(v, name)
             self._seq += 1
             op._seq = seq = self._seq
+            op._key = seq - (priority << 64) if priority else seq
             self._live[seq] = op
             if self._instruments:
                 for inst in self._instruments:
                     inst.on_push(op)
+            # Appending is what a push promises to do atomically across its Vars.
             wait = 0
-            for req in requests:
-                if not req.var._append(req):
+            for v in const:
+                if not v._append(op, False):
                     wait += 1
+            for v in mutate:
+                if not v._append(op, True):
+                    wait += 1
+            if sequencer is not None and not sequencer._append(op, True):
+                wait += 1
             if deleting is not None:
                 deleting._deleted = True
             if wait:
@@ -977,6 +980,10 @@ class Engine:
         return op
 
     # -- argument checks ---------------------------------------------------------------
+
+    @staticmethod
+    def _raise_deleted(var: Var, name: str) -> None:
+        raise VarDeletedError(f"{var!r} was deleted; operation {name!r} cannot use it")
 
     def _check_fork(self) -> None:
         if self._forked:
@@ -1088,7 +1095,7 @@ class Engine:
         with self._lock:
             executor = self._executors.get(key)
             if executor is None:
-                executor = ThreadExecutor(ctx, workers, f"aioengine-{key}")
+                executor = ThreadExecutor(ctx, workers, f"aioengine-{key}", Engine._execute)
                 self._executors[key] = executor
             return executor
 
@@ -1130,6 +1137,7 @@ class Engine:
                 if gpu is None:
                     gpu = self._gpu = GpuDevices(
                         backend,
+                        run=Engine._execute,
                         workers=settings.gpu_workers,
                         copy_workers=settings.gpu_copy_workers,
                         host_sync=settings.gpu_sync == "host" or settings.serial,
@@ -1438,9 +1446,9 @@ class Engine:
         operation (each wake-up of a sleeping thread costs a GIL hand-off).
         """
         if _get_ident() != self._loop_thread:
-            target.submit(functools.partial(self._execute, op), op._priority, op._seq, True, op)
+            target.submit(op, op._key, True)
             return
-        target.submit(functools.partial(self._execute, op), op._priority, op._seq, False, op)
+        target.submit(op, op._key, False)
         wakes = self._wakes
         if target not in wakes:
             wakes.append(target)
@@ -1457,7 +1465,7 @@ class Engine:
 
     def _enqueue_loop(self, op: Operation[Any]) -> None:
         """Queue a READY operation for the loop thread (lock held)."""
-        heapq.heappush(self._loop_queue, (-op._priority, op._seq, op))
+        self._loop_queue.append(op)
         if not self._loop_queue_scheduled:
             self._loop_queue_scheduled = True
             self._call_soon(self._run_loop_queue)
@@ -1489,32 +1497,33 @@ class Engine:
                     return
                 self._loop_queue = []
             if len(batch) > 1:
-                batch.sort()
+                batch.sort(key=_run_order)
             budget -= len(batch)
-            for entry in batch:
-                execute(entry[2], None)  # one cancelled meanwhile is skipped by _execute_one
-            del batch, entry  # a failure's frames reach this frame: keep no operation alive
+            for op in batch:
+                execute(op, None)  # one cancelled meanwhile is skipped by _execute_one
+            del batch, op  # a failure's frames reach this frame: keep no operation alive
         with self._lock:
             if self._loop_queue:
                 self._call_soon(self._run_loop_queue)
             else:
                 self._loop_queue_scheduled = False
 
-    def _execute(self, op: Operation[Any], rctx: RunContext | None) -> None:
-        """Start ``op`` and run its function (on an executor thread or the loop thread).
+    @staticmethod
+    def _execute(op: Operation[Any], rctx: RunContext) -> None:
+        """Start ``op`` and run its function on a worker thread: every executor's runner.
 
-        On a worker thread, an operation that ``op``'s completion made ready on the same pool
-        runs next on this thread, without a trip through the pool's queue (MXNet continues
-        on the completing thread too), even if queued work has a higher priority (priority
-        orders the queue, as in MXNet, and is a hint); the others are submitted as usual.
-        Failing that, the thread takes the best operation queued on its pool.
+        A static method, so that executors, whose threads outlive their last operation, keep
+        no reference to the engine (which can then be collected and warn if never closed).
+
+        An operation that ``op``'s completion made ready on the same pool runs next on this
+        thread, without a trip through the pool's queue (MXNet continues on the completing
+        thread too), even if queued work has a higher priority (priority orders the queue, as
+        in MXNet, and is a hint); the others are submitted as usual. Failing that, the thread
+        takes the best operation queued on its pool.
         """
         # A failure's traceback reaches this frame (f_back), whose locals it keeps as they are
         # when it returns: so hold no operation by then.
-        if rctx is None:
-            self._execute_one(op, None)
-            del op
-            return
+        self = op._engine
         if rctx.ctx.device_type is _GPU:
             self._execute_gpu(op, rctx)
             del op
@@ -1763,12 +1772,9 @@ class Engine:
             return None
         if todo:
             # This worker goes on with nxt: wake others for every operation queued here.
-            execute = self._execute
             for other in todo:
                 if other._target is target:
-                    target.submit(
-                        functools.partial(execute, other), other._priority, other._seq, False, other
-                    )
+                    target.submit(other, other._key, False)
                 else:
                     self._submit_one(other._target, other)
             target.wake(caller_pops=False)
@@ -1817,14 +1823,35 @@ class Engine:
                 for v in op._mutate:
                     v._failure = box
         completed = state is not _CANCELLED and op._kind != _WAIT
-        for req in op._requests:
-            if req.granted:
-                req.var._release(req, ready, completed)
-            else:  # cancelled before its turn: leave a tombstone, unblock what is behind
-                req.var._withdraw(req, ready)
-        op._requests.clear()
+        if op._wait:  # cancelled before its turn on some Vars: see _withdraw_locked
+            self._withdraw_locked(op, completed, ready)
+        else:
+            for v in op._const:
+                v._release(False, ready, completed)
+            for v in op._mutate:
+                v._release(True, ready, completed)
+            if self._sequencer is not None and op._kind != _WAIT:
+                self._sequencer._release(True, ready, completed)
         op._fn = None
         op._inherited = None
+
+    def _withdraw_locked(self, op: Operation[Any], completed: bool, ready: list[Any]) -> None:
+        """Release the granted requests of an operation cancelled before all its Vars'
+        turns came; its other requests become tombstones (``op`` is CANCELLED already)."""
+        assert op._state is _CANCELLED, op
+        for write, vars_ in ((False, op._const), (True, op._mutate)):
+            for v in vars_:
+                if v._holds(op):
+                    v._release(write, ready, completed)
+                else:
+                    v._withdraw(ready)
+        sequencer = self._sequencer
+        if sequencer is not None and op._kind != _WAIT:
+            if sequencer._holds(op):
+                sequencer._release(True, ready, completed)
+            else:
+                sequencer._withdraw(ready)
+        op._wait = 0
 
     def _complete_locked(self, op: Operation[Any], state: OpState) -> None:
         """Make ``op`` final: counters, ``wait_for_all``, awaiters and callbacks (lock held)."""
@@ -2036,7 +2063,8 @@ class Engine:
             if var._deleted:
                 raise VarDeletedError(f"{var!r} was deleted; nothing to wait for")
             if current is not None and (
-                any(r.var is var for r in current._requests)
+                var in current._const
+                or var in current._mutate
                 or (self._settings.serial and not var._is_idle())
             ):
                 raise RuntimeError(
@@ -2051,10 +2079,10 @@ class Engine:
                 )
                 fut: asyncio.Future[None] = loop.create_future()
                 marker._waiters = [fut]
-                req = _Request(marker, var, True)
-                marker._requests.append(req)
-                if var._append(req):  # idle, but GPU work on it is pending: wait for its fences
-                    todo = self._settle([marker])
+                self._seq += 1  # a marker's request takes its place in the queue's push order
+                marker._seq = marker._key = self._seq
+                if var._append(marker, True):  # idle, but GPU work on it is pending: wait for
+                    todo = self._settle([marker])  # its fences
                 else:
                     marker._wait = 1
         if todo:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 if TYPE_CHECKING:
     from .context import Context
     from .engine import Engine
-    from .var import Var, _Failure, _Request
+    from .var import Var, _Failure
 
 __all__ = ("FnProperty", "OnComplete", "OpState", "Operation", "OprHandle")
 
@@ -99,11 +99,11 @@ class Operation(Generic[T]):
         "_fn",
         "_fwait",
         "_inherited",
+        "_key",
         "_kind",
         "_mutate",
         "_priority",
         "_prop",
-        "_requests",
         "_result",
         "_seq",
         "_state",
@@ -135,10 +135,10 @@ class Operation(Generic[T]):
         self._mutate = mutate
         self._prop = prop
         self._priority = priority
-        self._seq = 0  # push sequence number: ties in priority run in push order
+        self._seq = 0  # push sequence number: the order of its requests in every Var's queue
+        self._key = 0  # run-queue order: smaller first (higher priority, then push order)
         self._target: Any = None  # executor that runs it; None: the event loop
-        self._requests: list[_Request] = []  # one per Var (and the serial sequencer)
-        self._wait = 0  # ungranted requests; set by the push, counted down by grants
+        self._wait = 0  # ungranted Var requests; set by the push, counted down by grants
         self._fwait = 0  # GPU fences this host consumer waits to see completed (fence.py)
         self._state = OpState.PENDING
         self._result: Any = None

@@ -1,8 +1,8 @@
 """Vars: the read/write FIFO that orders access to one piece of data.
 
 A :class:`Var` orders the operations that use one piece of data, as MXNet's ``ThreadedVar``
-does. Every operation appends one *request* per Var it names, in push order: a read request for
-a ``const_vars`` entry, a write request for a ``mutate_vars`` entry. A request is *granted* when
+does. Every operation makes one *request* per Var it names, in push order: a read request for a
+``const_vars`` entry, a write request for a ``mutate_vars`` entry. A request is *granted* when
 the Var's turn reaches it; an operation runs when all of its requests are granted, and releases
 them when it finishes.
 
@@ -16,6 +16,17 @@ decrements the operation's counter of ungranted requests and hands it to the eng
 counter reaches zero (MXNet's ``wait`` counter). This keeps the observable behaviour of a FIFO of
 futures while costing no event-loop round trip per grant; see ``engine.py``.
 
+A request is not an object: the queue holds ``op, write, op, write, ...`` flattened into one
+deque, and a granted request is only a count (``_reads``) or a flag (``_writing``). An engine
+keeps hundreds of thousands of requests pending, and every object it allocates per request
+makes each of the garbage collector's passes longer. Two facts replace per-request state:
+
+- A queued request whose operation was cancelled is a *tombstone*: its operation's state is
+  ``CANCELLED``. Tombstones stay queued (counted in ``_dead``) until they reach the head.
+- Requests are queued in push order (sequence numbers increase along the queue) and only the
+  head is ever granted, so an operation's request is still queued iff the queue's head was
+  pushed no later than the operation: :meth:`Var._holds` is O(1).
+
 Locking: every method whose name starts with ``_`` is called with the owning engine's lock held,
 from any thread; no method here runs user code or blocks.
 """
@@ -27,7 +38,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .operation import FnProperty
+from .operation import FnProperty, OpState
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -35,27 +46,17 @@ if TYPE_CHECKING:
     from .operation import Operation
 
 _ASYNC = FnProperty.ASYNC
+_CANCELLED = OpState.CANCELLED
 
 __all__ = ("Var", "VarStatistics")
 
 
 class _Waiter(Protocol):
-    """The part of an operation a Var touches: its counter of ungranted requests."""
+    """The part of an operation a Var touches: its counter, push order and state."""
 
-    _wait: int
-
-
-class _Request:
-    """One operation's claim on one Var, queued in push order."""
-
-    __slots__ = ("granted", "live", "op", "var", "write")
-
-    def __init__(self, op: _Waiter, var: Var, write: bool) -> None:
-        self.op = op
-        self.var = var
-        self.write = write
-        self.granted = False  # set once, by Var._append or Var._grant
-        self.live = True  # False: the operation was cancelled before this was granted (tombstone)
+    _wait: int  # ungranted requests: a grant counts it down
+    _seq: int  # push order (queue order)
+    _state: Any  # OpState.CANCELLED: its queued requests are tombstones
 
 
 class _Failure:
@@ -132,8 +133,9 @@ class Var:
     def __init__(self, owner: Engine | None, name: str) -> None:
         self.name = name
         self._owner = owner  # the engine whose lock guards the fields below
-        # Ungranted requests in push order; may hold tombstones, never at the head.
-        self._queue: deque[_Request] = deque()
+        # Ungranted requests in push order, flattened: op, write, op, write, ... It may hold
+        # tombstones (cancelled operations), never at its head.
+        self._queue: deque[Any] = deque()
         self._dead = 0  # tombstones in _queue, so a snapshot never has to walk the queue
         self._reads = 0  # granted read requests not yet released
         self._writing = False  # a granted write not yet released; invariant: implies _reads == 0
@@ -177,35 +179,39 @@ class Var:
     def _waiting(self) -> int:
         """The live requests queued: O(1) and without the lock (a repr may be taken with the
         engine lock held), so off by one at worst while another thread changes the queue."""
-        return max(0, len(self._queue) - self._dead)
+        return max(0, len(self._queue) // 2 - self._dead)
 
     # -- the grant rule; caller holds the engine lock ------------------------------------
 
-    def _append(self, req: _Request) -> bool:
-        """Queue ``req`` behind every earlier request; return True if it is granted now.
+    def _append(self, op: _Waiter, write: bool) -> bool:
+        """Queue ``op``'s request behind every earlier one; return True if it is granted now.
 
         Appending never makes another request grantable, so the caller only has to count
         this one (``op._wait``).
         """
-        if req.write:
+        if write:
             if self._writing or self._reads or self._queue:
-                self._queue.append(req)
+                self._queue.extend((op, True))
                 return False
             self._writing = True
         else:
             if self._writing or self._queue:
-                self._queue.append(req)
+                self._queue.extend((op, False))
                 return False
             self._reads += 1
-        req.granted = True
         return True
 
-    def _release(self, req: _Request, ready: list[_Waiter], completed_write: bool) -> None:
+    def _holds(self, op: _Waiter) -> bool:
+        """Whether ``op``'s request on this Var was granted (see the module docstring)."""
+        queue = self._queue
+        return not queue or queue[0]._seq > op._seq
+
+    def _release(self, write: bool, ready: list[Any], completed_write: bool) -> None:
         """Hand back a granted request and grant whatever the rule now allows.
 
         ``completed_write`` says whether a released write counts towards :attr:`version`.
         """
-        if req.write:
+        if write:
             self._writing = False
             if completed_write:
                 self._version += 1
@@ -213,28 +219,29 @@ class Var:
             self._reads -= 1
             if self._reads:
                 return
-        self._grant(ready)
+        if self._queue:
+            self._grant(ready)
 
-    def _withdraw(self, req: _Request, ready: list[_Waiter]) -> None:
-        """Withdraw a queued request (its operation was cancelled): it stays in the queue as a
-        tombstone, and what queued behind it may now be granted."""
-        req.live = False
+    def _withdraw(self, ready: list[Any]) -> None:
+        """A queued request's operation was cancelled (its state says so): the request stays
+        queued as a tombstone, and what queued behind it may now be granted."""
         self._dead += 1
         self._grant(ready)
 
-    def _grant(self, ready: list[_Waiter]) -> None:
+    def _grant(self, ready: list[Any]) -> None:
         """Grant requests from the head of the queue while the rule allows; drop tombstones.
 
         After this returns the head of the queue (if any) is live and not grantable.
         """
         queue = self._queue
         while queue:
-            req = queue[0]
-            if not req.live:
+            op = queue[0]
+            if op._state is _CANCELLED:
+                queue.popleft()
                 queue.popleft()
                 self._dead -= 1
                 continue
-            if req.write:
+            if queue[1]:
                 if self._writing or self._reads:
                     return
                 self._writing = True
@@ -243,13 +250,17 @@ class Var:
                     return
                 self._reads += 1
             queue.popleft()
-            req.granted = True
-            op = req.op
+            queue.popleft()
             op._wait -= 1
             if not op._wait:
                 ready.append(op)
             # Go on even after a write: the next live request cannot be granted, but tombstones
             # in front of it must go (the head is never a tombstone).
+
+    def _requests(self) -> list[tuple[Any, bool]]:
+        """The queued requests as ``(op, write)`` pairs, tombstones included (a copy)."""
+        flat = list(self._queue)
+        return list(zip(flat[::2], flat[1::2], strict=True))
 
     def _is_idle(self) -> bool:
         """True when no request is granted or queued."""
@@ -259,13 +270,15 @@ class Var:
         """Assert the grant rule's invariants (for tests)."""
         assert self._reads >= 0, self
         assert not (self._writing and self._reads), self
-        assert all(not r.granted for r in self._queue), self
-        assert self._dead == sum(not r.live for r in self._queue), self
-        if self._queue:
-            head = self._queue[0]
-            assert head.live, f"{self} has a tombstone at its head"
+        requests = self._requests()
+        assert self._dead == sum(op._state is _CANCELLED for op, _ in requests), self
+        seqs = [op._seq for op, _ in requests]
+        assert seqs == sorted(seqs), f"{self} is not in push order"
+        if requests:
+            head, write = requests[0]
+            assert head._state is not _CANCELLED, f"{self} has a tombstone at its head"
             # The head is queued only because the rule forbids granting it now.
-            if head.write:
+            if write:
                 assert self._writing or self._reads, self
             else:
                 assert self._writing, self

@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 
 import aioengine as ae
-from aioengine.var import Var, _Request
+from aioengine.operation import OpState
+from aioengine.var import Var
 
 
-@dataclass
+@dataclass(eq=False)
 class FakeOp:
-    """Stands in for an operation: the Var only touches its counter."""
+    """Stands in for an operation: the Var touches its counter, push order and state."""
 
     name: str
+    _seq: int
     _wait: int = 1
-    requests: list[_Request] = field(default_factory=list)
+    _state: OpState = OpState.PENDING
 
-    def __hash__(self) -> int:
-        return id(self)
+
+@dataclass(eq=False)
+class Request:
+    """One pushed request of the test: its operation and mode."""
+
+    op: FakeOp
+    write: bool
 
 
 class Queue:
@@ -28,25 +35,29 @@ class Queue:
     def __init__(self) -> None:
         self.var = Var(None, "x")
         self.granted: list[str] = []
+        self.seq = 0
 
-    def push(self, name: str, write: bool) -> _Request:
-        op = FakeOp(name)
-        req = _Request(op, self.var, write)
-        if self.var._append(req):
+    def push(self, name: str, write: bool) -> Request:
+        self.seq += 1
+        op = FakeOp(name, self.seq)
+        if self.var._append(op, write):
             op._wait -= 1
             self.granted.append(name)
         self.var._check_invariants()
-        return req
+        return Request(op, write)
 
-    def release(self, req: _Request, *, completed: bool = True) -> None:
+    def release(self, req: Request, *, completed: bool = True) -> None:
+        assert self.var._holds(req.op)
         ready: list[FakeOp] = []
-        self.var._release(req, ready, completed_write=completed)  # type: ignore[arg-type]
+        self.var._release(req.write, ready, completed_write=completed)
         self.granted.extend(op.name for op in ready)
         self.var._check_invariants()
 
-    def cancel(self, req: _Request) -> None:
+    def cancel(self, req: Request) -> None:
+        assert not self.var._holds(req.op)
+        req.op._state = OpState.CANCELLED
         ready: list[FakeOp] = []
-        self.var._withdraw(req, ready)  # type: ignore[arg-type]
+        self.var._withdraw(ready)
         self.granted.extend(op.name for op in ready)
         self.var._check_invariants()
 
@@ -132,7 +143,8 @@ class TestGrantRule:
         assert "waiting=2>" in repr(q.var)
         q.release(w0)  # w1 granted; the tombstone w2 behind it reached the head and was dropped
         assert q.var.statistics().waiting == 1
-        assert [r.op.name for r in q.var._queue] == ["w3", "w4"]  # w4: a tombstone, not counted
+        # w4: a tombstone, not counted
+        assert [op.name for op, _ in q.var._requests()] == ["w3", "w4"]
 
     def test_tombstone_at_the_head_never_blocks(self) -> None:
         """Regression guard: a tombstone at the head must not hold back a later request."""
@@ -149,16 +161,32 @@ class TestGrantRule:
 
     def test_operation_waits_for_all_its_requests(self) -> None:
         x, y = Var(None, "x"), Var(None, "y")
-        blocker = FakeOp("blocker")
-        assert x._append(_Request(blocker, x, True))
-        op = FakeOp("op", _wait=0)
+        blocker = FakeOp("blocker", 1)
+        assert x._append(blocker, True)
+        op = FakeOp("op", 2, _wait=0)
         for v in (x, y):
-            if not v._append(_Request(op, v, True)):
+            if not v._append(op, True):
                 op._wait += 1
         assert op._wait == 1  # y granted at once, x queued behind the blocker
+        assert y._holds(op)
+        assert not x._holds(op)
         ready: list[FakeOp] = []
-        x._release(_Request(blocker, x, True), ready, completed_write=True)  # type: ignore[arg-type]
+        x._release(True, ready, completed_write=True)
         assert ready == [op]
+        assert x._holds(op)
+
+    def test_holds_follows_push_order(self) -> None:
+        """A request is held iff the queue's head was pushed after it (or nothing is queued)."""
+        q = Queue()
+        reqs = [q.push(name, write) for name, write in [("r1", False), ("r2", False)]]
+        w = q.push("w", True)
+        r3 = q.push("r3", False)
+        assert [q.var._holds(r.op) for r in (*reqs, w, r3)] == [True, True, False, False]
+        q.release(reqs[0])
+        q.release(reqs[1])
+        assert [q.var._holds(r.op) for r in (w, r3)] == [True, False]
+        q.release(w)
+        assert q.var._holds(r3.op)
 
 
 class TestVarObject:

@@ -1,27 +1,27 @@
 """Executors: the device seam between the engine core and the things that run functions.
 
 The engine hands every operation whose turn has come to the executor of its context. An
-executor knows nothing about Vars, operations or failures: it receives a ``run`` callable, a
-priority and a push sequence number, and calls ``run(rctx)`` once on one of its workers with the
-:class:`~aioengine.RunContext` of that worker. Everything else (skipping, completion, releasing
-Vars) happens inside ``run``. GPU and remote executors plug in here without touching
-``var.py`` or ``engine.py``.
+executor knows nothing about Vars, operations or failures: it is built with a ``run`` function
+(the engine's), receives opaque items with an integer key, and calls ``run(item, rctx)`` once
+per item on one of its workers, with the :class:`~aioengine.RunContext` of that worker.
+Everything else (skipping, completion, releasing Vars) happens inside ``run``. GPU and remote
+executors plug in here without touching ``var.py`` or ``engine.py``.
 
-Ordering promise every executor keeps: among the ``run`` callables submitted and not started,
-the one with the highest priority starts first, ties in sequence (push) order.
+Ordering promise every executor keeps: among the items submitted and not started, the one with
+the smallest key starts first (the engine's keys encode priority, then push order).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..context import Context, RunContext
 
 __all__ = ("Executor", "Run")
 
-Run = Callable[[RunContext], None]
-"""What an executor runs: the engine's closure around one operation; it never raises."""
+Run = Callable[[Any, RunContext], None]
+"""What an executor calls for each item: the engine's runner; it never raises."""
 
 
 class Executor(Protocol):
@@ -37,19 +37,16 @@ class Executor(Protocol):
         """Whether it stopped taking work for good (interpreter exit): workers must return."""
         ...
 
-    def submit(
-        self, run: Run, priority: int, seq: int, wake: bool = True, tag: object = None
-    ) -> None:
-        """Queue ``run``; called from any thread, never blocks on running work.
+    def submit(self, item: object, key: int, wake: bool = True) -> None:
+        """Queue ``item`` (``key``: unique, smaller runs first); from any thread, never blocks.
 
         ``wake=False`` may defer starting it until the next :meth:`wake` (the engine batches
-        the submissions of one event-loop iteration that way). ``tag``: the operation ``run``
-        starts, for :meth:`take`.
+        the submissions of one event-loop iteration that way).
         """
         ...
 
-    def take(self) -> object:
-        """Remove the best queued item and return its tag, or None; never blocks."""
+    def take(self) -> Any:
+        """Remove the best queued item and return it, or None if none is queued; never blocks."""
         ...
 
     def wake(self, *, caller_pops: bool = True) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from ..context import Context, RunContext
 from ..errors import DeviceFailedError
 from ..operation import FnProperty
+from . import Run
 from .device import DeviceBackend, StreamFamily
 from .threads import ThreadExecutor
 
@@ -44,9 +45,9 @@ class GpuExecutor(ThreadExecutor):
     """The worker pool of one (device, stream family); each worker owns one stream."""
 
     def __init__(
-        self, ctx: Context, family: StreamFamily, workers: int, devices: GpuDevices
+        self, ctx: Context, family: StreamFamily, workers: int, devices: GpuDevices, run: Run
     ) -> None:
-        super().__init__(ctx, workers, f"aioengine-gpu{ctx.device_id}-{family.value}")
+        super().__init__(ctx, workers, f"aioengine-gpu{ctx.device_id}-{family.value}", run)
         self.family = family
         self._devices = devices
 
@@ -75,6 +76,7 @@ class GpuDevices:
         copy_workers: threads (so streams) per device for each copy direction.
         host_sync: release Var turns only when an operation's event completed (debug mode).
         max_inflight: the most enqueued, uncompleted operations per device (None: no bound).
+        run: the engine's runner, which the executors call for each operation.
     """
 
     def __init__(
@@ -85,8 +87,10 @@ class GpuDevices:
         copy_workers: int,
         host_sync: bool,
         max_inflight: int | None,
+        run: Run,
     ) -> None:
         self.backend = backend
+        self._run = run
         self.host_sync = host_sync
         self.max_inflight = max_inflight
         self.skip_waits = False  # test hook: drop the cross-stream waits (results must diverge)
@@ -110,7 +114,7 @@ class GpuDevices:
         if executor is None:
             copy = family in (StreamFamily.H2D, StreamFamily.D2H)
             n = self._copy_workers if copy else self._workers
-            executor = self._executors[key] = GpuExecutor(ctx, family, n, self)
+            executor = self._executors[key] = GpuExecutor(ctx, family, n, self, self._run)
             register(f"gpu{ctx.device_id}-{family.value}", executor)
         return executor
 

@@ -4,12 +4,13 @@ Each CPU context (and the CPU priority pool) owns one :class:`ThreadExecutor`: a
 ``concurrent.futures.ThreadPoolExecutor`` whose threads run a worker loop over a shared
 priority queue. A plain ``ThreadPoolExecutor.submit`` per operation would be FIFO (priority
 ignored, as on MXNet's normal pools) and would allocate a ``Future`` per operation; the worker
-loop honours priority on every pool and allocates nothing per operation.
+loop honours priority on every pool and allocates no object per operation: the heap holds the
+items' integer keys and ``_items`` maps each key to its item.
 
-Locking: ``_lock`` (the lock of the ``_cond`` condition) guards ``_heap``, ``_threads``,
-``_idle`` and ``_closing``. The engine may call :meth:`ThreadExecutor.submit` while holding its
-own lock, so a worker never takes the engine lock while holding ``_lock`` (lock order: engine
-lock, then ``_lock``).
+Locking: ``_lock`` (the lock of the ``_cond`` condition) guards ``_heap``, ``_items``,
+``_threads``, ``_idle`` and ``_closing``. The engine may call :meth:`ThreadExecutor.submit`
+while holding its own lock, so a worker never takes the engine lock while holding ``_lock``
+(lock order: engine lock, then ``_lock``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def _reset_all_in_child() -> None:
         executor._lock = threading.Lock()
         executor._cond = threading.Condition(executor._lock)
         executor._heap.clear()
+        executor._items.clear()
         executor._threads = executor._idle = 0
         executor._workers.clear()
         executor._pool = None
@@ -62,15 +64,16 @@ if hasattr(os, "register_at_fork"):
 
 
 class ThreadExecutor:
-    """Runs submitted callables on up to ``workers`` threads, highest priority first.
+    """Runs ``run(item, rctx)`` for submitted items on up to ``workers`` threads, best key first.
 
     Threads are started lazily, one more whenever work arrives and no thread is idle, up to
     ``workers``; they live until :meth:`shutdown`.
     """
 
-    def __init__(self, ctx: Context, workers: int, name: str) -> None:
+    def __init__(self, ctx: Context, workers: int, name: str, run: Run) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
+        self._run = run
         self._ctx = ctx
         self._rctx = RunContext(ctx)
         self._name = name
@@ -80,8 +83,8 @@ class ThreadExecutor:
         # __enter__): holding one is holding the other.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        # (-priority, seq, run, tag): a min-heap; seq is unique, so tags are never compared.
-        self._heap: list[tuple[int, int, Run, object]] = []
+        self._heap: list[int] = []  # keys of the queued items: a min-heap
+        self._items: dict[int, object] = {}  # key -> item, for every key in _heap
         self._threads = 0  # worker loops started and not exited
         self._idle = 0  # workers blocked in _cond.wait() and not yet notified
         self._closing = False  # shutdown() was called: workers exit once the heap is empty
@@ -103,35 +106,32 @@ class ThreadExecutor:
         """Whether the interpreter is exiting (or this is a forked child): nothing more runs."""
         return self._abandoned
 
-    def submit(
-        self, run: Run, priority: int, seq: int, wake: bool = True, tag: object = None
-    ) -> None:
-        """Queue ``run`` to be called on a worker thread; safe from any thread.
+    def submit(self, item: object, key: int, wake: bool = True) -> None:
+        """Queue ``item`` to be run on a worker thread, smallest ``key`` first; from any thread.
 
-        With ``wake=False`` no sleeping worker is woken (and no thread started) until the
-        next :meth:`wake`: a burst of submissions then costs one hand-off, not one per item.
-        ``tag`` (the engine's operation) lets :meth:`take` hand the item to a worker directly.
+        ``key`` must be unique among the queued items. With ``wake=False`` no sleeping worker
+        is woken (and no thread started) until the next :meth:`wake`: a burst of submissions
+        then costs one hand-off, not one per item.
         """
         with self._lock:
             if self._closing:
                 if self._abandoned:
                     return  # the interpreter is exiting (or this is a forked child)
                 raise RuntimeError(f"{self!r} is shut down")
-            heapq.heappush(self._heap, (-priority, seq, run, tag))
+            heapq.heappush(self._heap, key)
+            self._items[key] = item
             if wake:
                 self._wake_locked()
 
     def take(self) -> object:
-        """Remove the best queued item and return its tag; None if the queue is empty or the
-        best item has no tag (then a worker pops it as usual). Never blocks.
+        """Remove the best queued item and return it; None if the queue is empty. Never blocks.
 
         The engine calls it on a worker that just finished an operation, with the engine lock
         held, to start the next one in the same critical section.
         """
         with self._lock:
-            heap = self._heap
-            if heap and heap[0][3] is not None:
-                return heapq.heappop(heap)[3]
+            if self._heap:
+                return self._items.pop(heapq.heappop(self._heap))
         return None
 
     def wake(self, *, caller_pops: bool = True) -> None:
@@ -176,6 +176,7 @@ class ThreadExecutor:
         with self._lock:
             self._closing = self._abandoned = True
             self._heap.clear()
+            self._items.clear()
             self._idle = 0
             self._cond.notify_all()
 
@@ -188,6 +189,8 @@ class ThreadExecutor:
         cond = self._cond
         lock = self._lock
         heap = self._heap
+        items = self._items
+        run = self._run
         rctx = self._worker_context()
         with lock:
             self._workers.add(threading.get_ident())
@@ -200,12 +203,12 @@ class ThreadExecutor:
                         return
                     self._idle += 1
                     cond.wait()
-                run = heapq.heappop(heap)[2]
+                item = items.pop(heapq.heappop(heap))
             try:
-                run(rctx)
-            except BaseException:  # the engine's run closures catch user errors themselves
+                run(item, rctx)
+            except BaseException:  # the engine's runner catches user errors itself
                 logger.exception("aioengine internal error in %s", self._name)
-            del run  # an idle worker must not keep the last operation (and its Vars) alive
+            del item  # an idle worker must not keep the last operation (and its Vars) alive
 
     def __repr__(self) -> str:
         return (
