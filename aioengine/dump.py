@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from .context import DeviceType
 from .history import Recorder, kind_name, pool_name
-from .operation import _CALLBACK, _SYNC, OpState
+from .operation import _CALLBACK, _SYNC, OpState, run_coroutine
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -39,6 +39,7 @@ _GPU = DeviceType.GPU
 __all__ = ("Dump", "OpInfo", "VarInfo", "await_stack", "build_dump")
 
 _MAX_STACK = 24  # frames shown per await stack
+_RUN_COROUTINE = run_coroutine.__code__  # the frame every coroutine operation's task starts in
 _ORDER = {OpState.RUNNING: 0, OpState.READY: 1, OpState.PENDING: 2}
 
 
@@ -211,6 +212,8 @@ def await_stack(task: asyncio.Task[Any]) -> tuple[str, ...]:
     """
     frames: list[str] = []
     obj: Any = task.get_coro()
+    if getattr(obj, "cr_code", None) is _RUN_COROUTINE:  # the engine's frame: start below it
+        obj = obj.cr_await
     while obj is not None and len(frames) < _MAX_STACK:
         frame = getattr(obj, "cr_frame", None) or getattr(obj, "gi_frame", None)
         if frame is not None:

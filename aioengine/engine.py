@@ -30,6 +30,7 @@ import asyncio
 import contextvars
 import enum
 import functools
+import heapq
 import inspect
 import logging
 import operator
@@ -37,7 +38,7 @@ import os
 import threading
 import warnings
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from types import CoroutineType, FunctionType, MethodType, TracebackType
 from typing import Any, TypeVar, overload
 
@@ -73,6 +74,8 @@ from .operation import (
     Operation,
     OprHandle,
     OpState,
+    current_op,
+    run_coroutine,
 )
 from .poller import poller_for
 from .settings import Settings
@@ -107,14 +110,6 @@ _CPU = DeviceType.CPU
 _LOOP_BUDGET = 256  # inline operations run per loop callback before the loop's other work
 _run_order = operator.attrgetter("_key")  # run queues: higher priority first, then push order
 _DEVICE_FAILED = -1  # the status of a fence settled because its device failed elsewhere
-
-
-# The coroutine operation whose task is running (set in its context), to refuse waits that
-# could only deadlock: an operation waiting for itself or for an operation queued behind it.
-# A weak reference: the context outlives the operation in asyncio's handles and tracebacks.
-_current_op: contextvars.ContextVar[weakref.ref[Operation[Any]] | None] = contextvars.ContextVar(
-    "aioengine_current_op", default=None
-)
 
 
 # Every engine, so that a forked child can mark them unusable (see _after_fork_in_child).
@@ -206,10 +201,6 @@ def _async_kind(fn: Callable[..., Any]) -> int:
         f"{_fn_name(fn)} takes no positional argument; push_async needs async def fn(rctx), "
         "a function of (rctx) returning an awaitable, or a callback-style fn(rctx, on_complete)"
     )
-
-
-async def _await(awaitable: Awaitable[T]) -> T:
-    return await awaitable
 
 
 def _noop(rctx: RunContext) -> None:
@@ -327,7 +318,9 @@ class Engine:
         self._idle_due = False  # _idle_waiters need waking (set off the loop thread)
         self._capacity_due = False  # _capacity_waiters need waking (set off the loop thread)
         self._inbox_scheduled = False
-        self._loop_queue: list[Operation[Any]] = []  # READY ops for the loop, run by _key
+        # READY ops for the loop thread: a min-heap of their _key, and the ops by key.
+        self._loop_queue: list[int] = []
+        self._loop_ops: dict[int, Operation[Any]] = {}
         self._loop_queue_scheduled = False
         self._wakes: list[Executor] = []  # loop-thread only: executors to wake this iteration
         # Observers; empty on the fast path (DEBUG logging at creation installs an OpLogger).
@@ -1408,8 +1401,13 @@ class Engine:
 
         Host consumers of pending GPU work wait for its fences first. Wait markers complete
         at once (which may append more operations to ``ready``, handled in the same pass);
-        operations for the loop thread join its queue. Returns the ones to
-        submit to their executors once the lock is released.
+        operations for the loop thread join its queue. Returns the ones to submit to their
+        executors once the lock is released, and, on the loop thread while its queue is
+        empty (so no queued operation of higher priority is overtaken), coroutine operations
+        to start there at once: creating a task runs nothing, and it saves their tasks a
+        trip through the loop queue (a chain of coroutine operations costs one loop
+        iteration less per operation). Not with a task factory, which may start the task
+        eagerly, in the caller.
         """
         todo: list[Operation[Any]] = []
         i = 0
@@ -1428,16 +1426,30 @@ class Engine:
                 ):
                     continue  # a host consumer of GPU data: it starts once the fences complete
                 op._state = _READY
-                if op._target is None:
-                    self._enqueue_loop(op)
-                else:
+                if op._target is not None:
                     todo.append(op)
+                elif (
+                    op._kind == _CORO
+                    and not self._loop_queue
+                    and _get_ident() == self._loop_thread
+                    and self._loop is not None
+                    and self._loop.get_task_factory() is None
+                ):
+                    todo.append(op)  # started at once by _submit
+                else:
+                    self._enqueue_loop(op)
         return todo
 
     def _submit(self, todo: list[Operation[Any]]) -> None:
-        """Hand READY operations to their executors (lock not held)."""
+        """Hand READY operations to their executors, or start them on the loop thread (see
+        :meth:`_settle`); lock not held."""
+        if len(todo) > 1:
+            todo.sort(key=_run_order)  # the loop's ones start in this order
         for op in todo:
-            self._submit_one(op._target, op)
+            if op._target is None:
+                self._execute_one(op, None)
+            else:
+                self._submit_one(op._target, op)
 
     def _submit_one(self, target: Executor, op: Operation[Any]) -> None:
         """Submit one READY operation; from the loop thread, wake workers once per iteration.
@@ -1465,7 +1477,8 @@ class Engine:
 
     def _enqueue_loop(self, op: Operation[Any]) -> None:
         """Queue a READY operation for the loop thread (lock held)."""
-        self._loop_queue.append(op)
+        heapq.heappush(self._loop_queue, op._key)
+        self._loop_ops[op._key] = op
         if not self._loop_queue_scheduled:
             self._loop_queue_scheduled = True
             self._call_soon(self._run_loop_queue)
@@ -1482,28 +1495,30 @@ class Engine:
     def _run_loop_queue(self) -> None:
         """Run the loop thread's READY operations, best first (on the loop thread).
 
-        Takes what is queued in batches (one lock round trip each, not one per operation), run
-        in priority order; operations they make ready form the next batch, so a chain of inline
-        operations (or serial mode) does not cost a loop iteration per operation. After
-        ``_LOOP_BUDGET`` operations it yields to the loop's other callbacks and reschedules.
+        Takes them in batches (one lock round trip each, not one per operation); operations
+        they make ready join the queue for the next batch, so a chain of inline operations (or
+        serial mode) does not cost a loop iteration per operation. After ``_LOOP_BUDGET``
+        operations it yields to the loop's other callbacks (the tasks of the coroutine
+        operations it started among them) and reschedules.
         """
         budget = _LOOP_BUDGET
         execute = self._execute_one
+        queue = self._loop_queue
+        ops = self._loop_ops
+        pop = heapq.heappop
         while budget > 0:
             with self._lock:
-                batch = self._loop_queue
-                if not batch:
+                n = min(budget, len(queue))
+                if not n:
                     self._loop_queue_scheduled = False
                     return
-                self._loop_queue = []
-            if len(batch) > 1:
-                batch.sort(key=_run_order)
-            budget -= len(batch)
+                batch = [ops.pop(pop(queue)) for _ in range(n)]
+            budget -= n
             for op in batch:
                 execute(op, None)  # one cancelled meanwhile is skipped by _execute_one
             del batch, op  # a failure's frames reach this frame: keep no operation alive
         with self._lock:
-            if self._loop_queue:
+            if queue:
                 self._call_soon(self._run_loop_queue)
             else:
                 self._loop_queue_scheduled = False
@@ -1641,48 +1656,20 @@ class Engine:
         )
 
     def _start_task(self, op: Operation[Any], fn: Callable[..., Any], rctx: RunContext) -> None:
+        """Create the task of coroutine operation ``op`` (loop thread; ``op`` is RUNNING)."""
         loop = self._loop
         assert loop is not None
-        try:
-            # Lets waits inside the coroutine detect a self-deadlock (see _running_op).
-            op._context.run(_current_op.set, weakref.ref(op))
-            coro = op._context.run(fn, rctx)
-        except BaseException as exc:
-            exc.__traceback__ = exc.__traceback__.tb_next if exc.__traceback__ else None
-            self._finish(op, _FAILED, None, exc)
-            del op, fn  # as in _execute: the failure's frames reach this frame
-            return
-        if type(coro) is not CoroutineType:
-            if not inspect.isawaitable(coro):
-                err = TypeError(f"{op.name!r} did not return an awaitable, got {coro!r}")
-                self._finish(op, _FAILED, None, err)
-                return
-            coro = _await(coro)
-        for inst in self._instruments:
-            coro = inst.wrap_coroutine(op, coro)
-        task = loop.create_task(coro, name=f"aioengine:{op.name}", context=op._context)
+        coro = run_coroutine(op, fn, rctx)
+        # Up to its hand-off now, in op's context (it sets current_op there): from here on
+        # a cancellation of the task reaches its try statement.
+        op._context.run(coro.send, None)
+        task = loop.create_task(coro, name=op.name, context=op._context)
         # The engine tracks this task through its operation (dump(), statistics()); when the
         # loop closes with it pending (asyncio.run ending while operations are queued behind
         # a cancelled one), the operation is simply never finished, which is not worth a
         # "Task was destroyed but it is pending!" on stderr at interpreter exit.
         task._log_destroy_pending = False  # type: ignore[attr-defined]
         op._task = task  # read on the loop thread only (_cancel hands off to it), so no lock
-        if task.done():  # eager task factory: it may have finished already
-            self._task_done(op, task)
-        else:
-            task.add_done_callback(functools.partial(self._task_done, op))
-
-    def _task_done(self, op: Operation[Any], task: asyncio.Task[Any]) -> None:
-        if task.cancelled():
-            self._finish(op, _CANCELLED, None, None)
-            return
-        exc = task.exception()
-        if exc is None:
-            self._finish(op, _DONE, task.result(), None)
-        elif isinstance(exc, asyncio.CancelledError):
-            self._finish(op, _CANCELLED, None, None)
-        else:
-            self._finish(op, _FAILED, None, exc)
 
     def _callback_raised(self, op: Operation[Any], token: OnComplete, exc: BaseException) -> None:
         """A callback-style function raised: fail the op, or report if already completed."""
@@ -2032,7 +2019,7 @@ class Engine:
 
     def _running_op(self) -> Operation[Any] | None:
         """The running coroutine operation of this engine the caller is inside, if any."""
-        ref = _current_op.get()
+        ref = current_op.get()
         current = ref() if ref is not None else None
         if current is None or current._engine is not self or current._state is not _RUNNING:
             return None

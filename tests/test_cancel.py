@@ -267,6 +267,34 @@ class TestCancelRunningCoroutine:
         await engine.wait_for_all()
         assert x.version == 0
 
+    @pytest.mark.parametrize("how", ["op.cancel", "task.cancel"])
+    async def test_cancelled_before_its_task_took_a_step(self, engine: ae.Engine, how: str) -> None:
+        """Its task exists but has not run yet: cancelling it (through the operation, or the
+        task itself, as a shutdown handler cancelling every task does) still finishes it."""
+        x = engine.new_var("x")
+        trace: list[str] = []
+
+        async def body(rctx: ae.RunContext) -> None:
+            trace.append("body")
+
+        op = engine.push_async(body, mutate_vars=[x])
+        after = push_probe(engine, trace, "after", mutate=[x])
+        await asyncio.sleep(0)  # the loop queue ran: op's task is created, not yet stepped
+        assert op.state is ae.OpState.RUNNING
+        assert trace == []
+        if how == "op.cancel":
+            assert op.cancel() is True
+        else:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            assert len(tasks) == 1
+            tasks[0].cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await op
+        assert op.cancelled()
+        assert await after == "after"
+        assert trace == ["after"]  # body never ran; its Var was released
+        await engine.wait_for_all()
+
 
 class TestCancelRunningSync:
     """A running sync op cannot be cancelled and holds its Vars until fn returns."""

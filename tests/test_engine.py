@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import threading
 import time
@@ -293,6 +294,45 @@ class TestPriority:
             gate.set()
             await engine.wait_for_all()
         assert trace == [5, 5, 4, 3, 1, -2]
+
+    async def test_coroutine_ops_made_ready_together_start_highest_priority_first(
+        self, threaded_engine: ae.Engine
+    ) -> None:
+        """Readers released by one writer start (are called) in priority order."""
+        engine = threaded_engine
+        x = engine.new_var("x")
+        trace: list[int] = []
+        gate = asyncio.Event()
+
+        async def writer(rctx: ae.RunContext) -> None:
+            await gate.wait()
+
+        async def reader(rctx: ae.RunContext, p: int) -> None:
+            trace.append(p)
+
+        engine.push_async(writer, mutate_vars=[x])
+        for p in (1, 5, 3, -2, 4):
+            engine.push_async(functools.partial(reader, p=p), const_vars=[x], priority=p)
+        await asyncio.sleep(0)
+        gate.set()
+        await engine.wait_for_all()
+        assert trace == [5, 4, 3, 1, -2]
+
+    async def test_a_burst_of_inline_ops_lets_the_loop_breathe(self) -> None:
+        """Inline operations run in batches: other callbacks run between them."""
+        async with ae.Engine() as engine:
+            trace: list[str] = []
+            for i in range(1000):
+                engine.push_sync(
+                    lambda r, i=i: trace.append(f"op{i}"),
+                    prop=ae.FnProperty.ASYNC,
+                    mutate_vars=[engine.new_var()],
+                )
+            asyncio.get_running_loop().call_soon(trace.append, "callback")
+            await engine.wait_for_all()
+        assert len(trace) == 1001
+        assert 0 < trace.index("callback") < 1000
+        assert [t for t in trace if t != "callback"] == [f"op{i}" for i in range(1000)]
 
     async def test_priority_never_reorders_across_dependencies(self, engine: ae.Engine) -> None:
         x = engine.new_var("x")
