@@ -113,7 +113,9 @@ class ThreadExecutor:
         is woken (and no thread started) until the next :meth:`wake`: a burst of submissions
         then costs one hand-off, not one per item.
         """
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not "with": see the engine's _lock
+        try:
             if self._closing:
                 if self._abandoned:
                     return  # the interpreter is exiting (or this is a forked child)
@@ -122,6 +124,8 @@ class ThreadExecutor:
             self._items[key] = item
             if wake:
                 self._wake_locked()
+        finally:
+            lock.release()
 
     def take(self) -> object:
         """Remove the best queued item and return it; None if the queue is empty. Never blocks.
@@ -129,9 +133,13 @@ class ThreadExecutor:
         The engine calls it on a worker that just finished an operation, with the engine lock
         held, to start the next one in the same critical section.
         """
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             if self._heap:
                 return self._items.pop(heapq.heappop(self._heap))
+        finally:
+            lock.release()
         return None
 
     def wake(self, *, caller_pops: bool = True) -> None:
@@ -195,7 +203,8 @@ class ThreadExecutor:
         with lock:
             self._workers.add(threading.get_ident())
         while True:
-            with lock:
+            lock.acquire()
+            try:
                 while not heap:
                     if self._closing:
                         self._threads -= 1
@@ -204,6 +213,8 @@ class ThreadExecutor:
                     self._idle += 1
                     cond.wait()
                 item = items.pop(heapq.heappop(heap))
+            finally:
+                lock.release()
             try:
                 run(item, rctx)
             except BaseException:  # the engine's runner catches user errors itself
