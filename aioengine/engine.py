@@ -1522,37 +1522,57 @@ class Engine:
     def _run_loop_queue(self) -> None:
         """Run the loop thread's READY operations, best first (on the loop thread).
 
-        Takes them in batches (one lock round trip each, not one per operation); operations
-        they make ready join the queue for the next batch, so a chain of inline operations (or
-        serial mode) does not cost a loop iteration per operation. After ``_LOOP_BUDGET``
-        operations it yields to the loop's other callbacks (the tasks of the coroutine
-        operations it started among them) and reschedules.
+        As a worker does, it finishes an inline operation and starts the next best one in
+        one critical section (:meth:`_finish_and_continue`), so a chain of inline operations
+        (or serial mode) costs neither a loop iteration nor a second lock round trip per
+        operation. After ``_LOOP_BUDGET`` operations it yields to the loop's other callbacks
+        (the tasks of the coroutine operations it started among them) and reschedules.
         """
         budget = _LOOP_BUDGET
         execute = self._execute_one
-        queue = self._loop_queue
-        ops = self._loop_ops
-        pop = heapq.heappop
         lock = self._lock
         while budget > 0:
+            todo: list[Operation[Any]] = []
             lock.acquire()
             try:
-                n = min(budget, len(queue))
-                if not n:
+                op = self._claim_loop_op_locked(todo)
+                if op is None:
                     self._loop_queue_scheduled = False
-                    return
-                batch = [ops.pop(pop(queue)) for _ in range(n)]
             finally:
                 lock.release()
-            budget -= n
-            for op in batch:
-                execute(op, None)  # one cancelled meanwhile is skipped by _execute_one
-            del batch, op  # a failure's frames reach this frame: keep no operation alive
+            if todo:
+                self._submit(todo)  # what skipped operations released
+            if op is None:
+                return
+            while op is not None:
+                budget -= 1
+                op = execute(op, None, True, budget > 0)
         with self._lock:
-            if queue:
+            if self._loop_queue:
                 self._call_soon(self._run_loop_queue)
             else:
                 self._loop_queue_scheduled = False
+
+    def _claim_loop_op_locked(self, todo: list[Operation[Any]]) -> Operation[Any] | None:
+        """Take the best READY operation of the loop queue and mark it RUNNING (lock held).
+
+        Cancelled ones are dropped, skipped ones finished (what they release is appended
+        to ``todo``, for the caller to submit once the lock is released).
+        """
+        queue = self._loop_queue
+        ops = self._loop_ops
+        while queue:
+            op = ops.pop(heapq.heappop(queue))
+            if op._state is not _READY:  # cancelled while queued
+                continue
+            if self._failures:
+                skipped = self._skip_locked(op)
+                if skipped is not None:
+                    todo.extend(skipped)
+                    continue
+            op._state = _RUNNING
+            return op
+        return None
 
     @staticmethod
     def _execute(op: Operation[Any], rctx: RunContext) -> None:
@@ -1580,11 +1600,17 @@ class Engine:
             nxt = self._execute_one(nxt, rctx, True)
 
     def _execute_one(
-        self, op: Operation[Any], rctx: RunContext | None, claimed: bool = False
+        self,
+        op: Operation[Any],
+        rctx: RunContext | None,
+        claimed: bool = False,
+        more: bool = True,
     ) -> Operation[Any] | None:
         """Run ``op`` (see :meth:`_execute`); return a successor this thread claimed to run.
 
-        ``claimed``: ``op`` is already RUNNING (:meth:`_finish_and_continue` started it).
+        ``rctx`` is None on the loop thread. ``claimed``: ``op`` is already RUNNING
+        (:meth:`_finish_and_continue` or :meth:`_claim_loop_op_locked` started it).
+        ``more``: whether to claim a successor at all.
         """
         if not claimed:
             skipped = None
@@ -1630,10 +1656,10 @@ class Engine:
                 return None
             if type(result) is CoroutineType:
                 self._finish(op, _FAILED, None, self._awaitable_result(op, result))
-            elif rctx is self._loop_rctx:
-                self._finish(op, _DONE, result, None)
-            else:
+            elif more:
                 return self._finish_and_continue(op, result)
+            else:
+                self._finish(op, _DONE, result, None)
         elif kind == _CORO:
             self._start_task(op, fn, rctx)
         else:
@@ -1767,13 +1793,15 @@ class Engine:
             self._submit(todo)
 
     def _finish_and_continue(self, op: Operation[Any], result: object) -> Operation[Any] | None:
-        """:meth:`_finish` a sync ``op`` that returned on a worker; start its successor here.
+        """:meth:`_finish` a sync ``op`` that returned; start its successor on this thread.
 
-        The successor is an operation of the same pool that this completion made ready, else
-        the best one queued on the pool. It is marked RUNNING in the same critical section as
-        ``op``'s completion (one lock round trip per operation, not two) and the caller runs
-        it on its own thread: READY and in no queue (or just taken from one), nobody else can.
-        With a failure recorded the start must check for skips: no successor is claimed then.
+        On a worker, the successor is an operation of the same pool that this completion
+        made ready, else the best one queued on the pool; with a failure recorded the start
+        must check for skips, so none is claimed then. On the loop thread it is the best one
+        of the loop queue (:meth:`_claim_loop_op_locked`, which checks for skips). It is
+        marked RUNNING in the same critical section as ``op``'s completion (one lock round
+        trip per operation, not two) and the caller runs it on its own thread: READY and in
+        no queue (or just taken from one), nobody else can.
         """
         target = op._target
         ready: list[Any] = []
@@ -1786,8 +1814,10 @@ class Engine:
             self._release_locked(op, _DONE, None, ready)
             self._complete_locked(op, _DONE)
             todo = self._settle(ready) if ready else ready
-            # interpreter exit (abandoned): this worker must return to its pool and stop
-            if not self._failures and not target.abandoned:
+            if target is None:
+                nxt = self._claim_loop_op_locked(todo)
+            # Abandoned (interpreter exit): this worker must return to its pool and stop.
+            elif not self._failures and not target.abandoned:
                 for i, candidate in enumerate(todo):
                     if candidate._target is target:
                         nxt = todo.pop(i)
@@ -1799,10 +1829,10 @@ class Engine:
                     nxt._state = _RUNNING
         finally:
             lock.release()
-        if nxt is None:
+        if nxt is None or target is None:
             if todo:
-                self._submit(todo)  # this worker returns to its pool and pops one of them
-            return None
+                self._submit(todo)  # a worker returns to its pool and pops one of them
+            return nxt
         if todo:
             # This worker goes on with nxt: wake others for every operation queued here.
             for other in todo:
