@@ -1380,15 +1380,17 @@ class Engine:
         gpu.release(fence.device_id)
         op = fence.op
         fence.op = None
-        event = fence.event
+        # Hand the event (and, on success, the keepalive) to the poller without keeping a
+        # reference here: release() empties the list, so the last reference never dies on
+        # the loop thread, even if the poller thread drops its own first.
+        dropped: list[object] = [fence.event]
         fence.event = None
+        if not status:
+            dropped.append(fence.keep)
+            fence.keep = None
         loop = self._loop
         assert loop is not None
-        if not status:
-            poller_for(loop).release(event, fence.keep)
-            fence.keep = None
-        else:
-            poller_for(loop).release(event)
+        poller_for(loop).release(dropped)
         dependents = fence.dependents
         fence.dependents = None
         if op is not None:

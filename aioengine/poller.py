@@ -102,10 +102,15 @@ class Poller:
             fifo.append(fence)
             self._wake_locked(len(self._fifos) == 1 and len(fifo) == 1)
 
-    def release(self, *objs: object) -> None:
-        """Drop ``objs`` (settled events, keepalives) on the poller thread, not the caller's."""
+    def release(self, objs: list[object]) -> None:
+        """Drop ``objs`` (settled events, keepalives) on the poller thread, not the caller's.
+
+        Takes ownership: ``objs`` is emptied under the lock, so the caller holds no reference
+        that could outlive the poller's and drop the last one on the caller's (loop) thread.
+        """
         with self._cond:
             self._released.extend(objs)
+            objs.clear()
             self._wake_locked(True)
 
     def _wake_locked(self, was_idle: bool) -> None:

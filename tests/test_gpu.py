@@ -54,7 +54,21 @@ def tick(rctx: ae.RunContext) -> None:
 
 
 def enqueued(*ops: ae.Operation[Any]) -> Callable[[], bool]:
-    return lambda: all(op.state is ae.OpState.RUNNING for op in ops)
+    """Whether every op has recorded its fence (enqueued its work, or finished).
+
+    RUNNING alone is not enough: it is set before the function runs and launches.
+    """
+
+    def check() -> bool:
+        for op in ops:
+            if op.done():
+                continue
+            fences = op._engine._gpu_pending
+            if not any(f.op is op for f in list(fences)):
+                return False
+        return True
+
+    return check
 
 
 @pytest.fixture
@@ -135,7 +149,7 @@ async def test_gpu_workers_setting_sizes_the_compute_pool() -> None:
             return id(rctx.stream)
 
         ops = [engine.push_sync(block, GPU0) for _ in range(3)]
-        await until(enqueued(*ops))  # all three run at once: three workers
+        await until(lambda: all(op.state is ae.OpState.RUNNING for op in ops))  # three workers
         gate.set()
         assert len({await op for op in ops}) == 3
 
@@ -160,6 +174,27 @@ async def test_no_device_call_ever_runs_on_the_loop_thread() -> None:
             sim.record(stream)
         with pytest.raises(RuntimeError, match="event-loop thread"):
             sim.query(SimulatedEvent())
+
+
+async def test_settled_events_are_never_destroyed_on_the_loop_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The poller may drop a released event before the loop's settle code returns."""
+    original = Poller.release
+
+    def release_then_yield_the_gil(self: Poller, *args: Any) -> None:
+        original(self, *args)
+        time.sleep(0.02)  # any GIL switch here lets the poller thread drop its reference first
+
+    monkeypatch.setattr(Poller, "release", release_then_yield_the_gil)
+    sim = ae.SimulatedGPU()
+    async with ae.Engine(gpu_backend=sim) as engine:
+        x = engine.new_var("x")
+        for _ in range(5):
+            await engine.push_sync(tick, GPU0, [], [x])
+        poller = poller_for(asyncio.get_running_loop())
+        await until(lambda: not poller.alive)
+    assert sim.events_freed_on_loop == 0
 
 
 async def test_coroutine_and_async_ops_on_a_gpu_context_are_host_consumers(

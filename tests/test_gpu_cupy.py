@@ -177,8 +177,8 @@ class TestCupyBackend:
             assert status_b == 0
             assert backend.query(event_a) == 0  # stays complete
             assert elapsed >= 0.5 * KERNEL_S  # it did spin (calibration is approximate)
-            on_thread(pool_b, lambda: backend.synchronize(stream_b))
-            on_thread(pool_a, lambda: backend.synchronize(stream_a))
+            on_thread(pool_b, stream_b.synchronize)  # DeviceBackend has no synchronize
+            on_thread(pool_a, stream_a.synchronize)
 
         never_recorded = cupy.cuda.Event(disable_timing=True)
         assert backend.query(never_recorded) == 0  # as in CUDA: an empty event is complete
