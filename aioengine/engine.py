@@ -1368,7 +1368,8 @@ class Engine:
         """Complete ``fence``'s operation and wake the host consumers waiting on it (lock held).
 
         A failed status fails the operation with its device's error (the device is marked
-        failed) and keeps the fence's keepalive: the device may still touch that memory.
+        failed) and keeps the fence's keepalive for the life of the process: the device may
+        still touch that memory.
         Returns the pending fences (of other operations) that wait on a failed ``fence``.
         The event and the keepalive are dropped on the poller's thread, not here: destroying
         an event or freeing pool memory is a CUDA call, and this runs on the loop thread.
@@ -1387,7 +1388,9 @@ class Engine:
         fence.event = None
         if not status:
             dropped.append(fence.keep)
-            fence.keep = None
+        else:  # the failed device may still touch that memory, as after a CUDA error raised
+            gpu.keep_forever(fence.keep)  # in a worker (_execute_gpu)
+        fence.keep = None
         loop = self._loop
         assert loop is not None
         poller_for(loop).release(dropped)

@@ -37,7 +37,11 @@ class Fence:
 
     Attributes:
         event: the backend's event (dropped once the fence completes).
-        stream: the stream it was recorded on.
+        stream_id: ``id()`` of the stream it was recorded on. Not the stream itself: a Var
+            keeps its last fences after they completed, and must not keep a CuPy stream
+            alive past its worker (its destructor would then run on whichever thread drops
+            the Var last, the loop's included). While the fence is pending its stream is
+            alive (its worker holds it), so the id is unique among the fences that matter.
         device_id: the device of that stream.
         seq: launch order of the fences of one engine (newest wins per stream).
         status: None while pending; then 0, or the device's error code.
@@ -54,7 +58,7 @@ class Fence:
         "seq",
         "state",
         "status",
-        "stream",
+        "stream_id",
         "waiters",
     )
 
@@ -71,7 +75,7 @@ class Fence:
         self.owner = owner  # the engine told when the fence completes (_fences_settled)
         self.backend = backend  # whose query() reads this fence's status
         self.event = event
-        self.stream = stream
+        self.stream_id = id(stream)
         self.device_id = device_id
         self.seq = seq
         self.status: int | None = None
@@ -93,11 +97,12 @@ class Fence:
 def gpu_waits(const: tuple[Var, ...], mutate: tuple[Var, ...], stream: Any) -> list[Fence]:
     """The fences a GPU operation on ``stream`` must ``wait_event`` for (lock held)."""
     newest: dict[int, Fence] = {}
+    stream_id = id(stream)
 
     def need(f: Fence | None) -> None:
-        if f is None or f.status is not None or f.stream is stream:
+        if f is None or f.status is not None or f.stream_id == stream_id:
             return
-        key = id(f.stream)
+        key = f.stream_id
         old = newest.get(key)
         if old is None or old.seq < f.seq:
             newest[key] = f
@@ -143,7 +148,7 @@ def has_pending(var: Var) -> bool:
 
 def note_launch(const: tuple[Var, ...], mutate: tuple[Var, ...], fence: Fence) -> None:
     """Record ``fence`` in the sync state of the Vars its operation used (lock held)."""
-    key = id(fence.stream)
+    key = fence.stream_id
     for v in const:
         readers = v._gpu_readers
         if readers is None:

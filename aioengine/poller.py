@@ -96,9 +96,9 @@ class Poller:
     def watch(self, fence: Fence) -> None:
         """Watch ``fence`` (recorded already; from any thread)."""
         with self._cond:
-            fifo = self._fifos.get(id(fence.stream))
+            fifo = self._fifos.get(fence.stream_id)
             if fifo is None:
-                fifo = self._fifos[id(fence.stream)] = deque()
+                fifo = self._fifos[fence.stream_id] = deque()
             fifo.append(fence)
             self._wake_locked(len(self._fifos) == 1 and len(fifo) == 1)
 

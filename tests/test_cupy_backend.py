@@ -40,6 +40,11 @@ class FakeCupy(types.ModuleType):
         self.statuses: dict[int, int] = {}  # event ptr -> status eventQuery returns
         fake = self
         current: list[Any] = [None]
+        device: list[int] = [0]  # the calling thread's current device (one thread here)
+
+        def set_device(device_id: int) -> None:
+            fake.calls.append(("setDevice", device_id))
+            device[0] = device_id
 
         class Device:
             def __init__(self, device_id: int) -> None:
@@ -47,6 +52,7 @@ class FakeCupy(types.ModuleType):
 
             def use(self) -> None:
                 fake.calls.append(("Device.use", self.id))
+                device[0] = self.id
 
         class Stream:
             def __init__(self, non_blocking: bool = False, priority: int | None = None) -> None:
@@ -86,6 +92,8 @@ class FakeCupy(types.ModuleType):
 
         runtime = types.SimpleNamespace(
             eventQuery=event_query,
+            getDevice=lambda: device[0],
+            setDevice=set_device,
             getDeviceCount=lambda: fake.devices,
             CUDARuntimeError=CUDARuntimeError,
         )
@@ -167,6 +175,20 @@ def test_run_makes_the_stream_current_and_catches_a_leaked_stream(fake_cupy: Fak
     leaked = fake_cupy.cuda.Stream(non_blocking=True)
     with pytest.raises(RuntimeError, match="changed the current CUDA stream"):
         backend.run(stream, lambda r: leaked.use(), rctx)
+
+
+def test_run_restores_a_leaked_device(fake_cupy: FakeCupy) -> None:
+    """A function leaving another device current fails itself, not the device."""
+    fake_cupy.devices = 2
+    backend = CupyBackend()
+    stream = backend.bind_worker(0, ae.StreamFamily.COMPUTE)
+    rctx = ae.RunContext(ae.gpu(0), stream)
+    with pytest.raises(RuntimeError, match="made CUDA device 1 current"):
+        backend.run(stream, lambda r: fake_cupy.cuda.Device(1).use(), rctx)
+    assert fake_cupy.cuda.runtime.getDevice() == 0
+    assert fake_cupy.calls[-1] == ("setDevice", 0)
+    assert backend.run(stream, lambda r: "fine", rctx) == "fine"
+    assert [c for c in fake_cupy.calls if c[0] == "setDevice"] == [("setDevice", 0)]
 
 
 def test_cuda_errors_are_device_errors(fake_cupy: FakeCupy) -> None:

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import aioengine as ae
 from aioengine.executors.simulated import ILLEGAL_ADDRESS, SimulatedEvent
+from aioengine.fence import Fence
 from aioengine.poller import Poller, poller_for
 
 F = ae.FnProperty
@@ -484,6 +485,18 @@ async def test_keepalive_holds_what_the_op_touched_until_its_fence_completes(
     await until(lambda: (gc.collect(), all(r() is None for r in refs))[1])
 
 
+def test_a_fence_does_not_keep_its_stream_alive() -> None:
+    """Vars keep their last fences: a CuPy stream must still die with its worker (its
+    destructor is a CUDA call, which must not run on whichever thread drops the Var)."""
+    stream = Blob()
+    ref = weakref.ref(stream)
+    fence = Fence(None, None, None, stream, 0, 1, ())
+    assert fence.stream_id == id(stream)
+    del stream
+    gc.collect()
+    assert ref() is None
+
+
 async def test_var_values_stay_alive_until_completion(
     eng: ae.Engine, manual: ae.SimulatedGPU
 ) -> None:
@@ -585,6 +598,33 @@ async def test_kernel_fault_fails_pending_ops_and_later_pushes(
     assert [type(e) for e in group.value.exceptions] == [ae.DeviceFailedError]  # once
     # The other device is unaffected.
     assert await eng.push_sync(lambda r: r.device_id, ae.gpu(1)) == 1
+
+
+async def test_a_fence_that_fails_keeps_what_its_op_touched(
+    eng: ae.Engine, manual: ae.SimulatedGPU
+) -> None:
+    """The failed device may still use that memory: it is kept for the process's life."""
+    refs: list[weakref.ref[Blob]] = []
+
+    def crash() -> None:
+        raise MemoryError("illegal address")
+
+    def fn(rctx: ae.RunContext) -> None:
+        blob = Blob()
+        refs.append(weakref.ref(blob))
+        rctx.keep_alive(blob)
+        rctx.launch(crash)
+
+    op = eng.push_sync(fn, GPU0, [], [eng.new_var("x")])
+    await until(enqueued(op))
+    manual.run_until_idle()
+    with pytest.raises(ae.DeviceFailedError):
+        await op
+    del op
+    with pytest.raises(BaseExceptionGroup):
+        await eng.wait_for_all()
+    gc.collect()
+    assert refs[0]() is not None
 
 
 async def test_device_error_raised_in_the_worker_is_sticky(manual: ae.SimulatedGPU) -> None:

@@ -109,10 +109,29 @@ class CupyBackend:
         return stream
 
     def run(self, stream: Any, fn: Callable[[RunContext], Any], rctx: RunContext) -> Any:
-        """Call ``fn(rctx)`` inside ``with stream:``; check it left the stream current."""
-        with stream:
-            result = fn(rctx)
-            current = self._cupy.cuda.get_current_stream()
+        """Call ``fn(rctx)`` inside ``with stream:``; check it left the device and stream
+        current.
+
+        A function that leaves another device current (``cupy.cuda.Device(n).use()``) is a
+        bug of that function, not a failure of the device: the device is made current again
+        and the operation fails with a RuntimeError, instead of the event recorded next
+        landing on the wrong device (a CUDA error that would mark the device failed).
+        """
+        cuda = self._cupy.cuda
+        device = rctx.ctx.device_id
+        try:
+            with stream:
+                result = fn(rctx)
+                current = cuda.get_current_stream()
+        finally:
+            leaked = cuda.runtime.getDevice()
+            if leaked != device:
+                cuda.runtime.setDevice(device)
+        if leaked != device:
+            raise RuntimeError(
+                f"{fn!r} made CUDA device {leaked} current and did not restore it; use "
+                "'with cupy.cuda.Device(n):' blocks, which restore it"
+            )
         if current != stream:
             raise RuntimeError(
                 f"{fn!r} changed the current CUDA stream and did not restore it; use "
