@@ -13,7 +13,19 @@ from .demo import run_demo, run_pipeline_demo
 from .pipeline import IO_LATENCY, RECORDS, SIZE, STAGES
 
 
+def _trace_path(args: argparse.Namespace) -> str | None:
+    """The absolute trace path, checked before any work runs (None with ``--no-trace``)."""
+    if args.no_trace:
+        return None
+    path: str = os.path.abspath(args.trace)
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+        raise ValueError(f"--trace {args.trace}: cannot write to directory {directory}")
+    return path
+
+
 def _demo(args: argparse.Namespace) -> int:
+    trace_path = _trace_path(args)
     print(
         f"aioengine {__version__} demo: {args.records} records of {args.size}x{args.size} "
         f"floats, seed {args.seed}, through\n"
@@ -24,7 +36,6 @@ def _demo(args: argparse.Namespace) -> int:
         "  reduce:            inline on the loop thread, one record at a time in push order",
         flush=True,  # before the progress bar on stderr
     )
-    trace_path = None if args.no_trace else os.path.abspath(args.trace)
     report = asyncio.run(
         run_pipeline_demo(
             records=args.records,
@@ -71,12 +82,12 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _bench_demo(args: argparse.Namespace) -> int:
+    trace_path = _trace_path(args)
     print(
         f"aioengine {__version__} bench-demo: {args.ops} NumPy ops over {args.vars} arrays "
         f"of {args.size}x{args.size}, seed {args.seed}, "
         f"{args.workers or os.cpu_count()} CPU worker(s)"
     )
-    trace_path = None if args.no_trace else os.path.abspath(args.trace)
     threaded, serial = asyncio.run(
         run_demo(
             n_ops=args.ops,

@@ -32,6 +32,7 @@ import contextlib
 import functools
 import inspect
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
@@ -50,6 +51,25 @@ T = TypeVar("T")
 
 _CPU0 = cpu(0)
 _NORMAL = FnProperty.NORMAL
+
+# Every BlockingEngine entered and not closed yet, so that interpreter exit can stop them.
+_open: weakref.WeakSet[BlockingEngine] = weakref.WeakSet()
+
+
+def _abandon_all() -> None:
+    """At interpreter exit (before threads are joined): stop every unclosed loop thread.
+
+    Without this, a BlockingEngine that was never closed hangs the interpreter: its
+    ``start_blocking_portal`` context is finalized after the (daemon) loop thread has been
+    frozen, and waits for that thread forever. As for an unclosed :class:`Engine`,
+    coroutine operations are cancelled, queued operations dropped and running ones finish.
+    """
+    for engine in list(_open):
+        engine._abandon()
+
+
+# Private but stable since 3.9 (see executors/threads.py, which uses it the same way).
+threading._register_atexit(_abandon_all)  # type: ignore[attr-defined]
 
 
 class _OpFuture(concurrent.futures.Future[T]):
@@ -164,6 +184,7 @@ class BlockingEngine:
                 stack.close()
                 raise
             self._stack, self._portal = stack, portal
+            _open.add(self)
         return self
 
     def __exit__(
@@ -198,7 +219,25 @@ class BlockingEngine:
             finally:
                 self._closed = True
                 self._stack = self._portal = None
+                _open.discard(self)
                 stack.close()
+
+    def _abandon(self) -> None:
+        """Stop the loop thread without draining (interpreter exit; see :func:`_abandon_all`)."""
+        if not self._lock.acquire(blocking=False):  # pragma: no cover - a close() is under way
+            return
+        try:
+            stack, portal = self._stack, self._portal
+            self._closed = True
+            self._stack = self._portal = None
+            _open.discard(self)
+            if stack is None or portal is None:
+                return
+            with contextlib.suppress(RuntimeError):  # the portal has stopped already
+                portal.call(portal.stop, True)  # cancels what runs on the loop
+            stack.close()
+        finally:
+            self._lock.release()
 
     def _portal_or_raise(self, what: str) -> BlockingPortal:
         portal = self._portal

@@ -105,7 +105,8 @@ def submit(
             call_kwargs[k] = _value_of(var)
         return call_args, call_kwargs
 
-    if inspect.iscoroutinefunction(fn):
+    # An object whose __call__ is ``async def`` is a coroutine function too.
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
 
         async def run_async(rctx: RunContext) -> Any:
             call_args, call_kwargs = bind()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import sys
+import textwrap
 import threading
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 import aioengine as ae
 
 from .conftest import Monitor
+from .test_shutdown import run_script
 
 
 @pytest.fixture(params=[pytest.param(False, id="threaded"), pytest.param(True, id="serial")])
@@ -280,3 +282,38 @@ def test_run_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ImportError, match=r"aioengine\[uvloop\]"):
         ae.run(coro, uvloop=True)
     coro.close()
+
+
+_UNCLOSED_AT_EXIT = {
+    "idle": """
+        x = be.new_var("x")
+        assert be.push_sync(lambda r: 7, mutate_vars=[x]).result(5) == 7
+    """,
+    "pending": """
+        x = be.new_var("x")
+
+        async def forever(rctx):
+            await asyncio.sleep(3600)
+
+        assert be.push_sync(lambda r: 7).result(5) == 7
+        be.push_async(forever, mutate_vars=[x])
+        be.push_sync(lambda r: time.sleep(0.2))  # running at exit: finishes
+        be.push_sync(lambda r: print("queued: dropped at exit"))  # behind it on the one worker
+    """,
+}
+
+
+@pytest.mark.parametrize("case", sorted(_UNCLOSED_AT_EXIT))
+def test_interpreter_exit_with_an_unclosed_blocking_engine_does_not_hang(case: str) -> None:
+    """An entered, never closed BlockingEngine used to hang the interpreter at exit."""
+    body = (
+        "import asyncio, time\n"
+        "import aioengine as ae\n"
+        "be = ae.BlockingEngine(cpu_workers=1).__enter__()\n"
+        + textwrap.dedent(_UNCLOSED_AT_EXIT[case])
+        + "print('leaving', flush=True)\n"
+    )
+    done = run_script(body, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "leaving\n"
+    assert "Task was destroyed" not in done.stderr

@@ -193,6 +193,20 @@ class TestBenchDemo:
         assert make_program(50, 5, 4, seed=1) != make_program(50, 5, 4, seed=2)
 
 
+@pytest.mark.parametrize("command", ["demo", "bench-demo"])
+def test_an_unwritable_trace_path_fails_before_any_work(
+    command: str, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    """The run is not made and then lost to a traceback when the trace cannot be written."""
+    trace = tmp_path / "missing" / "run.json"
+    with pytest.raises(SystemExit) as info:
+        main([command, "--trace", str(trace), "--no-progress"])
+    assert info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"--trace {trace}: cannot write to directory {trace.parent}" in captured.err
+
+
 def test_help_lists_the_commands() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "aioengine", "--help"],

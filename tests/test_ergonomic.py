@@ -93,6 +93,17 @@ async def test_decorator_without_arguments_and_async(engine: ae.Engine) -> None:
     assert (await engine.submit(str, 5, name="named")) == "5"
 
 
+async def test_an_object_with_an_async_call_runs_as_a_coroutine(engine: ae.Engine) -> None:
+    class AddOne:
+        async def __call__(self, x: int) -> int:
+            await asyncio.sleep(0)
+            return x + 1
+
+    v = engine.new_var("v", value=1)
+    assert await engine.submit(AddOne(), v, out=v) == 2
+    assert await v.get() == 2
+
+
 async def test_failures_flow_through_values(engine: ae.Engine) -> None:
     v = engine.new_var("v", value=1)
 

@@ -17,7 +17,8 @@ EXPECTED = {
     "engine_basics.ipynb": [
         "norm: 4.0",
         "uploaded: [-8.0, -8.0, -8.0, -8.0, -8.0]",
-        "aioengine graph:",
+        "aioengine graph: 10 operation(s), 9 edge(s)",
+        "#5 norm [done, cpu0]  after #4 sgd_step (weights)",
         "sgd_step slices: 3",
         "weights: [-3.5 -3.5 -3.5 -3.5]",
     ],
@@ -62,3 +63,13 @@ def test_notebook_runs(name: str, tmp_path: pathlib.Path) -> None:
     text = _text(notebook)
     for expected in EXPECTED[name]:
         assert expected in text, f"{expected!r} not in the outputs of {name}:\n{text}"
+    if name == "engine_basics.ipynb":
+        # The graph is drawn inline: an SVG (with Graphviz's dot) or a Mermaid diagram.
+        drawn = [
+            o["data"]
+            for c in notebook.cells
+            for o in c.get("outputs", [])
+            if o.get("output_type") == "execute_result"
+            and ("image/svg+xml" in o["data"] or "```mermaid" in o["data"].get("text/markdown", ""))
+        ]
+        assert len(drawn) == 1, [c.get("outputs") for c in notebook.cells]
