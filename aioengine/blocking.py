@@ -76,7 +76,8 @@ class _OpFuture(concurrent.futures.Future[T]):
     """A :class:`concurrent.futures.Future` that follows one :class:`Operation`.
 
     ``cancel()`` cancels the operation (and succeeds only if the operation could be
-    cancelled); blocking on it from the engine's loop thread raises instead of deadlocking.
+    cancelled); blocking on it from the engine's loop thread or one of its workers (inside an
+    operation) raises instead of deadlocking.
     """
 
     def __init__(self, op: Operation[T], owner: BlockingEngine) -> None:
@@ -250,6 +251,12 @@ class BlockingEngine:
         return portal
 
     def _check_thread(self, what: str) -> None:
+        """Refuse to block a thread of the engine's own: the loop thread or a worker.
+
+        Blocking there waits on the engine with one of its threads (and the running
+        operation's Vars) held: the loop thread cannot run what it waits for, and a worker
+        waiting for work queued behind its own operation deadlocks as MXNet does.
+        """
         if threading.get_ident() == self._loop_thread:
             raise RuntimeError(
                 f"BlockingEngine.{what} was called on the engine's own event-loop thread "
@@ -257,6 +264,14 @@ class BlockingEngine:
                 "operation or a done callback); blocking there would deadlock. Await the "
                 "async Engine (blocking_engine.engine) there instead, or call from another "
                 "thread"
+            )
+        if self._engine._on_worker_thread():
+            raise RuntimeError(
+                f"BlockingEngine.{what} was called inside an operation, on one of the "
+                "engine's worker threads; blocking there can deadlock (the operation holds "
+                "its Vars and its worker while it waits, as in MXNet). Push the work that "
+                "needs the result as a later operation on the same Vars instead, or wait "
+                "from another thread"
             )
 
     # -- pushing -----------------------------------------------------------------------

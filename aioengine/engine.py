@@ -1111,6 +1111,13 @@ class Engine:
             self._routes[ctx, prop] = target
         return target
 
+    def _on_worker_thread(self) -> bool:
+        """Whether the caller runs on one of this engine's worker threads (so inside one of
+        its operations); safe from any thread."""
+        with self._lock:
+            executors = list(self._executors.values())
+        return any(executor.owns_current_thread() for executor in executors)
+
     def _executor(self, key: str, ctx: Context, workers: int) -> Executor:
         with self._lock:
             executor = self._executors.get(key)

@@ -161,6 +161,32 @@ def test_blocking_on_the_loop_thread_raises_instead_of_deadlocking() -> None:
             be.wait_for_all(timeout=5)
 
 
+@pytest.mark.parametrize("wait", ["wait_for_var", "wait_for_all", "get", "result"])
+def test_blocking_inside_a_worker_operation_raises_instead_of_deadlocking(wait: str) -> None:
+    """MXNet deadlocks when an operation waits for the engine; here the wait raises."""
+    with ae.BlockingEngine(cpu_workers=1) as be:
+        x = be.new_var("x", value=1)
+        later = be.new_var("later")
+
+        def waits(rctx: ae.RunContext) -> None:
+            behind = be.push_sync(lambda r: None, mutate_vars=[later])  # queued behind us
+            {
+                "wait_for_var": lambda: be.wait_for_var(x),  # we hold x
+                "wait_for_all": be.wait_for_all,  # waits for us
+                "get": lambda: be.get(x),  # a read behind our write
+                "result": behind.result,  # the one worker is ours
+            }[wait]()
+
+        exc = be.push_sync(waits, mutate_vars=[x]).exception(timeout=10)
+        assert isinstance(exc, RuntimeError)
+        assert "inside an operation, on one of the engine's worker threads" in str(exc)
+        with pytest.raises(ExceptionGroup):
+            be.wait_for_all(timeout=10)
+        # From a plain thread the same waits block as usual.
+        be.wait_for_var(x, timeout=10)
+        assert be.get(x, timeout=10) == 1
+
+
 def test_serial_mode_ops_run_on_the_loop_thread_and_cannot_block() -> None:
     with ae.BlockingEngine(serial=True) as be:
         x = be.new_var("x")

@@ -37,6 +37,10 @@ class Executor(Protocol):
         """Whether it stopped taking work for good (interpreter exit): workers must return."""
         ...
 
+    def owns_current_thread(self) -> bool:
+        """Whether the calling thread is one of this executor's workers."""
+        ...
+
     def submit(self, item: object, key: int, wake: bool = True) -> None:
         """Queue ``item`` (``key``: unique, smaller runs first); from any thread, never blocks.
 

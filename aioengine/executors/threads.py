@@ -106,6 +106,11 @@ class ThreadExecutor:
         """Whether the interpreter is exiting (or this is a forked child): nothing more runs."""
         return self._abandoned
 
+    def owns_current_thread(self) -> bool:
+        """Whether the calling thread is one of this executor's workers (no lock: a set
+        lookup, and only the calling thread can add or remove its own ident)."""
+        return threading.get_ident() in self._workers
+
     def submit(self, item: object, key: int, wake: bool = True) -> None:
         """Queue ``item`` to be run on a worker thread, smallest ``key`` first; from any thread.
 
