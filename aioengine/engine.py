@@ -2084,11 +2084,8 @@ class Engine:
         if loop is None or _get_running_loop() is not loop:
             raise RuntimeError(f"await {op!r} from a coroutine on the engine's event loop")
         current = self._running_op()
-        if current is not None and self._settings.serial and op._seq > current._seq:
-            raise RuntimeError(
-                f"{current.name!r} awaits {op.name!r}, which serial mode runs only after it: "
-                "this would deadlock; await it outside the operation"
-            )
+        if current is not None and op._seq >= current._seq:
+            self._check_await_inside(current, op)
         fut = loop.create_future()
         with self._lock:
             if op._state >= _DONE:
@@ -2097,6 +2094,32 @@ class Engine:
                 op._waiters = []
             op._waiters.append(fut)
         return fut
+
+    def _check_await_inside(self, current: Operation[Any], op: Operation[Any]) -> None:
+        """Refuse an await of ``op`` inside coroutine operation ``current`` (pushed no later
+        than ``op``) that could only deadlock: ``op`` waits for ``current`` to finish."""
+        if op is current:
+            raise RuntimeError(f"{current.name!r} awaits itself: this would deadlock")
+        if self._settings.serial:
+            raise RuntimeError(
+                f"{current.name!r} awaits {op.name!r}, which serial mode runs only after it: "
+                "this would deadlock; await it outside the operation"
+            )
+        # Pushed later and in conflict on a Var that current holds: queued behind it there.
+        held_writes = current._mutate
+        for v in op._mutate:
+            if v in held_writes or v in current._const:
+                break
+        else:
+            for v in op._const:
+                if v in held_writes:
+                    break
+            else:
+                return
+        raise RuntimeError(
+            f"{current.name!r} awaits {op.name!r}, which was pushed after it and waits for it "
+            f"on {v.name!r}: this would deadlock; await it outside the operation"
+        )
 
     def _discard_op_waiter(self, op: Operation[Any], fut: asyncio.Future[None]) -> None:
         with self._lock:

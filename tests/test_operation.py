@@ -7,6 +7,7 @@ RunContext a function receives, and the context variables it sees.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 from collections.abc import Sequence
@@ -339,6 +340,64 @@ class TestAwait:
             await asyncio.to_thread(asyncio.run, foreign())
         blocker.release()
         assert await op == 1  # the engine is unaffected
+
+
+class TestAwaitInsideAnOperation:
+    """Awaits inside a coroutine operation that could only deadlock raise at once."""
+
+    @pytest.mark.parametrize(
+        ("mine", "theirs"),
+        [
+            pytest.param("mutate", "const", id="they-read-what-I-write"),
+            pytest.param("mutate", "mutate", id="they-write-what-I-write"),
+            pytest.param("const", "mutate", id="they-write-what-I-read"),
+        ],
+    )
+    async def test_awaiting_an_op_queued_behind_it(
+        self, engine: ae.Engine, mine: str, theirs: str
+    ) -> None:
+        x = engine.new_var("x")
+        later: list[ae.Operation[None]] = []
+
+        async def outer(rctx: ae.RunContext) -> None:
+            await later[0]
+
+        op = engine.push_async(outer, **{f"{mine}_vars": [x]})  # type: ignore[arg-type]
+        later.append(engine.push_sync(lambda r: None, **{f"{theirs}_vars": [x]}))  # type: ignore[arg-type]
+        with pytest.raises(RuntimeError, match=r"would deadlock"):
+            await op
+        # It runs once outer failed (skipped when outer wrote x: x carries the failure).
+        with contextlib.suppress(ae.DependencyError):
+            await later[0]
+        with pytest.raises(ExceptionGroup):
+            await engine.wait_for_all()
+
+    async def test_awaiting_itself(self, engine: ae.Engine) -> None:
+        me: list[ae.Operation[None]] = []
+
+        async def outer(rctx: ae.RunContext) -> None:
+            await me[0]
+
+        me.append(engine.push_async(outer))
+        with pytest.raises(RuntimeError, match=r"awaits itself"):
+            await me[0]
+        with pytest.raises(ExceptionGroup):
+            await engine.wait_for_all()
+
+    async def test_readers_and_unrelated_ops_can_be_awaited(
+        self, threaded_engine: ae.Engine
+    ) -> None:
+        engine = threaded_engine
+        x, y = engine.new_var("x"), engine.new_var("y")
+        later: list[ae.Operation[str]] = []
+
+        async def outer(rctx: ae.RunContext) -> str:
+            return await later[0] + await later[1]
+
+        op = engine.push_async(outer, const_vars=[x])
+        later.append(engine.push_sync(lambda r: "read", const_vars=[x]))  # readers overlap
+        later.append(engine.push_sync(lambda r: "+other", mutate_vars=[y]))
+        assert await op == "read+other"
 
 
 class TestCallbackStyle:
