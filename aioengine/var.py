@@ -134,8 +134,10 @@ class Var:
         self.name = name
         self._owner = owner  # the engine whose lock guards the fields below
         # Ungranted requests in push order, flattened: op, write, op, write, ... It may hold
-        # tombstones (cancelled operations), never at its head.
-        self._queue: deque[Any] = deque()
+        # tombstones (cancelled operations), never at its head. Created by the first request
+        # that has to queue: most Vars of a program are never contended, and a deque is
+        # 600 bytes that every pass of the garbage collector walks.
+        self._queue: deque[Any] | None = None
         self._dead = 0  # tombstones in _queue, so a snapshot never has to walk the queue
         self._reads = 0  # granted read requests not yet released
         self._writing = False  # a granted write not yet released; invariant: implies _reads == 0
@@ -179,7 +181,8 @@ class Var:
     def _waiting(self) -> int:
         """The live requests queued: O(1) and without the lock (a repr may be taken with the
         engine lock held), so off by one at worst while another thread changes the queue."""
-        return max(0, len(self._queue) // 2 - self._dead)
+        queue = self._queue
+        return max(0, len(queue) // 2 - self._dead) if queue else 0
 
     # -- the grant rule; caller holds the engine lock ------------------------------------
 
@@ -189,17 +192,19 @@ class Var:
         Appending never makes another request grantable, so the caller only has to count
         this one (``op._wait``).
         """
+        queue = self._queue
         if write:
-            if self._writing or self._reads or self._queue:
-                self._queue.extend((op, True))
-                return False
-            self._writing = True
-        else:
-            if self._writing or self._queue:
-                self._queue.extend((op, False))
-                return False
+            if not (self._writing or self._reads or queue):
+                self._writing = True
+                return True
+        elif not (self._writing or queue):
             self._reads += 1
-        return True
+            return True
+        if queue is None:
+            queue = self._queue = deque()
+        queue.append(op)
+        queue.append(write)
+        return False
 
     def _holds(self, op: _Waiter) -> bool:
         """Whether ``op``'s request on this Var was granted (see the module docstring)."""
@@ -259,7 +264,7 @@ class Var:
 
     def _requests(self) -> list[tuple[Any, bool]]:
         """The queued requests as ``(op, write)`` pairs, tombstones included (a copy)."""
-        flat = list(self._queue)
+        flat = list(self._queue or ())
         return list(zip(flat[::2], flat[1::2], strict=True))
 
     def _is_idle(self) -> bool:
