@@ -80,7 +80,7 @@ from .operation import (
 from .poller import poller_for
 from .settings import Settings
 from .stats import EngineStatistics, build_statistics, new_counters
-from .var import NO_VALUE, Var, _Failure
+from .var import NO_VALUE, Var, _Failure, append_all, release_all
 from .watchdog import start_watchdog
 
 __all__ = ("Engine",)
@@ -138,6 +138,9 @@ class _State(enum.Enum):
     OPEN = "open"
     CLOSING = "closing"  # aclose() started: pushes raise, pending operations drain
     CLOSED = "closed"  # drained and executors shut down
+
+
+_OPEN = _State.OPEN
 
 
 def _fn_name(fn: Callable[..., Any]) -> str:
@@ -301,6 +304,7 @@ class Engine:
         self._loop_thread = 0  # ident of the thread running _loop
         self._seq = 0  # push counter: the sequence number of the latest operation (or marker)
         self._var_count = 0
+        self._deleted_vars = False  # some Var was deleted: pushes must check their Vars
         # Operations pushed and not finished, by sequence number (so in push order).
         self._live: dict[int, Operation[Any]] = {}
         # Failures recorded and not thrown yet, in the order they happened.
@@ -944,22 +948,23 @@ class Engine:
                 "(coroutine, FnProperty.ASYNC or serial mode); use the engine from a "
                 "coroutine first"
             )
-        op: Operation[Any] = Operation(self, fn, kind, ctx, const, mutate, prop, priority, name)
-        op._target = target
+        op: Operation[Any] = Operation(
+            self, fn, kind, ctx, const, mutate, prop, priority, name, target
+        )
         sequencer = self._sequencer
         lock = self._lock
         lock.acquire()
         try:
-            if self._state is not _State.OPEN:
+            if self._state is not _OPEN:
                 raise EngineClosedError(f"{self!r} is {self._state.value}; create a new Engine")
             if handle is not None and handle._deleted:
                 raise OperatorDeletedError(f"{handle!r} was deleted; build a new one")
-            for v in const:
-                if v._deleted:
-                    self._raise_deleted(v, name)
-            for v in mutate:
-                if v._deleted:
-                    self._raise_deleted(v, name)
+            if self._deleted_vars:
+                for v in (*const, *mutate):
+                    if v._deleted:
+                        raise VarDeletedError(
+                            f"{v!r} was deleted; operation {name!r} cannot use it"
+                        )
             self._seq += 1
             op._seq = seq = self._seq
             op._key = seq - (priority << 64) if priority else seq
@@ -968,17 +973,12 @@ class Engine:
                 for inst in self._instruments:
                     inst.on_push(op)
             # Appending is what a push promises to do atomically across its Vars.
-            wait = 0
-            for v in const:
-                if not v._append(op, False):
-                    wait += 1
-            for v in mutate:
-                if not v._append(op, True):
-                    wait += 1
+            wait = append_all(op, const, mutate)
             if sequencer is not None and not sequencer._append(op, True):
                 wait += 1
             if deleting is not None:
                 deleting._deleted = True
+                self._deleted_vars = True
             if wait:
                 op._wait = wait
                 return op
@@ -1000,10 +1000,6 @@ class Engine:
         return op
 
     # -- argument checks ---------------------------------------------------------------
-
-    @staticmethod
-    def _raise_deleted(var: Var, name: str) -> None:
-        raise VarDeletedError(f"{var!r} was deleted; operation {name!r} cannot use it")
 
     def _check_fork(self) -> None:
         if self._forked:
@@ -1045,24 +1041,21 @@ class Engine:
                 self._bad_var("const_vars", c)
         # Short lists (the usual case) are deduplicated without building dicts or sets.
         nm = len(m)
-        if nm < 2:
+        if nm < 2 or (nm == 2 and m[0] is not m[1]):
             mutate = tuple(m)
-        elif nm == 2:
-            mutate = tuple(m) if m[0] is not m[1] else (m[0],)
         else:
             mutate = tuple(dict.fromkeys(m))
         nc = len(c)
         if not nc:
             return (), mutate
-        if nc == 1:
-            v = c[0]
-            return ((), mutate) if v in mutate else ((v,), mutate)
-        if nm > 8:
-            written = set(mutate)
-            return tuple(v for v in dict.fromkeys(c) if v not in written), mutate
-        const = tuple(dict.fromkeys(c)) if nc > 2 or c[0] is c[1] else tuple(c)
-        if mutate and not set(mutate).isdisjoint(const):
-            const = tuple(v for v in const if v not in mutate)
+        if nc == 1 or (nc == 2 and c[0] is not c[1]):
+            const = tuple(c)
+        else:
+            const = tuple(dict.fromkeys(c))
+        if mutate:
+            for v in const:
+                if v in mutate:  # by identity (Var has no __eq__): in both lists, mutated
+                    return tuple(v for v in const if v not in mutate), mutate
         return const, mutate
 
     @staticmethod
@@ -1646,8 +1639,9 @@ class Engine:
                 inst.on_start(op)
         ctx = op._ctx
         if rctx is None:
-            rctx = self._rctx_cache.get(ctx) or self._run_context(ctx)
-            self._loop_rctx = rctx
+            rctx = self._loop_rctx
+            if rctx is None or rctx.ctx is not ctx:  # by identity: Context hashes in Python
+                rctx = self._loop_rctx = self._run_context(ctx)
         elif rctx.ctx is not ctx:  # e.g. the shared CPU priority pool
             rctx = self._run_context(ctx) if rctx.stream is None else RunContext(ctx, rctx.stream)
         fn = op._fn
@@ -1823,7 +1817,13 @@ class Engine:
         try:
             op._state = _DONE
             op._result = result
-            self._release_locked(op, _DONE, None, ready)
+            if op._inherited is None:  # _release_locked, inlined: no failure to record
+                release_all(op._const, op._mutate, ready, True)
+                if self._sequencer is not None:
+                    self._sequencer._release(True, ready, True)
+                op._fn = None
+            else:
+                self._release_locked(op, _DONE, None, ready)
             self._complete_locked(op, _DONE)
             todo = self._settle(ready) if ready else ready
             if target is None:
@@ -1901,10 +1901,7 @@ class Engine:
         if op._wait:  # cancelled before its turn on some Vars: see _withdraw_locked
             self._withdraw_locked(op, completed, ready)
         else:
-            for v in op._const:
-                v._release(False, ready, completed)
-            for v in op._mutate:
-                v._release(True, ready, completed)
+            release_all(op._const, op._mutate, ready, completed)
             if self._sequencer is not None and op._kind != _WAIT:
                 self._sequencer._release(True, ready, completed)
         op._fn = None

@@ -129,6 +129,7 @@ class Operation(Generic[T]):
         prop: FnProperty,
         priority: int,
         name: str,
+        target: Any = None,
     ) -> None:
         self.name = name
         self._engine = engine
@@ -141,7 +142,7 @@ class Operation(Generic[T]):
         self._priority = priority
         self._seq = 0  # push sequence number: the order of its requests in every Var's queue
         self._key = 0  # run-queue order: smaller first (higher priority, then push order)
-        self._target: Any = None  # executor that runs it; None: the event loop
+        self._target: Any = target  # executor that runs it; None: the event loop
         self._wait = 0  # ungranted Var requests; set by the push, counted down by grants
         self._fwait = 0  # GPU fences this host consumer waits to see completed (fence.py)
         self._state = OpState.PENDING
