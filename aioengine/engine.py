@@ -181,6 +181,12 @@ def _async_kind(fn: Callable[..., Any]) -> int:
     parameters with defaults, as used to bind loop variables, do not count). A function with
     two required positional parameters is callback-style: ``fn(rctx, on_complete)``.
     """
+    # The usual cases, a coroutine function or a partial of one, are decided without a call.
+    if type(fn) is _partial and type(fn.func) is FunctionType:
+        if fn.func.__code__.co_flags & _CO_COROUTINE:
+            return _CORO
+    elif type(fn) is FunctionType and fn.__code__.co_flags & _CO_COROUTINE:
+        return _CORO
     if _is_coroutine_function(fn):
         return _CORO
     if type(fn) is FunctionType:
@@ -939,9 +945,12 @@ class Engine:
                 name = _fn_name(fn)
         elif type(name) is not str:
             raise TypeError(f"name must be a str or None, got {name!r}")
-        last_ctx, last_prop, target = self._last_route
-        if ctx is not last_ctx or prop is not last_prop or kind == _CORO:
-            target = self._route(ctx, prop, kind)
+        if kind == _CORO:  # on the loop; _route checks a GPU context's device
+            target = None if ctx.device_type is _CPU else self._route(ctx, prop, kind)
+        else:
+            last_ctx, last_prop, target = self._last_route
+            if ctx is not last_ctx or prop is not last_prop:
+                target = self._route(ctx, prop, kind)
         if target is None and loop is None:
             raise RuntimeError(
                 f"{self!r} is not bound to an event loop yet, and {name!r} must run on it "
@@ -1041,17 +1050,13 @@ class Engine:
                 self._bad_var("const_vars", c)
         # Short lists (the usual case) are deduplicated without building dicts or sets.
         nm = len(m)
-        if nm < 2 or (nm == 2 and m[0] is not m[1]):
-            mutate = tuple(m)
-        else:
-            mutate = tuple(dict.fromkeys(m))
+        unique = nm < 2 or (nm == 2 and m[0] is not m[1])
+        mutate = tuple(m) if unique else tuple(dict.fromkeys(m))
         nc = len(c)
         if not nc:
             return (), mutate
-        if nc == 1 or (nc == 2 and c[0] is not c[1]):
-            const = tuple(c)
-        else:
-            const = tuple(dict.fromkeys(c))
+        unique = nc == 1 or (nc == 2 and c[0] is not c[1])
+        const = tuple(c) if unique else tuple(dict.fromkeys(c))
         if mutate:
             for v in const:
                 if v in mutate:  # by identity (Var has no __eq__): in both lists, mutated
@@ -1786,12 +1791,11 @@ class Engine:
         ready: list[Any] = []
         lock = self._lock
         lock.acquire()
-        try:  # _finish_locked, inlined: this is every operation's path
-            op._state = state
-            op._result = result
-            op._exception = exc
-            self._release_locked(op, state, exc, ready)
-            self._complete_locked(op, state)
+        try:
+            if state is _DONE:
+                self._done_locked(op, result, ready)
+            else:
+                self._finish_locked(op, state, result, exc, ready)
             todo = self._settle(ready) if ready else ready
         finally:
             lock.release()
@@ -1815,16 +1819,7 @@ class Engine:
         lock = self._lock
         lock.acquire()
         try:
-            op._state = _DONE
-            op._result = result
-            if op._inherited is None:  # _release_locked, inlined: no failure to record
-                release_all(op._const, op._mutate, ready, True)
-                if self._sequencer is not None:
-                    self._sequencer._release(True, ready, True)
-                op._fn = None
-            else:
-                self._release_locked(op, _DONE, None, ready)
-            self._complete_locked(op, _DONE)
+            self._done_locked(op, result, ready)
             todo = self._settle(ready) if ready else ready
             if target is None:
                 nxt = self._claim_loop_op_locked(todo)
@@ -1854,6 +1849,21 @@ class Engine:
                     self._submit_one(other._target, other)
             target.wake(caller_pops=False)
         return nxt
+
+    def _done_locked(self, op: Operation[Any], result: object, ready: list[Any]) -> None:
+        """:meth:`_finish_locked` for an operation whose function returned ``result`` (lock
+        held): every operation's path, so the release is inlined unless a failure is to be
+        recorded (an input's, inherited by a NO_SKIP operation)."""
+        op._state = _DONE
+        op._result = result
+        if op._inherited is None:
+            release_all(op._const, op._mutate, ready, True)
+            if self._sequencer is not None:
+                self._sequencer._release(True, ready, True)
+            op._fn = None
+        else:
+            self._release_locked(op, _DONE, None, ready)
+        self._complete_locked(op, _DONE)
 
     def _finish_locked(
         self,
