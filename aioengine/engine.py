@@ -1820,6 +1820,19 @@ class Engine:
         lock.acquire()
         try:
             self._done_locked(op, result, ready)
+            if (
+                target is None
+                and len(ready) == 1
+                and not self._loop_queue
+                and not self._failures
+                and self._gpu is None
+            ):
+                only: Operation[Any] = ready[0]
+                if only._target is None and only._kind != _WAIT:
+                    # The one operation made ready runs on the loop too and nothing else
+                    # waits there: it is the best of the loop queue without going through it.
+                    only._state = _RUNNING
+                    return only
             todo = self._settle(ready) if ready else ready
             if target is None:
                 nxt = self._claim_loop_op_locked(todo)

@@ -241,7 +241,7 @@ class Var:
         queue = self._queue
         while queue:
             op = queue[0]
-            if op._state is _CANCELLED:
+            if self._dead and op._state is _CANCELLED:
                 queue.popleft()
                 queue.popleft()
                 self._dead -= 1
