@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import aioengine as ae
 from aioengine.operation import OpState
-from aioengine.var import Var
+from aioengine.var import Var, append_all, release_all
 
 
 @dataclass(eq=False)
@@ -187,6 +189,73 @@ class TestGrantRule:
         assert [q.var._holds(r.op) for r in (w, r3)] == [True, False]
         q.release(w)
         assert q.var._holds(r3.op)
+
+
+class TestBatchForms:
+    """append_all / release_all are the grant rule inlined for a whole operation: they must
+    grant exactly what the per-Var methods grant, in the same order."""
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        st.lists(
+            st.tuples(
+                st.lists(st.integers(0, 3), max_size=3, unique=True),
+                st.lists(st.integers(0, 3), max_size=2, unique=True),
+                st.booleans(),  # finish the oldest running operation after this push
+            ),
+            max_size=30,
+        )
+    )
+    def test_batch_and_per_var_forms_grant_alike(
+        self, program: list[tuple[list[int], list[int], bool]]
+    ) -> None:
+        batch_vars = [Var(None, f"b{i}") for i in range(4)]
+        single_vars = [Var(None, f"s{i}") for i in range(4)]
+        granted: dict[str, list[int]] = {"batch": [], "single": []}
+        running: dict[str, list[tuple[int, FakeOp]]] = {"batch": [], "single": []}
+        ops: dict[str, list[FakeOp]] = {"batch": [], "single": []}
+
+        def ready(form: str, ops_: list[FakeOp]) -> None:
+            for op in ops_:
+                granted[form].append(op._seq)
+                running[form].append((op._seq, op))
+
+        for seq, (reads, writes, finish) in enumerate(program, start=1):
+            reads = [r for r in reads if r not in writes]
+            for form, vs in (("batch", batch_vars), ("single", single_vars)):
+                op = FakeOp(f"{form}{seq}", seq, _wait=0)
+                ops[form].append(op)
+                const = tuple(vs[r] for r in reads)
+                mutate = tuple(vs[w] for w in writes)
+                if form == "batch":
+                    op._wait = append_all(op, const, mutate)
+                else:
+                    op._wait = sum(not v._append(op, False) for v in const) + sum(
+                        not v._append(op, True) for v in mutate
+                    )
+                if not op._wait:
+                    ready(form, [op])
+            if finish:
+                for form, vs in (("batch", batch_vars), ("single", single_vars)):
+                    if not running[form]:
+                        continue
+                    seq_done, _ = running[form].pop(0)
+                    r_done, w_done, _ = program[seq_done - 1]
+                    const = tuple(vs[r] for r in r_done if r not in w_done)
+                    mutate = tuple(vs[w] for w in w_done)
+                    out: list[FakeOp] = []
+                    if form == "batch":
+                        release_all(const, mutate, out, True)
+                    else:
+                        for v in const:
+                            v._release(False, out, True)
+                        for v in mutate:
+                            v._release(True, out, True)
+                    ready(form, out)
+            for v in (*batch_vars, *single_vars):
+                v._check_invariants()
+        assert granted["batch"] == granted["single"]
+        assert [v.version for v in batch_vars] == [v.version for v in single_vars]
 
 
 class TestVarObject:
