@@ -36,6 +36,7 @@ from .operation import OprHandle as OprHandle
 from .operation import OpState as OpState
 from .stats import EngineStatistics as EngineStatistics
 from .stats import PoolStatistics as PoolStatistics
+from .timeline import Timeline as Timeline
 from .var import Var as Var
 from .var import VarStatistics as VarStatistics
 
@@ -67,6 +68,7 @@ __all__ = (
     "SimulatedDeviceError",
     "SimulatedGPU",
     "StreamFamily",
+    "Timeline",
     "Var",
     "VarDeletedError",
     "VarStatistics",

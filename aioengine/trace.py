@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from .history import DepTracker, kind_name, pool_name
 from .instrument import Instrument
 from .operation import _CALLBACK, _CORO
+from .timeline import Timeline
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -345,7 +346,8 @@ class TraceSession:
 
     Attributes:
         path: where the JSON is written on exit (None: not written).
-        trace: the trace-event JSON object, once the block has exited (else None).
+        trace: the trace-event JSON object, once the block has exited (else None); see
+            :meth:`timeline` to draw it.
     """
 
     def __init__(self, engine: Engine, path: str | os.PathLike[str] | None) -> None:
@@ -364,6 +366,22 @@ class TraceSession:
         tb: TracebackType | None,
     ) -> None:
         self.trace = stop_trace(self._engine, self.path)
+
+    def timeline(self) -> Timeline:
+        """The recorded trace as a :class:`Timeline`: a Gantt chart that Jupyter draws inline.
+
+        Call it after the block has exited; ``str()`` of the result summarises the trace. Safe
+        to call from any thread.
+
+        Raises:
+            RuntimeError: if the ``with`` block has not exited yet (no trace to draw).
+        """
+        if self.trace is None:
+            raise RuntimeError(
+                f"the trace of {self._engine!r} is not finished; call timeline() after the "
+                "`with engine.trace()` block has exited"
+            )
+        return Timeline(self.trace)
 
     async def __aenter__(self) -> TraceSession:
         return self.__enter__()

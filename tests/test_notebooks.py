@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pathlib
+import xml.etree.ElementTree as ET
+from typing import Any
 
 import pytest
 
@@ -12,6 +14,7 @@ pytest.importorskip("ipykernel")
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "docs" / "notebooks"
+SVG = "{http://www.w3.org/2000/svg}"
 
 EXPECTED = {
     "engine_basics.ipynb": [
@@ -64,12 +67,32 @@ def test_notebook_runs(name: str, tmp_path: pathlib.Path) -> None:
     for expected in EXPECTED[name]:
         assert expected in text, f"{expected!r} not in the outputs of {name}:\n{text}"
     if name == "engine_basics.ipynb":
-        # The graph is drawn inline: an SVG (with Graphviz's dot) or a Mermaid diagram.
-        drawn = [
+        results = [
             o["data"]
             for c in notebook.cells
             for o in c.get("outputs", [])
             if o.get("output_type") == "execute_result"
-            and ("image/svg+xml" in o["data"] or "```mermaid" in o["data"].get("text/markdown", ""))
         ]
-        assert len(drawn) == 1, [c.get("outputs") for c in notebook.cells]
+        svgs = [_svg(d) for d in results if "image/svg+xml" in d]
+        timelines = [root for root in svgs if root.get("class") == "aioengine-timeline"]
+        # The graph is drawn inline: an SVG (with Graphviz's dot) or a Mermaid diagram.
+        graphs = [root for root in svgs if root.get("class") != "aioengine-timeline"] + [
+            d for d in results if "```mermaid" in d.get("text/markdown", "")
+        ]
+        assert len(graphs) == 1, [c.get("outputs") for c in notebook.cells]
+        # So is the trace: a timeline with a row per thread and a bar per sgd_step.
+        assert len(timelines) == 1, [c.get("outputs") for c in notebook.cells]
+        titles = [
+            title.text or ""
+            for g in timelines[0].iter(f"{SVG}g")
+            if g.get("class") == "slice"
+            for title in g.iter(f"{SVG}title")
+        ]
+        assert sum(t.startswith("sgd_step — ") for t in titles) == 3, titles
+        rows = [g for g in timelines[0].iter(f"{SVG}g") if g.get("class") == "track"]
+        assert 1 <= len(rows) <= 2  # the three updates ran on one or two worker threads
+
+
+def _svg(data: dict[str, Any]) -> ET.Element:
+    svg = data["image/svg+xml"]
+    return ET.fromstring(svg if isinstance(svg, str) else "".join(svg))
