@@ -2317,8 +2317,9 @@ class Engine:
         ``async with engine.trace("run.json"):`` records every operation that starts in the
         block (one track per worker thread, lanes for coroutine and callback-style operations,
         flow arrows to the operations each waited for); open the file in ui.perfetto.dev or
-        chrome://tracing. The session's ``trace`` attribute holds the JSON object afterwards.
-        See ``docs/observability.md``. Safe to call from any thread.
+        chrome://tracing. The session's ``trace`` attribute holds the JSON object afterwards,
+        and ``session.timeline()`` draws it (a :class:`~aioengine.Timeline`, shown inline in a
+        notebook). See ``docs/observability.md``. Safe to call from any thread.
         """
         return _trace.TraceSession(self, path)
 
