@@ -35,14 +35,15 @@ import threading
 import weakref
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, overload
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from . import ergonomic as _ergonomic
 from .context import Context, RunContext, cpu
 from .engine import Engine
 from .errors import EngineClosedError
-from .operation import FnProperty, Operation, OprHandle
+from .operation import FnProperty, OnComplete, Operation, OprHandle
 from .var import NO_VALUE, Var
 
 __all__ = ("BlockingEngine", "run")
@@ -70,6 +71,18 @@ def _abandon_all() -> None:
 
 # Private but stable since 3.9 (see executors/threads.py, which uses it the same way).
 threading._register_atexit(_abandon_all)  # type: ignore[attr-defined]
+
+
+class _OpDecorator(Protocol):
+    """What ``BlockingEngine.op(...)`` returns when called with options only: a decorator."""
+
+    @overload
+    def __call__(
+        self, fn: Callable[..., Coroutine[Any, Any, T]], /
+    ) -> Callable[..., concurrent.futures.Future[T]]: ...
+
+    @overload
+    def __call__(self, fn: Callable[..., T], /) -> Callable[..., concurrent.futures.Future[T]]: ...
 
 
 class _OpFuture(concurrent.futures.Future[T]):
@@ -331,6 +344,32 @@ class BlockingEngine:
             )
         )
 
+    @overload
+    def push_async(
+        self,
+        fn: Callable[[RunContext], Coroutine[Any, Any, T]],
+        ctx: Context = ...,
+        const_vars: Iterable[Var] = ...,
+        mutate_vars: Iterable[Var] = ...,
+        *,
+        prop: FnProperty = ...,
+        priority: int = ...,
+        name: str | None = ...,
+    ) -> concurrent.futures.Future[T]: ...
+
+    @overload
+    def push_async(
+        self,
+        fn: Callable[[RunContext, OnComplete], None],
+        ctx: Context = ...,
+        const_vars: Iterable[Var] = ...,
+        mutate_vars: Iterable[Var] = ...,
+        *,
+        prop: FnProperty = ...,
+        priority: int = ...,
+        name: str | None = ...,
+    ) -> concurrent.futures.Future[None]: ...
+
     def push_async(
         self,
         fn: Callable[..., Any],
@@ -364,6 +403,38 @@ class BlockingEngine:
         """:meth:`aioengine.Engine.delete_var`, returning a :class:`concurrent.futures.Future`."""
         return self._bridge(lambda: self._engine.delete_var(var, delete_fn, ctx))
 
+    @overload
+    def submit(
+        self,
+        fn: Callable[..., Coroutine[Any, Any, T]],
+        /,
+        *args: Any,
+        reads: Iterable[Var] = ...,
+        writes: Iterable[Var] = ...,
+        out: Var | Sequence[Var] | None = ...,
+        ctx: Context = ...,
+        prop: FnProperty = ...,
+        priority: int = ...,
+        name: str | None = ...,
+        **kwargs: Any,
+    ) -> concurrent.futures.Future[T]: ...
+
+    @overload
+    def submit(
+        self,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        reads: Iterable[Var] = ...,
+        writes: Iterable[Var] = ...,
+        out: Var | Sequence[Var] | None = ...,
+        ctx: Context = ...,
+        prop: FnProperty = ...,
+        priority: int = ...,
+        name: str | None = ...,
+        **kwargs: Any,
+    ) -> concurrent.futures.Future[T]: ...
+
     def submit(
         self,
         fn: Callable[..., Any],
@@ -378,7 +449,13 @@ class BlockingEngine:
         name: str | None = None,
         **kwargs: Any,
     ) -> concurrent.futures.Future[Any]:
-        """:meth:`aioengine.Engine.submit`, returning a :class:`concurrent.futures.Future`."""
+        """:meth:`aioengine.Engine.submit`, returning a :class:`concurrent.futures.Future`.
+
+        The keywords above are submit's own and are not passed to ``fn``; a Var inside a
+        list, tuple, set or dict argument raises ``TypeError`` (see ``ergonomic.py``). To pass
+        ``fn`` a keyword of the same name, bind it with :func:`functools.partial` or use
+        :meth:`op`, whose calls pass every keyword through.
+        """
         return self._bridge(
             lambda: self._engine.submit(
                 fn,
@@ -394,6 +471,51 @@ class BlockingEngine:
             )
         )
 
+    @overload
+    def op(
+        self,
+        fn: Callable[..., Coroutine[Any, Any, T]],
+        /,
+        *,
+        const_vars: Iterable[Var] = ...,
+        mutate_vars: Iterable[Var] = ...,
+        out: Var | Sequence[Var] | None = ...,
+        ctx: Context = ...,
+        prop: FnProperty = ...,
+        priority: int = ...,
+        name: str | None = ...,
+    ) -> Callable[..., concurrent.futures.Future[T]]: ...
+
+    @overload
+    def op(
+        self,
+        fn: Callable[..., T],
+        /,
+        *,
+        const_vars: Iterable[Var] = ...,
+        mutate_vars: Iterable[Var] = ...,
+        out: Var | Sequence[Var] | None = ...,
+        ctx: Context = ...,
+        prop: FnProperty = ...,
+        priority: int = ...,
+        name: str | None = ...,
+    ) -> Callable[..., concurrent.futures.Future[T]]: ...
+
+    @overload
+    def op(
+        self,
+        fn: None = ...,
+        /,
+        *,
+        const_vars: Iterable[Var] = ...,
+        mutate_vars: Iterable[Var] = ...,
+        out: Var | Sequence[Var] | None = ...,
+        ctx: Context = ...,
+        prop: FnProperty = ...,
+        priority: int = ...,
+        name: str | None = ...,
+    ) -> _OpDecorator: ...
+
     def op(
         self,
         fn: Callable[..., Any] | None = None,
@@ -407,8 +529,13 @@ class BlockingEngine:
         priority: int = 0,
         name: str | None = None,
     ) -> Any:
-        """:meth:`aioengine.Engine.op`: calls return :class:`concurrent.futures.Future` objects."""
+        """:meth:`aioengine.Engine.op`: calls return :class:`concurrent.futures.Future` objects.
+
+        Every argument of a call goes to the function, keywords such as ``name=`` included:
+        the options are the decorator's.
+        """
         reads, writes = tuple(const_vars), tuple(mutate_vars)
+        engine = self._engine
 
         def decorate(f: Callable[..., Any]) -> Callable[..., concurrent.futures.Future[Any]]:
             if not callable(f):
@@ -416,17 +543,10 @@ class BlockingEngine:
 
             @functools.wraps(f)
             def push(*args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
-                return self.submit(
-                    f,
-                    *args,
-                    reads=reads,
-                    writes=writes,
-                    out=out,
-                    ctx=ctx,
-                    prop=prop,
-                    priority=priority,
-                    name=name,
-                    **kwargs,
+                return self._bridge(
+                    lambda: _ergonomic.submit(
+                        engine, f, args, kwargs, reads, writes, out, ctx, prop, priority, name
+                    )
                 )
 
             return push
@@ -467,23 +587,27 @@ class BlockingEngine:
     def get(self, var: Var, *, timeout: float | None = None) -> Any:
         """Block until every write to ``var`` pushed so far has run; return its value.
 
-        As :meth:`aioengine.Var.get`.
+        As :meth:`aioengine.Var.get`: a failure is raised here only, not again by
+        :meth:`wait_for_all` or :meth:`close`.
 
         Raises:
-            TimeoutError: if ``timeout`` seconds pass first (the read is cancelled).
+            DependencyError: if ``var`` carries a failure (its ``__cause__`` is the failure).
+            ValueError: if ``var`` carries no value.
+            TimeoutError: if ``timeout`` seconds pass first (the read is cancelled); the
+                message says why ``var`` is busy, as :meth:`wait_for_var`'s.
             RuntimeError: if called on the engine's loop thread (it would deadlock).
         """
         self._check_thread("get()")
-        fut = self._bridge(lambda: self._engine.submit(_identity, var, prop=FnProperty.ASYNC))
+        fut = self._bridge(lambda: _ergonomic.read(self._engine, var))
         try:
-            return fut.result(timeout)
-        except concurrent.futures.TimeoutError:
-            fut.cancel()
-            raise TimeoutError(f"get({var!r}) timed out after {timeout} s") from None
-
-
-def _identity(value: object) -> object:
-    return value
+            value = fut.result(timeout)
+        except TimeoutError:
+            if not fut.cancel() and fut.done():  # the read ran meanwhile: its outcome stands
+                return _ergonomic.checked(var, fut.result())
+            raise TimeoutError(
+                f"get({var!r}) timed out after {timeout} s; {self._engine._describe_var(var)}"
+            ) from None
+        return _ergonomic.checked(var, value)
 
 
 def run(

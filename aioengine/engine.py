@@ -2400,6 +2400,12 @@ class Engine:
         coroutine function runs on the loop (:meth:`push_async`), anything else on ``ctx``'s
         pool (:meth:`push_sync`). Returns the :class:`Operation`; see ``ergonomic.py``.
 
+        The keywords above are submit's own and never reach ``fn``: ``submit(f, x, name="a")``
+        names the operation and calls ``f(x)``. Bind such an argument with
+        :func:`functools.partial`, or call through :meth:`op`, which passes every keyword on.
+        Only a Var that is an argument itself is read: a Var inside a list, tuple, set or dict
+        argument would be no dependency, and raises ``TypeError``.
+
         Raises:
             EngineError: ``VarDeletedError``, ``EngineClosedError`` or
                 ``DeviceUnavailableError``, as :meth:`push_sync` (and ``TypeError`` /
@@ -2427,5 +2433,7 @@ class Engine:
         ``@engine.op`` or ``@engine.op(const_vars=..., mutate_vars=..., out=...)``; a call
         ``f(*args, **kwargs)`` returns an :class:`Operation` and reads ``const_vars``, writes
         ``mutate_vars`` and ``out``, and passes Var arguments by value, as :meth:`submit`.
+        Every argument of a call goes to the function, keywords such as ``name=`` included:
+        the options are the decorator's.
         """
         return _ergonomic.op(self, fn, const_vars, mutate_vars, out, ctx, prop, priority, name)

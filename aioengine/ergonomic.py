@@ -14,8 +14,24 @@ the foundation; this module only builds such a push from ordinary arguments:
 * :meth:`Engine.op <aioengine.Engine.op>` is the same as a decorator, and
   :meth:`Var.get` / :meth:`Var.set` read and replace a value from async code.
 
-Cost: a Var value is one slot on the Var. A submit builds one closure and then makes one
-ordinary push; the plain ``push_*`` path does not know this module exists.
+Two things submit cannot see (both written once here; the docstrings point to this list):
+
+* ``submit``'s own keywords (``reads``, ``writes``, ``out``, ``ctx``, ``prop``, ``priority``,
+  ``name``) are consumed by submit, never passed on: ``submit(f, x, name="a")`` names the
+  operation and calls ``f(x)``. Bind such arguments with :func:`functools.partial`
+  (``submit(functools.partial(f, name="a"), x)``), or decorate ``f`` with ``@engine.op``, whose
+  calls pass every keyword through. Which one the caller meant cannot be known, so submit
+  does not guess.
+* Only a Var that *is* an argument is a dependency. A Var inside a container
+  (``submit(f, [a, b])``) would reach ``fn`` as a Var object, with no turn on it: submit
+  raises :class:`TypeError` for a list, tuple, set or dict argument that directly contains a
+  Var (a shallow check: one pass over each such argument). Pass the Vars as separate
+  arguments, or, to hand ``fn`` the Var objects themselves, bind them with
+  :func:`functools.partial` (submit does not look inside a partial).
+
+Cost: a Var value is one slot on the Var. A submit looks once through each container
+argument, builds one closure and then makes one ordinary push; the plain ``push_*`` path does
+not know this module exists.
 """
 
 from __future__ import annotations
@@ -25,24 +41,97 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .context import Context, RunContext
+from .context import Context, RunContext, cpu
 from .operation import FnProperty, Operation
 from .var import NO_VALUE, Var
 
 if TYPE_CHECKING:
     from .engine import Engine
 
-__all__ = ("op", "submit")
+__all__ = ("checked", "get", "op", "read", "submit")
+
+_CPU0 = cpu(0)
+_ASYNC = FnProperty.ASYNC
+
+
+def _no_value(var: Var) -> ValueError:
+    return ValueError(
+        f"{var!r} carries no value: create it with engine.new_var(name, value=...) or "
+        "write it first (submit(..., out=var) or var.set(value))"
+    )
 
 
 def _value_of(var: Var) -> Any:
     value = var._value
     if value is NO_VALUE:
-        raise ValueError(
-            f"{var!r} carries no value: create it with engine.new_var(name, value=...) or "
-            "write it first (submit(..., out=var) or var.set(value))"
-        )
+        raise _no_value(var)
     return value
+
+
+def _nested_var(arg: object) -> Var | None:
+    """The first Var directly inside a list, tuple, set or dict argument (one shallow pass)."""
+    items: Iterable[object]
+    if isinstance(arg, (list, tuple, set, frozenset)):
+        items = arg
+    elif isinstance(arg, dict):
+        items = arg.values()
+    else:
+        return None
+    for item in items:
+        if type(item) is Var:
+            return item
+    return None
+
+
+def _check_nested(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    for i, arg in enumerate(args):
+        if (var := _nested_var(arg)) is not None:
+            raise _nested_error(f"args[{i}]", arg, var)
+    for key, arg in kwargs.items():
+        if (var := _nested_var(arg)) is not None:
+            raise _nested_error(key, arg, var)
+
+
+def _nested_error(label: str, arg: object, var: Var) -> TypeError:
+    return TypeError(
+        f"argument {label} is a {type(arg).__name__} that contains {var!r}; only a Var "
+        "passed as an argument itself is read and replaced by its value (a Var in a "
+        "container would reach the function as a Var, with no dependency on it). "
+        "Pass the Vars as separate arguments, or bind the container with "
+        "functools.partial to pass the Var objects on purpose"
+    )
+
+
+def read(engine: Engine, var: Var) -> Operation[Any]:
+    """Push the read behind :meth:`Var.get` and :meth:`BlockingEngine.get`.
+
+    Its result is ``var``'s value, or :data:`NO_VALUE` if it carries none: the operation itself
+    never fails, so that :func:`checked` raises the ``ValueError`` to the caller of ``get``
+    only, and ``wait_for_all()`` / ``aclose()`` do not report it a second time. (A failure
+    ``var`` carries still skips it with ``DependencyError``, as any reader; the failure stays
+    recorded, for ``wait_for_var``.) Inline on the loop (``FnProperty.ASYNC``).
+    """
+    if type(var) is not Var:
+        raise TypeError(f"var must be an aioengine.Var, got {var!r}")
+    return engine.push_sync(
+        functools.partial(_read, var), _CPU0, (var,), (), prop=_ASYNC, name=f"get({var.name})"
+    )
+
+
+def _read(var: Var, rctx: RunContext) -> object:
+    return var._value
+
+
+def checked(var: Var, value: object) -> Any:
+    """``value``, the result of :func:`read`; raise ``ValueError`` if ``var`` carried none."""
+    if value is NO_VALUE:
+        raise _no_value(var)
+    return value
+
+
+async def get(engine: Engine, var: Var) -> Any:
+    """:meth:`Var.get`: :func:`read`, awaited, then :func:`checked`."""
+    return checked(var, await read(engine, var))
 
 
 def _out_vars(out: Var | Sequence[Var] | None) -> tuple[Var, ...]:
@@ -86,6 +175,7 @@ def submit(
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {fn!r}")
     outs = _out_vars(out)
+    _check_nested(args, kwargs)
     single = type(out) is Var
     arg_vars = [(i, a) for i, a in enumerate(args) if type(a) is Var]
     kw_vars = [(k, v) for k, v in kwargs.items() if type(v) is Var]

@@ -304,9 +304,12 @@ class Var:
 
         Raises:
             DependencyError: if the Var carries a failure (its ``__cause__`` is the failure).
-            ValueError: if the Var carries no value.
+            ValueError: if the Var carries no value (raised here only: the read itself does
+                not fail, so ``wait_for_all()`` and ``aclose()`` do not report it again).
         """
-        return await self._engine().submit(_identity, self, prop=_ASYNC, name=f"get({self.name})")
+        from . import ergonomic  # imported on use: ergonomic.py imports this module
+
+        return await ergonomic.get(self._engine(), self)
 
     def set(self, value: object) -> Operation[None]:
         """Push a write that replaces the value, after every earlier use of this Var.

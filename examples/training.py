@@ -13,6 +13,12 @@ MXNet-style calls:
   before it has finished reading them, and every gradient pushed after it waits for it;
 * a coroutine operation reports the loss without stopping the loop.
 
+The overlap is checked, not assumed: the gradient of step ``k`` and the load of batch
+``k + 1`` meet. Each says when it begins and, before it finishes, waits for the other to have
+begun, so both waits end only if the two run at the same time. Were the engine to run them one
+after the other, the first would wait in vain, time out, and the example fail. No timing
+threshold is involved: a loaded machine makes the run slower, not the check flaky.
+
 At the end the same pushes are replayed on a serial engine: the weights are bit-identical.
 
 Run: python examples/training.py   (AIOENGINE_EXAMPLE_SMALL=1 for a quick run)
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 
 # The engine's workers are the parallelism: one BLAS thread per worker avoids oversubscribing
@@ -38,9 +45,12 @@ STEPS = 20 if SMALL else 200
 BATCH, FEATURES, HIDDEN = (64, 16, 32) if SMALL else (256, 64, 128)
 LOAD_LATENCY = 0.002  # seconds: the disk / decode time of one batch
 LR = 0.05
+OVERLAP_TIMEOUT = 30.0  # seconds to wait for the partner to begin (reached only if broken)
+# Loading overlaps computing only with a second worker thread (one for each).
+WORKERS = max(2, os.cpu_count() or 1)
 
 
-async def train(serial: bool) -> tuple[np.ndarray, np.ndarray, list[float], float]:
+async def train(serial: bool) -> tuple[np.ndarray, np.ndarray, list[float], list[bool], float]:
     rng = np.random.default_rng(0)
     true_w = rng.standard_normal((FEATURES, 1))
     w1 = rng.standard_normal((FEATURES, HIDDEN)) * 0.1
@@ -48,8 +58,17 @@ async def train(serial: bool) -> tuple[np.ndarray, np.ndarray, list[float], floa
     g1, g2 = np.zeros_like(w1), np.zeros_like(w2)
     buffers = [(np.zeros((BATCH, FEATURES)), np.zeros((BATCH, 1))) for _ in range(2)]
     losses: list[float] = []
+    load_began = [threading.Event() for _ in range(STEPS)]
+    grad_began = [threading.Event() for _ in range(STEPS)]
+    met: list[bool] = []  # one per wait: did the partner begin while this op was running?
 
-    async with ae.Engine(serial=serial) as engine:
+    def meet(partner: threading.Event | None) -> None:
+        """Before an operation finishes: wait for its partner to have begun (threaded run)."""
+        if not serial and partner is not None:  # a serial engine runs one op at a time
+            patience = OVERLAP_TIMEOUT if False not in met else 0.0  # fail fast once broken
+            met.append(partner.wait(patience))
+
+    async with ae.Engine(serial=serial, cpu_workers=WORKERS) as engine:
         weights = engine.new_var("weights")
         grads = engine.new_var("grads")
         batch_vars = [engine.new_var(f"batch{i}") for i in range(2)]
@@ -58,10 +77,12 @@ async def train(serial: bool) -> tuple[np.ndarray, np.ndarray, list[float], floa
             x, y = buffers[step % 2]
 
             def fn(rctx: ae.RunContext) -> None:
+                load_began[step].set()
                 time.sleep(LOAD_LATENCY)  # reading and decoding (releases the GIL)
                 batch_rng = np.random.default_rng(step)
                 x[:] = batch_rng.standard_normal(x.shape)
                 y[:] = np.tanh(x @ true_w)
+                meet(grad_began[step - 1] if step > 0 else None)
 
             return engine.push_sync(fn, mutate_vars=[batch_vars[step % 2]], name=f"load{step}")
 
@@ -69,10 +90,12 @@ async def train(serial: bool) -> tuple[np.ndarray, np.ndarray, list[float], floa
             x, y = buffers[step % 2]
 
             def fn(rctx: ae.RunContext) -> float:
+                grad_began[step].set()
                 h = np.tanh(x @ w1)
                 err = h @ w2 - y
                 g2[:] = h.T @ err / BATCH
                 g1[:] = x.T @ ((err @ w2.T) * (1 - h**2)) / BATCH
+                meet(load_began[step + 1] if step + 1 < STEPS else None)
                 return float(np.mean(err**2))
 
             return engine.push_sync(
@@ -96,18 +119,20 @@ async def train(serial: bool) -> tuple[np.ndarray, np.ndarray, list[float], floa
             engine.push_async(lambda rctx, op=loss: report(rctx, op), name="report")
         await engine.wait_for_all()
         wall = time.perf_counter() - t0
-    return w1, w2, losses, wall
+    return w1, w2, losses, met, wall
 
 
 async def main() -> None:
-    w1, w2, losses, wall = await train(serial=False)
-    s1, s2, serial_losses, serial_wall = await train(serial=True)
+    w1, w2, losses, met, wall = await train(serial=False)
+    s1, s2, serial_losses, _, serial_wall = await train(serial=True)
     print(f"{STEPS} SGD steps: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
     print(
         f"threaded {wall:.3f} s, serial {serial_wall:.3f} s "
         f"(loading alone takes {STEPS * LOAD_LATENCY:.3f} s: it overlaps the compute)"
     )
     assert losses[-1] < losses[0]
+    assert met == [True] * (2 * (STEPS - 1)), met
+    print(f"verified: each of the {STEPS - 1} next-batch loads ran while a step computed")
     assert np.array_equal(w1, s1)
     assert np.array_equal(w2, s2)
     assert losses == serial_losses

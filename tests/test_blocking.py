@@ -257,15 +257,54 @@ def test_values_submit_and_op() -> None:
         assert be.submit(lambda t: t * 2, total).result(timeout=5) == 90
 
 
-def test_get_timeout_cancels_the_read() -> None:
+def test_get_timeout_cancels_the_read_and_says_why_the_var_is_busy() -> None:
+    """Regression test for #6: the message carries wait_for_var's "why it is busy" dump."""
     with ae.BlockingEngine(cpu_workers=1) as be:
         x = be.new_var("x", value=1)
         gate = threading.Event()
-        be.push_sync(lambda r: gate.wait(5), mutate_vars=[x])
-        with pytest.raises(TimeoutError, match="get"):
+        be.push_sync(lambda r: gate.wait(5), mutate_vars=[x], name="slow_writer")
+        with pytest.raises(TimeoutError, match=r"^get\(<Var 'x'.*timed out after 0.05 s") as info:
             be.get(x, timeout=0.05)
+        message = str(info.value)
+        assert "why it is busy:" in message
+        assert "slow_writer" in message
+        assert "get(x)" not in message  # the read was cancelled before the dump
         gate.set()
         assert be.get(x) == 1
+
+
+def test_a_failed_get_is_thrown_once(be: ae.BlockingEngine) -> None:
+    """Regression test for #6: a get that fails raises to its caller, not again at the end."""
+    empty = be.new_var("empty")
+    with pytest.raises(ValueError, match=r"^<Var 'empty'.*carries no value"):
+        be.get(empty, timeout=5)
+    be.wait_for_all(timeout=5)  # nothing recorded
+    x = be.new_var("x", value=1)
+    err = ValueError("boom")
+
+    def fail(r: ae.RunContext) -> None:
+        raise err
+
+    be.push_sync(fail, mutate_vars=[x])
+    with pytest.raises(ae.DependencyError) as info:
+        be.get(x, timeout=5)
+    assert info.value.__cause__ is err
+    with pytest.raises(ValueError, match="boom"):  # the writer's failure, thrown once
+        be.wait_for_var(x)
+    be.wait_for_all(timeout=5)
+    assert be.get(x, timeout=5) == 1
+
+
+def test_op_passes_every_keyword_to_the_function(be: ae.BlockingEngine) -> None:
+    """Regression test for #6: ``name=`` and ``ctx=`` of a call are the function's."""
+
+    @be.op(name="labelled")
+    def label(x: int, name: str, ctx: str) -> str:
+        return f"{name}/{ctx}/{x}"
+
+    fut = label(1, name="n", ctx="c")
+    assert fut.result(timeout=5) == "n/c/1"
+    assert fut.operation.name == "labelled"  # type: ignore[attr-defined]
 
 
 def test_uvloop_loop_thread() -> None:

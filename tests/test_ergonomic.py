@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -145,7 +147,57 @@ async def test_bad_inputs(engine: ae.Engine) -> None:
         await ae.Var(None, "orphan").get()
 
 
+@pytest.mark.parametrize(
+    ("args", "kwargs", "where"),
+    [
+        pytest.param(lambda a, b: ([a, b],), lambda a, b: {}, r"args\[0\] is a list", id="list"),
+        pytest.param(lambda a, b: (1, (a,)), lambda a, b: {}, r"args\[1\] is a tuple", id="tuple"),
+        pytest.param(lambda a, b: (), lambda a, b: {"xs": {a}}, "xs is a set", id="set-kwarg"),
+        pytest.param(lambda a, b: ({"k": b},), lambda a, b: {}, r"args\[0\] is a dict", id="dict"),
+    ],
+)
+async def test_a_var_inside_a_container_argument_is_refused(
+    engine: ae.Engine, args: Any, kwargs: Any, where: str
+) -> None:
+    """Regression test for #6: such a Var would reach the function unread, with no turn."""
+    a, b = engine.new_var("a", value=1), engine.new_var("b", value=2)
+    ran: list[object] = []
+    pattern = rf"^argument {where} that contains <Var '[ab]'"
+    with pytest.raises(TypeError, match=pattern):
+        engine.submit(lambda *xs, **kw: ran.append(xs), *args(a, b), **kwargs(a, b))
+    with pytest.raises(TypeError, match=pattern):
+        engine.op(lambda *xs, **kw: ran.append(xs))(*args(a, b), **kwargs(a, b))
+    await engine.wait_for_all()  # nothing was queued
+    assert ran == []
+    assert (a.version, b.version) == (0, 0)
+    # Bound with functools.partial, the Var objects are passed on purpose.
+    assert await engine.submit(functools.partial(lambda vs: vs, [a, b])) == [a, b]
+    assert await engine.submit(len, [1, 2, "three"]) == 3  # containers of values are fine
+
+
+async def test_submit_keywords_are_submits_own(engine: ae.Engine) -> None:
+    """``name=`` (and the other options) go to submit; partial or @engine.op pass them on."""
+
+    def label(x: int, name: str = "default") -> str:
+        return f"{name}:{x}"
+
+    op = engine.submit(label, 1, name="the_op")
+    assert (await op, op.name) == ("default:1", "the_op")
+    assert await engine.submit(functools.partial(label, name="mine"), 1) == "mine:1"
+    assert await engine.op(label)(1, name="mine") == "mine:1"
+
+
 async def test_plain_push_still_works_with_values(engine: ae.Engine) -> None:
     v = engine.new_var("v", value=[0])
     engine.push_sync(lambda r: v._value.append(1), mutate_vars=[v])
     assert await v.get() == [0, 1]
+
+
+async def test_a_failed_get_is_thrown_once(engine: ae.Engine) -> None:
+    """Regression test for #6: get()'s ValueError is not reported again by wait_for_all()."""
+    empty = engine.new_var("empty")
+    with pytest.raises(ValueError, match=r"^<Var 'empty'.*carries no value"):
+        await empty.get()
+    await engine.wait_for_all()  # nothing recorded
+    await empty.set(3)
+    assert await empty.get() == 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import sys
 
 import pytest
@@ -70,3 +71,38 @@ class TestProgress:
 
     async def test_idle_engine_returns_at_once(self, threaded_engine: ae.Engine) -> None:
         await threaded_engine.wait_for_all(progress=True)
+
+
+class TestProgressInJupyter:
+    def test_the_bar_is_a_widget_in_a_kernel(self, tmp_path: pathlib.Path) -> None:
+        """Regression test for #6: the bar was text after "TqdmWarning: IProgress not found".
+
+        tqdm draws its Jupyter widget with ipywidgets, which the ``test`` dependency group
+        installs for the notebooks; without it this fails, as the notebooks' outputs did.
+        """
+        nbclient = pytest.importorskip("nbclient")
+        nbformat = pytest.importorskip("nbformat")
+        pytest.importorskip("ipykernel")
+        pytest.importorskip("tqdm")
+        source = (
+            "import aioengine as ae\n"
+            "async with ae.Engine(cpu_workers=1) as engine:\n"
+            "    engine.push_sync(lambda r: None)\n"
+            "    await engine.wait_for_all(progress=True)\n"
+        )
+        notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+        client = nbclient.NotebookClient(
+            notebook,
+            timeout=60,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(tmp_path)}},
+        )
+        client.execute()
+        outputs = notebook.cells[0].outputs
+        assert [o for o in outputs if o.output_type == "error"] == []
+        streams = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+        assert "IProgress" not in streams
+        widgets = [
+            o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+        ]
+        assert len(widgets) == 1, outputs

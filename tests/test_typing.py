@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from concurrent.futures import Future
 from typing import assert_type
 
 import aioengine as ae
@@ -34,3 +36,43 @@ async def test_operation_types_follow_the_function() -> None:
         await c
         assert_type(engine.new_operator(sync, [x]), ae.OprHandle[int])
         assert_type(engine.delete_var(x), ae.Operation[None])
+
+
+def test_blocking_future_types_follow_the_function() -> None:
+    """BlockingEngine's futures are typed as the Engine's operations (push_async overloads)."""
+    with ae.BlockingEngine(cpu_workers=1) as be:
+        v = be.new_var("v", value=2)
+
+        async def coro(rctx: ae.RunContext) -> str:
+            await asyncio.sleep(0)
+            return "s"
+
+        def callback(rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+            on_complete()
+
+        async def fetch(n: int) -> bytes:
+            await asyncio.sleep(0)
+            return b"x" * n
+
+        @be.op
+        def double(n: int) -> int:
+            return 2 * n
+
+        @be.op(out=v)
+        async def triple(n: int) -> int:
+            await asyncio.sleep(0)
+            return 3 * n
+
+        a = be.push_async(coro)
+        c = be.push_async(callback, ae.cpu(), [v])
+        assert_type(a, Future[str])
+        assert_type(c, Future[None])
+        assert_type(be.push_sync(lambda r: 1.5), Future[float])
+        assert_type(be.submit(len, [1, 2]), Future[int])
+        assert_type(be.submit(fetch, v), Future[bytes])
+        assert_type(double, Callable[..., Future[int]])
+        assert_type(triple, Callable[..., Future[int]])
+        assert (a.result(5), c.result(5)) == ("s", None)
+        assert be.submit(fetch, v).result(5) == b"xx"
+        assert double(v).result(5) == 4
+        assert triple(v).result(5) == 6
