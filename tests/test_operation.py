@@ -510,6 +510,77 @@ class TestFunctionKinds:
         assert engine.pending == 0
 
 
+class TestAwaitableFunctions:
+    """push_async runs a function of (rctx) that returns any awaitable, not only coroutines."""
+
+    async def test_a_future_returned_by_fn_is_awaited(self, engine: ae.Engine) -> None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+        op = engine.push_async(lambda rctx: fut, mutate_vars=[engine.new_var("x")])
+        await asyncio.sleep(0.01)
+        assert not op.done()
+        fut.set_result(7)
+        assert await op == 7
+
+    async def test_a_function_returning_no_awaitable_fails_the_op(self, engine: ae.Engine) -> None:
+        x = engine.new_var("x")
+        op = engine.push_async(lambda rctx: 42, mutate_vars=[x])
+        with pytest.raises(TypeError, match=r"did not return an awaitable, got 42"):
+            await op
+        with pytest.raises(ExceptionGroup):
+            await engine.wait_for_all()
+        assert await engine.push_sync(lambda r: "usable", mutate_vars=[x]) == "usable"
+
+
+def test_keyboard_interrupt_in_a_coroutine_op_is_recorded_and_stops_the_loop() -> None:
+    """As for an inline sync op: the failure is recorded and the loop still stops."""
+    with asyncio.Runner() as runner:
+        engine = ae.Engine()
+        ops: list[ae.Operation[None]] = []
+
+        async def interrupt(rctx: ae.RunContext) -> None:
+            raise KeyboardInterrupt
+
+        async def main() -> None:
+            ops.append(engine.push_async(interrupt, mutate_vars=[engine.new_var("x")]))
+            await asyncio.sleep(1)
+
+        with pytest.raises(KeyboardInterrupt):
+            runner.run(main())
+        assert ops[0].done()
+        assert isinstance(ops[0].exception(), KeyboardInterrupt)
+
+        async def close() -> None:
+            with pytest.raises(BaseExceptionGroup) as info:
+                await engine.aclose()
+            assert info.value.exceptions == (ops[0].exception(),)
+
+        runner.run(close())
+
+
+def test_a_coroutine_op_closed_with_its_loop_does_not_complain() -> None:
+    """A task destroyed with its loop closes its coroutine: GeneratorExit passes through."""
+    loop = asyncio.new_event_loop()
+    engine = ae.Engine()
+    started = asyncio.Event()
+
+    async def forever(rctx: ae.RunContext) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    async def main() -> ae.Operation[None]:
+        op = engine.push_async(forever)
+        await started.wait()
+        return op
+
+    op = loop.run_until_complete(main())
+    loop.close()
+    task = op._task
+    assert task is not None
+    task.get_coro().close()  # what destroying the pending task does
+    assert op.state is ae.OpState.RUNNING  # never finished: its loop is gone
+
+
 class TestRunContext:
     """``rctx.ctx`` is the context pushed to; ``rctx.stream`` is None on the CPU."""
 
