@@ -146,6 +146,7 @@ class Target:
     peers: tuple[str, ...]
     min_ratio: float
     loop_variants: bool = True  # also check "<aio>-uvloop" against "<peer>-uvloop" if present
+    informational: bool = False  # a ratio worth showing that no issue sets a target for
 
 
 MX_N = "mxnet-perdevice-N"
@@ -166,14 +167,15 @@ TARGETS: tuple[Target, ...] = (
     Target("sleep >= 0.95x MXNet N workers", "sleep/", "aio-threaded", (MX_N,), 0.95),
     Target("numpy >= 0.95x MXNet N workers", "numpy/", "aio-threaded", (MX_N,), 0.95),
     Target("no-op >= 5x dask threaded", "noop/", "aio-threaded", ("dask-N",), 5.0),
-    # The cost of tracing (issue: "when tracing: measured in the benchmark"); informational.
+    # The cost of tracing (issue 5: "measured in the benchmark"): a ratio, with no target.
     Target(
-        "traced no-op >= 0.5x untraced",
+        "traced no-op vs untraced (cost of tracing)",
         "noop/",
         "aio-traced",
         ("aio-threaded",),
-        0.5,
+        0.0,
         loop_variants=False,
+        informational=True,
     ),
 )
 
@@ -515,7 +517,7 @@ def evaluate_targets(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]
                     "worst_workload": worst,
                     "vs": used[worst],
                     "per_workload": per_workload,
-                    "met": ratio >= t.min_ratio,
+                    "met": None if t.informational else ratio >= t.min_ratio,
                 }
             )
     mem = summary.get("memory/pending", {}).get("peers", {}).get("aio-mem", {})
@@ -619,11 +621,12 @@ def print_report(
     if targets:
         print("\n== targets (ratios of medians; informational, never asserted)")
         for t in targets:
-            mark = "met " if t["met"] else "MISS"
+            mark = "info" if t["met"] is None else "met " if t["met"] else "MISS"
             if "ratio" in t:
+                need = "" if t["met"] is None else f"need {t['min_ratio']:.2f}; "
                 print(
                     f"  [{mark}] {t['target']:<48} {t['aio']:<20} {t['ratio']:>6.2f}x "
-                    f"(need {t['min_ratio']:.2f}; worst {t['worst_workload']} vs {t['vs']})"
+                    f"({need}worst {t['worst_workload']} vs {t['vs']})"
                 )
             else:
                 print(f"  [{mark}] {t['target']:<48} {t['aio']:<20} {t['value']:>8.1f}")
