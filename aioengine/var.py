@@ -246,7 +246,8 @@ class Var:
                 queue.popleft()
                 self._dead -= 1
                 continue
-            if queue[1]:
+            write = queue[1]
+            if write:
                 if self._writing or self._reads:
                     return
                 self._writing = True
@@ -259,8 +260,9 @@ class Var:
             op._wait -= 1
             if not op._wait:
                 ready.append(op)
-            # Go on even after a write: the next live request cannot be granted, but tombstones
-            # in front of it must go (the head is never a tombstone).
+            if write and not self._dead:
+                return  # nothing behind a write can be granted, and no tombstone is queued
+            # Go on after a write only to drop tombstones (the head is never a tombstone).
 
     def _requests(self) -> list[tuple[Any, bool]]:
         """The queued requests as ``(op, write)`` pairs, tombstones included (a copy)."""
