@@ -71,63 +71,16 @@ async def _aioengine(config: str, spec: WorkloadSpec, setup_only: bool) -> None:
 
 
 async def _floor(config: str, spec: WorkloadSpec, setup_only: bool) -> None:
-    from peers.asyncio_floor import CounterScheduler, _Op
+    """The floors of ``peers/asyncio_floor.py`` themselves (their own timing is ignored)."""
+    from peers.asyncio_floor import _run_counter, _run_tasks
 
-    prog, n_vars = generate(spec)
-    check = Checker(spec, prog, n_vars)
-    loop = asyncio.get_running_loop()
-    if config == "floor-inline":
-        body = check.body
-
-        def run_inline(op: _Op) -> None:
-            body(op.i)
-            sched.complete(op)
-
-        def dispatch(op: _Op) -> None:
-            loop.call_soon(run_inline, op)
-
-        sched = CounterScheduler(n_vars, dispatch)
-        if not setup_only:
-            for i, (reads, writes) in enumerate(prog):
-                sched.push(i, reads, writes)
-            await sched.wait_all()
-        return
-    # floor-task: one task per op that awaits its predecessors (as in asyncio_floor).
-    cbody = check.cbody
-    remaining = [len(prog)]
-    done: asyncio.Future[None] = loop.create_future()
-
-    async def op_task(i: int, deps: list[asyncio.Task[None]]) -> None:
-        for d in deps:
-            if not d.done():
-                await d
-        await cbody(i)
-        remaining[0] -= 1
-        if not remaining[0]:
-            done.set_result(None)
-
-    if setup_only:
-        return
-    last_writer: list[asyncio.Task[None] | None] = [None] * n_vars
-    readers: list[list[asyncio.Task[None]]] = [[] for _ in range(n_vars)]
-    for i, (reads, writes) in enumerate(prog):
-        deps: list[asyncio.Task[None]] = []
-        for v in reads:
-            lw = last_writer[v]
-            if lw is not None and not lw.done():
-                deps.append(lw)
-        for v in writes:
-            lw = last_writer[v]
-            if lw is not None and not lw.done():
-                deps.append(lw)
-            deps.extend(r for r in readers[v] if not r.done())
-        task = loop.create_task(op_task(i, deps))
-        for v in reads:
-            readers[v].append(task)
-        for v in writes:
-            last_writer[v] = task
-            readers[v] = []
-    await done
+    if setup_only:  # what both floors do before their first push
+        prog, n_vars = generate(spec)
+        Checker(spec, prog, n_vars)
+    elif config == "floor-inline":
+        await _run_counter(spec, "inline", None)
+    else:
+        await _run_tasks(spec)
 
 
 def _child(config: str, shape: str, n: int, setup_only: bool) -> None:
