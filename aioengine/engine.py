@@ -1057,6 +1057,9 @@ class Engine:
             return (), mutate
         unique = nc == 1 or (nc == 2 and c[0] is not c[1])
         const = tuple(c) if unique else tuple(dict.fromkeys(c))
+        if len(mutate) > 8:  # long lists: a set, not nc * nm comparisons
+            written = set(mutate)
+            return tuple(v for v in const if v not in written), mutate
         if mutate:
             for v in const:
                 if v in mutate:  # by identity (Var has no __eq__): in both lists, mutated
