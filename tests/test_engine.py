@@ -112,6 +112,30 @@ class TestTheRule:
         assert trace == ["a", "b"]
         assert x.version == 1  # the op that listed x in both lists wrote it once
 
+    @pytest.mark.parametrize("n", [1, 2, 3, 9, 20])
+    async def test_var_lists_of_any_length_are_deduplicated(
+        self, engine: ae.Engine, n: int
+    ) -> None:
+        """Short and long lists take different paths; both count each Var once, as a write
+        if it is listed as one."""
+        vs = [engine.new_var(f"v{i}") for i in range(n)]
+        extra = engine.new_var("read-only")
+        gate = asyncio.Event()
+
+        async def hold(rctx: ae.RunContext) -> None:
+            await gate.wait()
+
+        engine.push_async(hold, mutate_vars=[extra])  # op waits behind it: its lists stay
+        op = engine.push_sync(
+            lambda r: None, const_vars=[*vs, extra, *vs, extra], mutate_vars=[*vs, *vs]
+        )
+        assert op._const == (extra,)
+        assert op._mutate == tuple(vs)
+        gate.set()
+        await op
+        assert [v.version for v in vs] == [1] * n
+        assert extra.version == 1  # the gate's write only: op read it
+
     async def test_coroutine_ops_are_ordered_like_sync_ops(self, engine: ae.Engine) -> None:
         x = engine.new_var("x")
         trace: list[str] = []
