@@ -141,3 +141,17 @@ class Blocker:
 
     def release(self) -> None:
         self.gate.set()
+
+
+def execute_notebook(notebook: Any, path: Any) -> list[Any]:
+    """Run ``notebook`` (an nbformat object) top to bottom in a real ipykernel, in ``path``;
+    return its outputs' error entries (the caller asserts there are none)."""
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    client = nbclient.NotebookClient(
+        notebook, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(path)}}
+    )
+    client.execute()
+    return [
+        o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"
+    ]

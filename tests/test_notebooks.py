@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-nbclient = pytest.importorskip("nbclient")
+from .conftest import execute_notebook
+
 nbformat = pytest.importorskip("nbformat")
-pytest.importorskip("ipykernel")
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "docs" / "notebooks"
@@ -52,17 +52,7 @@ def test_every_notebook_is_checked() -> None:
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_notebook_runs(name: str, tmp_path: pathlib.Path) -> None:
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
-    client = nbclient.NotebookClient(
-        notebook,
-        timeout=60,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(tmp_path)}},
-    )
-    client.execute()
-    errors = [
-        o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"
-    ]
-    assert errors == []
+    assert execute_notebook(notebook, tmp_path) == []
     text = _text(notebook)
     for expected in EXPECTED[name]:
         assert expected in text, f"{expected!r} not in the outputs of {name}:\n{text}"

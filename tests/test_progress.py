@@ -11,6 +11,8 @@ import pytest
 import aioengine as ae
 from aioengine import progress
 
+from .conftest import execute_notebook
+
 
 async def run(engine: ae.Engine) -> None:
     gate = asyncio.Event()
@@ -80,9 +82,7 @@ class TestProgressInJupyter:
         tqdm draws its Jupyter widget with ipywidgets, which the ``test`` dependency group
         installs for the notebooks; without it this fails, as the notebooks' outputs did.
         """
-        nbclient = pytest.importorskip("nbclient")
         nbformat = pytest.importorskip("nbformat")
-        pytest.importorskip("ipykernel")
         pytest.importorskip("tqdm")
         source = (
             "import aioengine as ae\n"
@@ -91,15 +91,8 @@ class TestProgressInJupyter:
             "    await engine.wait_for_all(progress=True)\n"
         )
         notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
-        client = nbclient.NotebookClient(
-            notebook,
-            timeout=60,
-            kernel_name="python3",
-            resources={"metadata": {"path": str(tmp_path)}},
-        )
-        client.execute()
+        assert execute_notebook(notebook, tmp_path) == []
         outputs = notebook.cells[0].outputs
-        assert [o for o in outputs if o.output_type == "error"] == []
         streams = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
         assert "IProgress" not in streams
         widgets = [
