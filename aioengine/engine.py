@@ -310,7 +310,9 @@ class Engine:
         self._loop_thread = 0  # ident of the thread running _loop
         self._seq = 0  # push counter: the sequence number of the latest operation (or marker)
         self._var_count = 0
-        self._deleted_vars = False  # some Var was deleted: pushes must check their Vars
+        # Some Var was deleted: pushes must check their Vars. Set in the critical section that
+        # marks the Var deleted, so a push (which checks it under the lock) cannot miss it.
+        self._deleted_vars = False
         # Operations pushed and not finished, by sequence number (so in push order).
         self._live: dict[int, Operation[Any]] = {}
         # Failures recorded and not thrown yet, in the order they happened.
@@ -332,6 +334,7 @@ class Engine:
         self._capacity_due = False  # _capacity_waiters need waking (set off the loop thread)
         self._inbox_scheduled = False
         # READY ops for the loop thread: a min-heap of their _key, and the ops by key.
+        # Invariant: _loop_ops holds exactly the keys in _loop_queue (pushed and popped together).
         self._loop_queue: list[int] = []
         self._loop_ops: dict[int, Operation[Any]] = {}
         self._loop_queue_scheduled = False
@@ -981,7 +984,9 @@ class Engine:
             if self._instruments:
                 for inst in self._instruments:
                     inst.on_push(op)
-            # Appending is what a push promises to do atomically across its Vars.
+            # Appending is what a push promises to do atomically across its Vars, in the
+            # critical section that gave it its sequence number: so every Var's queue is in
+            # push order, which Var._holds relies on.
             wait = append_all(op, const, mutate)
             if sequencer is not None and not sequencer._append(op, True):
                 wait += 1
@@ -1576,16 +1581,23 @@ class Engine:
         ops = self._loop_ops
         while queue:
             op = ops.pop(heapq.heappop(queue))
-            if op._state is not _READY:  # cancelled while queued
-                continue
-            if self._failures:
-                skipped = self._skip_locked(op)
-                if skipped is not None:
-                    todo.extend(skipped)
-                    continue
-            op._state = _RUNNING
-            return op
+            if self._start_locked(op, todo):
+                return op
         return None
+
+    def _start_locked(self, op: Operation[Any], todo: list[Operation[Any]]) -> bool:
+        """Mark READY ``op`` RUNNING and return True; False if it was cancelled while queued
+        or is skipped because an input carries a failure (what a skip releases is appended to
+        ``todo``, for the caller to submit once the lock is released). Lock held."""
+        if op._state is not _READY:
+            return False
+        if self._failures:
+            skipped = self._skip_locked(op)
+            if skipped is not None:
+                todo.extend(skipped)
+                return False
+        op._state = _RUNNING
+        return True
 
     @staticmethod
     def _execute(op: Operation[Any], rctx: RunContext) -> None:
@@ -1626,21 +1638,16 @@ class Engine:
         ``more``: whether to claim a successor at all.
         """
         if not claimed:
-            skipped = None
+            todo: list[Operation[Any]] = []
             lock = self._lock
             lock.acquire()
             try:
-                if op._state is not _READY:  # cancelled while queued
-                    return None
-                if self._failures:
-                    skipped = self._skip_locked(op)
-                if skipped is None:
-                    op._state = _RUNNING
+                started = self._start_locked(op, todo)
             finally:
                 lock.release()
-            if skipped is not None:
-                if skipped:
-                    self._submit(skipped)
+            if not started:
+                if todo:
+                    self._submit(todo)
                 return None
         if self._instruments:
             for inst in self._instruments:
@@ -1912,6 +1919,8 @@ class Engine:
         """Record ``op``'s failure on what it mutates and release its Vars (lock held).
 
         A GPU operation does this once enqueued and completes later (:meth:`_complete_locked`).
+        :meth:`_done_locked` inlines the common case (a successful operation with no failure
+        to record).
         """
         if state is not _CANCELLED:
             if box is None:

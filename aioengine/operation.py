@@ -140,8 +140,11 @@ class Operation(Generic[T]):
         self._mutate = mutate
         self._prop = prop
         self._priority = priority
+        # Both set by the push, under the engine lock, before anyone else sees the operation.
         self._seq = 0  # push sequence number: the order of its requests in every Var's queue
-        self._key = 0  # run-queue order: smaller first (higher priority, then push order)
+        # Run-queue order, smaller first (higher priority, then push order); unique in its
+        # engine as _seq is, since the run queues use it as a dict key.
+        self._key = 0
         self._target: Any = target  # executor that runs it; None: the event loop
         self._wait = 0  # ungranted Var requests; set by the push, counted down by grants
         self._fwait = 0  # GPU fences this host consumer waits to see completed (fence.py)
