@@ -516,9 +516,15 @@ class TestAwaitableFunctions:
     async def test_a_future_returned_by_fn_is_awaited(self, engine: ae.Engine) -> None:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[int] = loop.create_future()
-        op = engine.push_async(lambda rctx: fut, mutate_vars=[engine.new_var("x")])
-        await asyncio.sleep(0.01)
-        assert not op.done()
+        called = asyncio.Event()
+
+        def fn(rctx: ae.RunContext) -> asyncio.Future[int]:
+            called.set()
+            return fut
+
+        op = engine.push_async(fn, mutate_vars=[engine.new_var("x")])
+        await called.wait()  # it is awaiting fut now
+        assert op.state is ae.OpState.RUNNING
         fut.set_result(7)
         assert await op == 7
 
