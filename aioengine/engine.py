@@ -964,7 +964,6 @@ class Engine:
             self, fn, kind, ctx, const, mutate, prop, priority, name, target
         )
         sequencer = self._sequencer
-        started = False
         lock = self._lock
         lock.acquire()
         try:
@@ -1002,28 +1001,14 @@ class Engine:
             else:
                 op._state = _READY
                 if target is None:
-                    if (
-                        kind != _CORO
-                        or self._loop_queue
-                        or _get_ident() != self._loop_thread
-                        or loop.get_task_factory() is not None  # type: ignore[union-attr]
-                    ):
-                        self._enqueue_loop(op)
-                        return op
-                    # A coroutine operation ready at its push on the loop thread, with nothing
-                    # queued there to overtake, starts its task at once (see _settle): its body
-                    # still runs in a later loop iteration, but one iteration sooner.
-                    todo = []
-                    started = self._start_locked(op, todo)
-                else:
-                    todo = None
+                    self._enqueue_loop(op)
+                    return op
+                todo = None
         finally:
             lock.release()
         if todo is None:
             assert target is not None
             self._submit_one(target, op)
-        elif started:
-            self._execute_one(op, None, True)
         elif todo:
             self._submit(todo)
         return op

@@ -278,9 +278,9 @@ class TestCancelRunningCoroutine:
             trace.append("body")
 
         op = engine.push_async(body, mutate_vars=[x])
-        # Ready at its push on the loop thread: its task is created at once, not yet stepped.
-        assert op.state is ae.OpState.RUNNING
         after = push_probe(engine, trace, "after", mutate=[x])
+        await asyncio.sleep(0)  # the loop queue ran: op's task is created, not yet stepped
+        assert op.state is ae.OpState.RUNNING
         assert trace == []
         if how == "op.cancel":
             assert op.cancel() is True

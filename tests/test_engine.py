@@ -153,22 +153,6 @@ class TestTheRule:
         await engine.wait_for_all()
         assert trace == ["slow:start", "slow:end", "sync"]
 
-    async def test_a_ready_coroutine_op_starts_in_the_next_loop_iteration(
-        self, engine: ae.Engine
-    ) -> None:
-        """Pushed from the loop thread with its Vars free, its task exists at once: its body
-        runs in the next loop iteration, as a task created by create_task would."""
-        trace: list[str] = []
-
-        async def body(rctx: ae.RunContext) -> None:
-            trace.append("body")
-
-        op = engine.push_async(body, mutate_vars=[engine.new_var()])
-        assert trace == []  # a push never runs the function itself
-        await asyncio.sleep(0)
-        assert trace == ["body"]
-        await op
-
     async def test_io_coroutines_overlap(self, engine: ae.Engine) -> None:
         """Coroutine ops on disjoint Vars wait together: 20 sleeps take about one."""
         gate = asyncio.Event()
