@@ -40,7 +40,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from types import CoroutineType, FunctionType, MethodType, TracebackType
-from typing import Any, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 from . import dump as _dump
 from . import ergonomic as _ergonomic
@@ -215,6 +215,18 @@ def _async_kind(fn: Callable[..., Any]) -> int:
 
 def _noop(rctx: RunContext) -> None:
     """The function of a ``delete_var`` without ``delete_fn``."""
+
+
+class _OpDecorator(Protocol):
+    """What ``Engine.op(...)`` returns when called with options only: a decorator."""
+
+    @overload
+    def __call__(
+        self, fn: Callable[..., Coroutine[Any, Any, T]], /
+    ) -> Callable[..., Operation[T]]: ...
+
+    @overload
+    def __call__(self, fn: Callable[..., T], /) -> Callable[..., Operation[T]]: ...
 
 
 class Engine:
@@ -2389,6 +2401,38 @@ class Engine:
 
     # -- the ergonomic layer (thin delegations to ergonomic.py; the push path is unchanged) --
 
+    @overload
+    def submit(
+        self,
+        fn: Callable[..., Coroutine[Any, Any, T]],
+        /,
+        *args: Any,
+        reads: Iterable[Var] = ...,
+        writes: Iterable[Var] = ...,
+        out: Var | Sequence[Var] | None = ...,
+        ctx: Context = ...,
+        prop: FnProperty = ...,
+        priority: int = ...,
+        name: str | None = ...,
+        **kwargs: Any,
+    ) -> Operation[T]: ...
+
+    @overload
+    def submit(
+        self,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        reads: Iterable[Var] = ...,
+        writes: Iterable[Var] = ...,
+        out: Var | Sequence[Var] | None = ...,
+        ctx: Context = ...,
+        prop: FnProperty = ...,
+        priority: int = ...,
+        name: str | None = ...,
+        **kwargs: Any,
+    ) -> Operation[T]: ...
+
     def submit(
         self,
         fn: Callable[..., Any],
@@ -2426,6 +2470,51 @@ class Engine:
         return _ergonomic.submit(
             self, fn, args, kwargs, reads, writes, out, ctx, prop, priority, name
         )
+
+    @overload
+    def op(
+        self,
+        fn: Callable[..., Coroutine[Any, Any, T]],
+        /,
+        *,
+        const_vars: Iterable[Var] = ...,
+        mutate_vars: Iterable[Var] = ...,
+        out: Var | Sequence[Var] | None = ...,
+        ctx: Context = ...,
+        prop: FnProperty = ...,
+        priority: int = ...,
+        name: str | None = ...,
+    ) -> Callable[..., Operation[T]]: ...
+
+    @overload
+    def op(
+        self,
+        fn: Callable[..., T],
+        /,
+        *,
+        const_vars: Iterable[Var] = ...,
+        mutate_vars: Iterable[Var] = ...,
+        out: Var | Sequence[Var] | None = ...,
+        ctx: Context = ...,
+        prop: FnProperty = ...,
+        priority: int = ...,
+        name: str | None = ...,
+    ) -> Callable[..., Operation[T]]: ...
+
+    @overload
+    def op(
+        self,
+        fn: None = ...,
+        /,
+        *,
+        const_vars: Iterable[Var] = ...,
+        mutate_vars: Iterable[Var] = ...,
+        out: Var | Sequence[Var] | None = ...,
+        ctx: Context = ...,
+        prop: FnProperty = ...,
+        priority: int = ...,
+        name: str | None = ...,
+    ) -> _OpDecorator: ...
 
     def op(
         self,

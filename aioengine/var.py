@@ -36,11 +36,13 @@ from __future__ import annotations
 import functools
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .operation import FnProperty, OpState
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .engine import Engine
     from .fence import Fence
     from .operation import Operation
@@ -49,6 +51,8 @@ _ASYNC = FnProperty.ASYNC
 _CANCELLED = OpState.CANCELLED
 
 __all__ = ("Var", "VarStatistics", "append_all", "release_all")
+
+T = TypeVar("T")
 
 
 class _Waiter(Protocol):
@@ -313,16 +317,15 @@ class Var:
 
         return await ergonomic.get(self._engine(), self)
 
-    def set(self, value: object) -> Operation[None]:
+    def set(self, value: T) -> Operation[T]:
         """Push a write that replaces the value, after every earlier use of this Var.
 
-        Runs inline on the loop (``FnProperty.ASYNC``); returns the :class:`Operation`.
+        Runs inline on the loop (``FnProperty.ASYNC``); returns the :class:`Operation`,
+        whose result is ``value``.
         """
-        fn = functools.partial(_identity, value)  # a partial: a Var value stays a plain value
-        op: Operation[None] = self._engine().submit(
-            fn, out=self, prop=_ASYNC, name=f"set({self.name})"
-        )
-        return op
+        # A partial: a Var given as the value stays a plain value, not a dependency.
+        fn: Callable[[], T] = functools.partial(_identity, value)
+        return self._engine().submit(fn, out=self, prop=_ASYNC, name=f"set({self.name})")
 
     def _engine(self) -> Engine:
         if self._owner is None:
@@ -378,5 +381,5 @@ def release_all(
             v._grant(ready)
 
 
-def _identity(value: object) -> object:
+def _identity(value: T) -> T:
     return value

@@ -38,6 +38,34 @@ async def test_operation_types_follow_the_function() -> None:
         assert_type(engine.delete_var(x), ae.Operation[None])
 
 
+async def test_ergonomic_operation_types_follow_the_function() -> None:
+    """Engine.submit, Engine.op and Var.set are typed as push_sync and push_async are."""
+    async with ae.Engine(cpu_workers=1) as engine:
+        v = engine.new_var("v", value=2)
+
+        async def fetch(n: int) -> bytes:
+            await asyncio.sleep(0)
+            return b"x" * n
+
+        @engine.op
+        def double(n: int) -> int:
+            return 2 * n
+
+        @engine.op(out=v)
+        async def triple(n: int) -> int:
+            await asyncio.sleep(0)
+            return 3 * n
+
+        assert_type(double, Callable[..., ae.Operation[int]])
+        assert_type(triple, Callable[..., ae.Operation[int]])
+        assert await assert_type(engine.submit(len, [1, 2]), ae.Operation[int]) == 2
+        assert await assert_type(engine.submit(fetch, v), ae.Operation[bytes]) == b"xx"
+        assert await double(v) == 4
+        assert await triple(v) == 6  # and writes v
+        assert await assert_type(v.set(5), ae.Operation[int]) == 5
+        assert await v.get() == 5
+
+
 def test_blocking_future_types_follow_the_function() -> None:
     """BlockingEngine's futures are typed as the Engine's operations (push_async overloads)."""
     with ae.BlockingEngine(cpu_workers=1) as be:
