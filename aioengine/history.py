@@ -22,6 +22,7 @@ import sys
 import time
 import weakref
 from collections import deque
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from .instrument import Instrument
@@ -83,9 +84,10 @@ def push_site(depth: int = 2) -> str | None:
 class _VarTrack:
     """The last writer of a Var and the readers since, as push sequence numbers."""
 
-    __slots__ = ("readers", "writer")
+    __slots__ = ("readers", "var", "writer")
 
-    def __init__(self) -> None:
+    def __init__(self, var: weakref.ref[Var]) -> None:
+        self.var = var  # the Var tracked: tells it from a later Var that reuses its id()
         self.writer = 0  # 0: no writer seen
         self.readers: list[int] = []
 
@@ -99,31 +101,48 @@ class DepTracker:
     """
 
     def __init__(self) -> None:
-        self._vars: weakref.WeakKeyDictionary[Var, _VarTrack] = weakref.WeakKeyDictionary()
+        # id(var) -> its track: a plain dict lookup per Var (a WeakKeyDictionary costs a
+        # Python call and a new weakref per lookup). A Var's death removes its entry (the
+        # weakref's callback), before its id can be reused.
+        self._tracks: dict[int, _VarTrack] = {}
+
+    def _track(self, v: Var) -> _VarTrack:
+        key = id(v)
+        tracks = self._tracks
+
+        def forget(ref: weakref.ref[Var]) -> None:
+            track = tracks.get(key)
+            if track is not None and track.var is ref:
+                del tracks[key]
+
+        track = tracks[key] = _VarTrack(weakref.ref(v, forget))
+        return track
 
     def push(self, op: Operation[Any]) -> tuple[tuple[int, str], ...]:
         """Record ``op``'s accesses; return its dependencies as ``(seq, var name)`` pairs."""
         deps: list[tuple[int, str]] = []
         seq = op._seq
-        tracks = self._vars
+        tracks = self._tracks
         for v in op._const:
-            track = tracks.get(v)
-            if track is None:
-                track = tracks[v] = _VarTrack()
+            track = tracks.get(id(v))
+            if track is None or track.var() is not v:
+                track = self._track(v)
             if track.writer:
                 deps.append((track.writer, v.name))
-            track.readers.append(seq)
-            if len(track.readers) > _MAX_READERS:
-                del track.readers[: _MAX_READERS // 2]
+            readers = track.readers
+            readers.append(seq)
+            if len(readers) > _MAX_READERS:
+                del readers[: _MAX_READERS // 2]
         for v in op._mutate:
-            track = tracks.get(v)
-            if track is None:
-                track = tracks[v] = _VarTrack()
+            track = tracks.get(id(v))
+            if track is None or track.var() is not v:
+                track = self._track(v)
             if track.writer:
                 deps.append((track.writer, v.name))
-            deps.extend((r, v.name) for r in track.readers)
+            if track.readers:
+                deps.extend(zip(track.readers, repeat(v.name)))
+                track.readers = []
             track.writer = seq
-            track.readers = []
         return tuple(deps)
 
 

@@ -23,6 +23,10 @@ Every operation slice carries ``args``: ``seq``, ``name``, ``kind``, ``pool``, `
 ``mutate_vars``, ``priority``, ``outcome`` (``done``, ``failed``, ``cancelled``, ...) and the
 ``error`` of a failed one.
 
+Cost: while tracing, the hooks only note times and copy what the events need (a tuple per
+operation, keeping no operation, Var, result or failure alive); the events, arguments and
+arrows are built when the trace stops, so tracing perturbs less what it measures.
+
 Threading: hooks run on whatever thread the engine calls them from; the tracer's own lock
 ``_mu`` guards its fields and is taken inside the engine lock in ``on_push``/``on_finish``
 (lock order: engine lock, then ``_mu``); the tracer never calls back into the engine.
@@ -100,6 +104,13 @@ class _SteppedCoroutine(Coroutine[Any, Any, Any]):
         return self._coro
 
 
+# seq, kind, name, executor, const names, mutate names, priority, outcome, error, end (ns),
+# and where it ran (None: it never started; it finished on the thread whose id follows).
+_Record = tuple[
+    int, int, str, Any, list[str], list[str], int, str, str | None, int, "_Started | None", int
+]
+
+
 class _Started:
     """An operation that has started: where and when, and its steps if a coroutine."""
 
@@ -121,8 +132,12 @@ class Tracer(Instrument):
         self._t0 = _now()
         self._pid = os.getpid()
         self._deps = DepTracker()
-        self._waited: dict[int, tuple[tuple[int, str], ...]] = {}  # seq -> deps still pending
+        # seq -> (push time, its dependencies): those pending at the push get a flow arrow.
+        self._waited: dict[int, tuple[int, tuple[tuple[int, str], ...]]] = {}
         self._started: dict[int, _Started] = {}
+        # What the hooks record, in finishing order; finish() turns it into events, so that
+        # tracing costs the traced program a tuple per operation, not its JSON.
+        self._records: list[_Record] = []
         self._slices: dict[int, tuple[int, float, float]] = {}  # seq -> (tid, start, end) in us
         self._events: list[dict[str, Any]] = []
         self._threads: dict[int, tuple[str, int]] = {}  # tid -> (name, sort index)
@@ -132,12 +147,12 @@ class Tracer(Instrument):
     # -- hooks ---------------------------------------------------------------------------
 
     def on_push(self, op: Operation[Any]) -> None:
-        """Remember which of ``op``'s dependencies are still pending (engine lock held)."""
-        live = self._engine._live
-        deps = tuple(d for d in self._deps.push(op) if d[0] in live)
+        """Remember ``op``'s dependencies and when it was pushed (engine lock held)."""
+        deps = self._deps.push(op)
         if deps:
+            pushed = _now()
             with self._mu:
-                self._waited[op._seq] = deps
+                self._waited[op._seq] = (pushed, deps)
 
     def on_start(self, op: Operation[Any]) -> None:
         """Note when and on which thread (or lane) ``op`` starts."""
@@ -173,11 +188,48 @@ class Tracer(Instrument):
         return _SteppedCoroutine(coro, started.steps)
 
     def on_finish(self, op: Operation[Any]) -> None:
-        """Emit ``op``'s slices and flows (engine lock held)."""
+        """Record what ``op``'s slices and flows need (engine lock held)."""
         end = _now()
-        args = self._args(op)
+        exc = op._exception
+        error = None if exc is None else f"{type(exc).__name__}: {exc}"
         with self._mu:
-            self._finish(op._seq, op._kind, args, end)
+            started = self._started.pop(op._seq, None)
+            if started is None:  # finished without running: skipped, or cancelled before start
+                here = threading.get_native_id()
+                if here not in self._threads:
+                    self._threads[here] = (threading.current_thread().name, 900)
+            else:
+                here = started.tid
+                if started.lane is not None:
+                    lanes = self._lanes["coroutine" if op._kind == _CORO else "callback"]
+                    lanes[started.lane] = False
+            self._records.append(self._record(op, None, error, end, started, here))
+
+    @staticmethod
+    def _record(
+        op: Operation[Any],
+        outcome: str | None,
+        error: str | None,
+        end: int,
+        started: _Started | None,
+        here: int,
+    ) -> _Record:
+        """What the events of ``op`` need, copied: the trace keeps no operation or Var alive,
+        nor the result or failure they hold."""
+        return (
+            op._seq,
+            op._kind,
+            op.name,
+            op._target,
+            [v.name for v in op._const],
+            [v.name for v in op._mutate],
+            op._priority,
+            op._state.name.lower() if outcome is None else outcome,
+            error,
+            end,
+            started,
+            here,
+        )
 
     # -- building events (``_mu`` held) -------------------------------------------------
 
@@ -192,29 +244,22 @@ class Tracer(Instrument):
     def _us(self, ns: int) -> float:
         return (ns - self._t0) / 1000.0
 
-    @staticmethod
-    def _args(op: Operation[Any]) -> dict[str, Any]:
+    def _finish(self, record: _Record) -> None:
+        seq, kind, name, target, const, mutate, priority, outcome, error, end, started, tid = record
         args: dict[str, Any] = {
-            "seq": op._seq,
-            "name": op.name,
-            "kind": kind_name(op._kind),
-            "pool": pool_name(op._target),
-            "const_vars": [v.name for v in op._const],
-            "mutate_vars": [v.name for v in op._mutate],
-            "priority": op._priority,
-            "outcome": op._state.name.lower(),
+            "seq": seq,
+            "name": name,
+            "kind": kind_name(kind),
+            "pool": pool_name(target),
+            "const_vars": const,
+            "mutate_vars": mutate,
+            "priority": priority,
+            "outcome": outcome,
         }
-        if op._exception is not None:
-            args["error"] = f"{type(op._exception).__name__}: {op._exception}"
-        return args
-
-    def _finish(self, seq: int, kind: int, args: dict[str, Any], end: int) -> None:
-        started = self._started.pop(seq, None)
-        waited = self._waited.pop(seq, ())
-        if started is None:  # finished without running: skipped, or cancelled before start
-            tid = threading.get_native_id()
-            if tid not in self._threads:
-                self._threads[tid] = (threading.current_thread().name, 900)
+        if error is not None:
+            args["error"] = error
+        pushed, waited = self._waited.pop(seq, (0, ()))
+        if started is None:  # finished without running: an instant on the finishing thread
             self._events.append(
                 {
                     "name": args["name"],
@@ -228,7 +273,6 @@ class Tracer(Instrument):
                 }
             )
             return
-        tid = started.tid
         start_us, end_us = self._us(started.start), self._us(end)
         self._slice(args["name"], "op", tid, start_us, end_us, args)
         if kind == _CORO:
@@ -239,14 +283,15 @@ class Tracer(Instrument):
                     self._slice("await", "await", tid, previous, s, {"seq": seq})
                 self._slice("run", "run", tid, s, e, {"seq": seq})
                 previous = e
-        if started.lane is not None:
-            self._lanes["coroutine" if kind == _CORO else "callback"][started.lane] = False
         self._slices[seq] = (tid, start_us, end_us)
+        pushed_us = self._us(pushed)
         for dep, var in waited:
             source = self._slices.get(dep)
             if source is None:
                 continue
             dep_tid, dep_start, dep_end = source
+            if dep_end <= pushed_us:
+                continue  # it had finished when this one was pushed: nothing was waited for
             self._flow_id += 1
             common = {"name": f"waits on {var}", "cat": "dependency", "id": self._flow_id}
             self._events.append(
@@ -291,11 +336,15 @@ class Tracer(Instrument):
         """Close the slices of ``live`` operations still running and return the trace."""
         end = _now()
         with self._mu:
+            records = self._records
+            self._records = []
             for op in live:
-                if op._seq in self._started:
-                    args = self._args(op)
-                    args["outcome"] = "unfinished (trace stopped)"
-                    self._finish(op._seq, op._kind, args, end)
+                started = self._started.pop(op._seq, None)
+                if started is not None:
+                    outcome = "unfinished (trace stopped)"
+                    records.append(self._record(op, outcome, None, end, started, started.tid))
+            for record in records:
+                self._finish(record)
             events = sorted(self._events, key=lambda e: (e["ts"], e["ph"] != "X"))
             meta: list[dict[str, Any]] = [
                 {"name": "process_name", "ph": "M", "pid": self._pid, "args": {"name": "aioengine"}}

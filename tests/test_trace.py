@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import pathlib
 import threading
+import types
+import weakref
 from collections import Counter
 from typing import Any
 
 import pytest
 
 import aioengine as ae
+from aioengine.history import DepTracker
 from aioengine.trace import Tracer
+from aioengine.var import Var
 
 PHASES = {"X", "i", "s", "f", "M"}
 
@@ -225,6 +230,51 @@ class TestTrace:
         await op
         check_nesting(events)
 
+    async def test_no_flow_from_an_operation_finished_before_the_push(
+        self, engine: ae.Engine
+    ) -> None:
+        """An arrow says that an operation waited: not for a dependency already done."""
+        x = engine.new_var("x")
+        async with engine.trace() as session:
+            await engine.push_sync(lambda r: None, mutate_vars=[x], name="first")
+            await engine.push_sync(lambda r: None, const_vars=[x], name="second")
+        assert session.trace is not None
+        events = check_format(session.trace)
+        assert {e["name"] for e in events if e.get("cat") == "op"} == {"first", "second"}
+        assert not flows(events)
+
+    async def test_a_running_trace_keeps_no_operation_result_or_var_alive(
+        self, threaded_engine: ae.Engine
+    ) -> None:
+        engine = threaded_engine
+
+        class Result:
+            pass
+
+        class Boom(Exception):
+            pass
+
+        def fail(rctx: ae.RunContext) -> None:
+            raise Boom("boom")
+
+        engine.start_trace()
+        v = engine.new_var("v")
+        op = engine.push_sync(lambda r: Result(), mutate_vars=[v], name="make")
+        result = await op
+        failed = engine.push_sync(fail, name="fail")
+        with pytest.raises(Boom) as caught:
+            await failed
+        with pytest.raises(ExceptionGroup):
+            await engine.wait_for_all()  # which throws (and so forgets) the failure
+        refs = [weakref.ref(x) for x in (result, v, op, failed, caught.value)]
+        del result, v, op, failed, caught
+        gc.collect()
+        assert [r() for r in refs] == [None] * len(refs)
+        events = check_format(engine.stop_trace())
+        by_name = {e["name"]: e for e in events if e.get("cat") == "op"}
+        assert by_name["make"]["args"]["mutate_vars"] == ["v"]
+        assert by_name["fail"]["args"]["error"] == "Boom: boom"
+
     async def test_start_twice_and_stop_without_start(self, threaded_engine: ae.Engine) -> None:
         engine = threaded_engine
         with pytest.raises(RuntimeError, match="is not tracing"):
@@ -240,3 +290,30 @@ class TestTrace:
         async with engine.trace():
             assert any(isinstance(i, Tracer) for i in engine._instruments)
         assert engine._instruments == ()
+
+
+class TestDependencyTracking:
+    """The dependencies that traces, graphs and the history draw (history.DepTracker)."""
+
+    @staticmethod
+    def push(tracker: DepTracker, seq: int, const: tuple[Var, ...], mutate: tuple[Var, ...]) -> Any:
+        op = types.SimpleNamespace(_seq=seq, _const=const, _mutate=mutate)
+        return tracker.push(op)  # type: ignore[arg-type]
+
+    def test_readers_depend_on_the_writer_and_a_writer_on_both(self) -> None:
+        tracker = DepTracker()
+        x = Var(None, "x")
+        assert self.push(tracker, 1, (), (x,)) == ()
+        assert self.push(tracker, 2, (x,), ()) == ((1, "x"),)
+        assert self.push(tracker, 3, (x,), ()) == ((1, "x"),)
+        assert self.push(tracker, 4, (), (x,)) == ((1, "x"), (2, "x"), (3, "x"))
+        assert self.push(tracker, 5, (), (x,)) == ((4, "x"),)
+
+    def test_a_dead_var_is_forgotten_and_its_id_gives_no_dependency(self) -> None:
+        tracker = DepTracker()
+        for seq in range(1, 200):  # new Vars, often at a dead one's address (id)
+            v = Var(None, f"v{seq}")
+            assert self.push(tracker, seq, (), (v,)) == ()
+            del v
+        gc.collect()
+        assert tracker._tracks == {}
