@@ -284,35 +284,31 @@ class Tracer(Instrument):
                 self._slice("run", "run", tid, s, e, {"seq": seq})
                 previous = e
         self._slices[seq] = (tid, start_us, end_us)
+        if not waited:
+            return
         pushed_us = self._us(pushed)
+        slices, append, pid = self._slices, self._events.append, self._pid
+        # Where the arrow ends: just inside this slice (half of it if shorter than 1 us).
+        end_ts = start_us + min(0.5, (end_us - start_us) / 2)
         for dep, var in waited:
-            source = self._slices.get(dep)
+            source = slices.get(dep)
             if source is None:
                 continue
             dep_tid, dep_start, dep_end = source
             if dep_end <= pushed_us:
                 continue  # it had finished when this one was pushed: nothing was waited for
             self._flow_id += 1
-            common = {"name": f"waits on {var}", "cat": "dependency", "id": self._flow_id}
-            self._events.append(
-                {
-                    **common,
-                    "ph": "s",
-                    "ts": dep_end - min(0.5, (dep_end - dep_start) / 2),
-                    "pid": self._pid,
-                    "tid": dep_tid,
-                }
-            )
-            self._events.append(
-                {
-                    **common,
-                    "ph": "f",
-                    "bp": "e",
-                    "ts": start_us + min(0.5, (end_us - start_us) / 2),
-                    "pid": self._pid,
-                    "tid": tid,
-                }
-            )
+            fid = self._flow_id
+            name = f"waits on {var}"
+            start_ts = dep_end - min(0.5, (dep_end - dep_start) / 2)
+            append(
+                {"name": name, "cat": "dependency", "id": fid, "ph": "s", "ts": start_ts,
+                 "pid": pid, "tid": dep_tid}
+            )  # fmt: skip
+            append(
+                {"name": name, "cat": "dependency", "id": fid, "ph": "f", "bp": "e",
+                 "ts": end_ts, "pid": pid, "tid": tid}
+            )  # fmt: skip
 
     def _slice(
         self, name: str, cat: str, tid: int, start: float, end: float, args: dict[str, Any]
