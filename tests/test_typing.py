@@ -10,6 +10,20 @@ from typing import assert_type
 import aioengine as ae
 
 
+async def fetch(n: int) -> bytes:
+    await asyncio.sleep(0)
+    return b"x" * n
+
+
+def double_of(n: int) -> int:
+    return 2 * n
+
+
+async def triple_of(n: int) -> int:
+    await asyncio.sleep(0)
+    return 3 * n
+
+
 async def test_operation_types_follow_the_function() -> None:
     async with ae.Engine() as engine:
         x = engine.new_var("x")
@@ -42,19 +56,8 @@ async def test_ergonomic_operation_types_follow_the_function() -> None:
     """Engine.submit, Engine.op and Var.set are typed as push_sync and push_async are."""
     async with ae.Engine(cpu_workers=1) as engine:
         v = engine.new_var("v", value=2)
-
-        async def fetch(n: int) -> bytes:
-            await asyncio.sleep(0)
-            return b"x" * n
-
-        @engine.op
-        def double(n: int) -> int:
-            return 2 * n
-
-        @engine.op(out=v)
-        async def triple(n: int) -> int:
-            await asyncio.sleep(0)
-            return 3 * n
+        double = engine.op(double_of)
+        triple = engine.op(out=v)(triple_of)
 
         assert_type(double, Callable[..., ae.Operation[int]])
         assert_type(triple, Callable[..., ae.Operation[int]])
@@ -78,18 +81,8 @@ def test_blocking_future_types_follow_the_function() -> None:
         def callback(rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
             on_complete()
 
-        async def fetch(n: int) -> bytes:
-            await asyncio.sleep(0)
-            return b"x" * n
-
-        @be.op
-        def double(n: int) -> int:
-            return 2 * n
-
-        @be.op(out=v)
-        async def triple(n: int) -> int:
-            await asyncio.sleep(0)
-            return 3 * n
+        double = be.op(double_of)
+        triple = be.op(out=v)(triple_of)
 
         a = be.push_async(coro)
         c = be.push_async(callback, ae.cpu(), [v])
