@@ -215,14 +215,15 @@ class TestTrace:
 
     async def test_unfinished_ops_are_closed_at_stop(self, threaded_engine: ae.Engine) -> None:
         engine = threaded_engine
-        release = asyncio.Event()
+        started, release = asyncio.Event(), asyncio.Event()
 
         async def waiter(rctx: ae.RunContext) -> None:
+            started.set()
             await release.wait()
 
         engine.start_trace()
         op = engine.push_async(waiter, name="waiter")
-        await asyncio.sleep(0.01)
+        await started.wait()
         events = check_format(engine.stop_trace())
         (e,) = [e for e in events if e.get("cat") == "op"]
         assert e["args"]["outcome"] == "unfinished (trace stopped)"
