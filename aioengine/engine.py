@@ -1853,6 +1853,8 @@ class Engine:
                 if only._target is None and only._kind != _WAIT:
                     # The one operation made ready runs on the loop too and nothing else
                     # waits there: it is the best of the loop queue without going through it.
+                    # (_settle's other checks do not apply: no failure to inherit, no GPU
+                    # fence to wait for, and a wait marker is not run but completed.)
                     only._state = _RUNNING
                     return only
             todo = self._settle(ready) if ready else ready
@@ -2223,8 +2225,9 @@ class Engine:
                 marker._waiters = [fut]
                 self._seq += 1  # a marker's request takes its place in the queue's push order
                 marker._seq = marker._key = self._seq
-                if var._append(marker, True):  # idle, but GPU work on it is pending: wait for
-                    todo = self._settle([marker])  # its fences
+                if var._append(marker, True):
+                    # Idle, but GPU work on it may be pending: _settle waits for its fences.
+                    todo = self._settle([marker])
                 else:
                     marker._wait = 1
         if todo:
