@@ -8,6 +8,7 @@ order they were pushed.
 
 from .blocking import BlockingEngine as BlockingEngine
 from .blocking import run as run
+from .bulk import Bulk as Bulk
 from .context import Context as Context
 from .context import DeviceType as DeviceType
 from .context import RunContext as RunContext
@@ -44,6 +45,7 @@ __version__ = "0.1.0"
 
 __all__ = (
     "BlockingEngine",
+    "Bulk",
     "Context",
     "CupyBackend",
     "DependencyError",

@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from .context import DeviceType
 from .history import Recorder, kind_name, pool_name
-from .operation import _CALLBACK, _SYNC, OpState, run_coroutine
+from .operation import _BULK, _CALLBACK, _SYNC, OpState, run_coroutine
 
 if TYPE_CHECKING:
     from .engine import Engine
+    from .operation import Operation
     from .var import Var
 
 _GPU = DeviceType.GPU
@@ -242,8 +243,10 @@ def build_dump(engine: Engine, var: Var | None = None) -> Dump:
             holds: list[tuple[Var, str]] = []
             waits: list[tuple[Var, str]] = []
             requests = [(v, "read") for v in op._const] + [(v, "write") for v in op._mutate]
+            # A bulk segment's member holds its Vars when its segment does (bulk.py).
+            holder = op if op._segment is None or not op._segment._seq else op._segment
             for v, mode in requests:
-                if v._holds(op):
+                if v._holds(holder):
                     holds.append((v, mode))
                     var_rows.setdefault(v, ([], []))[0].append((op._seq, mode))
                 else:
@@ -285,6 +288,11 @@ def build_dump(engine: Engine, var: Var | None = None) -> Dump:
                 seq: int = waiter._seq
                 if engine._live.get(seq) is waiter:
                     waiters.append((seq, "write" if write else "read"))
+                elif waiter._kind == _BULK and waiter._result:  # a segment: its members
+                    members: list[Operation[Any]] = waiter._result
+                    for m in members:
+                        if m._state is OpState.PENDING and (v in m._mutate or v in m._const):
+                            waiters.append((m._seq, "write" if v in m._mutate else "read"))
     if var is not None:
         keep = _blockers(var, rows, var_rows)
         rows = {s: r for s, r in rows.items() if s in keep}

@@ -42,6 +42,7 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from types import CoroutineType, FunctionType, MethodType, TracebackType
 from typing import Any, Protocol, TypeVar, overload
 
+from . import bulk as _bulk
 from . import dump as _dump
 from . import ergonomic as _ergonomic
 from . import graph as _graph
@@ -65,6 +66,7 @@ from .history import Recorder
 from .instrument import Instrument
 from .log import OpLogger
 from .operation import (
+    _BULK,
     _CALLBACK,
     _CORO,
     _SYNC,
@@ -367,6 +369,14 @@ class Engine:
         self._device_boxes: dict[int, _Failure] = {}  # per failed GPU: the shared failure
         # Serial mode: every operation also writes this hidden Var, so they run one at a time.
         self._sequencer: Var | None = Var(self, "<serial>") if self._settings.serial else None
+        # Bulk execution (bulk.py). A push asks its context for a scope only while some scope
+        # of this engine is active (loop thread only, as every bulk field).
+        self._bulk_scopes = 0
+        # The open segment, collecting members (its _result holds them). Invariant: while it
+        # is open no other push takes a sequence number; _flush_segment_locked queues it on
+        # its Vars first, so every Var's queue stays in push order.
+        self._segment: Operation[Any] | None = None
+        self._segment_flush_scheduled = False  # _flush_segment_soon is scheduled on the loop
 
     # -- properties --------------------------------------------------------------------
 
@@ -548,6 +558,8 @@ class Engine:
     def _cancel_not_started(self) -> None:
         ready: list[Any] = []
         with self._lock:
+            if self._segment is not None:
+                self._flush_segment_locked()
             for op in list(self._live.values()):
                 if op._state is _PENDING or op._state is _READY:
                     self._finish_locked(op, _CANCELLED, None, None, ready)
@@ -816,6 +828,38 @@ class Engine:
         )
         return op
 
+    def bulk(self, size: int) -> _bulk.Bulk:
+        """Run the inline operations pushed inside ``with engine.bulk(size):`` in segments.
+
+        MXNet's ``engine.bulk``: the sync operations that run on the event-loop thread
+        (``FnProperty.ASYNC``, or any sync operation in serial mode) pushed from this task
+        inside the block are grouped, in push order, into segments of up to ``size``. A
+        segment queues once on the union of its operations' Vars and runs them one after the
+        other when its turn comes, which saves most of the per-operation scheduling cost of
+        many small operations. Each operation keeps its own result, failure, cancellation
+        and skipping; the rule holds as always (two conflicting operations run in push
+        order). The price is granularity: a segment starts only when all its Vars are free,
+        and later operations on any of them wait for the whole segment.
+
+        A segment closes when it is full, when the block ends, before any other push, when
+        something waits (``await`` of a member, :meth:`wait_for_var`, :meth:`wait_for_all`,
+        :meth:`dump`) and at the latest on the loop's next iteration: nothing waits for the
+        block to end. Other operations (thread-pool, coroutine, GPU, callback-style) and
+        pushes from other threads are not grouped. ``size=1`` groups nothing. See
+        ``docs/bulk.md``.
+
+        Raises:
+            TypeError: if ``size`` is not an int.
+            ValueError: if ``size`` is less than 1.
+            RuntimeError: (on entering the block) off the engine's event-loop thread.
+            EngineClosedError: (on entering the block) if the engine is closed.
+        """
+        if type(size) is not int:
+            raise TypeError(f"size must be an int, got {size!r}")
+        if size < 1:
+            raise ValueError(f"size must be at least 1, got {size}")
+        return _bulk.Bulk(self, size)
+
     def delete_var(
         self,
         var: Var,
@@ -972,6 +1016,17 @@ class Engine:
                 "(coroutine, FnProperty.ASYNC or serial mode); use the engine from a "
                 "coroutine first"
             )
+        bulk = 0  # the segment size, when this operation joins a bulk segment (bulk.py)
+        if (
+            self._bulk_scopes
+            and target is None
+            and kind == _SYNC
+            and handle is None
+            and deleting is None
+            and ctx.device_type is _CPU
+            and _get_ident() == self._loop_thread
+        ):
+            bulk = _bulk.size_for(self)
         op: Operation[Any] = Operation(
             self, fn, kind, ctx, const, mutate, prop, priority, name, target
         )
@@ -989,6 +1044,8 @@ class Engine:
                         raise VarDeletedError(
                             f"{v!r} was deleted; operation {name!r} cannot use it"
                         )
+            if self._segment is not None and not bulk:
+                self._flush_segment_locked()  # it queues on its Vars before this operation
             self._seq += 1
             op._seq = seq = self._seq
             op._key = seq - (priority << 64) if priority else seq
@@ -996,6 +1053,9 @@ class Engine:
             if self._instruments:
                 for inst in self._instruments:
                     inst.on_push(op)
+            if bulk:
+                self._join_segment_locked(op, bulk)
+                return op
             # Appending is what a push promises to do atomically across its Vars, in the
             # critical section that gave it its sequence number: so every Var's queue is in
             # push order, which Var._holds relies on.
@@ -1603,7 +1663,7 @@ class Engine:
         ``todo``, for the caller to submit once the lock is released). Lock held."""
         if op._state is not _READY:
             return False
-        if self._failures:
+        if self._failures and op._kind != _BULK:  # a segment's members check their own
             skipped = self._skip_locked(op)
             if skipped is not None:
                 todo.extend(skipped)
@@ -1661,7 +1721,8 @@ class Engine:
                 if todo:
                     self._submit(todo)
                 return None
-        if self._instruments:
+        kind = op._kind
+        if self._instruments and kind != _BULK:  # a segment's members are reported instead
             for inst in self._instruments:
                 inst.on_start(op)
         ctx = op._ctx
@@ -1672,9 +1733,8 @@ class Engine:
         elif rctx.ctx is not ctx:  # e.g. the shared CPU priority pool
             rctx = self._run_context(ctx) if rctx.stream is None else RunContext(ctx, rctx.stream)
         fn = op._fn
-        assert fn is not None
-        kind = op._kind
         if kind == _SYNC:
+            assert fn is not None
             try:
                 result = op._context.run(fn, rctx)
             except BaseException as exc:
@@ -1694,8 +1754,12 @@ class Engine:
             else:
                 self._finish(op, _DONE, result, None)
         elif kind == _CORO:
+            assert fn is not None
             self._start_task(op, fn, rctx)
+        elif kind == _BULK:
+            return self._run_segment(op, rctx, more)
         else:
+            assert fn is not None
             token = OnComplete(op)
             try:
                 result = op._context.run(fn, rctx, token)
@@ -1707,6 +1771,198 @@ class Engine:
             if type(result) is CoroutineType:
                 self._callback_raised(op, token, self._awaitable_result(op, result))
         return None
+
+    # -- bulk execution (bulk.py) --------------------------------------------------------
+
+    def _bulk_enter(self) -> None:
+        self._bulk_scopes += 1
+
+    def _bulk_exit(self) -> None:
+        """A bulk scope ended: close the open segment, so its members queue now (loop thread)."""
+        self._bulk_scopes -= 1
+        if self._segment is not None:
+            with self._lock:
+                if self._segment is not None:
+                    self._flush_segment_locked()
+
+    def _flush_segment(self) -> None:
+        """Close the open segment, if any (any thread): something is about to wait."""
+        if self._segment is not None:
+            with self._lock:
+                if self._segment is not None:
+                    self._flush_segment_locked()
+
+    def _flush_segment_soon(self) -> None:
+        """The loop's next iteration after a segment opened: close it (loop thread)."""
+        with self._lock:
+            self._segment_flush_scheduled = False
+            if self._segment is not None:
+                self._flush_segment_locked()
+
+    def _join_segment_locked(self, op: Operation[Any], size: int) -> None:
+        """Add ``op`` (PENDING, numbered) to the open segment, opening one if needed, and close
+        it once it holds ``size`` operations (loop thread, lock held)."""
+        seg = self._segment
+        if seg is None:
+            seg = self._segment = Operation(
+                self, None, _BULK, _CPU0, (), (), _NORMAL, 0, "bulk segment"
+            )
+            members: list[Operation[Any]] = [op]
+            seg._result = members
+            if not self._segment_flush_scheduled:
+                self._segment_flush_scheduled = True
+                assert self._loop is not None
+                self._loop.call_soon(self._flush_segment_soon)
+        else:
+            members = seg._result
+            members.append(op)
+        op._segment = seg
+        if len(members) >= size:
+            self._flush_segment_locked()
+
+    def _flush_segment_locked(self) -> None:
+        """Queue the open segment on the union of its members' Vars (lock held).
+
+        It takes the next sequence number, as a push does: nothing else was pushed since its
+        first member (the invariant at ``_segment``), so the Vars' queues stay in push order.
+        A segment whose members were all cancelled before it closed is dropped.
+        """
+        seg = self._segment
+        assert seg is not None
+        self._segment = None
+        members: list[Operation[Any]] = seg._result
+        reads: dict[Var, None] = {}
+        writes: dict[Var, None] = {}
+        priority = None
+        for op in members:
+            if op._state is _PENDING:  # else cancelled already; it needs no Var
+                for v in op._const:
+                    reads[v] = None
+                for v in op._mutate:
+                    writes[v] = None
+                if priority is None or op._priority > priority:
+                    priority = op._priority
+        if priority is None:
+            return
+        const = tuple(v for v in reads if v not in writes)  # written by another member
+        mutate = tuple(writes)
+        seg._const = const
+        seg._mutate = mutate
+        seg._priority = priority
+        seg.name = f"bulk segment ({len(members)} operations from {members[0].name!r})"
+        self._seq += 1
+        seg._seq = seq = self._seq
+        seg._key = seq - (priority << 64) if priority else seq
+        wait = append_all(seg, const, mutate)
+        sequencer = self._sequencer
+        if sequencer is not None and not sequencer._append(seg, True):
+            wait += 1
+        if wait:
+            seg._wait = wait
+        elif self._gpu is not None:
+            self._settle([seg])  # it may have to wait for GPU fences; it runs on the loop
+        else:
+            seg._state = _READY
+            self._enqueue_loop(seg)
+
+    def _run_segment(
+        self, seg: Operation[Any], rctx: RunContext, more: bool
+    ) -> Operation[Any] | None:
+        """Run a segment's members in push order, then release its Vars (loop thread).
+
+        Each member starts (unless cancelled, or skipped because an input carries a failure,
+        which an earlier member may have written) and finishes under the lock as an operation
+        of its own; only holding and releasing the Vars is the segment's. Returns the loop
+        operation claimed next, as :meth:`_finish_and_continue` does.
+        """
+        members: list[Operation[Any]] = seg._result
+        seg._result = None
+        lock = self._lock
+        n = len(members)
+        i = 0
+        try:
+            while i < n:
+                op = members[i]
+                i += 1
+                lock.acquire()
+                try:
+                    if op._state is not _PENDING:
+                        continue  # cancelled while it waited
+                    if self._failures and self._skip_locked(op) is not None:
+                        continue  # skipped (it releases nothing: the segment holds its Vars)
+                    op._state = _RUNNING
+                finally:
+                    lock.release()
+                if self._instruments:
+                    for inst in self._instruments:
+                        inst.on_start(op)
+                if op._ctx is not rctx.ctx:  # by identity, as in _execute_one: cpu() is new
+                    rctx = self._run_context(op._ctx)  # each call, and hashing it runs Python
+                fn = op._fn
+                assert fn is not None
+                try:
+                    result = op._context.run(fn, rctx)
+                except BaseException as exc:
+                    exc.__traceback__ = exc.__traceback__.tb_next if exc.__traceback__ else None
+                    self._finish(op, _FAILED, None, exc)
+                    del op, fn  # the failure's frames reach this frame: see _execute_one
+                    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                        raise  # recorded; the members after it are cancelled below
+                    continue
+                if type(result) is CoroutineType:
+                    self._finish(op, _FAILED, None, self._awaitable_result(op, result))
+                    continue
+                lock.acquire()
+                try:
+                    op._state = _DONE
+                    op._result = result
+                    box = op._inherited  # a NO_SKIP member passes an inherited failure on
+                    for v in op._mutate:
+                        v._version += 1
+                        if box is not None:
+                            v._failure = box
+                    op._fn = None
+                    op._inherited = None
+                    self._complete_locked(op, _DONE)
+                finally:
+                    lock.release()
+        except BaseException:
+            # KeyboardInterrupt or SystemExit from a member, re-raised as an inline
+            # operation's is (or a failing instrument): cancel the members not started, so
+            # none is left pending, and release the segment's Vars.
+            ready: list[Any] = []
+            with lock:
+                for op in members[i:]:
+                    if op._state is _PENDING:
+                        self._finish_locked(op, _CANCELLED, None, None, ready)
+            self._finish_segment(seg, False)
+            raise
+        # Hold no operation once this frame returns (a failure's frames reach it: _execute).
+        members.clear()
+        op = fn = None  # type: ignore[assignment]
+        return self._finish_segment(seg, more)
+
+    def _finish_segment(self, seg: Operation[Any], more: bool) -> Operation[Any] | None:
+        """Release a segment's Vars; claim the next loop operation if ``more`` (loop thread)."""
+        ready: list[Any] = []
+        nxt = None
+        lock = self._lock
+        lock.acquire()
+        try:
+            seg._state = _DONE
+            # False: its members counted their own writes as they finished.
+            release_all(seg._const, seg._mutate, ready, False)
+            if self._sequencer is not None:
+                self._sequencer._release(True, ready, True)
+            self._complete_locked(seg, _DONE)
+            todo = self._settle(ready) if ready else ready
+            if more:
+                nxt = self._claim_loop_op_locked(todo)
+        finally:
+            lock.release()
+        if todo:
+            self._submit(todo)
+        return nxt
 
     def _run_context(self, ctx: Context) -> RunContext:
         rctx = self._rctx_cache.get(ctx)
@@ -1946,6 +2202,15 @@ class Engine:
             if box is not None:
                 for v in op._mutate:
                     v._failure = box
+        if op._segment is not None:
+            # A bulk segment's member: the segment holds its Vars and releases them after its
+            # last member; the member counts its own writes (Var.version).
+            if state is not _CANCELLED:
+                for v in op._mutate:
+                    v._version += 1
+            op._fn = None
+            op._inherited = None
+            return
         completed = state is not _CANCELLED and op._kind != _WAIT
         if op._wait:  # cancelled before its turn on some Vars: see _withdraw_locked
             self._withdraw_locked(op, completed, ready)
@@ -1976,12 +2241,12 @@ class Engine:
 
     def _complete_locked(self, op: Operation[Any], state: OpState) -> None:
         """Make ``op`` final: counters, ``wait_for_all``, awaiters and callbacks (lock held)."""
-        if self._instruments and op._kind != _WAIT:
+        if self._instruments and op._kind < _WAIT:
             for inst in self._instruments:
                 inst.on_finish(op)
         # A finished operation keeps no Var alive (its failure's traceback may keep it).
         op._const = op._mutate = ()
-        if op._kind != _WAIT:
+        if op._kind < _WAIT:
             del self._live[op._seq]
             self._finished[op._target][state] += 1  # statistics()
             if self._capacity_waiters:
@@ -2129,6 +2394,8 @@ class Engine:
         loop = self._bind()
         if loop is None or _get_running_loop() is not loop:
             raise RuntimeError(f"await {op!r} from a coroutine on the engine's event loop")
+        if op._segment is not None and op._segment is self._segment:
+            self._flush_segment()  # do not wait for the loop's next iteration to queue it
         current = self._running_op()
         if current is not None and op._seq >= current._seq:
             self._check_await_inside(current, op)
@@ -2146,6 +2413,8 @@ class Engine:
         than ``op``) that could only deadlock: ``op`` waits for ``current`` to finish."""
         if op is current:
             raise RuntimeError(f"{current.name!r} awaits itself: this would deadlock")
+        # A bulk segment's member waits for what its segment waits for, on all its Vars.
+        waits = op if op._segment is None else op._segment
         if self._settings.serial:
             raise RuntimeError(
                 f"{current.name!r} awaits {op.name!r}, which serial mode runs only after it: "
@@ -2153,11 +2422,11 @@ class Engine:
             )
         # Pushed later and in conflict on a Var that current holds: queued behind it there.
         held_writes = current._mutate
-        for v in op._mutate:
+        for v in waits._mutate:
             if v in held_writes or v in current._const:
                 break
         else:
-            for v in op._const:
+            for v in waits._const:
                 if v in held_writes:
                     break
             else:
@@ -2206,6 +2475,8 @@ class Engine:
         with self._lock:
             if var._deleted:
                 raise VarDeletedError(f"{var!r} was deleted; nothing to wait for")
+            if self._segment is not None:
+                self._flush_segment_locked()  # its members may use var: the marker goes behind
             if current is not None and (
                 var in current._const
                 or var in current._mutate
@@ -2310,6 +2581,7 @@ class Engine:
 
     async def _drained(self, timeout: float | None) -> None:  # noqa: ASYNC109
         loop = self._require_loop()
+        self._flush_segment()
         async with asyncio.timeout(timeout):
             while True:
                 with self._lock:
@@ -2387,6 +2659,7 @@ class Engine:
         Edges run from an operation to the ones that waited for it, labelled with the Var.
         Render it with ``to_dot()`` / ``to_mermaid()``; notebooks display it inline.
         """
+        self._flush_segment()
         return _graph.build_graph(self)
 
     def dump(self) -> _dump.Dump:
@@ -2396,6 +2669,7 @@ class Engine:
         suspended coroutine operations, and flags callback-style operations that have not
         called ``on_complete()``. Safe from any thread.
         """
+        self._flush_segment()
         return _dump.build_dump(self)
 
     def statistics(self) -> EngineStatistics:

@@ -78,6 +78,9 @@ _SYNC = 0  # fn(rctx) -> T on an executor thread (or inline on the loop)
 _CORO = 1  # async fn(rctx) -> T as a task on the engine's loop
 _CALLBACK = 2  # fn(rctx, on_complete) -> None; complete when on_complete() is called
 _WAIT = 3  # no function: a marker that completes as soon as it is granted (wait_for_var)
+# Kinds from _WAIT up are the engine's own records, never a user's operation: not counted,
+# not shown to instruments, not in Engine._live.
+_BULK = 4  # a bulk segment: holds its members' Vars and runs them in push order (bulk.py)
 
 
 class Operation(Generic[T]):
@@ -109,6 +112,7 @@ class Operation(Generic[T]):
         "_priority",
         "_prop",
         "_result",
+        "_segment",
         "_seq",
         "_state",
         "_target",
@@ -157,6 +161,9 @@ class Operation(Generic[T]):
         self._callbacks = None
         self._task: asyncio.Task[Any] | None = None  # the coroutine (kind _CORO); loop thread only
         self._context = contextvars.copy_context()  # the pusher's context vars, for fn
+        # The bulk segment (kind _BULK) that holds this operation's Vars and runs it; such a
+        # member is in no Var's queue itself (bulk.py).
+        self._segment: Operation[Any] | None = None
 
     # -- asyncio.Future's interface ------------------------------------------------------
 

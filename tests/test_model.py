@@ -7,10 +7,12 @@ that mutates every Var and waits on an ``asyncio.Event``), then pushes random op
 ``def fn(rctx, on_complete)``, completed inline or from a thread), with random read and write
 sets (duplicates and a Var in both lists included), priorities and properties; some raise,
 some are cancelled right after the push (they cannot have started: the blocker holds every
-Var). Then the blocker is released and the segment may end with a wait: ``wait_for_var`` after
-the operations pushed so far finished, ``wait_for_var`` while they still run (only on a Var
-that the model says carries no failure, the one case where throw-once clearing cannot race with
-operations still pending), or ``wait_for_all``.
+Var); some programs push them inside ``engine.bulk(n)``, which groups the inline ones into
+bulk segments without changing any outcome. Then the blocker is released and the segment may
+end with a wait: ``wait_for_var`` after the operations pushed so far finished,
+``wait_for_var`` while they still run (only on a Var that the model says carries no failure,
+the one case where throw-once clearing cannot race with operations still pending), or
+``wait_for_all``.
 
 The reference model applies the operations one at a time in push order with MXNet's failure
 semantics (issue 2): a fn that raises records its exception on the Vars it mutates; a later
@@ -26,6 +28,7 @@ values and versions, what every wait raised, and that the monitor saw no overlap
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import functools
 import threading
@@ -97,6 +100,9 @@ class Segment:
 class Program:
     n_vars: int
     segments: tuple[Segment, ...]
+    # Push each segment's operations inside ``engine.bulk(bulk)`` (0: not at all). Bulk
+    # segments change how operations are scheduled, never what the model predicts.
+    bulk: int = 0
 
 
 _PROPS = (
@@ -153,7 +159,7 @@ def programs(draw: st.DrawFn) -> Program:
         wait_kind = draw(st.sampled_from((None, *WaitKind)))
         wait = WaitSpec(wait_kind, draw(var)) if wait_kind is not None else None
         segments.append(Segment(blocker, tuple(ops), wait))
-    return Program(n_vars, tuple(segments))
+    return Program(n_vars, tuple(segments), draw(st.sampled_from((0, 0, 1, 2, 3, 8))))
 
 
 # -- the sequential reference model ---------------------------------------------------------
@@ -373,11 +379,12 @@ async def run_program(
     for segment, wait in zip(program.segments, exp.wait_plan, strict=True):
         gate = asyncio.Event()
         runner.push(segment.blocker, gate)
-        for spec in segment.ops:
-            op = runner.push(spec)
-            if spec.cancel:
-                assert op.cancel() is True, op
-                assert op.cancelled(), op
+        with engine.bulk(program.bulk) if program.bulk else contextlib.nullcontext():
+            for spec in segment.ops:
+                op = runner.push(spec)
+                if spec.cancel:
+                    assert op.cancel() is True, op
+                    assert op.cancelled(), op
         gate.set()
         if wait is None:
             continue
@@ -479,6 +486,7 @@ class TestAgainstSequentialModel:
             event(f"has {outcome} ops")
         for wait in exp.wait_plan:
             event(f"wait: {wait.kind.value if wait else None}")
+        event(f"bulk size {program.bulk}")
         engine = ae.Engine(cpu_workers=2, cpu_priority_workers=1, serial=serial)
         try:
             runner, waits, final = await run_program(engine, program, exp, type(monitor)())

@@ -1,0 +1,377 @@
+"""Bulk execution (``with engine.bulk(n):``): inline operations grouped into segments.
+
+A segment holds the union of its members' Vars and runs them in push order; each member keeps
+its own result, failure, skip and cancellation. Tests that a segment formed observe its one
+visible cost, granularity: a member waits for every Var of its segment. The random programs of
+``test_model.py`` also run inside bulk scopes against the sequential model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from typing import Any
+
+import pytest
+
+import aioengine as ae
+
+from .conftest import Blocker
+
+ASYNC = ae.FnProperty.ASYNC
+
+
+class Boom(Exception):
+    """An exception raised by a test's fn."""
+
+
+def record(trace: list[str], name: str) -> Any:
+    def fn(rctx: ae.RunContext) -> str:
+        trace.append(name)
+        return name
+
+    return fn
+
+
+def inline(
+    engine: ae.Engine,
+    fn: Any,
+    *,
+    const: list[ae.Var] | None = None,
+    mutate: list[ae.Var] | None = None,
+    name: str | None = None,
+) -> ae.Operation[Any]:
+    return engine.push_sync(
+        fn, const_vars=const or [], mutate_vars=mutate or [], prop=ASYNC, name=name
+    )
+
+
+async def test_random_inline_program_matches_push_order(engine: ae.Engine) -> None:
+    """Each op sees exactly the writes pushed before it; every write counts in version."""
+    rng = random.Random(7)
+    vs = [engine.new_var(f"v{k}") for k in range(6)]
+    values = [0] * len(vs)
+    expected_values = [0] * len(vs)
+    seen: dict[int, tuple[int, ...]] = {}
+    expected_seen: dict[int, tuple[int, ...]] = {}
+    writes = [0] * len(vs)
+    ops = []
+    with engine.bulk(16):
+        for i in range(500):
+            reads = rng.sample(range(len(vs)), rng.randint(0, 2))
+            wr = rng.sample(range(len(vs)), rng.randint(1, 2))
+
+            def fn(
+                rctx: ae.RunContext, i: int = i, reads: list[int] = reads, wr: list[int] = wr
+            ) -> int:
+                seen[i] = tuple(values[k] for k in (*reads, *wr))
+                for k in wr:
+                    values[k] = i
+                return i
+
+            expected_seen[i] = tuple(expected_values[k] for k in (*reads, *wr))
+            for k in wr:
+                expected_values[k] = i
+                writes[k] += 1
+            ops.append(inline(engine, fn, const=[vs[k] for k in reads], mutate=[vs[k] for k in wr]))
+    await engine.wait_for_all()
+    assert [await op for op in ops] == list(range(500))
+    assert seen == expected_seen
+    assert values == expected_values
+    assert [v.version for v in vs] == writes
+
+
+async def test_a_member_waits_for_every_var_of_its_segment(engine: ae.Engine) -> None:
+    """The segment formed: ``b`` (on y only) waits for x, which ``a`` in its segment needs."""
+    x, y = engine.new_var("x"), engine.new_var("y")
+    trace: list[str] = []
+    blocker = Blocker(engine, trace, mutate=[x])
+    await blocker.started.wait()
+    with engine.bulk(2):
+        a = inline(engine, record(trace, "a"), mutate=[x])
+        b = inline(engine, record(trace, "b"), mutate=[y])
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not b.done()
+    assert trace == ["block:start"]
+    blocker.release()
+    assert await b == "b"
+    assert await a == "a"
+    assert trace == ["block:start", "block:end", "a", "b"]
+
+
+async def test_without_bulk_the_same_op_does_not_wait(engine: ae.Engine) -> None:
+    """The control for the test above: unbulked, ``b`` runs while x is held."""
+    x, y = engine.new_var("x"), engine.new_var("y")
+    trace: list[str] = []
+    blocker = Blocker(engine, trace, mutate=[x])
+    await blocker.started.wait()
+    a = inline(engine, record(trace, "a"), mutate=[x])
+    b = inline(engine, record(trace, "b"), mutate=[y])
+    if engine.serial:
+        blocker.release()  # serial mode runs everything in push order anyway
+    assert await b == "b"
+    blocker.release()
+    assert await a == "a"
+
+
+async def test_a_later_op_waits_for_the_whole_segment(engine: ae.Engine) -> None:
+    x, y = engine.new_var("x"), engine.new_var("y")
+    trace: list[str] = []
+    blocker = Blocker(engine, trace, mutate=[x])
+    await blocker.started.wait()
+    with engine.bulk(8):
+        inline(engine, record(trace, "a"), mutate=[x])
+        inline(engine, record(trace, "b"), mutate=[y])
+    later = inline(engine, record(trace, "later"), const=[y])  # after b, so after the segment
+    blocker.release()
+    await later
+    assert trace == ["block:start", "block:end", "a", "b", "later"]
+
+
+async def test_awaiting_a_member_inside_the_block_does_not_hang(engine: ae.Engine) -> None:
+    x = engine.new_var("x")
+    with engine.bulk(1000):
+        ops = [inline(engine, lambda rctx, i=i: i, mutate=[x]) for i in range(3)]
+        assert await asyncio.wait_for(ops[1], 10) == 1
+        assert ops[0].done()
+    assert await ops[2] == 2
+
+
+async def test_segments_close_on_the_next_loop_iteration(engine: ae.Engine) -> None:
+    """No await of a member is needed: an open segment is queued one iteration later."""
+    x = engine.new_var("x")
+    done = asyncio.Event()
+    with engine.bulk(1000):
+        op = inline(engine, lambda rctx: done.set(), mutate=[x])
+        await asyncio.wait_for(done.wait(), 10)
+        assert op.done()
+
+
+async def test_a_failure_skips_later_members_that_use_its_writes(engine: ae.Engine) -> None:
+    x, y = engine.new_var("x"), engine.new_var("y")
+    ran: list[str] = []
+
+    def boom(rctx: ae.RunContext) -> None:
+        ran.append("boom")
+        raise Boom("x is bad")
+
+    with engine.bulk(10):
+        failed = inline(engine, boom, mutate=[x], name="boom")
+        reader = inline(engine, record(ran, "reader"), const=[x])
+        other = inline(engine, record(ran, "other"), mutate=[y])
+        nosk = engine.push_sync(
+            record(ran, "noskip"),
+            const_vars=[x],
+            mutate_vars=[y],
+            prop=ae.FnProperty.NO_SKIP if engine.serial else ASYNC,
+        )
+    with pytest.raises(ExceptionGroup) as caught:
+        await engine.wait_for_all()
+    assert [type(e) for e in caught.value.exceptions] == [Boom]
+    assert isinstance(failed.exception(), Boom)
+    err = reader.exception()
+    assert isinstance(err, ae.DependencyError)
+    assert err.__cause__ is failed.exception()
+    assert await other == "other"
+    if engine.serial:  # NO_SKIP runs on the loop in serial mode, so it joins the segment
+        assert await nosk == "noskip"
+        assert ran == ["boom", "other", "noskip"]
+    else:
+        assert isinstance(nosk.exception(), ae.DependencyError)
+        assert ran == ["boom", "other"]
+    assert (x.version, y.version) == (1, 2)  # a failed or skipped write counts too
+
+
+async def test_a_cancelled_member_never_runs(engine: ae.Engine) -> None:
+    x = engine.new_var("x")
+    trace: list[str] = []
+    blocker = Blocker(engine, trace, mutate=[x])
+    await blocker.started.wait()
+    with engine.bulk(10):
+        a = inline(engine, record(trace, "a"), mutate=[x])
+        b = inline(engine, record(trace, "b"), mutate=[x])
+        c = inline(engine, record(trace, "c"), mutate=[x])
+    assert b.cancel() is True
+    blocker.release()
+    assert await c == "c"
+    assert await a == "a"
+    assert b.cancelled()
+    assert trace == ["block:start", "block:end", "a", "c"]
+    assert x.version == 3  # the blocker, a and c; a cancelled write does not count
+
+
+async def test_a_segment_whose_members_were_all_cancelled_is_dropped(engine: ae.Engine) -> None:
+    x = engine.new_var("x")
+    trace: list[str] = []
+    with engine.bulk(10):
+        ops = [inline(engine, record(trace, f"m{i}"), mutate=[x]) for i in range(3)]
+        assert all(op.cancel() for op in ops)
+    await engine.wait_for_all()
+    await engine.wait_for_var(x)
+    assert trace == []
+    assert x.version == 0
+    assert engine.pending == 0
+
+
+async def test_other_operations_are_not_grouped(threaded_engine: ae.Engine) -> None:
+    """Thread-pool and coroutine operations inside the block run as usual, in push order."""
+    engine = threaded_engine
+    x = engine.new_var("x")
+    order: list[str] = []
+    loop_thread = threading.get_ident()
+
+    def on_pool(rctx: ae.RunContext) -> int:
+        order.append("pool")
+        return threading.get_ident()
+
+    async def coro(rctx: ae.RunContext) -> None:
+        order.append("coro")
+
+    with engine.bulk(10):
+        a = inline(engine, record(order, "a"), mutate=[x])
+        pool = engine.push_sync(on_pool, mutate_vars=[x])
+        co = engine.push_async(coro, mutate_vars=[x])
+        b = inline(engine, record(order, "b"), mutate=[x])
+    await asyncio.gather(a, pool, co, b)
+    assert order == ["a", "pool", "coro", "b"]
+    assert pool.result() != loop_thread
+
+
+async def test_the_scope_covers_its_own_task_only(engine: ae.Engine) -> None:
+    x, y = engine.new_var("x"), engine.new_var("y")
+    trace: list[str] = []
+    blocker = Blocker(engine, trace, mutate=[x])
+    await blocker.started.wait()
+    pushed = asyncio.Event()
+    proceed = asyncio.Event()
+    outside: list[ae.Operation[Any]] = []
+
+    async def other_task() -> None:
+        await proceed.wait()
+        outside.append(inline(engine, record(trace, "outside"), mutate=[y]))
+        pushed.set()
+
+    task = asyncio.create_task(other_task())
+    with engine.bulk(100):
+        inline(engine, record(trace, "a"), mutate=[x])
+        proceed.set()
+        await pushed.wait()  # the other task pushes while this block is open
+        if not engine.serial:
+            assert await outside[0] == "outside"  # not held back by x: not in the segment
+    blocker.release()
+    await engine.wait_for_all()
+    await task
+    if engine.serial:
+        assert trace == ["block:start", "block:end", "a", "outside"]
+    else:
+        assert trace == ["block:start", "outside", "block:end", "a"]
+
+
+async def test_wait_for_var_inside_the_block_waits_for_the_open_segment(
+    engine: ae.Engine,
+) -> None:
+    x = engine.new_var("x")
+    with engine.bulk(1000):
+        ops = [inline(engine, lambda rctx, i=i: i, mutate=[x]) for i in range(5)]
+        await engine.wait_for_var(x)
+        assert all(op.done() for op in ops)
+    assert x.version == 5
+
+
+async def test_dump_inside_the_block_shows_the_members(engine: ae.Engine) -> None:
+    x = engine.new_var("x")
+    trace: list[str] = []
+    blocker = Blocker(engine, trace, mutate=[x])
+    await blocker.started.wait()
+    with engine.bulk(10):
+        inline(engine, record(trace, "m1"), mutate=[x], name="m1")
+        inline(engine, record(trace, "m2"), const=[x], name="m2")
+        dump = engine.dump()
+    text = str(dump)
+    assert "m1" in text
+    assert "m2" in text
+    info = {op.name: op for op in dump.ops}
+    assert info["m1"].waits == (("x", "write"),)
+    assert info["m2"].waits == (("x", "read"),)
+    (xinfo,) = [v for v in dump.vars if v.name == "x"]
+    waiting = {seq for seq, _ in xinfo.waiters}
+    assert {info["m1"].seq, info["m2"].seq} <= waiting
+    blocker.release()
+    await engine.wait_for_all()
+
+
+async def test_a_trace_shows_every_member(engine: ae.Engine) -> None:
+    x = engine.new_var("x")
+    engine.start_trace()
+    with engine.bulk(4):
+        for i in range(10):
+            inline(engine, lambda rctx: None, mutate=[x], name=f"m{i}")
+    await engine.wait_for_all()
+    trace = engine.stop_trace()
+    names = {e["name"] for e in trace["traceEvents"] if e.get("ph") == "X"}
+    assert {f"m{i}" for i in range(10)} <= names
+    assert not any("bulk" in n for n in names)
+    assert engine.statistics().done == 10
+
+
+async def test_awaiting_a_member_that_waits_for_the_awaiting_op_raises(
+    threaded_engine: ae.Engine,
+) -> None:
+    """The deadlock check looks at the member's segment: its other member needs x."""
+    engine = threaded_engine
+    x, y = engine.new_var("x"), engine.new_var("y")
+
+    async def outer(rctx: ae.RunContext) -> str:
+        with engine.bulk(10):
+            inline(engine, lambda rctx: None, mutate=[x])
+            mine = inline(engine, lambda rctx: None, mutate=[y])
+            with pytest.raises(RuntimeError, match="deadlock"):
+                await mine
+        return "ok"
+
+    assert await engine.push_async(outer, mutate_vars=[x]) == "ok"
+    await engine.wait_for_all()
+
+
+async def test_bulk_rejects_bad_sizes(engine: ae.Engine) -> None:
+    for bad in (1.5, "2", None, True):
+        with pytest.raises(TypeError, match="size must be an int"):
+            engine.bulk(bad)  # type: ignore[arg-type]
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match="at least 1"):
+            engine.bulk(bad)
+
+
+async def test_a_scope_is_entered_once(engine: ae.Engine) -> None:
+    scope = engine.bulk(4)
+    with scope:
+        pass
+    with pytest.raises(RuntimeError, match="entered already"), scope:
+        pass
+
+
+async def test_bulk_off_the_loop_thread_raises(engine: ae.Engine) -> None:
+    engine.new_var()
+    await engine.wait_for_all()  # bind the engine to this loop
+
+    def enter() -> None:
+        with engine.bulk(4):
+            pass
+
+    with pytest.raises(RuntimeError, match="event-loop thread"):
+        await asyncio.to_thread(enter)
+
+
+async def test_bulk_on_a_closed_engine_raises() -> None:
+    engine = ae.Engine(cpu_workers=1)
+    await engine.aclose()
+    with pytest.raises(ae.EngineClosedError), engine.bulk(4):
+        pass
+
+
+def test_bulk_without_a_running_loop_raises() -> None:
+    engine = ae.Engine(cpu_workers=1)
+    with pytest.raises(RuntimeError, match="not bound"), engine.bulk(4):
+        pass
