@@ -846,7 +846,7 @@ class Engine:
         :meth:`dump`) and at the latest on the loop's next iteration: nothing waits for the
         block to end. Other operations (thread-pool, coroutine, GPU, callback-style) and
         pushes from other threads are not grouped. ``size=1`` groups nothing. See
-        ``docs/bulk.md``.
+        ``docs/howto/bulk.md``.
 
         Raises:
             TypeError: if ``size`` is not an int.
