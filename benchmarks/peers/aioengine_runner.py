@@ -6,6 +6,8 @@ asyncio loop):
 ``aio-threaded``  ``Engine(cpu_workers=os.cpu_count())``, ``push_sync`` (bodies on worker threads)
 ``aio-inline``    the same engine, ``push_sync(..., prop=FnProperty.ASYNC)`` (inline on the loop)
 ``aio-serial``    ``Engine(serial=True)``, ``push_sync`` (one at a time on the loop)
+``aio-inline-bulk``  ``aio-inline`` with the push loop inside ``engine.bulk(BULK_SIZE)``
+``aio-serial-bulk``  ``aio-serial`` with the push loop inside ``engine.bulk(BULK_SIZE)``
 ``aio-traced``    ``aio-threaded`` while ``engine.start_trace()`` records every operation
 ``aio-async``     ``Engine(cpu_workers=os.cpu_count())``, ``push_async`` of coroutine bodies
 ``aio-mem``       memory benchmarks (workloads tagged ``memory``): bytes per pending op
@@ -42,13 +44,22 @@ from workloads import (
 if TYPE_CHECKING:
     import aioengine
 
-SYNC_KINDS = ("aio-threaded", "aio-inline", "aio-serial", "aio-traced")
+SYNC_KINDS = (
+    "aio-threaded",
+    "aio-inline",
+    "aio-serial",
+    "aio-traced",
+    "aio-inline-bulk",
+    "aio-serial-bulk",
+)
+#: Segment size of the ``-bulk`` configurations (a burst of 64 operations per segment).
+BULK_SIZE = 64
 
 
 def _engine(kind: str) -> aioengine.Engine:
     import aioengine as ae
 
-    if kind == "aio-serial":
+    if kind.startswith("aio-serial"):
         return ae.Engine(serial=True)
     return ae.Engine(cpu_workers=os.cpu_count() or 1)
 
@@ -85,6 +96,19 @@ async def _run_program(
         t0 = time.perf_counter()
         for i in range(n):
             push_sync(fns[i], ctx, const_vars=cvs[i], mutate_vars=mvs[i], prop=prop)
+        await engine.wait_for_all()
+    elif kind == "aio-inline-bulk":
+        prop = ae.FnProperty.ASYNC
+        t0 = time.perf_counter()
+        with engine.bulk(BULK_SIZE):
+            for i in range(n):
+                push_sync(fns[i], ctx, const_vars=cvs[i], mutate_vars=mvs[i], prop=prop)
+        await engine.wait_for_all()
+    elif kind == "aio-serial-bulk":
+        t0 = time.perf_counter()
+        with engine.bulk(BULK_SIZE):
+            for i in range(n):
+                push_sync(fns[i], ctx, const_vars=cvs[i], mutate_vars=mvs[i])
         await engine.wait_for_all()
     else:
         t0 = time.perf_counter()
