@@ -46,11 +46,12 @@ _current: contextvars.ContextVar[Bulk | None] = contextvars.ContextVar(
 
 
 def size_for(engine: Engine) -> int:
-    """The segment size for a push to ``engine`` from the current context; 0: no scope."""
+    """The segment size for a push to ``engine`` from the current context; 0: do not group
+    (no scope, an ended one, or size 1)."""
     scope = _current.get()
     while scope is not None:
         if scope._engine is engine:
-            return scope.size if scope._active else 0
+            return scope.size if scope._active and scope.size > 1 else 0
         scope = scope._outer
     return 0
 

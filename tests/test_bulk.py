@@ -375,3 +375,36 @@ def test_bulk_without_a_running_loop_raises() -> None:
     engine = ae.Engine(cpu_workers=1)
     with pytest.raises(RuntimeError, match="not bound"), engine.bulk(4):
         pass
+
+
+async def test_size_one_groups_nothing(threaded_engine: ae.Engine) -> None:
+    """bulk(1), even inside a larger scope, leaves ``b`` free to run while x is held."""
+    engine = threaded_engine
+    x, y = engine.new_var("x"), engine.new_var("y")
+    trace: list[str] = []
+    blocker = Blocker(engine, trace, mutate=[x])
+    await blocker.started.wait()
+    with engine.bulk(8), engine.bulk(1):
+        a = inline(engine, record(trace, "a"), mutate=[x])
+        b = inline(engine, record(trace, "b"), mutate=[y])
+    assert await b == "b"
+    blocker.release()
+    assert await a == "a"
+
+
+async def test_an_inner_scope_ending_restores_the_outer_one(engine: ae.Engine) -> None:
+    x, y = engine.new_var("x"), engine.new_var("y")
+    trace: list[str] = []
+    blocker = Blocker(engine, trace, mutate=[x])
+    await blocker.started.wait()
+    with engine.bulk(8):
+        with engine.bulk(1):
+            pass
+        a = inline(engine, record(trace, "a"), mutate=[x])
+        b = inline(engine, record(trace, "b"), mutate=[y])
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not b.done()  # grouped with a again: the outer bulk(8) applies
+    blocker.release()
+    assert await b == "b"
+    assert await a == "a"
