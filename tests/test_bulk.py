@@ -47,6 +47,15 @@ def inline(
     )
 
 
+async def hold_x(engine: ae.Engine) -> tuple[ae.Var, ae.Var, list[str], Blocker]:
+    """Vars x and y, and a running blocker that holds x until released (trace shared)."""
+    x, y = engine.new_var("x"), engine.new_var("y")
+    trace: list[str] = []
+    blocker = Blocker(engine, trace, mutate=[x])
+    await blocker.started.wait()
+    return x, y, trace, blocker
+
+
 async def test_random_inline_program_matches_push_order(engine: ae.Engine) -> None:
     """Each op sees exactly the writes pushed before it; every write counts in version."""
     rng = random.Random(7)
@@ -84,10 +93,7 @@ async def test_random_inline_program_matches_push_order(engine: ae.Engine) -> No
 
 async def test_a_member_waits_for_every_var_of_its_segment(engine: ae.Engine) -> None:
     """The segment formed: ``b`` (on y only) waits for x, which ``a`` in its segment needs."""
-    x, y = engine.new_var("x"), engine.new_var("y")
-    trace: list[str] = []
-    blocker = Blocker(engine, trace, mutate=[x])
-    await blocker.started.wait()
+    x, y, trace, blocker = await hold_x(engine)
     with engine.bulk(2):
         a = inline(engine, record(trace, "a"), mutate=[x])
         b = inline(engine, record(trace, "b"), mutate=[y])
@@ -103,10 +109,7 @@ async def test_a_member_waits_for_every_var_of_its_segment(engine: ae.Engine) ->
 
 async def test_without_bulk_the_same_op_does_not_wait(engine: ae.Engine) -> None:
     """The control for the test above: unbulked, ``b`` runs while x is held."""
-    x, y = engine.new_var("x"), engine.new_var("y")
-    trace: list[str] = []
-    blocker = Blocker(engine, trace, mutate=[x])
-    await blocker.started.wait()
+    x, y, trace, blocker = await hold_x(engine)
     a = inline(engine, record(trace, "a"), mutate=[x])
     b = inline(engine, record(trace, "b"), mutate=[y])
     if engine.serial:
@@ -117,10 +120,7 @@ async def test_without_bulk_the_same_op_does_not_wait(engine: ae.Engine) -> None
 
 
 async def test_a_later_op_waits_for_the_whole_segment(engine: ae.Engine) -> None:
-    x, y = engine.new_var("x"), engine.new_var("y")
-    trace: list[str] = []
-    blocker = Blocker(engine, trace, mutate=[x])
-    await blocker.started.wait()
+    x, y, trace, blocker = await hold_x(engine)
     with engine.bulk(8):
         inline(engine, record(trace, "a"), mutate=[x])
         inline(engine, record(trace, "b"), mutate=[y])
@@ -240,10 +240,7 @@ async def test_other_operations_are_not_grouped(threaded_engine: ae.Engine) -> N
 
 
 async def test_the_scope_covers_its_own_task_only(engine: ae.Engine) -> None:
-    x, y = engine.new_var("x"), engine.new_var("y")
-    trace: list[str] = []
-    blocker = Blocker(engine, trace, mutate=[x])
-    await blocker.started.wait()
+    x, y, trace, blocker = await hold_x(engine)
     pushed = asyncio.Event()
     proceed = asyncio.Event()
     outside: list[ae.Operation[Any]] = []
@@ -380,10 +377,7 @@ def test_bulk_without_a_running_loop_raises() -> None:
 async def test_size_one_groups_nothing(threaded_engine: ae.Engine) -> None:
     """bulk(1), even inside a larger scope, leaves ``b`` free to run while x is held."""
     engine = threaded_engine
-    x, y = engine.new_var("x"), engine.new_var("y")
-    trace: list[str] = []
-    blocker = Blocker(engine, trace, mutate=[x])
-    await blocker.started.wait()
+    x, y, trace, blocker = await hold_x(engine)
     with engine.bulk(8), engine.bulk(1):
         a = inline(engine, record(trace, "a"), mutate=[x])
         b = inline(engine, record(trace, "b"), mutate=[y])
@@ -393,10 +387,7 @@ async def test_size_one_groups_nothing(threaded_engine: ae.Engine) -> None:
 
 
 async def test_an_inner_scope_ending_restores_the_outer_one(engine: ae.Engine) -> None:
-    x, y = engine.new_var("x"), engine.new_var("y")
-    trace: list[str] = []
-    blocker = Blocker(engine, trace, mutate=[x])
-    await blocker.started.wait()
+    x, y, trace, blocker = await hold_x(engine)
     with engine.bulk(8):
         with engine.bulk(1):
             pass
