@@ -1780,10 +1780,7 @@ class Engine:
     def _bulk_exit(self) -> None:
         """A bulk scope ended: close the open segment, so its members queue now (loop thread)."""
         self._bulk_scopes -= 1
-        if self._segment is not None:
-            with self._lock:
-                if self._segment is not None:
-                    self._flush_segment_locked()
+        self._flush_segment()
 
     def _flush_segment(self) -> None:
         """Close the open segment, if any (any thread): something is about to wait."""
