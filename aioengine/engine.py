@@ -369,14 +369,19 @@ class Engine:
         self._device_boxes: dict[int, _Failure] = {}  # per failed GPU: the shared failure
         # Serial mode: every operation also writes this hidden Var, so they run one at a time.
         self._sequencer: Var | None = Var(self, "<serial>") if self._settings.serial else None
-        # Bulk execution (bulk.py). A push asks its context for a scope only while some scope
-        # of this engine is active (loop thread only, as every bulk field).
+        # Bulk execution (bulk.py). Active scopes: a push asks its context for one only while
+        # this is nonzero. Written on the loop thread only; other threads' pushes read it
+        # unlocked, harmlessly: a push off the loop thread never joins a segment.
         self._bulk_scopes = 0
-        # The open segment, collecting members (its _result holds them). Invariant: while it
-        # is open no other push takes a sequence number; _flush_segment_locked queues it on
-        # its Vars first, so every Var's queue stays in push order.
+        # The open segment, collecting members (its _result holds them until it runs).
+        # Guarded by _lock: opened on the loop thread, closed from any thread (a push that
+        # does not join it, a wait, dump()); an unlocked read is only a hint, re-checked under
+        # the lock. Invariant: while it is open no other push takes a sequence number;
+        # _flush_segment_locked queues it on its Vars first, so every Var's queue stays in
+        # push order.
         self._segment: Operation[Any] | None = None
-        self._segment_flush_scheduled = False  # _flush_segment_soon is scheduled on the loop
+        # Under _lock: True while a _flush_segment_soon call is scheduled and has not run.
+        self._segment_flush_scheduled = False
 
     # -- properties --------------------------------------------------------------------
 
