@@ -2,8 +2,9 @@
 
 A segment holds the union of its members' Vars and runs them in push order; each member keeps
 its own result, failure, skip and cancellation. Tests that a segment formed observe its one
-visible cost, granularity: a member waits for every Var of its segment. The random programs of
-``test_model.py`` also run inside bulk scopes against the sequential model.
+visible cost, granularity: a member waits for every Var of its segment. Those run on a threaded
+engine only: serial mode runs every operation in push order anyway, so there they could not fail.
+The random programs of ``test_model.py`` also run inside bulk scopes against the sequential model.
 """
 
 from __future__ import annotations
@@ -56,6 +57,12 @@ async def hold_x(engine: ae.Engine) -> tuple[ae.Var, ae.Var, list[str], Blocker]
     return x, y, trace, blocker
 
 
+async def settle_loop_queue(engine: ae.Engine) -> None:
+    """Push an inline op on a fresh Var and await it: the loop runs its ready inline ops in
+    push order, so every one that was ready before this push has run when it returns."""
+    await inline(engine, lambda rctx: None, mutate=[engine.new_var("probe")])
+
+
 async def test_random_inline_program_matches_push_order(engine: ae.Engine) -> None:
     """Each op sees exactly the writes pushed before it; every write counts in version."""
     rng = random.Random(7)
@@ -91,14 +98,14 @@ async def test_random_inline_program_matches_push_order(engine: ae.Engine) -> No
     assert [v.version for v in vs] == writes
 
 
-async def test_a_member_waits_for_every_var_of_its_segment(engine: ae.Engine) -> None:
+async def test_a_member_waits_for_every_var_of_its_segment(threaded_engine: ae.Engine) -> None:
     """The segment formed: ``b`` (on y only) waits for x, which ``a`` in its segment needs."""
+    engine = threaded_engine
     x, y, trace, blocker = await hold_x(engine)
     with engine.bulk(2):
         a = inline(engine, record(trace, "a"), mutate=[x])
         b = inline(engine, record(trace, "b"), mutate=[y])
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await settle_loop_queue(engine)
     assert not b.done()
     assert trace == ["block:start"]
     blocker.release()
@@ -107,19 +114,19 @@ async def test_a_member_waits_for_every_var_of_its_segment(engine: ae.Engine) ->
     assert trace == ["block:start", "block:end", "a", "b"]
 
 
-async def test_without_bulk_the_same_op_does_not_wait(engine: ae.Engine) -> None:
+async def test_without_bulk_the_same_op_does_not_wait(threaded_engine: ae.Engine) -> None:
     """The control for the test above: unbulked, ``b`` runs while x is held."""
+    engine = threaded_engine
     x, y, trace, blocker = await hold_x(engine)
     a = inline(engine, record(trace, "a"), mutate=[x])
     b = inline(engine, record(trace, "b"), mutate=[y])
-    if engine.serial:
-        blocker.release()  # serial mode runs everything in push order anyway
     assert await b == "b"
     blocker.release()
     assert await a == "a"
 
 
-async def test_a_later_op_waits_for_the_whole_segment(engine: ae.Engine) -> None:
+async def test_a_later_op_waits_for_the_whole_segment(threaded_engine: ae.Engine) -> None:
+    engine = threaded_engine
     x, y, trace, blocker = await hold_x(engine)
     with engine.bulk(8):
         inline(engine, record(trace, "a"), mutate=[x])
@@ -239,7 +246,8 @@ async def test_other_operations_are_not_grouped(threaded_engine: ae.Engine) -> N
     assert pool.result() != loop_thread
 
 
-async def test_the_scope_covers_its_own_task_only(engine: ae.Engine) -> None:
+async def test_the_scope_covers_its_own_task_only(threaded_engine: ae.Engine) -> None:
+    engine = threaded_engine
     x, y, trace, blocker = await hold_x(engine)
     pushed = asyncio.Event()
     proceed = asyncio.Event()
@@ -255,15 +263,12 @@ async def test_the_scope_covers_its_own_task_only(engine: ae.Engine) -> None:
         inline(engine, record(trace, "a"), mutate=[x])
         proceed.set()
         await pushed.wait()  # the other task pushes while this block is open
-        if not engine.serial:
-            assert await outside[0] == "outside"  # not held back by x: not in the segment
+        # Not held back by x: not in the segment (were it, this would time out, not hang).
+        assert await asyncio.wait_for(outside[0], 10) == "outside"
     blocker.release()
     await engine.wait_for_all()
     await task
-    if engine.serial:
-        assert trace == ["block:start", "block:end", "a", "outside"]
-    else:
-        assert trace == ["block:start", "outside", "block:end", "a"]
+    assert trace == ["block:start", "outside", "block:end", "a"]
 
 
 async def test_wait_for_var_inside_the_block_waits_for_the_open_segment(
@@ -386,15 +391,17 @@ async def test_size_one_groups_nothing(threaded_engine: ae.Engine) -> None:
     assert await a == "a"
 
 
-async def test_an_inner_scope_ending_restores_the_outer_one(engine: ae.Engine) -> None:
+async def test_an_inner_scope_ending_restores_the_outer_one(
+    threaded_engine: ae.Engine,
+) -> None:
+    engine = threaded_engine
     x, y, trace, blocker = await hold_x(engine)
     with engine.bulk(8):
         with engine.bulk(1):
             pass
         a = inline(engine, record(trace, "a"), mutate=[x])
         b = inline(engine, record(trace, "b"), mutate=[y])
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await settle_loop_queue(engine)
     assert not b.done()  # grouped with a again: the outer bulk(8) applies
     blocker.release()
     assert await b == "b"
