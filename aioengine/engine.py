@@ -1640,7 +1640,8 @@ class Engine:
             if op is None:
                 return
             while op is not None:
-                budget -= 1
+                # A bulk segment runs all its members in this one call: each one counts.
+                budget -= len(op._result) if op._kind == _BULK else 1
                 op = execute(op, None, True, budget > 0)
         with self._lock:
             if self._loop_queue:

@@ -156,6 +156,20 @@ async def test_segments_close_on_the_next_loop_iteration(engine: ae.Engine) -> N
         assert op.done()
 
 
+async def test_segments_let_the_loop_breathe_by_their_members(engine: ae.Engine) -> None:
+    """Every member counts towards the loop's batch of inline work, not each segment once:
+    ten segments of 100 ops do not keep the loop's other callbacks waiting for all 1000."""
+    trace: list[str] = []
+    with engine.bulk(100):
+        for i in range(1000):
+            inline(engine, lambda rctx, i=i: trace.append(f"op{i}"), mutate=[engine.new_var()])
+    asyncio.get_running_loop().call_soon(trace.append, "callback")
+    await engine.wait_for_all()
+    assert len(trace) == 1001
+    assert 0 < trace.index("callback") < 1000
+    assert [t for t in trace if t != "callback"] == [f"op{i}" for i in range(1000)]
+
+
 async def test_a_failure_skips_later_members_that_use_its_writes(engine: ae.Engine) -> None:
     x, y = engine.new_var("x"), engine.new_var("y")
     ran: list[str] = []
