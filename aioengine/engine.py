@@ -1539,7 +1539,9 @@ class Engine:
             if op._kind == _WAIT:
                 if self._gpu is not None and self._hold_for_fences(op):
                     continue
-                self._finish_locked(op, _DONE, None, None, ready)
+                # Its result: the failure its Var carries now that every earlier user has
+                # finished, not one that a later operation records before the waiter resumes.
+                self._finish_locked(op, _DONE, op._mutate[0]._failure, None, ready)
             elif op._state is _PENDING:
                 if (
                     self._gpu is not None
@@ -2457,10 +2459,11 @@ class Engine:
     async def wait_for_var(self, var: Var, *, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Wait until every operation pushed so far that reads or mutates ``var`` finished.
 
-        Then, if ``var`` carries a failure, raise it and clear it everywhere (the same
-        exception is cleared from every Var carrying it and from the engine's record;
-        operations pushed afterwards run normally). Returns without yielding when ``var`` is
-        idle. Cancelling the wait (or the timeout) leaves the engine unchanged.
+        Then, if ``var`` carried a failure at that point, raise it and clear it everywhere
+        (the same exception is cleared from every Var carrying it and from the engine's
+        record; operations pushed afterwards run normally). A failure recorded by an
+        operation pushed after this call is left for a later wait. Returns without yielding
+        when ``var`` is idle. Cancelling the wait (or the timeout) leaves the engine unchanged.
 
         Raises:
             TimeoutError: if ``timeout`` seconds pass first.
@@ -2519,10 +2522,11 @@ class Engine:
                     ) from None
                 raise
         with self._lock:
-            box = var._failure
+            box = var._failure if marker is None else marker._result  # see _settle
             failure = box.exc if box is not None else None
             if box is not None:
-                var._failure = None
+                if var._failure is box:  # else a later operation's failure replaced it
+                    var._failure = None
                 box.exc = None
                 self._failures.pop(box, None)
         if failure is not None:

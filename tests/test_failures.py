@@ -369,6 +369,42 @@ class TestWaitForVar:
             await waiter
         assert info.value is exc
 
+    async def test_a_failure_of_a_later_op_is_not_the_waits(self, engine: ae.Engine) -> None:
+        """The wait reports what ``x`` carried when its earlier users had finished.
+
+        An op pushed after the wait may run (and fail) before the waiting task resumes: here
+        the earlier user completes from another thread, which resumes the waiter through the
+        loop's queue, behind nothing but ahead of nobody. Its failure is left for a later
+        wait, not thrown (and cleared) by this one.
+        """
+        exc = Boom("later")
+        x = engine.new_var("x")
+        started = asyncio.Event()
+        calls: list[ae.OnComplete] = []
+
+        def hold(rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+            calls.append(on_complete)
+            started.set()
+
+        engine.push_async(hold, mutate_vars=[x], prop=ae.FnProperty.ASYNC)
+        await asyncio.wait_for(started.wait(), 10)
+        waiter = asyncio.create_task(engine.wait_for_var(x))
+        await asyncio.sleep(0)  # the wait queues its marker behind hold
+
+        def fail(rctx: ae.RunContext) -> None:
+            raise exc
+
+        later = engine.push_sync(fail, mutate_vars=[x], prop=ae.FnProperty.ASYNC)
+        thread = threading.Thread(target=calls[0])
+        thread.start()
+        thread.join()
+        await asyncio.wait_for(waiter, 10)  # hold succeeded: nothing to raise
+        with pytest.raises(Boom):
+            await later
+        with pytest.raises(Boom) as info:
+            await engine.wait_for_var(x)  # still recorded: thrown by the wait that covers it
+        assert info.value is exc
+
 
 class TestWaitForAll:
     """``wait_for_all()`` raises every recorded failure in one ExceptionGroup, then clears."""
