@@ -1,17 +1,17 @@
 """The chaos soak: random programs with injected faults, checked against a sequential model.
 
-A soak runs *rounds*; each round creates an Engine (threaded, or serial every fourth round)
-and runs *epochs* on it. In an epoch the event loop and ``PRODUCERS`` threads push random
-operations at the same time: sync, coroutine and callback-style functions and pushes of
-pre-built operators, on random Vars, with random properties, priorities and contexts (some
-sync operations go to two simulated GPUs, where they release their Vars once enqueued and
-complete when their fence does, so CPU users of the same Vars wait for fences). Faults
-are injected on the way: functions raise (or pass an exception to ``on_complete``) or are
-slow; operations are cancelled (from the loop and from producer threads, before and while they
-run); Vars are deleted while threads push on them; operators are deleted while threads push
-them; and the loop waits on random Vars, with and without a timeout. An epoch ends with
-``wait_for_all()``; a round ends with ``aclose()``, or with ``aclose(cancel=True)`` started
-while the producer threads are still pushing.
+A soak runs *rounds*; each round creates an Engine (threaded, or serial every fourth round) and
+runs *epochs* on it. In an epoch the event loop (inside ``engine.bulk(n)`` in half of the
+epochs) and ``PRODUCERS`` threads push random operations at the same time: sync, coroutine and
+callback-style functions and pushes of pre-built operators, on random Vars, with random
+properties, priorities and contexts (some sync operations go to two simulated GPUs, where they
+release their Vars once enqueued and complete when their fence does, so CPU users of the same
+Vars wait for fences). Faults are injected on the way: functions raise (or pass an exception to
+``on_complete``) or are slow; operations are cancelled (from the loop and from producer
+threads, before and while they run); Vars are deleted while threads push on them; operators are
+deleted while threads push them; and the loop waits on random Vars, with and without a timeout.
+An epoch ends with ``wait_for_all()``; a round ends with ``aclose()``, or with
+``aclose(cancel=True)`` started while the producer threads are still pushing.
 
 Every function records, when it runs, each Var's write counter as it saw it, and bumps the
 counters of the Vars it mutates. After each epoch the soak checks:
@@ -320,6 +320,8 @@ def push_one(world: World, rng: random.Random, stats: Counter[str], mine: list[R
         _REC.reset(token)
     rec.op = op
     mine.append(rec)
+    if op._segment is not None:  # an engine.bulk() scope grouped it (loop_producer)
+        stats["ops grouped in bulk segments"] += 1
     if rng.random() < P_CANCEL:
         victim = rng.choice(mine[-50:])
         assert victim.op is not None
@@ -343,36 +345,51 @@ def thread_producer(world: World, seed: int, mine: list[Rec], stats: Counter[str
 async def loop_producer(
     world: World, rng: random.Random, mine: list[Rec], stats: Counter[str]
 ) -> None:
-    """The loop's producer: pushes, deletes Vars and operators, and waits on Vars."""
+    """The loop's producer: pushes, deletes Vars and operators, and waits on Vars.
+
+    In half of the epochs it pushes inside ``engine.bulk(n)``: its inline operations (and,
+    in serial rounds, its CPU sync ones) then run in segments while the threads push too.
+    """
     engine = world.engine
+    size = rng.choice((2, 8, 64)) if rng.random() < 0.5 else 1
+    if size > 1:
+        stats[f"epochs in bulk({size})"] += 1
     try:
-        for i in range(OPS_PER_PRODUCER):
-            push_one(world, rng, stats, mine)
-            if rng.random() < P_DELETE_VAR:
-                delete_one(world, rng, mine)
-                stats["delete_var"] += 1
-            if rng.random() < P_REPLACE_OPERATOR and world.handles:
-                j = rng.randrange(len(world.handles))
-                engine.delete_operator(world.handles[j].handle)
-                world.handles[j] = new_handle(world, rng)
-                stats["delete_operator"] += 1
-            roll = rng.random()
-            if roll < P_WAIT_VAR + P_WAIT_TIMEOUT:
-                timeout = 0.0002 if roll < P_WAIT_TIMEOUT else WAIT_LIMIT
-                try:
-                    await engine.wait_for_var(rng.choice(world.vars), timeout=timeout)
-                    stats["wait_for_var"] += 1
-                except Injected as exc:
-                    world.thrown.append(exc)
-                    stats["wait_for_var"] += 1
-                except TimeoutError:
-                    if timeout == WAIT_LIMIT:
-                        world.fail(f"wait_for_var hung: {engine!r}")
-                    stats["wait_for_var timeouts"] += 1
-            elif i % 16 == 0:
-                await asyncio.sleep(0)  # let coroutine operations and wake-ups run
+        with engine.bulk(size):
+            await _loop_pushes(world, rng, mine, stats)
     except EngineClosing:
         pass
+
+
+async def _loop_pushes(
+    world: World, rng: random.Random, mine: list[Rec], stats: Counter[str]
+) -> None:
+    engine = world.engine
+    for i in range(OPS_PER_PRODUCER):
+        push_one(world, rng, stats, mine)
+        if rng.random() < P_DELETE_VAR:
+            delete_one(world, rng, mine)
+            stats["delete_var"] += 1
+        if rng.random() < P_REPLACE_OPERATOR and world.handles:
+            j = rng.randrange(len(world.handles))
+            engine.delete_operator(world.handles[j].handle)
+            world.handles[j] = new_handle(world, rng)
+            stats["delete_operator"] += 1
+        roll = rng.random()
+        if roll < P_WAIT_VAR + P_WAIT_TIMEOUT:
+            timeout = 0.0002 if roll < P_WAIT_TIMEOUT else WAIT_LIMIT
+            try:
+                await engine.wait_for_var(rng.choice(world.vars), timeout=timeout)
+                stats["wait_for_var"] += 1
+            except Injected as exc:
+                world.thrown.append(exc)
+                stats["wait_for_var"] += 1
+            except TimeoutError:
+                if timeout == WAIT_LIMIT:
+                    world.fail(f"wait_for_var hung: {engine!r}")
+                stats["wait_for_var timeouts"] += 1
+        elif i % 16 == 0:
+            await asyncio.sleep(0)  # let coroutine operations and wake-ups run
 
 
 def delete_one(world: World, rng: random.Random, mine: list[Rec]) -> None:

@@ -42,6 +42,7 @@ class TestChaosSoak:
             "wait_for_var",
             "slow ops",
             "gpu ops",
+            "ops grouped in bulk segments",
         ):
             assert report.faults[fault] > 0, f"the soak never exercised {fault!r}"
         # No growth: 64 MiB would be ~100 bytes per op of a typical run; RSS is noisy below.
