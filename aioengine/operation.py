@@ -77,7 +77,8 @@ class OpState(enum.IntEnum):
 _SYNC = 0  # fn(rctx) -> T on an executor thread (or inline on the loop)
 _CORO = 1  # async fn(rctx) -> T as a task on the engine's loop
 _CALLBACK = 2  # fn(rctx, on_complete) -> None; complete when on_complete() is called
-_WAIT = 3  # no function: a marker that completes as soon as it is granted (wait_for_var)
+_WAIT = 3  # no function: a marker that completes as soon as it is granted (wait_for_var);
+# its _result is the failure box its Var carried then (None if none)
 # Kinds from _WAIT up are the engine's own records, never a user's operation: not counted,
 # not shown to instruments, not in Engine._live.
 _BULK = 4  # a bulk segment: holds its members' Vars and runs them in push order (bulk.py);
