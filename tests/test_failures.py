@@ -389,7 +389,8 @@ class TestWaitForVar:
         engine.push_async(hold, mutate_vars=[x], prop=ae.FnProperty.ASYNC)
         await asyncio.wait_for(started.wait(), 10)
         waiter = asyncio.create_task(engine.wait_for_var(x))
-        await asyncio.sleep(0)  # the wait queues its marker behind hold
+        await asyncio.sleep(0)  # one step of the waiter: it queues its marker behind hold
+        assert x.statistics().waiting == 1
 
         def fail(rctx: ae.RunContext) -> None:
             raise exc
