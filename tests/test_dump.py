@@ -21,13 +21,19 @@ class Hang:
         self.tokens: list[ae.OnComplete] = []
         self.released = False
         self.lock = threading.Lock()
+        self.called = threading.Event()  # set once the engine has started it
 
     def __call__(self, rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+        self.called.set()
         with self.lock:
             if not self.released:
                 self.tokens.append(on_complete)
                 return
         on_complete()
+
+    async def running(self) -> None:
+        """Return once the engine has started it (on a worker thread or on the loop)."""
+        assert await asyncio.to_thread(self.called.wait, 10), "the engine never started it"
 
     def release(self) -> None:
         with self.lock:
@@ -58,7 +64,7 @@ class TestDump:
         x = engine.new_var("x")
         engine.push_async(hang, mutate_vars=[x], name="hang")
         engine.push_sync(lambda r: None, const_vars=[x], name="reader")
-        await asyncio.sleep(0.01)
+        await hang.running()
         dump = engine.dump()
         assert dump.pending == 2
         hung = dump.op("hang")
@@ -114,7 +120,7 @@ class TestDump:
         x = engine.new_var("x")
         line = _lineno() + 1
         engine.push_async(hang, mutate_vars=[x], name="hang")
-        await asyncio.sleep(0.01)
+        await hang.running()
         hung = engine.dump().op("hang")
         assert hung.site is not None
         assert hung.site.endswith(f"test_dump.py:{line}")
@@ -128,14 +134,17 @@ class TestDump:
     async def test_await_stack_of_a_suspended_coroutine(self, engine: ae.Engine) -> None:
         release = asyncio.Event()
 
+        waiting = asyncio.Event()
+
         async def inner() -> None:
+            waiting.set()
             await release.wait()
 
         async def outer(rctx: ae.RunContext) -> None:
             await inner()
 
         op = engine.push_async(outer, name="outer")
-        await asyncio.sleep(0.01)
+        await asyncio.wait_for(waiting.wait(), 10)  # outer is suspended in release.wait()
         info = engine.dump().op("outer")
         functions = [frame.rsplit(" in ", 1)[1] for frame in info.stack]
         assert functions[:3] == ["outer", "inner", "wait"]
@@ -147,12 +156,15 @@ class TestDump:
         engine = threaded_engine
         release = asyncio.Event()
 
+        waiting = asyncio.Event()
+
         async def sleeper(rctx: ae.RunContext) -> None:
+            waiting.set()
             await release.wait()
 
         async with engine.trace():
             op = engine.push_async(sleeper, name="sleeper")
-            await asyncio.sleep(0.01)
+            await asyncio.wait_for(waiting.wait(), 10)  # suspended in release.wait()
             functions = [f.rsplit(" in ", 1)[1] for f in engine.dump().op("sleeper").stack]
             assert functions[:2] == ["sleeper", "wait"]
             release.set()
