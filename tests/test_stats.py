@@ -36,7 +36,7 @@ class TestStatistics:
             waiting = engine.push_sync(lambda r: None, const_vars=[z])
             cancelled = engine.push_sync(lambda r: None, const_vars=[z])
             assert cancelled.cancel()
-            await asyncio.sleep(0.01)
+            await hang.running()
             stats = engine.statistics()
             assert stats.pools == {
                 "cpu-priority": ae.PoolStatistics(pushed=1, done=1),
