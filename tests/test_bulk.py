@@ -206,10 +206,7 @@ async def test_a_failure_skips_later_members_that_use_its_writes(engine: ae.Engi
 
 
 async def test_a_cancelled_member_never_runs(engine: ae.Engine) -> None:
-    x = engine.new_var("x")
-    trace: list[str] = []
-    blocker = Blocker(engine, trace, mutate=[x])
-    await blocker.started.wait()
+    x, _, trace, blocker = await hold_x(engine)
     with engine.bulk(10):
         a = inline(engine, record(trace, "a"), mutate=[x])
         b = inline(engine, record(trace, "b"), mutate=[x])
@@ -297,10 +294,7 @@ async def test_wait_for_var_inside_the_block_waits_for_the_open_segment(
 
 
 async def test_dump_inside_the_block_shows_the_members(engine: ae.Engine) -> None:
-    x = engine.new_var("x")
-    trace: list[str] = []
-    blocker = Blocker(engine, trace, mutate=[x])
-    await blocker.started.wait()
+    x, _, trace, blocker = await hold_x(engine)
     with engine.bulk(10):
         inline(engine, record(trace, "m1"), mutate=[x], name="m1")
         inline(engine, record(trace, "m2"), const=[x], name="m2")
