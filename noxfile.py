@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import glob
 import os
+import time
 
 import nox
 
@@ -95,3 +97,31 @@ def soak(session: nox.Session) -> None:
     """Long chaos soak: ``nox -s soak -- --minutes N`` (default 10)."""
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "test"))
     session.run("python", "-m", "tests.soak.run", *session.posargs)
+
+
+# The property tests that run random programs against a model or a second implementation.
+_FUZZED = [
+    "tests/test_model.py::TestAgainstSequentialModel",
+    "tests/test_var.py::TestBatchForms",
+    "tests/test_gpu.py::test_random_programs_event_mode_matches_host_mode_and_the_model",
+]
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """Random programs with fresh seeds: ``nox -s fuzz -- --minutes N`` (default 10).
+
+    CI replays the same examples on every run (the "ci" Hypothesis profile), so it cannot
+    find a new race; this session draws new ones (the "fuzz" profile, 1,500 per variant and
+    round) until the time is up, and stops at the first failure with the blob that replays it.
+    """
+    parser = argparse.ArgumentParser(prog="nox -s fuzz --")
+    parser.add_argument("--minutes", type=float, default=10.0, help="total duration (10)")
+    args, pytest_args = parser.parse_known_args(session.posargs)
+    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "test"))
+    end = time.monotonic() + args.minutes * 60
+    rounds = 0
+    while not rounds or time.monotonic() < end:
+        rounds += 1
+        session.log(f"round {rounds}")
+        session.run("pytest", "-q", "-x", "--hypothesis-profile=fuzz", *_FUZZED, *pytest_args)

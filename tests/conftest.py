@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 import aioengine as ae
 
@@ -15,6 +16,15 @@ try:
     import uvloop
 except ImportError:  # pragma: no cover - uvloop is in the test group
     uvloop = None
+
+
+# CI replays the same examples every run: a red CI run is about the change, not the seed.
+# ``nox -s fuzz`` loads "fuzz" (``--hypothesis-profile=fuzz``) to look for new races.
+settings.register_profile("ci", derandomize=True, database=None, deadline=None)
+settings.register_profile(
+    "fuzz", max_examples=1500, derandomize=False, database=None, deadline=None, print_blob=True
+)
+settings.load_profile("ci")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -462,11 +462,9 @@ def names(excs: Sequence[BaseException], raised: dict[str, Boom]) -> list[str]:
     return out
 
 
+# The number of examples and the seed come from the loaded profile (tests/conftest.py):
+# the same 100 programs in CI; ``nox -s fuzz`` draws new ones.
 _SETTINGS = settings(
-    max_examples=100,
-    deadline=None,
-    derandomize=True,
-    database=None,
     # ``monitor`` is only used for its type: each example builds a fresh Monitor.
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
