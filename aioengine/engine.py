@@ -2478,6 +2478,7 @@ class Engine:
             raise EngineClosedError(f"{self!r} is closed; create a new Engine")
         current = self._running_op()
         marker: Operation[None] | None = None
+        failure: BaseException | None = None
         with self._lock:
             if var._deleted:
                 raise VarDeletedError(f"{var!r} was deleted; nothing to wait for")
@@ -2507,6 +2508,10 @@ class Engine:
                     todo = self._settle([marker])
                 else:
                     marker._wait = 1
+            else:
+                # Idle: its failure is the wait's now, in this critical section; once the lock
+                # is released, an operation pushed from another thread may run and fail on it.
+                failure = self._take_failure_locked(var, var._failure)
         if todo:
             self._submit(todo)
         if marker is not None:
@@ -2521,16 +2526,22 @@ class Engine:
                         f"{self._describe_var(var)}"
                     ) from None
                 raise
-        with self._lock:
-            box = var._failure if marker is None else marker._result  # see _settle
-            failure = box.exc if box is not None else None
-            if box is not None:
-                if var._failure is box:  # else a later operation's failure replaced it
-                    var._failure = None
-                box.exc = None
-                self._failures.pop(box, None)
+            with self._lock:
+                failure = self._take_failure_locked(var, marker._result)  # see _settle
         if failure is not None:
             raise failure
+
+    def _take_failure_locked(self, var: Var, box: _Failure | None) -> BaseException | None:
+        """Claim the exception of ``box``, the failure ``var`` carried at a wait's turn, and
+        clear it everywhere (lock held): under the lock, so two waits never both throw it.
+        ``var`` keeps a later operation's failure that replaced ``box``."""
+        if box is None:
+            return None
+        if var._failure is box:
+            var._failure = None
+        self._failures.pop(box, None)
+        exc, box.exc = box.exc, None
+        return exc
 
     def _describe_var(self, var: Var) -> str:
         """The part of :meth:`dump` about ``var`` and what its users wait behind."""

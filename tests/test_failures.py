@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -405,6 +406,66 @@ class TestWaitForVar:
         with pytest.raises(Boom) as info:
             await engine.wait_for_var(x)  # still recorded: thrown by the wait that covers it
         assert info.value is exc
+
+    async def test_on_an_idle_var_a_failure_of_a_later_op_is_not_the_waits(
+        self, threaded_engine: ae.Engine
+    ) -> None:
+        """The same on an idle Var: the wait takes its failure before it lets go of the
+        engine's lock, after which an op pushed from another thread may fail on it (on a
+        worker: in serial mode it would run on the loop, after the wait)."""
+        engine = threaded_engine
+        exc = Boom("later")
+        x = engine.new_var("x")
+        await engine.push_sync(lambda r: None, mutate_vars=[x])  # the engine is bound
+        later: list[ae.Operation[None]] = []
+
+        def fail(rctx: ae.RunContext) -> None:
+            raise exc
+
+        def push_and_fail() -> None:
+            later.append(engine.push_sync(fail, mutate_vars=[x]))
+            for _ in range(10_000):  # its failure is recorded on x before the wait goes on
+                if later[0].done():
+                    return
+                time.sleep(0.001)
+
+        engine._lock = AfterRelease(engine._lock, push_and_fail)  # type: ignore[assignment]
+        await engine.wait_for_var(x)  # x was idle and carried nothing
+        assert later[0].done()
+        with pytest.raises(Boom) as info:
+            await engine.wait_for_var(x)  # still recorded: thrown by the wait that covers it
+        assert info.value is exc
+
+
+class AfterRelease:
+    """A lock that runs ``hook`` on a thread once, right after the first release by the
+    thread that made it (the loop's): an interleaving a thread switch could produce."""
+
+    def __init__(self, inner: Any, hook: Callable[[], None]) -> None:
+        self._inner = inner
+        self._hook: Callable[[], None] | None = hook
+        self._owner = threading.get_ident()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return bool(self._inner.acquire(blocking, timeout))
+
+    def release(self) -> None:
+        self._inner.release()
+        hook = self._hook
+        if hook is not None and threading.get_ident() == self._owner:
+            self._hook = None
+            thread = threading.Thread(target=hook)
+            thread.start()
+            thread.join()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+    def locked(self) -> bool:
+        return bool(self._inner.locked())
 
 
 class TestWaitForAll:
