@@ -1628,23 +1628,33 @@ class Engine:
         budget = _LOOP_BUDGET
         execute = self._execute_one
         lock = self._lock
-        while budget > 0:
-            todo: list[Operation[Any]] = []
-            lock.acquire()
-            try:
-                op = self._claim_loop_op_locked(todo)
+        try:
+            while budget > 0:
+                todo: list[Operation[Any]] = []
+                lock.acquire()
+                try:
+                    op = self._claim_loop_op_locked(todo)
+                    if op is None:
+                        self._loop_queue_scheduled = False
+                finally:
+                    lock.release()
+                if todo:
+                    self._submit(todo)  # what skipped operations released
                 if op is None:
-                    self._loop_queue_scheduled = False
-            finally:
-                lock.release()
-            if todo:
-                self._submit(todo)  # what skipped operations released
-            if op is None:
-                return
-            while op is not None:
-                # A bulk segment runs all its members in this one call: each one counts.
-                budget -= len(op._result) if op._kind == _BULK else 1
-                op = execute(op, None, True, budget > 0)
+                    return
+                while op is not None:
+                    # A bulk segment runs all its members in this one call: each one counts.
+                    budget -= len(op._result) if op._kind == _BULK else 1
+                    op = execute(op, None, True, budget > 0)
+        except BaseException:
+            # KeyboardInterrupt or SystemExit from an inline operation (recorded, and the loop
+            # stops): while _loop_queue_scheduled stays True nothing schedules this again.
+            self._reschedule_loop_queue()
+            raise
+        self._reschedule_loop_queue()
+
+    def _reschedule_loop_queue(self) -> None:
+        """After a run of the loop queue that did not empty it: run it again soon, if needed."""
         with self._lock:
             if self._loop_queue:
                 self._call_soon(self._run_loop_queue)

@@ -564,6 +564,44 @@ def test_keyboard_interrupt_in_a_coroutine_op_is_recorded_and_stops_the_loop() -
         runner.run(close())
 
 
+@pytest.mark.parametrize("how", ["inline", "serial", "bulk"])
+def test_keyboard_interrupt_in_an_inline_op_leaves_the_loop_queue_running(how: str) -> None:
+    """The loop stops, and the operations queued behind the interrupt (and later ones) still
+    run on the loop once it runs again: the loop's queue of operations is not left stuck."""
+    with asyncio.Runner() as runner:
+        engine = ae.Engine(serial=how == "serial")
+        prop = ae.FnProperty.NORMAL if how == "serial" else ae.FnProperty.ASYNC
+        ops: list[ae.Operation[Any]] = []
+
+        def interrupt(rctx: ae.RunContext) -> None:
+            raise KeyboardInterrupt
+
+        async def main() -> None:
+            x, y = engine.new_var("x"), engine.new_var("y")
+            with engine.bulk(4) if how == "bulk" else contextlib.nullcontext():
+                ops.append(engine.push_sync(interrupt, mutate_vars=[x], prop=prop))
+                ops.append(engine.push_sync(lambda r: "behind", mutate_vars=[y], prop=prop))
+            await asyncio.sleep(1)
+
+        with pytest.raises(KeyboardInterrupt):
+            runner.run(main())
+        assert isinstance(ops[0].exception(), KeyboardInterrupt)
+
+        async def later() -> None:
+            fresh = engine.push_sync(
+                lambda r: "later", mutate_vars=[engine.new_var("z")], prop=prop
+            )
+            async with asyncio.timeout(10):
+                if how != "bulk":  # a segment cancels the members after an interrupt
+                    assert await ops[1] == "behind"
+                assert await fresh == "later"
+            with pytest.raises(BaseExceptionGroup) as info:
+                await engine.aclose()
+            assert info.value.exceptions == (ops[0].exception(),)
+
+        runner.run(later())
+
+
 def test_a_coroutine_op_closed_with_its_loop_does_not_complain() -> None:
     """A task destroyed with its loop closes its coroutine: GeneratorExit passes through."""
     loop = asyncio.new_event_loop()
