@@ -2341,6 +2341,7 @@ class Engine:
     # -- cancelling and callbacks ------------------------------------------------------
 
     def _cancel(self, op: Operation[Any], msg: object) -> bool:
+        self._check_fork()  # the parent's operations cannot be cancelled in a forked child
         ready: list[Any] = []
         with self._lock:
             state = op._state

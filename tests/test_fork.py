@@ -57,6 +57,7 @@ async def main():
         async def await_op():
             return await queued
         attempt("await", lambda: asyncio.run(await_op()))
+        attempt("cancel", lambda: queued.cancel())
         async def own():
             async with ae.Engine(cpu_workers=2) as mine:
                 v = mine.new_var("v")
@@ -100,6 +101,7 @@ class TestFork:
             "wait_for_all:ok",
             "aclose:ok",
             "await:ok",
+            "cancel:ok",
             "own:True",
         ]
         assert parent == "parent:ok 0"
