@@ -215,6 +215,12 @@ def _async_kind(fn: Callable[..., Any]) -> int:
     )
 
 
+def _join_executors(executors: list[Executor]) -> None:
+    """Join the workers of executors already shut down (on a helper thread, see aclose)."""
+    for executor in executors:
+        executor.shutdown(True)
+
+
 def _noop(rctx: RunContext) -> None:
     """The function of a ``delete_var`` without ``delete_fn``."""
 
@@ -506,16 +512,23 @@ class Engine:
         ``cancel`` every pending operation runs; with ``cancel=True`` those that have not
         started are cancelled and running ones are waited for. Closing twice is harmless. If
         the await is cancelled or times out, the engine stays consistent (still closing, its
-        pools running); call again.
+        pools running); call again. The worker threads are joined off the event loop.
 
         Raises:
             ExceptionGroup: of every failure recorded and not thrown yet, as
                 :meth:`wait_for_all`.
+            RuntimeError: inside one of this engine's operations (it would wait for itself).
             TimeoutError: if operations are still running after ``timeout`` seconds (e.g. a
                 callback-style operation whose ``on_complete`` is never called); the message
                 names them.
         """
         self._require_loop()
+        current = self._running_op()
+        if current is not None:
+            raise RuntimeError(
+                f"aclose() inside operation {current.name!r} would wait for that operation "
+                "itself; close the engine outside its operations"
+            )
         with self._lock:
             if self._state is _State.CLOSED:
                 return
@@ -534,12 +547,17 @@ class Engine:
         errors = self._take_failures()
         if self._gpu is not None:
             self._gpu.shutdown()
-        self._shutdown_executors(wait=True)
+        executors = self._shutdown_executors(wait=False)
+        if executors:
+            # Joined off the loop: a callback-style operation is done once on_complete() is
+            # called, and the rest of its function may still need the loop.
+            await asyncio.to_thread(_join_executors, executors)
         self._state = _State.CLOSED
         if errors:
             raise BaseExceptionGroup("unhandled errors in aioengine.Engine", errors)
 
-    def _shutdown_executors(self, *, wait: bool) -> None:
+    def _shutdown_executors(self, *, wait: bool) -> list[Executor]:
+        """Shut every executor down (with ``wait``, join their workers); return them."""
         with self._lock:
             executors = list(self._executors.values())
             self._executors.clear()
@@ -547,6 +565,7 @@ class Engine:
             self._last_route = (None, None, None)
         for executor in executors:
             executor.shutdown(wait)
+        return executors
 
     def __del__(self) -> None:
         # __init__ may have failed before _executors existed: then there is nothing to release.
@@ -1582,15 +1601,36 @@ class Engine:
         operation (each wake-up of a sleeping thread costs a GIL hand-off).
         """
         if _get_ident() != self._loop_thread:
-            target.submit(op, op._key, True)
+            if not target.submit(op, op._key, True):
+                self._not_submitted(target, op)
             return
-        target.submit(op, op._key, False)
+        if not target.submit(op, op._key, False):
+            self._not_submitted(target, op)
+            return
         wakes = self._wakes
         if target not in wakes:
             wakes.append(target)
             if len(wakes) == 1:
                 assert self._loop is not None
                 self._loop.call_soon(self._flush_wakes)
+
+    def _not_submitted(self, target: Executor, op: Operation[Any]) -> None:
+        """``target`` was shut down after this thread made ``op`` READY and released the lock.
+
+        Executors shut down once no operation is READY: ``aclose(cancel=True)`` has cancelled
+        ``op`` in between (without ``cancel`` it waits for ``op``). Should ``op`` still be
+        READY, it is cancelled too: never left pending. At interpreter exit nothing runs.
+        """
+        if target.abandoned:
+            return
+        ready: list[Any] = []
+        with self._lock:
+            if op._state is not _READY:
+                return
+            self._finish_locked(op, _CANCELLED, None, None, ready)
+            todo = self._settle(ready) if ready else ready
+        if todo:
+            self._submit(todo)
 
     def _flush_wakes(self) -> None:
         """Wake the executors that the loop thread submitted to (loop thread)."""
@@ -2152,7 +2192,8 @@ class Engine:
             # This worker goes on with nxt: wake others for every operation queued here.
             for other in todo:
                 if other._target is target:
-                    target.submit(other, other._key, False)
+                    if not target.submit(other, other._key, False):
+                        self._not_submitted(target, other)
                 else:
                     self._submit_one(other._target, other)
             target.wake(caller_pops=False)

@@ -203,6 +203,144 @@ class TestAcloseCancel:
         assert (x.version, y.version) == (1, 1)
 
 
+class TestCloseRaces:
+    """Closing while other threads push or complete operations, or from inside one."""
+
+    @staticmethod
+    def hold_hand_off(engine: ae.Engine, method: str) -> tuple[threading.Event, threading.Event]:
+        """Pause thread "T" where it hands READY operations to their pool (the lock is free
+        there): it signals ``in_window`` and goes on when ``go`` is set."""
+        in_window, go = threading.Event(), threading.Event()
+        real = getattr(engine, method)
+
+        def held(*args: Any) -> Any:
+            if threading.current_thread().name == "T":
+                in_window.set()
+                assert go.wait(10)
+            return real(*args)
+
+        setattr(engine, method, held)
+        return in_window, go
+
+    async def test_a_push_from_a_thread_cancelled_by_aclose_before_its_hand_off(self) -> None:
+        engine = ae.Engine(cpu_workers=2)
+        await engine.push_sync(lambda r: None)  # the pool exists
+        in_window, go = self.hold_hand_off(engine, "_submit_one")
+        pushed: list[ae.Operation[Any]] = []
+        thread = threading.Thread(
+            target=lambda: pushed.append(engine.push_sync(lambda r: pytest.fail("ran"))),
+            name="T",
+        )
+        thread.start()
+        assert await asyncio.to_thread(in_window.wait, 10)
+        await engine.aclose(cancel=True)
+        go.set()
+        await asyncio.to_thread(thread.join, 10)
+        # The push was accepted before the close began; its hand-off raises nothing.
+        assert [op.state for op in pushed] == [ae.OpState.CANCELLED]
+
+    async def test_on_complete_from_a_thread_racing_aclose_cancel(self) -> None:
+        engine = ae.Engine(cpu_workers=2)
+        x = engine.new_var("x")
+        await engine.push_sync(lambda r: None)  # the pool exists
+        tokens: list[ae.OnComplete] = []
+        started = threading.Event()
+
+        def callback(rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+            tokens.append(on_complete)
+            started.set()
+
+        first = engine.push_async(callback, mutate_vars=[x])
+        second = engine.push_sync(lambda r: pytest.fail("ran"), mutate_vars=[x])
+        assert await asyncio.to_thread(started.wait, 10)
+        in_window, go = self.hold_hand_off(engine, "_submit")
+        errors: list[BaseException] = []
+
+        def complete() -> None:
+            try:
+                tokens[0]()
+            except BaseException as exc:  # pragma: no cover - the failure this test catches
+                errors.append(exc)
+
+        thread = threading.Thread(target=complete, name="T")
+        thread.start()
+        assert await asyncio.to_thread(in_window.wait, 10)
+        await engine.aclose(cancel=True)
+        go.set()
+        await asyncio.to_thread(thread.join, 10)
+        assert errors == []
+        assert (first.state, second.state) == (ae.OpState.DONE, ae.OpState.CANCELLED)
+        assert x.version == 1
+
+    async def test_pushes_from_a_thread_while_the_loop_closes(self) -> None:
+        """Unhooked: every push either raises EngineClosedError or its op ends."""
+        for _ in range(30):
+            engine = ae.Engine(cpu_workers=2)
+            await engine.push_sync(lambda r: None)
+            outcome: list[object] = []
+            go = threading.Event()
+
+            def pushes(
+                engine: ae.Engine = engine,
+                outcome: list[object] = outcome,
+                go: threading.Event = go,
+            ) -> None:
+                go.set()
+                try:
+                    while True:
+                        outcome.append(engine.push_sync(lambda r: None))
+                except BaseException as exc:
+                    outcome.append(exc)
+
+            thread = threading.Thread(target=pushes)
+            thread.start()
+            assert await asyncio.to_thread(go.wait, 10)
+            await engine.aclose(cancel=True)
+            await asyncio.to_thread(thread.join, 10)
+            *ops, last = outcome
+            assert isinstance(last, ae.EngineClosedError), last
+            assert all(op.done() for op in ops)  # type: ignore[attr-defined]
+
+    async def test_aclose_inside_an_operation_is_refused(self, engine: ae.Engine) -> None:
+        async def close_me(rctx: ae.RunContext) -> None:
+            await engine.aclose()
+
+        with pytest.raises(RuntimeError, match=r"aclose\(\) inside operation 'close_me'"):
+            await engine.push_async(close_me, name="close_me")
+        assert not engine.closed
+        with pytest.raises(ExceptionGroup):
+            await engine.wait_for_all()
+
+    async def test_the_loop_runs_while_aclose_joins_the_workers(
+        self, threaded_engine: ae.Engine
+    ) -> None:
+        """A callback-style op is done at on_complete(); its function may go on and need
+        the loop, which aclose must not block by joining the worker on it."""
+        loop = asyncio.get_running_loop()
+        answered: list[object] = []
+
+        def callback(rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+            on_complete()
+            answered.append(
+                asyncio.run_coroutine_threadsafe(asyncio.sleep(0, "yes"), loop).result(10)
+            )
+
+        await threaded_engine.push_async(callback)
+        await threaded_engine.aclose()
+        assert answered == ["yes"]
+
+    async def test_no_worker_starts_after_aclose(self) -> None:
+        """A push from the loop wakes its pool on the next iteration; closing first wins."""
+        before = set(threading.enumerate())
+        engine = ae.Engine(cpu_workers=2)
+        op = engine.push_sync(lambda r: pytest.fail("ran"))  # its pool's first operation
+        await engine.aclose(cancel=True)  # without yielding to the loop before
+        await let_it_block()
+        assert op.cancelled()
+        started = [t.name for t in set(threading.enumerate()) - before]
+        assert not [name for name in started if name.startswith("aioengine")]
+
+
 class TestInterruptedWaits:
     """Cancelling (or interrupting) the code awaiting a drain leaves the engine consistent."""
 

@@ -41,11 +41,12 @@ class Executor(Protocol):
         """Whether the calling thread is one of this executor's workers."""
         ...
 
-    def submit(self, item: object, key: int, wake: bool = True) -> None:
+    def submit(self, item: object, key: int, wake: bool = True) -> bool:
         """Queue ``item`` (``key``: unique, smaller runs first); from any thread, never blocks.
 
         ``wake=False`` may defer starting it until the next :meth:`wake` (the engine batches
-        the submissions of one event-loop iteration that way).
+        the submissions of one event-loop iteration that way). Returns False, queueing
+        nothing, once :meth:`shutdown` was called (or the executor was abandoned).
         """
         ...
 

@@ -111,26 +111,27 @@ class ThreadExecutor:
         lookup, and only the calling thread can add or remove its own ident)."""
         return threading.get_ident() in self._workers
 
-    def submit(self, item: object, key: int, wake: bool = True) -> None:
+    def submit(self, item: object, key: int, wake: bool = True) -> bool:
         """Queue ``item`` to be run on a worker thread, smallest ``key`` first; from any thread.
 
         ``key`` must be unique among the queued items. With ``wake=False`` no sleeping worker
         is woken (and no thread started) until the next :meth:`wake`: a burst of submissions
-        then costs one hand-off, not one per item.
+        then costs one hand-off, not one per item. Returns False, queueing nothing, once
+        :meth:`shutdown` was called (the engine cancels what it could not hand over) or the
+        interpreter is exiting (or this is a forked child).
         """
         lock = self._lock
         lock.acquire()  # not "with": see the engine's _lock
         try:
             if self._closing:
-                if self._abandoned:
-                    return  # the interpreter is exiting (or this is a forked child)
-                raise RuntimeError(f"{self!r} is shut down")
+                return False
             heapq.heappush(self._heap, key)
             self._items[key] = item
             if wake:
                 self._wake_locked()
         finally:
             lock.release()
+        return True
 
     def take(self) -> object:
         """Remove the best queued item and return it; None if the queue is empty. Never blocks.
@@ -159,6 +160,8 @@ class ThreadExecutor:
     def _wake_locked(self, caller_pops: bool = True) -> None:
         # Idle workers go first; each notify hands one wake-up to one sleeper, which then no
         # longer counts as idle (so _idle always equals the sleepers not yet notified).
+        if self._closing:
+            return  # no thread starts after shutdown(); the workers drain what is queued
         want = len(self._heap)
         if want and caller_pops and threading.get_ident() in self._workers:
             want -= 1  # the calling worker pops the next item itself when it returns
