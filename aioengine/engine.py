@@ -82,7 +82,7 @@ from .operation import (
 from .poller import poller_for
 from .settings import Settings
 from .stats import EngineStatistics, build_statistics, new_counters
-from .var import NO_VALUE, Var, _Failure, append_all, release_all
+from .var import NO_VALUE, Var, _Failure, append_all, queued_behind, release_all
 from .watchdog import start_watchdog
 
 __all__ = ("Engine",)
@@ -112,6 +112,7 @@ _GPU = DeviceType.GPU
 _CPU = DeviceType.CPU
 _LOOP_BUDGET = 256  # inline operations run per loop callback before the loop's other work
 _run_order = operator.attrgetter("_key")  # run queues: higher priority first, then push order
+_push_order = operator.attrgetter("_seq")
 _DEVICE_FAILED = -1  # the status of a fence settled because its device failed elsewhere
 
 
@@ -2487,7 +2488,15 @@ class Engine:
                 if v in held_writes:
                     break
             else:
-                return
+                # Or queued behind an operation queued behind current, on other Vars.
+                with self._lock:
+                    if waits._state is not _PENDING or waits not in queued_behind(current, waits):
+                        return
+                raise RuntimeError(
+                    f"{current.name!r} awaits {op.name!r}, which was pushed after it and waits "
+                    "for it through the operations queued behind it: this would deadlock; "
+                    "await it outside the operation"
+                )
         raise RuntimeError(
             f"{current.name!r} awaits {op.name!r}, which was pushed after it and waits for it "
             f"on {v.name!r}: this would deadlock; await it outside the operation"
@@ -2546,6 +2555,20 @@ class Engine:
                     "for that operation itself (it holds the Var, or serial mode runs what is "
                     "pending on it afterwards); wait outside the operation"
                 )
+            if current is not None and not var._is_idle():
+                # Its marker would queue behind every user of var: is one of them behind current?
+                stuck = [
+                    other
+                    for other in queued_behind(current)
+                    if other is not current and (var in other._const or var in other._mutate)
+                ]
+                if stuck:
+                    first = min(stuck, key=_push_order)
+                    raise RuntimeError(
+                        f"wait_for_var({var.name!r}) inside operation {current.name!r} would "
+                        f"wait for {first.name!r}, which is queued behind that operation: "
+                        "this would deadlock; wait outside the operation"
+                    )
             todo: list[Operation[Any]] = []
             if not var._is_idle() or (self._gpu is not None and has_pending(var)):
                 marker = Operation(

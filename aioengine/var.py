@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 _ASYNC = FnProperty.ASYNC
 _CANCELLED = OpState.CANCELLED
 
-__all__ = ("Var", "VarStatistics", "append_all", "release_all")
+__all__ = ("Var", "VarStatistics", "append_all", "queued_behind", "release_all")
 
 T = TypeVar("T")
 
@@ -379,6 +379,45 @@ def release_all(
             v._version += 1
         if v._queue:
             v._grant(ready)
+
+
+def queued_behind(first: Any, target: Any = None) -> set[Any]:
+    """The operations that cannot start before ``first`` ends, ``first`` included (caller
+    holds the engine lock): ``first`` runs and holds its Vars, and the others are queued
+    behind it on some Var, or behind another of them, by the grant rule. Stops once
+    ``target`` is among them. Cancelled requests (tombstones) hold nothing back.
+
+    A queued request is blocked when it conflicts with a request of one of these operations
+    that is held or queued ahead of it (at least one of the two writes), or when a blocked
+    request is queued ahead of it: nothing overtakes a queued request.
+    """
+    behind = {first}
+    new = [first]
+    held_reads: set[Var] = set()  # Vars one of them holds (first runs and holds all its Vars;
+    held_writes: set[Var] = set()  # the others, what was granted before they queued)
+    while new and target not in behind:
+        for op in new:
+            held_reads.update(v for v in op._const if v._holds(op))
+            held_writes.update(v for v in op._mutate if v._holds(op))
+        # The Vars of the operations found last: their queues may block more now.
+        vars_ = {v for op in new for v in (*op._const, *op._mutate) if v._queue}
+        new = []
+        for v in vars_:
+            queue = v._queue
+            reads = v in held_reads
+            write = blocked = v in held_writes
+            it = iter(queue)
+            for op, is_write in zip(it, it, strict=True):
+                if op._state is _CANCELLED:
+                    continue
+                blocked = blocked or write or (is_write and reads)
+                if op in behind:
+                    write = write or is_write
+                    reads = reads or not is_write
+                elif blocked:
+                    behind.add(op)
+                    new.append(op)
+    return behind
 
 
 def _identity(value: T) -> T:

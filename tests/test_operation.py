@@ -399,6 +399,56 @@ class TestAwaitInsideAnOperation:
         later.append(engine.push_sync(lambda r: "+other", mutate_vars=[y]))
         assert await op == "read+other"
 
+    async def test_awaiting_an_op_queued_behind_it_through_others(
+        self, threaded_engine: ae.Engine
+    ) -> None:
+        """d holds x and queues behind outer on y; e queues behind d on x: awaiting e, or
+        waiting for x, inside outer could only deadlock too."""
+        engine = threaded_engine
+        x, y = engine.new_var("x"), engine.new_var("y")
+        later: list[ae.Operation[str]] = []
+        refused: list[str] = []
+
+        async def outer(rctx: ae.RunContext) -> None:
+            d = engine.push_sync(lambda r: "d", mutate_vars=[x, y], name="d")
+            later.extend([d, engine.push_sync(lambda r: "e", mutate_vars=[x], name="e")])
+            with pytest.raises(RuntimeError, match=r"awaits 'e'.*through the operations"):
+                await later[1]
+            refused.append("e")
+            with pytest.raises(RuntimeError, match=r"would wait for 'd', which is queued"):
+                await engine.wait_for_var(x)
+            refused.append("x")
+
+        await engine.push_async(outer, mutate_vars=[y])
+        assert refused == ["e", "x"]
+        assert [await op for op in later] == ["d", "e"]
+
+    async def test_readers_granted_together_are_not_held_back_by_the_other(
+        self, threaded_engine: ae.Engine
+    ) -> None:
+        """e's read of x queues behind d's (both behind a writer), and d waits for outer on
+        y; but reads are granted together, so e only waits for the writer: no deadlock."""
+        engine = threaded_engine
+        x, y = engine.new_var("x"), engine.new_var("y")
+        release = threading.Event()
+        writer = engine.push_sync(lambda r: release.wait(10), mutate_vars=[x], name="writer")
+        loop = asyncio.get_running_loop()
+
+        async def outer(rctx: ae.RunContext) -> str:
+            d = engine.push_sync(lambda r: "d", const_vars=[x], mutate_vars=[y], name="d")
+            e = engine.push_sync(lambda r: "e", const_vars=[x], name="e")
+            assert e.state is ae.OpState.PENDING
+            loop.call_soon(release.set)  # after the check of the await below
+            result = await e
+            assert not d.done()
+            # A wait for x would queue behind d's read: that one could only deadlock.
+            with pytest.raises(RuntimeError, match=r"would wait for 'd'"):
+                await engine.wait_for_var(x)
+            return result
+
+        assert await engine.push_async(outer, mutate_vars=[y]) == "e"
+        assert await writer is True
+
 
 class TestCallbackStyle:
     """``def fn(rctx, on_complete)``: done when on_complete() is called, from any thread."""

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import aioengine as ae
 from aioengine.operation import OpState
-from aioengine.var import Var, append_all, release_all
+from aioengine.var import Var, append_all, queued_behind, release_all
 
 
 @dataclass(eq=False)
@@ -21,6 +21,8 @@ class FakeOp:
     _seq: int
     _wait: int = 1
     _state: OpState = OpState.PENDING
+    _const: tuple[Var, ...] = ()
+    _mutate: tuple[Var, ...] = ()
 
 
 @dataclass(eq=False)
@@ -256,6 +258,74 @@ class TestBatchForms:
                 v._check_invariants()
         assert granted["batch"] == granted["single"]
         assert [v.version for v in batch_vars] == [v.version for v in single_vars]
+
+
+class TestQueuedBehind:
+    """``queued_behind(first)`` is exactly what could never start if ``first`` never ended:
+    checked against running every other operation to the end, on random queue states."""
+
+    @settings(max_examples=300, deadline=None)
+    @given(
+        st.lists(
+            st.tuples(
+                st.lists(st.integers(0, 2), max_size=2, unique=True),
+                st.lists(st.integers(0, 2), max_size=1, unique=True),
+                st.sampled_from(["push", "push", "push", "finish", "cancel"]),
+                st.integers(0, 29),  # which pending operation a "cancel" cancels
+            ),
+            min_size=1,
+            max_size=30,
+        ),
+        st.data(),
+    )
+    def test_matches_running_everything_else(
+        self, program: list[tuple[list[int], list[int], str, int]], data: st.DataObject
+    ) -> None:
+        vs = [Var(None, f"v{i}") for i in range(3)]
+        running: list[FakeOp] = []
+        pending: list[FakeOp] = []
+
+        def finish(op: FakeOp, completed: bool = True) -> None:
+            out: list[FakeOp] = []
+            release_all(op._const, op._mutate, out, completed)
+            op._state = OpState.DONE
+            running.extend(out)
+            for done in out:
+                pending.remove(done)
+
+        for seq, (reads, writes, then, which) in enumerate(program, start=1):
+            op = FakeOp(f"op{seq}", seq, _wait=0)
+            op._const = tuple(vs[r] for r in reads if r not in writes)
+            op._mutate = tuple(vs[w] for w in writes)
+            op._wait = append_all(op, op._const, op._mutate)
+            (pending if op._wait else running).append(op)
+            if then == "finish" and running:
+                finish(running.pop(0))
+            elif then == "cancel" and pending:
+                victim = pending.pop(which % len(pending))  # withdrawn as by the engine
+                victim._state = OpState.CANCELLED
+                out: list[FakeOp] = []
+                for write, vars_ in ((False, victim._const), (True, victim._mutate)):
+                    for v in vars_:
+                        if v._holds(victim):
+                            v._release(write, out, False)
+                        else:
+                            v._withdraw(out)
+                running.extend(out)
+                for ready in out:
+                    pending.remove(ready)
+        if not running:
+            return
+        first = data.draw(st.sampled_from(running))
+        behind = queued_behind(first)
+        assert first in behind
+        target = data.draw(st.sampled_from([*running, *pending]))
+        assert (target in queued_behind(first, target)) == (target in behind)  # stops early
+        # Run every other operation to the end; what never starts waited for first.
+        while others := [op for op in running if op is not first]:
+            running.remove(others[0])
+            finish(others[0])
+        assert {op.name for op in behind if op is not first} == {op.name for op in pending}
 
 
 class TestVarObject:
