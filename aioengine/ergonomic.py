@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Sequence
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
 from .context import Context, RunContext, cpu
@@ -105,11 +106,13 @@ def _nested_error(label: str, arg: object, var: Var) -> TypeError:
 def read(engine: Engine, var: Var) -> Operation[Any]:
     """Push the read behind :meth:`Var.get` and :meth:`BlockingEngine.get`.
 
-    Its result is ``var``'s value, or :data:`NO_VALUE` if it carries none: the operation itself
-    never fails, so that :func:`checked` raises the ``ValueError`` to the caller of ``get``
-    only, and ``wait_for_all()`` / ``aclose()`` do not report it a second time. (A failure
-    ``var`` carries still skips it with ``DependencyError``, as any reader; the failure stays
-    recorded, for ``wait_for_var``.) Inline on the loop (``FnProperty.ASYNC``).
+    Its result is ``(value,)``, ``var``'s value in a 1-tuple (a value that is a coroutine
+    object would otherwise be taken for a forgotten ``async def``), or :data:`NO_VALUE` if it
+    carries none: the operation itself never fails, so that :func:`checked` raises the
+    ``ValueError`` to the caller of ``get`` only, and ``wait_for_all()`` / ``aclose()`` do
+    not report it a second time. (A failure ``var`` carries still skips it with
+    ``DependencyError``, as any reader; the failure stays recorded, for ``wait_for_var``.)
+    Inline on the loop (``FnProperty.ASYNC``).
     """
     if type(var) is not Var:
         raise TypeError(f"var must be an aioengine.Var, got {var!r}")
@@ -119,14 +122,16 @@ def read(engine: Engine, var: Var) -> Operation[Any]:
 
 
 def _read(var: Var, rctx: RunContext) -> object:
-    return var._value
+    value = var._value
+    return NO_VALUE if value is NO_VALUE else (value,)
 
 
-def checked(var: Var, value: object) -> Any:
-    """``value``, the result of :func:`read`; raise ``ValueError`` if ``var`` carried none."""
-    if value is NO_VALUE:
+def checked(var: Var, result: Any) -> Any:
+    """The value in ``result``, the result of :func:`read`; raise ``ValueError`` if ``var``
+    carried none."""
+    if result is NO_VALUE:
         raise _no_value(var)
-    return value
+    return result[0]
 
 
 async def get(engine: Engine, var: Var) -> Any:
@@ -212,7 +217,9 @@ def submit(
     def run_sync(rctx: RunContext) -> Any:
         call_args, call_kwargs = bind()
         result = fn(*call_args, **call_kwargs)
-        if outs:
+        # A coroutine: a forgotten ``async def``, which fails the operation (the engine says
+        # so); a failed operation leaves its out Vars as they were.
+        if outs and type(result) is not CoroutineType:
             _store(outs, single, result)
         return result
 

@@ -123,6 +123,35 @@ async def test_failures_flow_through_values(engine: ae.Engine) -> None:
     assert await v.get() == 1  # the failed op did not replace the value
 
 
+async def test_a_forgotten_async_def_leaves_the_out_var_as_it_was(engine: ae.Engine) -> None:
+    v = engine.new_var("v", value=0)
+
+    async def job() -> int:
+        return 1
+
+    op = engine.submit(lambda: job(), out=v, name="forgot")
+    with pytest.raises(TypeError, match="returned a coroutine"):
+        await op
+    with pytest.raises(TypeError):
+        await engine.wait_for_var(v)
+    assert await v.get() == 0
+
+
+async def test_a_value_that_is_a_coroutine_object_can_be_read(engine: ae.Engine) -> None:
+    """The read returns the value as it is, whatever it is; nothing is recorded."""
+
+    async def job() -> int:
+        return 1
+
+    coro = job()
+    v = engine.new_var("v", value=coro)
+    try:
+        assert await v.get() is coro
+        await engine.wait_for_all()
+    finally:
+        coro.close()
+
+
 async def test_bad_inputs(engine: ae.Engine) -> None:
     empty = engine.new_var("empty")
     with pytest.raises(ValueError, match="carries no value"):
