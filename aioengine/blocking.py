@@ -97,15 +97,36 @@ class _OpFuture(concurrent.futures.Future[T]):
         super().__init__()
         self.operation = op
         self._owner = owner
+        # cancel() on any thread and _settle on the loop thread may both find the operation
+        # cancelled; the first to set this cancels the future and notifies its waiters (a
+        # second notify would raise, and log at CRITICAL level).
+        self._cancelling = False
+        self._cancel_lock = threading.Lock()
 
     def cancel(self) -> bool:
+        """Cancel the operation; return whether it is (or, if running, will be) cancelled.
+
+        An operation that has not started is cancelled at once, and so is this future. A
+        running coroutine operation is asked to stop (as :meth:`asyncio.Task.cancel` does):
+        this future then follows it, cancelled, or done if it finished first. A running sync
+        operation cannot be cancelled: False.
+        """
         if self.done():
             return False
         if not self.operation.cancel():
             return False
-        if super().cancel():
-            self.set_running_or_notify_cancel()  # wakes concurrent.futures.wait() callers
+        if self.operation.cancelled():
+            self._mark_cancelled()
         return True
+
+    def _mark_cancelled(self) -> None:
+        """Cancel this future and wake concurrent.futures.wait() callers, once."""
+        with self._cancel_lock:
+            if self._cancelling:
+                return
+            self._cancelling = True
+        if super().cancel():
+            self.set_running_or_notify_cancel()
 
     def result(self, timeout: float | None = None) -> T:
         if not self.done():
@@ -124,8 +145,7 @@ def _settle(fut: _OpFuture[Any], op: Operation[Any]) -> None:
         return
     try:
         if op.cancelled():
-            super(_OpFuture, fut).cancel()
-            fut.set_running_or_notify_cancel()
+            fut._mark_cancelled()
         elif (exc := op.exception()) is not None:
             fut.set_exception(exc)
         else:
@@ -587,8 +607,9 @@ class BlockingEngine:
     def get(self, var: Var, *, timeout: float | None = None) -> Any:
         """Block until every write to ``var`` pushed so far has run; return its value.
 
-        As :meth:`aioengine.Var.get`: a failure is raised here only, not again by
-        :meth:`wait_for_all` or :meth:`close`.
+        As :meth:`aioengine.Var.get`: a ``ValueError`` for a Var with no value is raised here
+        only, not again by :meth:`wait_for_all` or :meth:`close`; a failure ``var`` carries
+        is raised as ``DependencyError`` and stays recorded (for :meth:`wait_for_var`).
 
         Raises:
             DependencyError: if ``var`` carries a failure (its ``__cause__`` is the failure).

@@ -7,6 +7,7 @@ import concurrent.futures
 import sys
 import textwrap
 import threading
+from typing import Any
 
 import pytest
 
@@ -131,6 +132,53 @@ def test_timeouts_and_cancel() -> None:
         assert running.result() is True
         assert queued_ran == []
         assert not queued.cancel()  # already done
+
+
+def test_cancel_racing_the_loop_that_settles_the_future(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The operation is cancelled, and the loop thread cancels the future before cancel()
+    goes on (a thread switch there): the future is cancelled once, with no error."""
+    futures: list[concurrent.futures.Future[Any]] = []
+    cancel = ae.Operation.cancel
+
+    def cancel_then_let_the_loop_settle(op: ae.Operation[Any], msg: object = None) -> bool:
+        cancelled = cancel(op, msg)
+        concurrent.futures.wait(futures, timeout=10)  # the loop settled it meanwhile
+        return cancelled
+
+    monkeypatch.setattr(ae.Operation, "cancel", cancel_then_let_the_loop_settle)
+    with ae.BlockingEngine(cpu_workers=1) as be:
+        x = be.new_var("x")
+        gate = threading.Event()
+        running = be.push_sync(lambda r: gate.wait(5), mutate_vars=[x])
+        futures.append(be.push_sync(lambda r: None, mutate_vars=[x]))
+        assert futures[0].cancel()
+        assert futures[0].cancelled()
+        gate.set()
+        assert running.result(timeout=5) is True
+    assert [r.getMessage() for r in caplog.records if r.levelname == "CRITICAL"] == []
+
+
+def test_cancel_of_a_running_coroutine_follows_how_it_ends() -> None:
+    """A running coroutine is asked to stop; its future then reports how it really ended."""
+    with ae.BlockingEngine(cpu_workers=1) as be:
+        started = threading.Event()
+
+        async def stubborn(rctx: ae.RunContext) -> int:
+            started.set()
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                return 42  # it handles the cancellation and finishes
+            return -1
+
+        fut = be.push_async(stubborn)
+        assert started.wait(5)
+        assert fut.cancel()  # asked
+        assert fut.result(timeout=5) == 42
+        assert not fut.cancelled()
+        assert fut.operation.state is ae.OpState.DONE
 
 
 def test_blocking_on_the_loop_thread_raises_instead_of_deadlocking() -> None:
