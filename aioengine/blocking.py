@@ -27,6 +27,7 @@ uvloop's) in the calling thread and returns its result.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextlib
 import functools
@@ -58,19 +59,20 @@ _open: weakref.WeakSet[BlockingEngine] = weakref.WeakSet()
 
 
 def _abandon_all() -> None:
-    """At interpreter exit (before threads are joined): stop every unclosed loop thread.
+    """At interpreter exit (atexit: once the non-daemon threads have finished, before the
+    daemon ones are frozen): stop every unclosed loop thread.
 
     Without this, a BlockingEngine that was never closed hangs the interpreter: its
     ``start_blocking_portal`` context is finalized after the (daemon) loop thread has been
-    frozen, and waits for that thread forever. As for an unclosed :class:`Engine`,
-    coroutine operations are cancelled, queued operations dropped and running ones finish.
+    frozen, and waits for that thread forever. Not earlier: a non-daemon thread may still be
+    using the engine (Python joins those threads first). As for an unclosed :class:`Engine`,
+    coroutine operations are cancelled, queued operations cancelled and running ones finish.
     """
     for engine in list(_open):
         engine._abandon()
 
 
-# Private but stable since 3.9 (see executors/threads.py, which uses it the same way).
-threading._register_atexit(_abandon_all)  # type: ignore[attr-defined]
+atexit.register(_abandon_all)
 
 
 class _OpDecorator(Protocol):

@@ -552,7 +552,14 @@ class Engine:
         if executors:
             # Joined off the loop: a callback-style operation is done once on_complete() is
             # called, and the rest of its function may still need the loop.
-            await asyncio.to_thread(_join_executors, executors)
+            try:
+                joined = asyncio.get_running_loop().run_in_executor(
+                    None, _join_executors, executors
+                )
+            except RuntimeError:  # interpreter exit: the default executor takes no new work
+                _join_executors(executors)
+            else:
+                await joined
         self._state = _State.CLOSED
         if errors:
             raise BaseExceptionGroup("unhandled errors in aioengine.Engine", errors)
@@ -1603,10 +1610,10 @@ class Engine:
         """
         if _get_ident() != self._loop_thread:
             if not target.submit(op, op._key, True):
-                self._not_submitted(target, op)
+                self._not_submitted(op)
             return
         if not target.submit(op, op._key, False):
-            self._not_submitted(target, op)
+            self._not_submitted(op)
             return
         wakes = self._wakes
         if target not in wakes:
@@ -1615,23 +1622,26 @@ class Engine:
                 assert self._loop is not None
                 self._loop.call_soon(self._flush_wakes)
 
-    def _not_submitted(self, target: Executor, op: Operation[Any]) -> None:
-        """``target`` was shut down after this thread made ``op`` READY and released the lock.
+    def _not_submitted(self, op: Operation[Any]) -> None:
+        """``op``'s pool was shut down after this thread made it READY and released the lock.
 
         Executors shut down once no operation is READY: ``aclose(cancel=True)`` has cancelled
-        ``op`` in between (without ``cancel`` it waits for ``op``). Should ``op`` still be
-        READY, it is cancelled too: never left pending. At interpreter exit nothing runs.
+        ``op`` in between (without ``cancel`` it waits for ``op``). At interpreter exit
+        (the pool is abandoned) nothing runs any more: ``op`` is cancelled, never left pending,
+        and so is what that makes ready for an abandoned pool (in a loop, not by recursion:
+        a chain of thousands may be queued at exit).
         """
-        if target.abandoned:
-            return
-        ready: list[Any] = []
-        with self._lock:
-            if op._state is not _READY:
-                return
-            self._finish_locked(op, _CANCELLED, None, None, ready)
-            todo = self._settle(ready) if ready else ready
-        if todo:
-            self._submit(todo)
+        dropped = [op]
+        while dropped:
+            ready: list[Any] = []
+            with self._lock:
+                for op in dropped:
+                    if op._state is _READY:
+                        self._finish_locked(op, _CANCELLED, None, None, ready)
+                todo = self._settle(ready) if ready else ready
+            dropped = [o for o in todo if o._target is not None and o._target.abandoned]
+            if len(dropped) < len(todo):
+                self._submit([o for o in todo if o._target is None or not o._target.abandoned])
 
     def _flush_wakes(self) -> None:
         """Wake the executors that the loop thread submitted to (loop thread)."""
@@ -2194,7 +2204,7 @@ class Engine:
             for other in todo:
                 if other._target is target:
                     if not target.submit(other, other._key, False):
-                        self._not_submitted(target, other)
+                        self._not_submitted(other)
                 else:
                     self._submit_one(other._target, other)
             target.wake(caller_pops=False)

@@ -430,3 +430,75 @@ def test_interpreter_exit_with_an_unclosed_blocking_engine_does_not_hang(case: s
     assert done.returncode == 0, done.stderr
     assert done.stdout == "leaving\n"
     assert "Task was destroyed" not in done.stderr
+
+
+def test_closing_in_a_thread_while_the_interpreter_exits() -> None:
+    """The main thread has ended; a thread's engine then drains and joins its workers."""
+    body = textwrap.dedent(
+        """
+        import concurrent.futures.thread, threading, time
+        import aioengine as ae
+
+        running = threading.Event()
+
+        def after_main_ends(rctx):
+            running.set()
+            # Python's exit has begun: thread pools take no new work (a private flag, the
+            # only sign of it that a worker can wait for).
+            while not concurrent.futures.thread._shutdown:
+                time.sleep(0.01)
+            return 7
+
+        def user_thread():
+            with ae.BlockingEngine(cpu_workers=1) as be:
+                fut = be.push_sync(after_main_ends)
+            print("closed", fut.result(), flush=True)
+
+        threading.Thread(target=user_thread).start()
+        assert running.wait(10)
+        """
+    )
+    done = run_script(body, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "closed 7\n"
+    assert done.stderr == ""
+
+
+def test_a_thread_still_using_the_engine_when_the_main_thread_ends() -> None:
+    """Python joins non-daemon threads at exit; the engine serves them until then, except
+    that its pools take no new work (as concurrent.futures'): that work is cancelled, so
+    the thread waiting for it wakes instead of hanging the exit."""
+    body = textwrap.dedent(
+        """
+        import concurrent.futures, concurrent.futures.thread, threading, time
+        import aioengine as ae
+
+        be = ae.BlockingEngine(cpu_workers=1).__enter__()
+        x = be.new_var("x", value=0)
+        running = threading.Event()
+
+        def until_exit_begins(v):
+            running.set()
+            while not concurrent.futures.thread._shutdown:  # see the test above
+                time.sleep(0.01)
+            return v + 1
+
+        def user_thread():
+            be.submit(until_exit_begins, x, out=x)
+            queued = be.submit(lambda v: v * 10, x, out=x)  # for the pool, behind it
+            try:
+                queued.result(timeout=20)
+            except concurrent.futures.CancelledError:
+                print("cancelled", flush=True)
+            print("get", be.get(x, timeout=20), flush=True)  # inline on the loop: it runs
+            be.close()
+            print("closed", flush=True)
+
+        threading.Thread(target=user_thread).start()
+        assert running.wait(10)
+        """
+    )
+    done = run_script(body, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "cancelled\nget 1\nclosed\n"
+    assert done.stderr == ""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from ..context import Context, RunContext
 from ..errors import DeviceFailedError
@@ -51,10 +52,10 @@ class GpuExecutor(ThreadExecutor):
         self.family = family
         self._devices = devices
 
-    def _abandon(self) -> None:
+    def _abandon(self) -> list[Any]:
         """Interpreter exit: also let workers waiting for an in-flight slot go."""
         self._devices.shutdown()
-        super()._abandon()
+        return super()._abandon()
 
     def _worker_context(self) -> RunContext:
         """Bind this new worker thread to its device and a stream of its own."""

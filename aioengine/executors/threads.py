@@ -21,6 +21,7 @@ import os
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from ..context import Context, RunContext
 from . import Run
@@ -37,11 +38,13 @@ def _abandon_all() -> None:
     """At interpreter exit (before threads are joined): stop every worker loop.
 
     Without this, an engine that was never closed would keep its workers waiting for work and
-    the interpreter would hang joining them. Queued operations are dropped (nobody is left to
-    await them); running ones finish.
+    the interpreter would hang joining them. Running operations finish; queued ones are
+    cancelled, so that a thread still waiting for one (a non-daemon thread, which Python joins
+    after this) wakes instead of hanging the exit.
     """
     for executor in list(_executors):
-        executor._abandon()
+        for item in executor._abandon():
+            item.cancel()
 
 
 def _reset_all_in_child() -> None:
@@ -187,14 +190,17 @@ class ThreadExecutor:
         if pool is not None:
             pool.shutdown(wait=wait)
 
-    def _abandon(self) -> None:
-        """Drop what is queued and let the workers exit after their current item."""
+    def _abandon(self) -> list[Any]:
+        """Drop what is queued and let the workers exit after their current item; return
+        the dropped items."""
         with self._lock:
             self._closing = self._abandoned = True
+            dropped = list(self._items.values())
             self._heap.clear()
             self._items.clear()
             self._idle = 0
             self._cond.notify_all()
+        return dropped
 
     def _worker_context(self) -> RunContext:
         """The RunContext of a new worker thread (called on it; GPU pools bind a stream)."""
