@@ -1412,7 +1412,9 @@ class Engine:
                     poisoned = True
             if not gpu.host_sync:
                 self._release_locked(op, state, exc, ready)
-            if poisoned:
+            # Or the device failed while op was being enqueued (a cross-device chain settles
+            # only the fences pending then): op's work may sit behind a wait that never passes.
+            if poisoned or gpu.broken(device) is not None:
                 self._fail_devices_locked([fence], ready)
             todo = self._settle(ready) if ready else ready
         loop = self._loop

@@ -960,6 +960,40 @@ async def test_a_gpu_waiting_on_a_failed_gpu_fails_instead_of_hanging(
         await asyncio.wait_for(engine.aclose(), 10)
 
 
+async def test_an_op_enqueueing_while_its_gpu_fails_through_another_fails_too(
+    manual: ae.SimulatedGPU,
+) -> None:
+    """c is inside its function on gpu(1) when gpu(1) fails (its stream waits for gpu(0)'s
+    failed work): c's fence, recorded after that, would never complete."""
+    engine = ae.Engine(gpu_backend=manual)
+    x, y, z = engine.new_var("x"), engine.new_var("y"), engine.new_var("z")
+    inside, go = threading.Event(), threading.Event()
+
+    def crash() -> None:
+        raise MemoryError("illegal address")
+
+    def held(rctx: ae.RunContext) -> None:
+        inside.set()
+        assert go.wait(10)
+        rctx.launch(time.sleep, 0)  # behind b's wait on gpu(1)'s compute stream
+
+    a = engine.push_sync(lambda r: r.launch(crash), GPU0, [], [x])
+    b = engine.push_sync(tick, ae.gpu(1), [x], [y])
+    await until(enqueued(a, b))
+    c = engine.push_sync(held, ae.gpu(1), [], [z])
+    await until(inside.is_set)
+    manual.run_until_idle()  # gpu(0) faults, and gpu(1) fails with it
+    with pytest.raises(ae.DeviceFailedError, match="wait for work of a GPU that failed"):
+        await asyncio.wait_for(b, 10)
+    go.set()
+    await until(enqueued(c))
+    manual.run_until_idle()
+    with pytest.raises(ae.DeviceFailedError, match="wait for work of a GPU that failed"):
+        await asyncio.wait_for(c, 10)
+    with pytest.raises(BaseExceptionGroup):
+        await asyncio.wait_for(engine.aclose(), 10)
+
+
 class QueryRaises(ae.SimulatedGPU):
     """A backend whose status query raises (a driver bug): polling must survive it."""
 
