@@ -208,7 +208,7 @@ async def run_pipeline(device: Device, batches: int, rows: int, cols: int) -> di
 
 
 async def main() -> None:
-    if ae.gpu_available():
+    if await asyncio.to_thread(ae.gpu_available):  # it initialises CUDA: off the loop
         device = cupy_device()
         batches, rows, cols = (6, 64, 64) if SMALL else (32, 2048, 2048)
     else:

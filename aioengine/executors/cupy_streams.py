@@ -26,7 +26,12 @@ __all__ = ("CupyBackend", "gpu_available")
 
 
 def gpu_available() -> bool:
-    """Whether CuPy is installed and sees a usable CUDA device (never raises)."""
+    """Whether CuPy is installed and sees a usable CUDA device (never raises).
+
+    The first call initialises CUDA in the calling thread, which takes from a fraction of a
+    second to a few seconds: call it before the event loop starts, or from a coroutine as
+    ``await asyncio.to_thread(aioengine.gpu_available)``, not on the loop thread.
+    """
     try:
         import cupy
 
