@@ -75,7 +75,7 @@ def _nested_var(arg: object) -> Var | None:
     if isinstance(arg, (list, tuple, set, frozenset)):
         items = arg
     elif isinstance(arg, dict):
-        items = arg.values()
+        items = (*arg.keys(), *arg.values())
     else:
         return None
     for item in items:
@@ -144,9 +144,30 @@ def _out_vars(out: Var | Sequence[Var] | None) -> tuple[Var, ...]:
         return ()
     if type(out) is Var:
         return (out,)
-    if isinstance(out, (list, tuple)) and all(type(v) is Var for v in out):
+    if isinstance(out, (list, tuple)) and out and all(type(v) is Var for v in out):
+        if len(set(out)) < len(out):
+            raise ValueError(f"out names a Var twice: {out!r}; which value would it keep?")
         return tuple(out)
-    raise TypeError(f"out must be a Var, a sequence of Vars or None, got {out!r}")
+    raise TypeError(f"out must be a Var, a non-empty list or tuple of Vars, or None; got {out!r}")
+
+
+def _var_list(engine: Engine, arg: str, vars_: object) -> list[Var]:
+    """``reads`` or ``writes`` as a list, checked here so that errors name the argument."""
+    if type(vars_) is Var:
+        raise TypeError(f"{arg} must be a list of Vars, not a single Var; use [{vars_.name}]")
+    if isinstance(vars_, (str, bytes)) or not isinstance(vars_, Iterable):
+        raise TypeError(f"{arg} must be an iterable of aioengine.Var, got {vars_!r}")
+    listed = list(vars_)
+    for i, var in enumerate(listed):
+        _check_var(engine, f"{arg}[{i}]", var)
+    return listed
+
+
+def _check_var(engine: Engine, label: str, var: object) -> None:
+    if type(var) is not Var:
+        raise TypeError(f"{label} is {var!r}, not an aioengine.Var")
+    if var._owner is not engine:
+        raise ValueError(f"{label} {var!r} belongs to another Engine")
 
 
 def _store(outs: tuple[Var, ...], single: bool, result: Any) -> None:
@@ -180,12 +201,22 @@ def submit(
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {fn!r}")
     outs = _out_vars(out)
+    for i, var in enumerate(outs):
+        _check_var(engine, "out" if type(out) is Var else f"out[{i}]", var)
     _check_nested(args, kwargs)
     single = type(out) is Var
     arg_vars = [(i, a) for i, a in enumerate(args) if type(a) is Var]
     kw_vars = [(k, v) for k, v in kwargs.items() if type(v) is Var]
-    const = [*reads, *(a for _, a in arg_vars), *(v for _, v in kw_vars)]
-    mutate = [*writes, *outs]  # a Var in both lists counts as written (engine rule)
+    for i, var in arg_vars:
+        _check_var(engine, f"args[{i}]", var)
+    for key, var in kw_vars:
+        _check_var(engine, f"argument {key}", var)
+    const = [
+        *_var_list(engine, "reads", reads),
+        *(a for _, a in arg_vars),
+        *(v for _, v in kw_vars),
+    ]
+    mutate = [*_var_list(engine, "writes", writes), *outs]  # in both: written (engine rule)
     if name is None:
         name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
         if not isinstance(name, str):

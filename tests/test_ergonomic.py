@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -170,10 +171,44 @@ async def test_bad_inputs(engine: ae.Engine) -> None:
     with pytest.raises(ExceptionGroup):
         await engine.wait_for_all()
     other = ae.Engine(cpu_workers=1)
-    with pytest.raises(ValueError, match="another Engine"):
+    with pytest.raises(ValueError, match=r"args\[0\] .* another Engine"):
         engine.submit(len, other.new_var("o", value=[]))
     with pytest.raises(RuntimeError, match="belongs to no Engine"):
         await ae.Var(None, "orphan").get()
+
+
+async def test_bad_var_arguments_are_named_as_written(engine: ae.Engine) -> None:
+    """Errors name the argument the caller wrote, not a position in the engine's lists."""
+    a, b = engine.new_var("a", value=1), engine.new_var("b", value=2)
+    other = ae.Engine(cpu_workers=1).new_var("o", value=0)
+    refused: list[tuple[type[Exception], str, Callable[[], object]]] = [
+        (
+            TypeError,
+            r"reads must be a list of Vars, not a single Var; use \[a\]",
+            lambda: engine.submit(len, reads=a),  # type: ignore[call-overload]
+        ),
+        (
+            TypeError,
+            r"writes must be an iterable",
+            lambda: engine.submit(len, writes="ab"),  # type: ignore[call-overload]
+        ),
+        (
+            TypeError,
+            r"reads\[1\] is 3, not an aioengine.Var",
+            lambda: engine.submit(len, reads=[a, 3]),  # type: ignore[call-overload]
+        ),
+        (ValueError, r"writes\[0\] .* another Engine", lambda: engine.submit(len, writes=[other])),
+        (ValueError, r"argument x .* another Engine", lambda: engine.submit(len, x=other)),
+        (ValueError, r"out\[1\] .* another Engine", lambda: engine.submit(len, out=[a, other])),
+        (TypeError, r"non-empty", lambda: engine.submit(lambda: 5, out=[])),
+        (ValueError, r"out names a Var twice", lambda: engine.submit(lambda: (1, 2), out=[a, a])),
+        (TypeError, r"args\[0\] is a dict that contains", lambda: engine.submit(list, {b: 1})),
+    ]
+    for error, message, call in refused:
+        with pytest.raises(error, match=message):
+            call()
+    assert engine.pending == 0  # nothing was pushed
+    assert (await a.get(), await b.get()) == (1, 2)
 
 
 @pytest.mark.parametrize(
