@@ -184,6 +184,9 @@ class BlockingEngine:
         self._loop_thread: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        # The futures handed out, so that close() settles any whose operation finished
+        # while its done callback could no longer reach the loop (a push racing the close).
+        self._futures: weakref.WeakSet[_OpFuture[Any]] = weakref.WeakSet()
 
     @property
     def engine(self) -> Engine:
@@ -237,6 +240,9 @@ class BlockingEngine:
     def close(self) -> None:
         """Drain the engine, stop the loop thread and raise unthrown failures (idempotent).
 
+        A ``KeyboardInterrupt`` while it drains leaves the engine closing and its loop
+        running: call it again to finish.
+
         Raises:
             ExceptionGroup: of every failure recorded and not thrown yet.
             RuntimeError: if called on the engine's loop thread.
@@ -250,13 +256,28 @@ class BlockingEngine:
             if self._closed or stack is None or portal is None:
                 self._closed = True
                 return
+            interrupted = False
             try:
                 portal.call(closer)
+            except KeyboardInterrupt:
+                # Ctrl-C while draining: the close goes on on the loop, the engine stays
+                # open (closing), and close() may be called again, as for Engine.aclose().
+                interrupted = True
+                raise
             finally:
-                self._closed = True
-                self._stack = self._portal = None
-                _open.discard(self)
-                stack.close()
+                if not interrupted:
+                    self._closed = True
+                    self._stack = self._portal = None
+                    _open.discard(self)
+                    stack.close()
+                    self._settle_stranded()
+
+    def _settle_stranded(self) -> None:
+        """Settle the futures of finished operations whose done callback never ran (the loop
+        is closed now; see :meth:`_bridge`)."""
+        for fut in list(self._futures):
+            if not fut.done() and fut.operation.done():
+                _settle(fut, fut.operation)
 
     def _abandon(self) -> None:
         """Stop the loop thread without draining (interpreter exit; see :func:`_abandon_all`)."""
@@ -322,7 +343,15 @@ class BlockingEngine:
         else:
             op = push()
         fut: _OpFuture[T] = _OpFuture(op, self)
-        op.add_done_callback(functools.partial(_settle, fut))
+        self._futures.add(fut)
+        try:
+            op.add_done_callback(functools.partial(_settle, fut))
+        except RuntimeError:
+            # The push was accepted, then close() ran to its end before this: the operation
+            # is final (drained or cancelled) and the loop closed. Settle it from here.
+            if not op.done():
+                raise
+            _settle(fut, op)
         return fut
 
     def new_var(self, name: str | None = None, *, value: object = NO_VALUE) -> Var:
@@ -587,8 +616,9 @@ class BlockingEngine:
             RuntimeError: if called on the engine's loop thread (it would deadlock).
         """
         self._check_thread("wait_for_var()")
-        portal = self._portal_or_raise("wait_for_var()")
-        portal.call(functools.partial(self._engine.wait_for_var, var, timeout=timeout))
+        self._call(
+            "wait_for_var()", functools.partial(self._engine.wait_for_var, var, timeout=timeout)
+        )
 
     def wait_for_all(self, *, timeout: float | None = None, progress: bool = False) -> None:
         """Block until no operation is pending, then raise every unthrown failure.
@@ -601,10 +631,21 @@ class BlockingEngine:
             RuntimeError: if called on the engine's loop thread (it would deadlock).
         """
         self._check_thread("wait_for_all()")
-        portal = self._portal_or_raise("wait_for_all()")
-        portal.call(
-            functools.partial(self._engine.wait_for_all, timeout=timeout, progress=progress)
+        self._call(
+            "wait_for_all()",
+            functools.partial(self._engine.wait_for_all, timeout=timeout, progress=progress),
         )
+
+    def _call(self, what: str, wait: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run ``wait`` on the loop; a close() that stops the loop meanwhile raises
+        EngineClosedError here, not the portal's own RuntimeError."""
+        portal = self._portal_or_raise(what)
+        try:
+            portal.call(wait)
+        except RuntimeError:
+            if self._portal is portal:
+                raise  # the wait's own error
+            raise EngineClosedError(f"{what}: {self!r} was closed meanwhile") from None
 
     def get(self, var: Var, *, timeout: float | None = None) -> Any:
         """Block until every write to ``var`` pushed so far has run; return its value.

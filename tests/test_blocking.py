@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import signal
 import sys
 import textwrap
 import threading
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 import aioengine as ae
+from aioengine import blocking
 
 from .conftest import Monitor
 from .test_shutdown import run_script
@@ -179,6 +181,95 @@ def test_cancel_of_a_running_coroutine_follows_how_it_ends() -> None:
         assert fut.result(timeout=5) == 42
         assert not fut.cancelled()
         assert fut.operation.state is ae.OpState.DONE
+
+
+def hold_in_thread(
+    monkeypatch: pytest.MonkeyPatch, owner: Any, method: str
+) -> tuple[threading.Event, threading.Event]:
+    """Pause thread "T" right after ``owner.method`` returns (a thread switch there): it
+    signals ``in_window`` and goes on when ``go`` is set."""
+    in_window, go = threading.Event(), threading.Event()
+    real = getattr(owner, method)
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        result = real(*args, **kwargs)
+        if threading.current_thread().name == "T":
+            in_window.set()
+            assert go.wait(10)
+        return result
+
+    monkeypatch.setattr(owner, method, held)
+    return in_window, go
+
+
+def test_a_push_accepted_just_before_close_gets_its_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The push is accepted and its op runs; close() drains and closes the loop before the
+    pushing thread attaches its future: the future still settles (no 'loop is closed')."""
+    in_window, go = hold_in_thread(monkeypatch, blocking._OpFuture, "__init__")
+    be = ae.BlockingEngine(cpu_workers=1).__enter__()
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(be.push_sync(lambda r: 42)), name="T")
+    thread.start()
+    assert in_window.wait(10)
+    be.close()
+    go.set()
+    thread.join(10)
+    assert [fut.result(timeout=5) for fut in out] == [42]
+
+
+def test_a_wait_racing_close_raises_engine_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    in_window, go = hold_in_thread(monkeypatch, ae.BlockingEngine, "_portal_or_raise")
+    be = ae.BlockingEngine(cpu_workers=1).__enter__()
+    x = be.new_var("x")
+    out: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            be.wait_for_var(x)
+        except BaseException as exc:
+            out.append(exc)
+
+    thread = threading.Thread(target=wait, name="T")
+    thread.start()
+    assert in_window.wait(10)
+    be.close()
+    go.set()
+    thread.join(10)
+    assert [type(exc) for exc in out] == [ae.EngineClosedError]
+
+
+def test_ctrl_c_while_close_drains_leaves_it_closing_and_close_can_finish() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("SIGINT handling needs the main thread")
+    be = ae.BlockingEngine(cpu_workers=1).__enter__()
+    release = threading.Event()
+    running = be.push_sync(lambda r: release.wait(10))
+    draining = threading.Event()
+    aclose = be.engine.aclose
+
+    async def traced_aclose() -> None:
+        draining.set()
+        await aclose()
+
+    def interrupt() -> None:
+        assert draining.wait(10)
+        main = threading.main_thread().ident
+        assert main is not None
+        signal.pthread_kill(main, signal.SIGINT)  # to the thread blocked in close()
+
+    threading.Thread(target=interrupt).start()
+    be.engine.aclose = traced_aclose  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        be.close()
+    assert not be.closed
+    assert not running.done()
+    release.set()
+    be.close()
+    assert be.closed
+    assert running.result() is True
+    assert not [t for t in threading.enumerate() if t.name == "aioengine-loop"]
 
 
 def test_blocking_on_the_loop_thread_raises_instead_of_deadlocking() -> None:
