@@ -56,6 +56,7 @@ from .errors import (
     EngineClosedError,
     OperatorDeletedError,
     VarDeletedError,
+    summary,
 )
 from .executors import Executor
 from .executors.device import DeviceBackend
@@ -422,6 +423,36 @@ class Engine:
         return f"<aioengine.Engine {self._state.value} pending={len(self._live)} {mode}>"
 
     # -- instruments -------------------------------------------------------------------
+
+    def _notify_locked(self, hook: str, op: Operation[Any]) -> None:
+        """Call the ``hook`` method (``"on_push"`` or ``"on_finish"``) of every instrument (lock
+        held). One that raises is uninstalled and reported: a broken observer must not
+        strand the operations it observes (the bookkeeping around the hook goes on)."""
+        for inst in self._instruments:
+            try:
+                getattr(inst, hook)(op)
+            except Exception as exc:
+                self._instrument_failed_locked(inst, hook, exc)
+
+    def _notify_start(self, op: Operation[Any]) -> None:
+        """:meth:`_notify_locked` for ``Instrument.on_start`` (called without the lock)."""
+        for inst in self._instruments:
+            try:
+                inst.on_start(op)
+            except Exception as exc:
+                with self._lock:
+                    self._instrument_failed_locked(inst, "on_start", exc)
+
+    def _instrument_failed_locked(self, inst: Instrument, hook: str, exc: Exception) -> None:
+        self._instruments = tuple(i for i in self._instruments if i is not inst)
+        message = f"aioengine: {type(inst).__name__}.{hook} raised; the instrument was removed"
+        loop = self._loop
+        if loop is not None and not loop.is_closed():  # the handler runs later, not locked
+            loop.call_soon_threadsafe(
+                loop.call_exception_handler, {"message": message, "exception": exc}
+            )
+        else:
+            logger.error(message, exc_info=exc)
 
     def add_instrument(self, instrument: Instrument) -> None:
         """Install an :class:`~aioengine.instrument.Instrument`; safe from any thread."""
@@ -1083,8 +1114,7 @@ class Engine:
             op._key = seq - (priority << 64) if priority else seq
             self._live[seq] = op
             if self._instruments:
-                for inst in self._instruments:
-                    inst.on_push(op)
+                self._notify_locked("on_push", op)
             if bulk:
                 self._join_segment_locked(op, bulk)
                 return op
@@ -1346,8 +1376,7 @@ class Engine:
             self._fail_on_device(op, device, broken)
             return
         if self._instruments:
-            for inst in self._instruments:
-                inst.on_start(op)
+            self._notify_start(op)
         backend = gpu.backend
         # The in-flight bound: may wait (this worker only) for completions.
         if not gpu.acquire(device):  # the device failed, or the interpreter is exiting
@@ -1794,8 +1823,7 @@ class Engine:
                 return None
         kind = op._kind
         if self._instruments and kind != _BULK:  # a segment's members are reported instead
-            for inst in self._instruments:
-                inst.on_start(op)
+            self._notify_start(op)
         ctx = op._ctx
         if rctx is None:
             rctx = self._loop_rctx
@@ -1962,8 +1990,7 @@ class Engine:
                 finally:
                     lock.release()
                 if self._instruments:
-                    for inst in self._instruments:
-                        inst.on_start(op)
+                    self._notify_start(op)
                 if op._ctx is not rctx.ctx:  # by identity, as in _execute_one: cpu() is new
                     rctx = self._run_context(op._ctx)  # each call, and hashing it runs Python
                 fn = op._fn
@@ -2055,7 +2082,7 @@ class Engine:
                     return None
                 err = DependencyError(
                     f"operation {op.name!r} was skipped: {v.name!r} carries a failure "
-                    f"({type(box.exc).__name__}: {box.exc})"
+                    f"({summary(box.exc)})"
                 )
                 err.__cause__ = box.exc
                 ready: list[Any] = []
@@ -2311,8 +2338,7 @@ class Engine:
     def _complete_locked(self, op: Operation[Any], state: OpState) -> None:
         """Make ``op`` final: counters, ``wait_for_all``, awaiters and callbacks (lock held)."""
         if self._instruments and op._kind < _WAIT:
-            for inst in self._instruments:
-                inst.on_finish(op)
+            self._notify_locked("on_finish", op)
         # A finished operation keeps no Var alive (its failure's traceback may keep it).
         op._const = op._mutate = ()
         if op._kind < _WAIT:

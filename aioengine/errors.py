@@ -63,3 +63,16 @@ class DeviceFailedError(DeviceUnavailableError):
     CUDA errors such as an illegal memory access are sticky: the process must be restarted to
     use the device again. ``__cause__`` is the original error when one was raised.
     """
+
+
+def summary(exc: BaseException) -> str:
+    """``"Type: message"`` for an exception, for the engine's own messages and records.
+
+    Never raises: a function's exception may have a ``__str__`` that does, and the engine
+    formats failures with its lock held, where an error would strand the operations.
+    """
+    try:
+        text = str(exc)
+    except Exception as err:  # whatever __str__ raises
+        text = f"<str() raised {type(err).__name__}>"
+    return f"{type(exc).__name__}: {text}"

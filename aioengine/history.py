@@ -25,6 +25,7 @@ from collections import deque
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
+from .errors import summary
 from .instrument import Instrument
 from .operation import _CALLBACK, _CORO, OpState
 
@@ -240,7 +241,7 @@ class Recorder(Instrument):
         record.finished = now = time.monotonic()
         record.state = op._state
         if op._exception is not None:
-            record.error = f"{type(op._exception).__name__}: {op._exception}"
+            record.error = summary(op._exception)
         if record.started is not None:
             self.busy[record.pool] = self.busy.get(record.pool, 0.0) + now - record.started
         self.history.append(record)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from .errors import summary
 from .history import pool_name
 from .instrument import Instrument
 
@@ -48,5 +49,5 @@ class OpLogger(Instrument):
         """Log the outcome (``skipped`` for an operation not run because of a failure)."""
         if logger.isEnabledFor(logging.DEBUG):
             exc = op._exception
-            detail = f": {type(exc).__name__}: {exc}" if exc is not None else ""
+            detail = f": {summary(exc)}" if exc is not None else ""
             logger.debug("%s #%d %r%s", op._state.name.lower(), op._seq, op.name, detail)

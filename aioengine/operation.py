@@ -378,7 +378,11 @@ async def run_coroutine(op: Operation[Any], fn: Callable[..., Any], rctx: RunCon
                 raise TypeError(f"{op.name!r} did not return an awaitable, got {awaitable!r}")
             awaitable = _await(awaitable)
         for inst in engine._instruments:
-            awaitable = inst.wrap_coroutine(op, awaitable)
+            try:
+                awaitable = inst.wrap_coroutine(op, awaitable)
+            except Exception as exc:  # uninstalled and reported, as for the other hooks
+                with engine._lock:
+                    engine._instrument_failed_locked(inst, "wrap_coroutine", exc)
         result = await awaitable
     except GeneratorExit:  # closed unfinished (its loop was closed): it never finishes
         raise

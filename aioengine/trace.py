@@ -42,6 +42,7 @@ from collections.abc import Coroutine, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from .errors import summary
 from .history import DepTracker, kind_name, pool_name
 from .instrument import Instrument
 from .operation import _CALLBACK, _CORO
@@ -191,7 +192,7 @@ class Tracer(Instrument):
         """Record what ``op``'s slices and flows need (engine lock held)."""
         end = _now()
         exc = op._exception
-        error = None if exc is None else f"{type(exc).__name__}: {exc}"
+        error = None if exc is None else summary(exc)
         with self._mu:
             started = self._started.pop(op._seq, None)
             if started is None:  # finished without running: skipped, or cancelled before start
