@@ -58,6 +58,10 @@ class Context:
     def __repr__(self) -> str:
         return f"{self.device_type.value}({self.device_id})"
 
+    def __reduce__(self) -> tuple[type[Context], tuple[DeviceType, int]]:
+        # Rebuilt, not copied: the hash of the device type's name differs between processes.
+        return (Context, (self.device_type, self.device_id))
+
 
 @functools.lru_cache(maxsize=256)
 def cpu(device_id: int = 0) -> Context:

@@ -65,7 +65,10 @@ def _optional_seconds(value: object, arg: str, env: str) -> float | None:
         return seconds
     if type(value) not in (int, float):
         raise ValueError(f"{arg} must be a number of seconds > 0 or None, got {value!r}")
-    seconds = float(value)  # type: ignore[arg-type]
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except OverflowError:  # an int too large for a float
+        seconds = float("inf")
     if not seconds > 0 or seconds == float("inf"):
         raise ValueError(f"{arg} must be a finite number of seconds > 0, got {value!r}")
     return seconds

@@ -12,6 +12,10 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import inspect
+import os
+import pickle
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -1054,3 +1058,15 @@ class TestReentrancy:
         assert await engine.wait_for_all() is None
         assert engine.pending == 0
         assert (a.version, b.version) == (1, 1)
+
+
+def test_a_context_pickled_in_another_process_hashes_as_ours() -> None:
+    """The hash of a str differs between processes: an unpickled Context must not keep the
+    sender's, or it would be equal to ours and still miss in a dict."""
+    code = "import pickle, sys, aioengine as ae; sys.stdout.buffer.write(pickle.dumps(ae.gpu(1)))"
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}  # surely not this process's seed
+    sent = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, check=True)
+    ctx = pickle.loads(sent.stdout)
+    assert ctx == ae.gpu(1)
+    assert hash(ctx) == hash(ae.gpu(1))
+    assert {ae.gpu(1): "found"}.get(ctx) == "found"

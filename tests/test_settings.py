@@ -66,6 +66,7 @@ class TestSettings:
             ({"cpu_workers": True}, r"^cpu_workers must be an int"),
             ({"cpu_priority_workers": 1.5}, r"^cpu_priority_workers must be an int"),
             ({"serial": 1}, r"^serial must be True, False or None"),
+            ({"watchdog": 10**400}, r"^watchdog must be a finite number of seconds > 0"),
         ],
     )
     def test_bad_argument_names_it(self, kwargs: dict[str, object], match: str) -> None:
