@@ -2427,8 +2427,8 @@ class Engine:
             state = op._state
             if state >= _DONE:
                 return False
-            if state is not _RUNNING:
-                self._finish_locked(op, _CANCELLED, None, None, ready)
+            if state is not _RUNNING:  # the message is kept in _result (result() raises it)
+                self._finish_locked(op, _CANCELLED, msg, None, ready)
                 todo = self._settle(ready) if ready else ready
             elif op._kind != _CORO:
                 return False  # a running thread cannot be interrupted

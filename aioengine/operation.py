@@ -190,6 +190,8 @@ class Operation(Generic[T]):
         :class:`asyncio.CancelledError` at its current ``await`` (its Vars are released when it
         ends). A running sync or callback-style operation cannot be cancelled: this returns
         False and its Vars are released only when it has finished. Safe to call from any thread.
+        ``msg`` becomes the message of the :class:`asyncio.CancelledError` that ``await``,
+        :meth:`result` and :meth:`exception` raise, as for :meth:`asyncio.Future.cancel`.
         """
         return self._engine._cancel(self, msg)
 
@@ -204,7 +206,7 @@ class Operation(Generic[T]):
         if state < OpState.DONE:
             raise asyncio.InvalidStateError(f"{self!r} has not finished")
         if state is OpState.CANCELLED:
-            raise asyncio.CancelledError(f"{self!r} was cancelled")
+            raise self._cancelled_error()
         if self._exception is not None:
             raise self._exception
         result: T = self._result
@@ -221,8 +223,13 @@ class Operation(Generic[T]):
         if state < OpState.DONE:
             raise asyncio.InvalidStateError(f"{self!r} has not finished")
         if state is OpState.CANCELLED:
-            raise asyncio.CancelledError(f"{self!r} was cancelled")
+            raise self._cancelled_error()
         return self._exception
+
+    def _cancelled_error(self) -> asyncio.CancelledError:
+        # The message given to cancel() (kept in _result, as asyncio.Future keeps it).
+        msg = self._result
+        return asyncio.CancelledError(f"{self!r} was cancelled" if msg is None else msg)
 
     def add_done_callback(
         self,
@@ -386,8 +393,8 @@ async def run_coroutine(op: Operation[Any], fn: Callable[..., Any], rctx: RunCon
         result = await awaitable
     except GeneratorExit:  # closed unfinished (its loop was closed): it never finishes
         raise
-    except asyncio.CancelledError:
-        engine._finish(op, OpState.CANCELLED, None, None)
+    except asyncio.CancelledError as exc:  # its message, if any, is cancel()'s
+        engine._finish(op, OpState.CANCELLED, exc.args[0] if exc.args else None, None)
         raise
     except BaseException as exc:
         # Drop this frame from the traceback: the recorded failure must not keep the

@@ -110,6 +110,25 @@ class TestCancelNotStarted:
         await engine.wait_for_all()
         assert trace == ["block:start", "block:end"]
 
+    async def test_the_message_reaches_the_cancelled_error(self, engine: ae.Engine) -> None:
+        """As asyncio.Future.cancel(msg): await, result() and exception() raise it."""
+        x = engine.new_var("x")
+        trace: list[str] = []
+        blocker = Blocker(engine, trace, mutate=[x])
+        victim = push_probe(engine, trace, "victim", mutate=[x])
+        silent = push_probe(engine, trace, "silent", mutate=[x])
+        assert victim.cancel("shutting down")
+        assert silent.cancel()
+        for call in (victim.result, victim.exception):
+            with pytest.raises(asyncio.CancelledError, match=r"^shutting down$"):
+                call()
+        with pytest.raises(asyncio.CancelledError, match=r"^shutting down$"):
+            await victim
+        with pytest.raises(asyncio.CancelledError, match="was cancelled"):
+            await silent
+        blocker.release()
+        await engine.wait_for_all()
+
     async def test_cancel_a_middle_writer_keeps_the_order_of_the_rest(
         self, engine: ae.Engine
     ) -> None:
@@ -240,10 +259,12 @@ class TestCancelRunningCoroutine:
         op = engine.push_async(body, mutate_vars=[x])
         after = push_probe(engine, trace, "after", mutate=[x])
         await started.wait()
-        assert op.cancel() is True
-        with pytest.raises(asyncio.CancelledError):
+        assert op.cancel("stop now") is True
+        with pytest.raises(asyncio.CancelledError, match=r"^stop now$"):
             await op
         assert op.cancelled()
+        with pytest.raises(asyncio.CancelledError, match=r"^stop now$"):
+            op.result()
         assert await after == "after"
         assert trace == ["start", "cancelled", "cleanup", "after"]
         assert x.version == 1
