@@ -217,6 +217,16 @@ def _async_kind(fn: Callable[..., Any]) -> int:
     )
 
 
+def _check_timeout(timeout: object) -> None:
+    """``timeout`` must be None or a number of seconds (NaN is refused: it never expires)."""
+    if timeout is None:
+        return
+    if type(timeout) not in (int, float):
+        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
+    if timeout != timeout:
+        raise ValueError("timeout must be a number of seconds or None, got nan")
+
+
 def _join_executors(executors: list[Executor]) -> None:
     """Join the workers of executors already shut down (on a helper thread, see aclose)."""
     for executor in executors:
@@ -555,6 +565,7 @@ class Engine:
                 names them.
         """
         self._require_loop()
+        _check_timeout(timeout)
         current = self._running_op()
         if current is not None:
             raise RuntimeError(
@@ -2569,6 +2580,7 @@ class Engine:
             VarDeletedError: if ``var`` was deleted.
         """
         loop = self._require_loop()
+        _check_timeout(timeout)
         if type(var) is not Var:
             raise TypeError(f"var must be an aioengine.Var, got {var!r}")
         if var._owner is not self:
@@ -2688,6 +2700,7 @@ class Engine:
             TimeoutError: if ``timeout`` seconds pass first (failures stay recorded).
         """
         self._require_loop()
+        _check_timeout(timeout)
         if self._state is _State.CLOSED:
             raise EngineClosedError(f"{self!r} is closed; create a new Engine")
         current = self._running_op()

@@ -542,6 +542,30 @@ ENGINE_CASES = [
         ae.EngineClosedError,
         CLOSED,
     ),
+    case(
+        "wait_for_var-str-timeout",
+        lambda w: w.engine.wait_for_var(w.b, timeout="1"),  # b is idle: it would return
+        TypeError,
+        r"^timeout must be a number of seconds or None, got '1'$",
+    ),
+    case(
+        "wait_for_all-str-timeout",
+        lambda w: w.engine.wait_for_all(timeout="1"),
+        TypeError,
+        r"^timeout must be a number of seconds or None, got '1'$",
+    ),
+    case(
+        "wait_for_all-nan-timeout",
+        lambda w: w.engine.wait_for_all(timeout=float("nan")),
+        ValueError,
+        r"^timeout must be a number of seconds or None, got nan$",
+    ),
+    case(
+        "aclose-bool-timeout",
+        lambda w: w.engine.aclose(timeout=True),
+        TypeError,
+        r"^timeout must be a number of seconds or None, got True$",
+    ),
 ]
 
 
