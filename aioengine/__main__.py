@@ -4,28 +4,65 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from . import __version__
 from .demo import run_demo, run_pipeline_demo
 from .pipeline import IO_LATENCY, RECORDS, SIZE, STAGES
+from .settings import Settings
 
 
 def _trace_path(args: argparse.Namespace) -> str | None:
-    """The absolute trace path, checked before any work runs (None with ``--no-trace``)."""
+    """The absolute trace path, checked before any work runs (None with ``--no-trace``).
+
+    Raises:
+        ValueError: if the path is a directory, an existing file that cannot be written, or
+            in a directory that does not exist or cannot be written.
+    """
     if args.no_trace:
         return None
     path: str = os.path.abspath(args.trace)
+    if os.path.isdir(path):
+        raise ValueError(f"--trace {args.trace}: {path} is a directory, not a file")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise ValueError(f"--trace {args.trace}: cannot write to file {path}")
     directory = os.path.dirname(path)
     if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
         raise ValueError(f"--trace {args.trace}: cannot write to directory {directory}")
     return path
 
 
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer >= ``minimum`` (argparse names the option)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    """An argparse ``type``: a finite number of seconds >= 0 (not ``inf`` or ``nan``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text}")
+    return value
+
+
 def _demo(args: argparse.Namespace) -> int:
-    trace_path = _trace_path(args)
+    trace_path: str | None = args.trace_path
     print(
         f"aioengine {__version__} demo: {args.records} records of {args.size}x{args.size} "
         f"floats, seed {args.seed}, through\n"
@@ -82,11 +119,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _bench_demo(args: argparse.Namespace) -> int:
-    trace_path = _trace_path(args)
+    trace_path: str | None = args.trace_path
     print(
         f"aioengine {__version__} bench-demo: {args.ops} NumPy ops over {args.vars} arrays "
         f"of {args.size}x{args.size}, seed {args.seed}, "
-        f"{args.workers or os.cpu_count()} CPU worker(s)"
+        f"{args.workers} CPU worker(s)"
     )
     threaded, serial = asyncio.run(
         run_demo(
@@ -123,9 +160,14 @@ def _bench_demo(args: argparse.Namespace) -> int:
 
 
 def _add_common(parser: argparse.ArgumentParser, *, trace: str, what: str) -> None:
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument(
-        "--workers", type=int, default=None, help="CPU worker threads (default: the engine's)"
+        "--seed", type=_int_at_least(0), default=0, help="random seed, >= 0 (default 0)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=_int_at_least(1),
+        default=None,
+        help="CPU worker threads (default: the engine's, AIOENGINE_CPU_WORKERS or the CPUs)",
     )
     parser.add_argument(
         "--trace",
@@ -153,20 +195,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         "verify the summary is bit-identical, and print a summary.",
     )
     demo.add_argument(
-        "--records", type=int, default=RECORDS, help=f"records to process (default {RECORDS})"
+        "--records",
+        type=_int_at_least(1),
+        default=RECORDS,
+        help=f"records to process (default {RECORDS})",
     )
     demo.add_argument(
-        "--size", type=int, default=SIZE, help=f"a record is SIZE x SIZE floats (default {SIZE})"
+        "--size",
+        type=_int_at_least(1),
+        default=SIZE,
+        help=f"a record is SIZE x SIZE floats (default {SIZE})",
     )
     demo.add_argument(
         "--latency",
-        type=float,
+        type=_seconds,
         default=IO_LATENCY,
         metavar="SECONDS",
         help=f"simulated I/O time of each read and upload (default {IO_LATENCY})",
     )
     _add_common(demo, trace="aioengine-demo.trace.json", what="the engine run's")
-    demo.set_defaults(handler=_demo)
+    demo.set_defaults(handler=_demo, command_parser=demo)
     bench = commands.add_parser(
         "bench-demo",
         help="a random NumPy program on the thread pools, checked bit-for-bit against a serial run",
@@ -174,16 +222,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the engine's thread pools with a progress bar, write a trace of it, re-run it "
         "serially, verify every array is bit-identical, and print the speed-up.",
     )
-    bench.add_argument("--ops", type=int, default=600, help="operations to push (default 600)")
-    bench.add_argument("--vars", type=int, default=32, help="arrays / Vars (default 32)")
-    bench.add_argument("--size", type=int, default=256, help="array side (default 256)")
+    bench.add_argument(
+        "--ops", type=_int_at_least(1), default=600, help="operations to push (default 600)"
+    )
+    bench.add_argument(
+        "--vars", type=_int_at_least(2), default=32, help="arrays / Vars, >= 2 (default 32)"
+    )
+    bench.add_argument(
+        "--size", type=_int_at_least(1), default=256, help="array side (default 256)"
+    )
     _add_common(bench, trace="aioengine-bench-demo.trace.json", what="the threaded run's")
-    bench.set_defaults(handler=_bench_demo)
-    args = parser.parse_args(argv)
+    bench.set_defaults(handler=_bench_demo, command_parser=bench)
+    args = parser.parse_args(argv)  # checks the options' values: a usage error, exit 2
+    command_parser: argparse.ArgumentParser = args.command_parser
+    try:  # what argparse cannot check, also before any work runs (or anything is printed)
+        args.trace_path = _trace_path(args)
+        # the workers the engine will have (--workers, else AIOENGINE_CPU_WORKERS, else the
+        # CPUs), passed on explicitly so the header and the run agree; bad settings fail here
+        args.workers = Settings.resolve(cpu_workers=args.workers).cpu_workers
+    except ValueError as exc:
+        command_parser.error(str(exc))
     try:
         code: int = args.handler(args)
     except ValueError as exc:
-        parser.error(str(exc))
+        command_parser.error(str(exc))
     return code
 
 

@@ -97,8 +97,9 @@ async def run_pipeline_demo(
     ``progress=True``. A mismatch is not raised: check :attr:`PipelineDemoReport.verified`.
 
     Raises:
-        ValueError: if ``records < 1``, ``size < 1``, ``io_latency < 0`` or ``workers`` is
-            not a positive number.
+        ValueError: if ``records < 1``, ``size < 1``, ``io_latency`` is negative or not
+            finite, ``seed < 0``, or ``workers`` (or ``AIOENGINE_CPU_WORKERS``) is not a
+            positive number.
     """
     async with Engine(cpu_workers=workers) as engine:
         with contextlib.ExitStack() as stack:
@@ -148,9 +149,17 @@ class Program:
 
 
 def make_program(n_ops: int, n_vars: int, size: int, seed: int) -> Program:
-    """Generate a random program: each op reads 0-3 arrays and writes 1-2 (or uploads one)."""
-    if n_ops < 1 or n_vars < 2 or size < 1:
-        raise ValueError("need n_ops >= 1, n_vars >= 2 and size >= 1")
+    """Generate a random program: each op reads 0-3 arrays and writes 1-2 (or uploads one).
+
+    Raises:
+        ValueError: if ``n_ops < 1``, ``n_vars < 2``, ``size < 1`` or ``seed < 0`` (the seed
+            also seeds NumPy's ``default_rng``, which rejects negative seeds).
+    """
+    if n_ops < 1 or n_vars < 2 or size < 1 or seed < 0:
+        raise ValueError(
+            f"need n_ops >= 1, n_vars >= 2, size >= 1 and seed >= 0, got n_ops={n_ops}, "
+            f"n_vars={n_vars}, size={size}, seed={seed}"
+        )
     rng = random.Random(seed)
     steps = []
     for _ in range(n_ops):
@@ -270,8 +279,14 @@ async def run_demo(
 ) -> tuple[DemoReport, DemoReport]:
     """Run the program threaded and serially; raise AssertionError if they disagree.
 
-    The threaded run is traced to ``trace_path`` (Chrome trace JSON) when it is given, and
-    shows a progress bar with ``progress=True``.
+    The threaded run has ``workers`` CPU threads (None: the engine's default), is traced to
+    ``trace_path`` (Chrome trace JSON) when it is given, and shows a progress bar with
+    ``progress=True``.
+
+    Raises:
+        ValueError: as :func:`make_program`, or if ``workers`` (or
+            ``AIOENGINE_CPU_WORKERS``) is not a positive number; before any work runs.
+        AssertionError: if an array differs between the two runs.
     """
     program = make_program(n_ops, n_vars, size, seed)
     async with Engine(cpu_workers=workers) as engine:

@@ -24,6 +24,7 @@ its reduction has run.
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,11 +100,13 @@ def _reduce(totals: _Totals, x: np.ndarray, sent: int) -> None:
     totals.uploaded_bytes += sent
 
 
-def _check(records: int, size: int, io_latency: float) -> None:
-    if records < 1 or size < 1 or io_latency < 0:
+def _check(records: int, size: int, io_latency: float, seed: int) -> None:
+    # an infinite io_latency would sleep forever and nan is no duration; a negative seed would
+    # fail only inside the read operations (NumPy's default_rng rejects it)
+    if records < 1 or size < 1 or not (math.isfinite(io_latency) and io_latency >= 0) or seed < 0:
         raise ValueError(
-            f"need records >= 1, size >= 1 and io_latency >= 0, got records={records}, "
-            f"size={size}, io_latency={io_latency}"
+            f"need records >= 1, size >= 1, a finite io_latency >= 0 and seed >= 0, got "
+            f"records={records}, size={size}, io_latency={io_latency}, seed={seed}"
         )
 
 
@@ -125,10 +128,11 @@ async def run_pipeline(
     same summary.
 
     Raises:
-        ValueError: if ``records < 1``, ``size < 1`` or ``io_latency < 0``.
+        ValueError: if ``records < 1``, ``size < 1``, ``io_latency`` is negative or not
+            finite, or ``seed < 0``; before anything is pushed.
         ExceptionGroup: from :meth:`Engine.wait_for_all`, if a stage failed.
     """
-    _check(records, size, io_latency)
+    _check(records, size, io_latency, seed)
     result = _Totals()
     totals = engine.new_var("summary", value=result)
     for i in range(records):
@@ -159,9 +163,10 @@ async def run_sequential(
     seconds plus the CPU work) and calls the CPU stages on the event loop thread.
 
     Raises:
-        ValueError: if ``records < 1``, ``size < 1`` or ``io_latency < 0``.
+        ValueError: if ``records < 1``, ``size < 1``, ``io_latency`` is negative or not
+            finite, or ``seed < 0``.
     """
-    _check(records, size, io_latency)
+    _check(records, size, io_latency, seed)
     totals = _Totals()
     for i in range(records):
         x = _transform(_decode(await _read(seed, i, size, io_latency), size))

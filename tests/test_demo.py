@@ -99,21 +99,14 @@ class TestDemo:
         assert "verified" not in captured.out
         assert captured.err.startswith("  MISMATCH:   the engine computed PipelineSummary(")
 
-    @pytest.mark.parametrize(
-        ("argv", "message"),
-        [
-            pytest.param(["--records", "0"], "need records >= 1", id="records"),
-            pytest.param(["--latency", "-1"], "need records >= 1", id="latency"),
-            pytest.param(["--workers", "0"], "cpu_workers must be >= 1", id="workers"),
-        ],
-    )
-    def test_rejects_bad_options(
-        self, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+    def test_reports_the_workers_the_engine_uses(
+        self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        with pytest.raises(SystemExit) as info:
-            main(["demo", "--no-trace", "--no-progress", *argv])
-        assert info.value.code == 2
-        assert message in capsys.readouterr().err
+        monkeypatch.setenv("AIOENGINE_CPU_WORKERS", "1")
+        argv = SMALL[:-2]  # no --workers
+        assert argv[-1] == "0.001"
+        assert main(["demo", *argv, "--no-trace", "--no-progress"]) == 0
+        assert " s on 1 CPU worker(s)\n" in capsys.readouterr().out
 
     def test_runs_as_a_module(self, tmp_path: pathlib.Path) -> None:
         done = subprocess.run(
@@ -174,11 +167,16 @@ class TestBenchDemo:
         assert captured.err == ""
         assert list(tmp_path.iterdir()) == []
 
-    def test_rejects_bad_sizes(self, capsys: pytest.CaptureFixture[str]) -> None:
-        with pytest.raises(SystemExit) as info:
-            main(["bench-demo", "--ops", "0"])
-        assert info.value.code == 2
-        assert "need n_ops >= 1" in capsys.readouterr().err
+    def test_the_header_names_the_workers_the_engine_uses(
+        self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Not ``os.cpu_count()`` when ``AIOENGINE_CPU_WORKERS`` says otherwise."""
+        monkeypatch.setenv("AIOENGINE_CPU_WORKERS", "1")
+        argv = ["--ops", "30", "--vars", "4", "--size", "16", "--no-trace", "--no-progress"]
+        assert main(["bench-demo", *argv]) == 0
+        out = capsys.readouterr().out
+        assert ", seed 0, 1 CPU worker(s)\n" in out
+        assert " on 1 thread(s)\n" in out
 
     async def test_threaded_and_serial_runs_agree(self) -> None:
         threaded, serial = await run_demo(n_ops=80, n_vars=6, size=16, seed=3, workers=2)
@@ -191,6 +189,84 @@ class TestBenchDemo:
     def test_programs_are_seeded(self) -> None:
         assert make_program(50, 5, 4, seed=1) == make_program(50, 5, 4, seed=1)
         assert make_program(50, 5, 4, seed=1) != make_program(50, 5, 4, seed=2)
+
+    def test_a_negative_seed_is_rejected_up_front(self) -> None:
+        with pytest.raises(ValueError, match=r"seed >= 0, got .*seed=-1$"):
+            make_program(50, 5, 4, seed=-1)
+
+
+@pytest.fixture
+def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make any run fail the test: a rejected argument must stop the command before it."""
+
+    async def forbidden(**kwargs: object) -> None:
+        raise AssertionError(f"the run started with {kwargs}")
+
+    monkeypatch.setattr("aioengine.__main__.run_pipeline_demo", forbidden)
+    monkeypatch.setattr("aioengine.__main__.run_demo", forbidden)
+
+
+def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run ``main(argv)``, check it is a usage error that printed nothing else, return stderr."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # not even the header
+    assert "usage: python -m aioengine " in captured.err
+    return captured.err
+
+
+@pytest.mark.usefixtures("no_work")
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["demo", "--records", "0"], "--records: must be >= 1, got 0", id="records"),
+        pytest.param(["demo", "--size", "-2"], "--size: must be >= 1, got -2", id="size"),
+        pytest.param(["demo", "--size", "x"], "--size: not an integer: 'x'", id="size-text"),
+        pytest.param(
+            ["demo", "--latency", "-1000"],
+            "--latency: must be a finite number of seconds >= 0, got -1000",
+            id="latency-negative",
+        ),
+        pytest.param(
+            ["demo", "--latency", "inf"],
+            "--latency: must be a finite number of seconds >= 0, got inf",
+            id="latency-inf",
+        ),
+        pytest.param(
+            ["demo", "--latency", "nan"],
+            "--latency: must be a finite number of seconds >= 0, got nan",
+            id="latency-nan",
+        ),
+        pytest.param(["demo", "--latency", "soon"], "--latency: not a number", id="latency-text"),
+        pytest.param(["demo", "--seed", "-1"], "--seed: must be >= 0, got -1", id="demo-seed"),
+        pytest.param(["demo", "--workers", "0"], "--workers: must be >= 1, got 0", id="workers"),
+        pytest.param(["bench-demo", "--ops", "0"], "--ops: must be >= 1, got 0", id="ops"),
+        pytest.param(["bench-demo", "--vars", "1"], "--vars: must be >= 2, got 1", id="vars"),
+        pytest.param(["bench-demo", "--size", "0"], "--size: must be >= 1, got 0", id="bench-size"),
+        pytest.param(["bench-demo", "--seed", "-1"], "--seed: must be >= 0, got -1", id="seed"),
+        pytest.param(
+            ["bench-demo", "--workers", "-1"], "--workers: must be >= 1, got -1", id="bench-workers"
+        ),
+    ],
+)
+def test_a_bad_option_is_a_usage_error_before_anything_runs(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = _usage_error([*argv, "--no-trace", "--no-progress"], capsys)
+    assert f"error: argument {message}" in err
+    assert "cpu_workers" not in err  # the option, not the engine's argument
+
+
+@pytest.mark.usefixtures("no_work")
+@pytest.mark.parametrize("command", ["demo", "bench-demo"])
+def test_a_bad_worker_setting_in_the_environment_is_a_usage_error(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIOENGINE_CPU_WORKERS", "0")
+    err = _usage_error([command, "--no-trace", "--no-progress"], capsys)
+    assert "environment variable AIOENGINE_CPU_WORKERS='0' must be >= 1" in err
 
 
 @pytest.mark.parametrize("command", ["demo", "bench-demo"])
@@ -205,6 +281,16 @@ def test_an_unwritable_trace_path_fails_before_any_work(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert f"--trace {trace}: cannot write to directory {trace.parent}" in captured.err
+
+
+@pytest.mark.usefixtures("no_work")
+@pytest.mark.parametrize("command", ["demo", "bench-demo"])
+def test_a_directory_as_the_trace_path_fails_before_any_work(
+    command: str, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    """Not an IsADirectoryError once the whole run is done."""
+    err = _usage_error([command, "--trace", str(tmp_path), "--no-progress"], capsys)
+    assert f"--trace {tmp_path}: {tmp_path} is a directory, not a file" in err
 
 
 def test_help_lists_the_commands() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from typing import Any
 
@@ -73,13 +74,18 @@ class TestPipeline:
             pytest.param({"records": 0}, id="records"),
             pytest.param({"size": 0}, id="size"),
             pytest.param({"io_latency": -1.0}, id="io_latency"),
+            pytest.param({"io_latency": float("inf")}, id="io_latency-inf"),  # would sleep forever
+            pytest.param({"io_latency": float("nan")}, id="io_latency-nan"),
+            pytest.param({"seed": -1}, id="seed"),  # would fail only inside the reads
         ],
     )
     async def test_bad_arguments_raise_before_pushing(
         self, threaded_engine: ae.Engine, bad: dict[str, Any]
     ) -> None:
-        with pytest.raises(ValueError, match=r"^need records >= 1, size >= 1 and io_latency"):
-            await run_pipeline(threaded_engine, **bad)
-        with pytest.raises(ValueError, match=r"^need records >= 1, size >= 1 and io_latency"):
-            await run_sequential(**bad)
+        message = r"^need records >= 1, size >= 1, a finite io_latency >= 0 and seed >= 0, got"
+        async with asyncio.timeout(30):  # an unchecked io_latency=inf would sleep forever
+            with pytest.raises(ValueError, match=message):
+                await run_pipeline(threaded_engine, **{**SMALL, **bad})
+            with pytest.raises(ValueError, match=message):
+                await run_sequential(**{**SMALL, **bad})
         assert threaded_engine.statistics().pushed == 0
