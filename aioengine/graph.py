@@ -172,6 +172,8 @@ def _dot_escape(text: str) -> str:
 
 
 def _mermaid_escape(text: str) -> str:
+    # A line break would end the node's statement: it becomes a space.
+    text = " ".join(text.splitlines())
     return text.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
 
 

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = ("DepTracker", "OpRecord", "Recorder", "kind_name", "pool_name")
 
-# Frames of these modules are skipped when looking for the push site.
+# Frames of these modules are skipped when looking for the push site: the engine's own, and
+# the front ends that push for the caller (submit, @op, Var.get/set, BlockingEngine).
 _INTERNAL = frozenset(
     {
         "aioengine.engine",
@@ -44,6 +45,9 @@ _INTERNAL = frozenset(
         "aioengine.history",
         "aioengine.instrument",
         "aioengine.trace",
+        "aioengine.ergonomic",
+        "aioengine.var",
+        "aioengine.blocking",
     }
 )
 

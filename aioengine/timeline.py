@@ -73,7 +73,7 @@ _LABEL_MAX_FRACTION = 0.3  # of the width, for the track labels' column
 _EPS = 1e-6  # µs: slices that merely touch share a sub-row
 
 # Characters that XML 1.0 forbids, which a trace's names could still contain.
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")  # + lone surrogates
 
 
 @dataclass(frozen=True, slots=True)
@@ -489,7 +489,7 @@ class _Drawing:
 def _fill(s: Slice) -> str:
     if s.cat == "await":
         return _AWAIT_FILL
-    return _PALETTE[zlib.crc32(s.name.encode()) % len(_PALETTE)]
+    return _PALETTE[zlib.crc32(s.name.encode("utf-8", "surrogatepass")) % len(_PALETTE)]
 
 
 def _tooltip(s: Slice, *, instant: bool = False) -> str:

@@ -65,13 +65,18 @@ class _SteppedCoroutine(Coroutine[Any, Any, Any]):
     through the wrapper.
     """
 
-    __slots__ = ("_coro", "_steps")
+    __slots__ = ("_coro", "_steps", "_tracer")
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], steps: list[tuple[int, int]]) -> None:
+    def __init__(
+        self, coro: Coroutine[Any, Any, Any], steps: list[tuple[int, int]], tracer: Tracer
+    ) -> None:
         self._coro = coro
         self._steps = steps
+        self._tracer = tracer  # once it has stopped, steps are no longer timed or kept
 
     def send(self, value: Any) -> Any:
+        if self._tracer.stopped:
+            return self._coro.send(value)
         start = _now()
         try:
             return self._coro.send(value)
@@ -79,13 +84,18 @@ class _SteppedCoroutine(Coroutine[Any, Any, Any]):
             self._steps.append((start, _now()))
 
     def throw(self, typ: Any, val: Any = None, tb: TracebackType | None = None) -> Any:
+        if self._tracer.stopped:
+            return self._throw(typ, val, tb)
         start = _now()
         try:
-            if val is None and tb is None:
-                return self._coro.throw(typ)
-            return self._coro.throw(typ, val, tb)  # pragma: no cover - the 3-argument form
+            return self._throw(typ, val, tb)
         finally:
             self._steps.append((start, _now()))
+
+    def _throw(self, typ: Any, val: Any, tb: TracebackType | None) -> Any:
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)  # pragma: no cover - the 3-argument form
 
     def close(self) -> None:
         self._coro.close()
@@ -144,6 +154,7 @@ class Tracer(Instrument):
         self._threads: dict[int, tuple[str, int]] = {}  # tid -> (name, sort index)
         self._lanes: dict[str, list[bool]] = {"coroutine": [], "callback": []}  # busy flags
         self._flow_id = 0
+        self.stopped = False  # finish() was called: running coroutines stop timing steps
 
     # -- hooks ---------------------------------------------------------------------------
 
@@ -186,7 +197,7 @@ class Tracer(Instrument):
             started = self._started.get(op._seq)
         if started is None:  # the trace started between on_start and here
             return coro
-        return _SteppedCoroutine(coro, started.steps)
+        return _SteppedCoroutine(coro, started.steps, self)
 
     def on_finish(self, op: Operation[Any]) -> None:
         """Record what ``op``'s slices and flows need (engine lock held)."""
@@ -331,6 +342,7 @@ class Tracer(Instrument):
 
     def finish(self, live: list[Operation[Any]]) -> dict[str, Any]:
         """Close the slices of ``live`` operations still running and return the trace."""
+        self.stopped = True
         end = _now()
         with self._mu:
             records = self._records

@@ -131,6 +131,33 @@ class TestDump:
         hang.release()
         await engine.wait_for_all()
 
+    async def test_push_sites_of_the_front_ends_are_the_callers(
+        self, threaded_engine: ae.Engine, hang: Hang
+    ) -> None:
+        """submit(), @engine.op and Var.set() push for the caller: the site is the caller's."""
+        engine = threaded_engine
+        engine.record_history()
+        x = engine.new_var("x", value=0)
+        engine.push_async(hang, mutate_vars=[x], name="hang")
+
+        @engine.op(const_vars=[x], name="decorated")
+        def decorated() -> None:
+            pass
+
+        lines = {"submitted": _lineno() + 1}
+        engine.submit(lambda: None, reads=[x], name="submitted")
+        lines["decorated"] = _lineno() + 1
+        decorated()
+        lines["set(x)"] = _lineno() + 1
+        x.set(1)
+        dump = engine.dump()
+        for name, line in lines.items():
+            site = dump.op(name).site
+            assert site is not None
+            assert site.endswith(f"test_dump.py:{line}"), (name, site)
+        hang.release()
+        await engine.wait_for_all()
+
     async def test_await_stack_of_a_suspended_coroutine(self, engine: ae.Engine) -> None:
         release = asyncio.Event()
 

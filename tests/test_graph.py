@@ -80,7 +80,7 @@ class TestGraph:
         engine = threaded_engine
         engine.record_history()
         x = engine.new_var('say "x"')
-        a = engine.push_sync(lambda r: None, mutate_vars=[x], name="a")
+        a = engine.push_sync(lambda r: None, mutate_vars=[x], name="a\nline two")
         b = engine.push_sync(lambda r: None, const_vars=[x], name="b")
         await a
         await b
@@ -92,6 +92,8 @@ class TestGraph:
         mermaid = graph.to_mermaid()
         assert mermaid.startswith("flowchart LR")
         assert f'op{sa} -->|"say #quot;x#quot;"| op{sb}' in mermaid
+        assert all(line.startswith(("flowchart", "  ")) for line in mermaid.splitlines())
+        assert f'op{sa}["#{sa} a line two' in mermaid  # a line break would end the statement
         assert f"#{sb} b [done, cpu0]  after #{sa} a" in str(graph)
         assert repr(graph) == "<aioengine.Graph nodes=2 edges=1>"
         assert graph.node(sb).label == f"#{sb} b"

@@ -255,6 +255,14 @@ class TestEngineTrace:
         assert svg == ae.Timeline(json.loads(json.dumps(session.trace))).to_svg()
         assert svg == ae.Timeline(session.trace["traceEvents"]).to_svg()  # JSON Array Format
 
+    async def test_names_that_are_not_text_are_drawn(self, engine: ae.Engine) -> None:
+        """A lone surrogate (os.fsdecode of an undecodable file name) becomes U+FFFD."""
+        async with engine.trace() as session:
+            await engine.push_sync(lambda r: None, name="file-\udcff")
+        svg = session.timeline().to_svg()
+        assert "file-\ufffd" in svg
+        svg.encode("utf-8")  # writable as the UTF-8 it declares
+
     async def test_timeline_before_the_block_exits_raises(self, engine: ae.Engine) -> None:
         session = engine.trace()
         message = r"^the trace of <.*> is not finished; call timeline\(\) after the `with"

@@ -231,6 +231,34 @@ class TestTrace:
         await op
         check_nesting(events)
 
+    async def test_a_coroutine_running_on_after_the_trace_stops_keeps_no_timings(
+        self, threaded_engine: ae.Engine
+    ) -> None:
+        """Its steps were timed into a list the trace held; after stop, nothing grows."""
+        engine = threaded_engine
+        started, release = asyncio.Event(), asyncio.Event()
+
+        async def spinner(rctx: ae.RunContext) -> int:
+            started.set()
+            steps = 0
+            while not release.is_set():
+                await asyncio.sleep(0)
+                steps += 1
+            return steps
+
+        engine.start_trace()
+        op = engine.push_async(spinner, name="spinner")
+        await started.wait()
+        tracer = next(i for i in engine._instruments if type(i).__name__ == "Tracer")
+        (started_record,) = tracer._started.values()
+        engine.stop_trace()
+        at_stop = len(started_record.steps)
+        for _ in range(200):
+            await asyncio.sleep(0)
+        release.set()
+        assert await op >= 200
+        assert len(started_record.steps) == at_stop
+
     async def test_no_flow_from_an_operation_finished_before_the_push(
         self, engine: ae.Engine
     ) -> None:
