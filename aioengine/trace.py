@@ -394,9 +394,13 @@ def stop_trace(engine: Engine, path: str | os.PathLike[str] | None = None) -> di
         live = list(engine._live.values())
     trace = tracer.finish(live)
     if path is not None:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(trace, f)
+        _write(trace, path)
     return trace
+
+
+def _write(trace: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(trace, f)
 
 
 class TraceSession:
@@ -423,7 +427,9 @@ class TraceSession:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.trace = stop_trace(self._engine, self.path)
+        self.trace = stop_trace(self._engine)
+        if self.path is not None:  # kept in .trace even if writing it fails
+            _write(self.trace, self.path)
 
     def timeline(self) -> Timeline:
         """The recorded trace as a :class:`Timeline`: a Gantt chart that Jupyter draws inline.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -254,6 +255,16 @@ class TestEngineTrace:
         assert svg == ae.Timeline(session.trace).to_svg()
         assert svg == ae.Timeline(json.loads(json.dumps(session.trace))).to_svg()
         assert svg == ae.Timeline(session.trace["traceEvents"]).to_svg()  # JSON Array Format
+
+    async def test_a_trace_that_cannot_be_written_is_kept(
+        self, engine: ae.Engine, tmp_path: pathlib.Path
+    ) -> None:
+        session = engine.trace(tmp_path / "no-such-directory" / "run.json")
+        with pytest.raises(FileNotFoundError):
+            async with session:
+                await engine.push_sync(lambda r: None, name="traced")
+        assert session.trace is not None
+        assert [s.name for t in session.timeline().tracks for s in t.slices] == ["traced"]
 
     async def test_names_that_are_not_text_are_drawn(self, engine: ae.Engine) -> None:
         """A lone surrogate (os.fsdecode of an undecodable file name) becomes U+FFFD."""
