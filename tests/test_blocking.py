@@ -549,10 +549,7 @@ def test_closing_in_a_thread_while_the_interpreter_exits() -> None:
         assert running.wait(10)
         """
     )
-    done = run_script(body, timeout=30)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "closed 7\n"
-    assert done.stderr == ""
+    assert_prints(body, "closed 7\n")
 
 
 def test_a_thread_still_using_the_engine_when_the_main_thread_ends() -> None:
@@ -589,7 +586,12 @@ def test_a_thread_still_using_the_engine_when_the_main_thread_ends() -> None:
         assert running.wait(10)
         """
     )
+    assert_prints(body, "cancelled\nget 1\nclosed\n")
+
+
+def assert_prints(body: str, expected: str) -> None:
+    """Run ``body`` in a fresh interpreter: it exits 0, prints ``expected`` and no error."""
     done = run_script(body, timeout=30)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "cancelled\nget 1\nclosed\n"
+    assert done.stdout == expected
     assert done.stderr == ""
