@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import summary
 from .history import DepTracker, kind_name, pool_name
 from .instrument import Instrument
-from .operation import _CALLBACK, _CORO
+from .operation import _CALLBACK, _CORO, OpState
 from .timeline import Timeline
 
 if TYPE_CHECKING:
@@ -204,18 +204,21 @@ class Tracer(Instrument):
         end = _now()
         exc = op._exception
         error = None if exc is None else summary(exc)
+        outcome = None
         with self._mu:
             started = self._started.pop(op._seq, None)
-            if started is None:  # finished without running: skipped, or cancelled before start
+            if started is None:  # not started in the trace: skipped, cancelled, or earlier
                 here = threading.get_native_id()
                 if here not in self._threads:
                     self._threads[here] = (threading.current_thread().name, 900)
+                if op._state is OpState.DONE or op._state is OpState.FAILED:
+                    outcome = f"{op._state.name.lower()} (started before the trace)"
             else:
                 here = started.tid
                 if started.lane is not None:
                     lanes = self._lanes["coroutine" if op._kind == _CORO else "callback"]
                     lanes[started.lane] = False
-            self._records.append(self._record(op, None, error, end, started, here))
+            self._records.append(self._record(op, outcome, error, end, started, here))
 
     @staticmethod
     def _record(

@@ -231,6 +231,23 @@ class TestTrace:
         await op
         check_nesting(events)
 
+    async def test_an_op_started_before_the_trace_says_so(self, threaded_engine: ae.Engine) -> None:
+        engine = threaded_engine
+        started, release = asyncio.Event(), asyncio.Event()
+
+        async def early(rctx: ae.RunContext) -> None:
+            started.set()
+            await release.wait()
+
+        op = engine.push_async(early, name="early")
+        await started.wait()
+        engine.start_trace()
+        release.set()
+        await op
+        events = check_format(engine.stop_trace())
+        (e,) = [e for e in events if e.get("cat") == "op"]
+        assert (e["ph"], e["args"]["outcome"]) == ("i", "done (started before the trace)")
+
     async def test_a_coroutine_running_on_after_the_trace_stops_keeps_no_timings(
         self, threaded_engine: ae.Engine
     ) -> None:
