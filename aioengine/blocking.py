@@ -87,6 +87,11 @@ class _OpDecorator(Protocol):
     def __call__(self, fn: Callable[..., T], /) -> Callable[..., concurrent.futures.Future[T]]: ...
 
 
+# Guards every _OpFuture's _cancelling flag: cancels are rare, and a lock per future (one per
+# push) would cost more than the contention this one could see.
+_CANCEL_LOCK = threading.Lock()
+
+
 class _OpFuture(concurrent.futures.Future[T]):
     """A :class:`concurrent.futures.Future` that follows one :class:`Operation`.
 
@@ -100,10 +105,9 @@ class _OpFuture(concurrent.futures.Future[T]):
         self.operation = op
         self._owner = owner
         # cancel() on any thread and _settle on the loop thread may both find the operation
-        # cancelled; the first to set this cancels the future and notifies its waiters (a
-        # second notify would raise, and log at CRITICAL level).
+        # cancelled; the first to set this (under _CANCEL_LOCK) cancels the future and
+        # notifies its waiters (a second notify would raise, and log at CRITICAL level).
         self._cancelling = False
-        self._cancel_lock = threading.Lock()
 
     def cancel(self) -> bool:
         """Cancel the operation; return whether it is (or, if running, will be) cancelled.
@@ -123,7 +127,7 @@ class _OpFuture(concurrent.futures.Future[T]):
 
     def _mark_cancelled(self) -> None:
         """Cancel this future and wake concurrent.futures.wait() callers, once."""
-        with self._cancel_lock:
+        with _CANCEL_LOCK:
             if self._cancelling:
                 return
             self._cancelling = True

@@ -450,10 +450,15 @@ class Engine:
             try:
                 inst.on_start(op)
             except Exception as exc:
-                with self._lock:
-                    self._instrument_failed_locked(inst, "on_start", exc)
+                self._instrument_failed(inst, "on_start", exc)
+
+    def _instrument_failed(self, inst: Instrument, hook: str, exc: Exception) -> None:
+        """:meth:`_instrument_failed_locked` from a hook called without the lock."""
+        with self._lock:
+            self._instrument_failed_locked(inst, hook, exc)
 
     def _instrument_failed_locked(self, inst: Instrument, hook: str, exc: Exception) -> None:
+        """Uninstall ``inst``, whose ``hook`` raised ``exc``, and report it (lock held)."""
         self._instruments = tuple(i for i in self._instruments if i is not inst)
         message = f"aioengine: {type(inst).__name__}.{hook} raised; the instrument was removed"
         loop = self._loop

@@ -388,8 +388,7 @@ async def run_coroutine(op: Operation[Any], fn: Callable[..., Any], rctx: RunCon
             try:
                 awaitable = inst.wrap_coroutine(op, awaitable)
             except Exception as exc:  # uninstalled and reported, as for the other hooks
-                with engine._lock:
-                    engine._instrument_failed_locked(inst, "wrap_coroutine", exc)
+                engine._instrument_failed(inst, "wrap_coroutine", exc)
         result = await awaitable
     except GeneratorExit:  # closed unfinished (its loop was closed): it never finishes
         raise

@@ -154,7 +154,9 @@ class Tracer(Instrument):
         self._threads: dict[int, tuple[str, int]] = {}  # tid -> (name, sort index)
         self._lanes: dict[str, list[bool]] = {"coroutine": [], "callback": []}  # busy flags
         self._flow_id = 0
-        self.stopped = False  # finish() was called: running coroutines stop timing steps
+        # finish() was called: running coroutines stop timing steps. Read unlocked by the loop
+        # thread; a step timed as it is set lands in a list the finished trace no longer reads.
+        self.stopped = False
 
     # -- hooks ---------------------------------------------------------------------------
 
