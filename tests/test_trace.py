@@ -133,6 +133,19 @@ EXPECTED_FLOWS = Counter(
 )
 
 
+async def push_held(engine: ae.Engine, name: str) -> tuple[ae.Operation[None], asyncio.Event]:
+    """Push coroutine op ``name`` and wait until it runs; it ends once the event is set."""
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def held(rctx: ae.RunContext) -> None:
+        started.set()
+        await release.wait()
+
+    op = engine.push_async(held, name=name)
+    await started.wait()
+    return op, release
+
+
 class TestTrace:
     async def test_trace_is_valid_and_flows_connect_the_right_ops(
         self, engine: ae.Engine, tmp_path: pathlib.Path
@@ -215,15 +228,8 @@ class TestTrace:
 
     async def test_unfinished_ops_are_closed_at_stop(self, threaded_engine: ae.Engine) -> None:
         engine = threaded_engine
-        started, release = asyncio.Event(), asyncio.Event()
-
-        async def waiter(rctx: ae.RunContext) -> None:
-            started.set()
-            await release.wait()
-
         engine.start_trace()
-        op = engine.push_async(waiter, name="waiter")
-        await started.wait()
+        op, release = await push_held(engine, "waiter")
         events = check_format(engine.stop_trace())
         (e,) = [e for e in events if e.get("cat") == "op"]
         assert e["args"]["outcome"] == "unfinished (trace stopped)"
@@ -233,14 +239,7 @@ class TestTrace:
 
     async def test_an_op_started_before_the_trace_says_so(self, threaded_engine: ae.Engine) -> None:
         engine = threaded_engine
-        started, release = asyncio.Event(), asyncio.Event()
-
-        async def early(rctx: ae.RunContext) -> None:
-            started.set()
-            await release.wait()
-
-        op = engine.push_async(early, name="early")
-        await started.wait()
+        op, release = await push_held(engine, "early")
         engine.start_trace()
         release.set()
         await op
