@@ -44,7 +44,7 @@ from . import ergonomic as _ergonomic
 from .context import Context, RunContext, cpu
 from .engine import Engine
 from .errors import EngineClosedError
-from .operation import FnProperty, OnComplete, Operation, OprHandle
+from .operation import FnProperty, OnComplete, Operation, OprHandle, OpState
 from .var import NO_VALUE, Var
 
 __all__ = ("BlockingEngine", "run")
@@ -661,8 +661,11 @@ class BlockingEngine:
         Raises:
             DependencyError: if ``var`` carries a failure (its ``__cause__`` is the failure).
             ValueError: if ``var`` carries no value.
-            TimeoutError: if ``timeout`` seconds pass first (the read is cancelled); the
-                message says why ``var`` is busy, as :meth:`wait_for_var`'s.
+            TimeoutError: if ``timeout`` seconds pass while earlier writes to ``var`` still
+                run or wait (the read is cancelled); the message says why ``var`` is busy, as
+                :meth:`wait_for_var`'s. Once they have finished the read is due, and its
+                value is returned even if the loop runs it after the deadline: on an idle
+                ``var``, ``timeout=0`` returns at once, as :meth:`wait_for_var` does.
             RuntimeError: if called on the engine's loop thread (it would deadlock).
         """
         self._check_thread("get()")
@@ -670,6 +673,9 @@ class BlockingEngine:
         try:
             value = fut.result(timeout)
         except TimeoutError:
+            if fut.operation.state is not OpState.PENDING:
+                # Its turn came (no earlier write is left): only the loop's run of it is left.
+                return _ergonomic.checked(var, fut.result())
             if not fut.cancel() and fut.done():  # the read ran meanwhile: its outcome stands
                 return _ergonomic.checked(var, fut.result())
             raise TimeoutError(

@@ -595,3 +595,21 @@ def assert_prints(body: str, expected: str) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout == expected
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize("serial", [False, True])
+def test_get_with_timeout_zero_returns_the_value_of_an_idle_var(serial: bool) -> None:
+    """As wait_for_var(timeout=0): the timeout bounds the wait for earlier writes, and on an
+    idle Var there is none, even though the loop runs the read a moment later."""
+    with ae.BlockingEngine(cpu_workers=1, serial=serial) as be:
+        x = be.new_var("x", value=1)
+        for i in range(50):
+            assert be.get(x, timeout=0) == i + 1
+            be.submit(lambda v: v + 1, x, out=x).result(timeout=5)
+        be.wait_for_var(x, timeout=0)
+        gate = threading.Event()
+        be.push_sync(lambda r: gate.wait(5), mutate_vars=[x], name="slow_writer")
+        with pytest.raises(TimeoutError, match="slow_writer"):
+            be.get(x, timeout=0)
+        gate.set()
+        assert be.get(x, timeout=5) == 51
