@@ -216,16 +216,20 @@ class Recorder(Instrument):
 
     @staticmethod
     def ensure(engine: Engine, history: int) -> Recorder:
-        """Install a recorder keeping ``history`` operations, or resize the installed one."""
+        """Install a recorder keeping ``history`` operations, or resize the installed one.
+
+        Looking and installing are one critical section: two threads calling this at once
+        install one recorder, not two that would each record every operation.
+        """
         with engine._lock:
             current = Recorder.of(engine)
             if current is not None:
                 if current.history.maxlen != history:
                     current.history = deque(current.history, maxlen=history)
                 return current
-        recorder = Recorder(history)
-        engine.add_instrument(recorder)
-        return recorder
+            recorder = Recorder(history)
+            engine._instruments = (*engine._instruments, recorder)
+            return recorder
 
     def on_push(self, op: Operation[Any]) -> None:
         """Record the push site, time and dependencies (engine lock held)."""

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
+import time
 
 import pytest
 
 import aioengine as ae
+from aioengine.history import Recorder
 
 # open writes x; read and fetch read x; combine reads y, writes x; later writes y.
 EXPECTED = {
@@ -75,6 +78,29 @@ class TestGraph:
         assert graph.named_edges() == {("w3", "w4", "x"), ("w4", "w5", "x")}
         with pytest.raises(ValueError, match="n must be an int >= 0"):
             engine.record_history(-1)
+
+    def test_two_threads_enabling_history_at_once_install_one_recorder(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The second thread calls record_history() while the first builds its recorder:
+        a second recorder would record every operation twice."""
+        engine = ae.Engine()
+        built = Recorder.__init__
+        others: list[threading.Thread] = []
+
+        def slow_init(self: Recorder, history: int) -> None:
+            if not others:
+                others.append(threading.Thread(target=engine.record_history, args=(50,)))
+                others[0].start()
+                time.sleep(0.05)  # the other thread's call runs now, if it can
+            built(self, history)
+
+        monkeypatch.setattr(Recorder, "__init__", slow_init)
+        engine.record_history(10)
+        others[0].join(5)
+        recorders = [i for i in engine._instruments if isinstance(i, Recorder)]
+        assert len(recorders) == 1
+        assert recorders[0].history.maxlen == 50  # the later call resized it
 
     async def test_renderings(self, threaded_engine: ae.Engine) -> None:
         engine = threaded_engine
