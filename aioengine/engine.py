@@ -2783,7 +2783,8 @@ class Engine:
         """Stop the trace; return its Chrome trace-event JSON object, also written to ``path``.
 
         Operations still running are closed at this moment with the outcome
-        ``"unfinished (trace stopped)"``.
+        ``"unfinished (trace stopped)"``. The file is written on the calling thread; on the
+        event loop, ``async with engine.trace(path):`` writes it on a worker thread instead.
 
         Raises:
             RuntimeError: if no trace is running.

@@ -34,6 +34,7 @@ Threading: hooks run on whatever thread the engine calls them from; the tracer's
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import threading
@@ -461,4 +462,7 @@ class TraceSession:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.__exit__(exc_type, exc, tb)
+        # Encoding and writing a large trace takes long: on a thread, not the event loop's.
+        self.trace = stop_trace(self._engine)
+        if self.path is not None:  # kept in .trace even if writing it fails
+            await asyncio.to_thread(_write, self.trace, self.path)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import aioengine as ae
+from aioengine import trace as trace_module
 from aioengine.history import DepTracker
 from aioengine.trace import Tracer
 from aioengine.var import Var
@@ -166,6 +167,28 @@ class TestTrace:
         assert combine["priority"] == 3
         assert combine["outcome"] == "done"
         assert combine["kind"] == "sync"
+
+    async def test_async_block_writes_the_file_off_the_loop_and_keeps_a_trace_it_cannot_write(
+        self, engine: ae.Engine, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        writers: list[int] = []
+        write = trace_module._write
+
+        def spy(trace: dict[str, object], path: pathlib.Path) -> None:
+            writers.append(threading.get_ident())
+            write(trace, path)
+
+        monkeypatch.setattr(trace_module, "_write", spy)
+        async with engine.trace(tmp_path / "run.json") as session:
+            await program(engine)
+        assert json.loads((tmp_path / "run.json").read_text()) == session.trace
+        assert writers
+        assert threading.get_ident() not in writers
+        with pytest.raises(IsADirectoryError):
+            async with engine.trace(tmp_path) as failed:
+                await program(engine)
+        assert failed.trace is not None
+        assert len(check_format(failed.trace)) > 0
 
     async def test_tracks(self, threaded_engine: ae.Engine) -> None:
         engine = threaded_engine
