@@ -15,6 +15,10 @@ Layout of the trace (one process, ``aioengine``):
   wrapping the coroutine, see :meth:`Tracer.wrap_coroutine`) and ``await`` (suspended between
   two steps). Lanes are allocated like registers, so operations on one lane never overlap;
 * ``callback ops #k`` lanes: callback-style operations, from their start to ``on_complete()``;
+* ``gpu0-compute ops #k`` lanes (one set per GPU pool): GPU operations, from the start of
+  their function to the completion of the work it launched, observed through its fence. The
+  stream worker moves on once it has launched, so these slices overlap its next ones: on the
+  worker's own track they would cross;
 * instant events for operations that finished without running (skipped or cancelled);
 * flow arrows (``ph: s`` / ``ph: f``) from each operation to the ones it waited for: those it
   depends on through a Var (see ``graph.py``) that were still pending when it was pushed.
@@ -43,6 +47,7 @@ from collections.abc import Coroutine, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from .context import DeviceType
 from .errors import summary
 from .history import DepTracker, kind_name, pool_name
 from .instrument import Instrument
@@ -57,6 +62,9 @@ __all__ = ("TraceSession", "Tracer")
 
 _now = time.perf_counter_ns
 _LANE_TID = 1 << 24  # pseudo thread ids of the lanes start here (above Linux's pid_max)
+# Track order: the loop's track, then the lanes (each label's in a block), then the threads.
+_LANE_SORT = 1 << 20
+_THREAD_SORT = 1 << 40
 
 
 class _SteppedCoroutine(Coroutine[Any, Any, Any]):
@@ -123,6 +131,18 @@ _Record = tuple[
 ]
 
 
+def _lane_label(op: Operation[Any]) -> str | None:
+    """The label of the lanes that show ``op``, or None: it shows on its thread's track."""
+    kind = op._kind
+    if kind == _CORO:
+        return "coroutine ops"
+    if kind == _CALLBACK:
+        return "callback ops"
+    if op._ctx.device_type is DeviceType.GPU and op._target is not None:
+        return f"{pool_name(op._target)} ops"  # launched on a stream, done at its fence
+    return None
+
+
 class _Started:
     """An operation that has started: where and when, and its steps if a coroutine."""
 
@@ -131,7 +151,7 @@ class _Started:
     def __init__(self, start: int, tid: int, lane: int | None) -> None:
         self.start = start
         self.tid = tid
-        self.lane = lane  # index into the coroutine or callback lanes, or None
+        self.lane = lane  # index into the lanes of its label (Tracer._lanes), or None
         self.steps: list[tuple[int, int]] = []
 
 
@@ -153,7 +173,10 @@ class Tracer(Instrument):
         self._slices: dict[int, tuple[int, float, float]] = {}  # seq -> (tid, start, end) in us
         self._events: list[dict[str, Any]] = []
         self._threads: dict[int, tuple[str, int]] = {}  # tid -> (name, sort index)
-        self._lanes: dict[str, list[bool]] = {"coroutine": [], "callback": []}  # busy flags
+        # Busy flags of the lanes, by label ("coroutine ops", "gpu0-compute ops", ...), and
+        # the first pseudo thread id of each label's lanes.
+        self._lanes: dict[str, list[bool]] = {}
+        self._lane_base: dict[str, int] = {}
         self._flow_id = 0
         # finish() was called: running coroutines stop timing steps. Read unlocked by the loop
         # thread; a step timed as it is set lands in a list the finished trace no longer reads.
@@ -172,16 +195,16 @@ class Tracer(Instrument):
     def on_start(self, op: Operation[Any]) -> None:
         """Note when and on which thread (or lane) ``op`` starts."""
         start = _now()
-        kind = op._kind
+        label = _lane_label(op)
         with self._mu:
-            if kind in (_CORO, _CALLBACK):
-                lanes = self._lanes["coroutine" if kind == _CORO else "callback"]
+            if label is not None:
+                lanes = self._lanes.setdefault(label, [])
                 lane = next((i for i, busy in enumerate(lanes) if not busy), len(lanes))
                 if lane == len(lanes):
                     lanes.append(True)
                 else:
                     lanes[lane] = True
-                self._started[op._seq] = _Started(start, self._lane_tid(kind, lane), lane)
+                self._started[op._seq] = _Started(start, self._lane_tid(label, lane), lane)
                 return
             tid = threading.get_native_id()
             if tid not in self._threads:
@@ -189,7 +212,7 @@ class Tracer(Instrument):
                 if threading.get_ident() == self._engine._loop_thread:
                     self._threads[tid] = (f"event loop ({name})", 0)
                 else:
-                    self._threads[tid] = (name, 1000 + len(self._threads))
+                    self._threads[tid] = (name, _THREAD_SORT + 1 + len(self._threads))
             self._started[op._seq] = _Started(start, tid, None)
 
     def wrap_coroutine(
@@ -213,14 +236,15 @@ class Tracer(Instrument):
             if started is None:  # not started in the trace: skipped, cancelled, or earlier
                 here = threading.get_native_id()
                 if here not in self._threads:
-                    self._threads[here] = (threading.current_thread().name, 900)
+                    self._threads[here] = (threading.current_thread().name, _THREAD_SORT)
                 if op._state is OpState.DONE or op._state is OpState.FAILED:
                     outcome = f"{op._state.name.lower()} (started before the trace)"
             else:
                 here = started.tid
                 if started.lane is not None:
-                    lanes = self._lanes["coroutine" if op._kind == _CORO else "callback"]
-                    lanes[started.lane] = False
+                    label = _lane_label(op)
+                    assert label is not None  # the same operation, so the same label
+                    self._lanes[label][started.lane] = False
             self._records.append(self._record(op, outcome, error, end, started, here))
 
     @staticmethod
@@ -251,12 +275,13 @@ class Tracer(Instrument):
 
     # -- building events (``_mu`` held) -------------------------------------------------
 
-    def _lane_tid(self, kind: int, lane: int) -> int:
-        base = _LANE_TID if kind == _CORO else _LANE_TID * 2
+    def _lane_tid(self, label: str, lane: int) -> int:
+        base = self._lane_base.get(label)
+        if base is None:  # labels in order of first use; lanes sort after the loop's track
+            base = self._lane_base[label] = _LANE_TID * (len(self._lane_base) + 1)
         tid = base + lane
         if tid not in self._threads:
-            label = "coroutine ops" if kind == _CORO else "callback ops"
-            self._threads[tid] = (f"{label} #{lane + 1}", 1 + lane + (0 if kind == _CORO else 500))
+            self._threads[tid] = (f"{label} #{lane + 1}", base // _LANE_TID * _LANE_SORT + lane)
         return tid
 
     def _us(self, ns: int) -> float:

@@ -7,6 +7,7 @@ import gc
 import json
 import pathlib
 import threading
+import time
 import types
 import weakref
 from collections import Counter
@@ -358,6 +359,34 @@ class TestTrace:
         async with engine.trace():
             assert any(isinstance(i, Tracer) for i in engine._instruments)
         assert engine._instruments == ()
+
+
+async def test_gpu_ops_span_launch_to_fence_on_lanes_where_they_never_cross() -> None:
+    """A stream worker launches the next operation before the last one's work is done, so
+    GPU slices (start to fence) cannot share the worker's track: they go on lanes."""
+    sim = ae.SimulatedGPU()
+    kernel_done: dict[str, int] = {}
+    async with ae.Engine(gpu_backend=sim) as engine:
+        xs = [engine.new_var(f"x{i}") for i in range(6)]
+        with engine.trace() as session:
+            (tracer,) = [i for i in engine._instruments if isinstance(i, Tracer)]
+            for i, x in enumerate(xs):
+
+                def kernel(name: str = f"k{i}") -> None:
+                    time.sleep(0.005)
+                    kernel_done[name] = trace_module._now()
+
+                engine.push_sync(lambda r, k=kernel: r.launch(k), ae.gpu(0), [], [x], name=f"k{i}")
+            await engine.wait_for_all()
+    assert session.trace is not None
+    events = check_format(session.trace)
+    check_nesting(events)
+    names = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    ops = [e for e in events if e["ph"] == "X" and e["cat"] == "op"]
+    assert sorted(e["name"] for e in ops) == [f"k{i}" for i in range(6)]
+    assert all(names[e["tid"]].startswith("gpu0-compute ops #") for e in ops)
+    for e in ops:  # each slice lasts until its work is done, not until it was launched
+        assert e["ts"] + e["dur"] >= (kernel_done[e["name"]] - tracer._t0) / 1000 - 0.01
 
 
 class TestDependencyTracking:
