@@ -950,6 +950,8 @@ class Engine:
         ``delete_fn(rctx)`` (e.g. freeing the data) runs on ``ctx``'s pool after all of them,
         even if ``var`` carries a failure (which stays recorded for :meth:`wait_for_all`). From
         this call on, a push or wait naming ``var`` raises :class:`~aioengine.VarDeletedError`.
+        Cancelling the returned operation before it starts cancels the deletion: ``delete_fn``
+        does not run and ``var`` can be used (or deleted) again.
 
         Raises:
             VarDeletedError: if ``var`` was already deleted.
@@ -1141,7 +1143,7 @@ class Engine:
             if sequencer is not None and not sequencer._append(op, True):
                 wait += 1
             if deleting is not None:
-                deleting._deleted = True
+                deleting._deleted = op
                 self._deleted_vars = True
             if wait:
                 op._wait = wait
@@ -2444,6 +2446,10 @@ class Engine:
             if state >= _DONE:
                 return False
             if state is not _RUNNING:  # the message is kept in _result (result() raises it)
+                if op._prop is FnProperty.DELETE_VAR:
+                    for v in op._mutate:  # (finishing forgets them)
+                        if v._deleted is op:
+                            v._deleted = False  # a deletion cancelled did not happen
                 self._finish_locked(op, _CANCELLED, msg, None, ready)
                 todo = self._settle(ready) if ready else ready
             elif op._kind != _CORO:

@@ -147,7 +147,9 @@ class Var:
         self._writing = False  # a granted write not yet released; invariant: implies _reads == 0
         self._version = 0  # completed (run or skipped) writes
         self._failure: _Failure | None = None  # the failure this Var carries, if not thrown yet
-        self._deleted = False  # delete_var was called: no new request may be appended
+        # delete_var was called (the deleting operation, else False): no new request may be
+        # appended. Set and cleared (when that operation is cancelled) under the engine lock.
+        self._deleted: object = False
         self._value: object = NO_VALUE  # the data it carries (ergonomic.py); guarded by its turn
         # GPU sync state (fence.py): the fence of the last GPU writer, and the newest GPU reader
         # fence per stream (by id) since that write. Completed fences stay until replaced.

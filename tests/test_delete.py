@@ -143,6 +143,31 @@ class TestDeleteVar:
         with pytest.raises(ae.VarDeletedError, match=r"'weights'"):
             engine.delete_var(x)
 
+    async def test_cancelling_it_before_it_runs_cancels_the_deletion(
+        self, engine: ae.Engine
+    ) -> None:
+        x = engine.new_var("x")
+        trace: list[str] = []
+        holder = Blocker(engine, trace, mutate=[x], name="holder")
+        await holder.started.wait()
+        # An operation of the user's own with prop=DELETE_VAR deletes nothing: cancelling it
+        # leaves the deletion alone.
+        own = engine.push_sync(lambda r: None, mutate_vars=[x], prop=ae.FnProperty.DELETE_VAR)
+        freed: list[str] = []
+        deletion = engine.delete_var(x, lambda r: freed.append("first"))
+        assert own.cancel()
+        with pytest.raises(ae.VarDeletedError):
+            engine.push_sync(lambda r: None, mutate_vars=[x])
+        assert deletion.cancel()
+        after = push_recorder(engine, trace, "after", mutate=[x])  # x is usable again
+        holder.release()
+        assert await after == "after"
+        assert trace == ["holder:start", "holder:end", "after"]
+        assert freed == []
+        await engine.delete_var(x, lambda r: freed.append("second"))  # and can be deleted
+        assert freed == ["second"]
+        await engine.wait_for_all()
+
     async def test_bad_arguments(self, engine: ae.Engine) -> None:
         other = ae.Engine(cpu_workers=1)
         with pytest.raises(TypeError):
