@@ -4,12 +4,14 @@ A *program* is a list of ops; op ``i`` is a pair ``(const_var_indices, mutate_va
 over ``n_vars`` abstract variables.  Every runner (MXNet, dask, the asyncio floors, aioengine)
 turns the same program into its own pushes/graph and runs the same body for each op.
 
-Verification is identical for all peers and costs one list store per var an op touches plus one
-increment per var it mutates: at the start of op ``i`` the body records the current *version* of
-each var the op touches, and at the end it bumps the version of every var it mutates.  A serial
-replay in push order produces the expected records; any reordering that breaks the dependency
-contract (a read that overtakes or is overtaken by a write, two writes that swap, an op that
-never runs) shows up as a mismatch.
+Verification is identical for all peers and costs two list stores per var an op touches plus
+two increments per var it mutates: op ``i`` records the current *version* of each var it
+touches when it starts, then bumps the version of every var it mutates (odd: a write is under
+way); when it ends it records the versions again and bumps its vars once more (even: done).
+A serial replay in push order produces the expected records; any reordering or overlap that
+breaks the dependency contract shows up as a mismatch: a read that overtakes a write or is
+overtaken by one, a write that starts while an earlier read or write of its var still runs
+(that op's closing record sees the odd version), two writes that swap, an op that never runs.
 
 This module uses only the standard library (NumPy is imported lazily by the ``numpy`` body) so
 that it can be imported by the MXNet runner, which lives in its own virtual environment.
@@ -127,11 +129,11 @@ class Checker:
         self.n_vars = n_vars
         self.touch: list[tuple[int, ...]] = [r + w for r, w in prog]
         self.writes: list[tuple[int, ...]] = [w for _, w in prog]
-        self.off: list[int] = []
+        self.off: list[int] = []  # op i's records: touch[i] at its start, then at its end
         pos = 0
         for t in self.touch:
             self.off.append(pos)
-            pos += len(t)
+            pos += 2 * len(t)
         self.n_slots = pos
         self.ver: list[int] = [0] * n_vars
         self.out: list[int] = [-1] * pos
@@ -157,6 +159,11 @@ class Checker:
                     o += 1
                 for v in writes[i]:
                     ver[v] += 1
+                for v in touch[i]:
+                    out[o] = ver[v]
+                    o += 1
+                for v in writes[i]:
+                    ver[v] += 1
 
             return body
 
@@ -167,7 +174,12 @@ class Checker:
             for v in touch[i]:
                 out[o] = ver[v]
                 o += 1
+            for v in writes[i]:
+                ver[v] += 1
             work()
+            for v in touch[i]:
+                out[o] = ver[v]
+                o += 1
             for v in writes[i]:
                 ver[v] += 1
 
@@ -184,7 +196,12 @@ class Checker:
             for v in touch[i]:
                 out[o] = ver[v]
                 o += 1
+            for v in writes[i]:
+                ver[v] += 1
             await sleep(delay)
+            for v in touch[i]:
+                out[o] = ver[v]
+                o += 1
             for v in writes[i]:
                 ver[v] += 1
 
@@ -197,11 +214,12 @@ class Checker:
         touch, writes, off = self.touch, self.writes, self.off
         for i in range(len(self.prog)):
             o = off[i]
-            for v in touch[i]:
-                out[o] = ver[v]
-                o += 1
-            for v in writes[i]:
-                ver[v] += 1
+            for _ in range(2):  # its start, then its end
+                for v in touch[i]:
+                    out[o] = ver[v]
+                    o += 1
+                for v in writes[i]:
+                    ver[v] += 1
         return out
 
     def verify(self) -> dict[str, Any]:
@@ -236,13 +254,18 @@ def make_work(spec: WorkloadSpec) -> Callable[[], None]:
         import numpy as np
 
         src = np.random.default_rng(spec.seed).random(spec.numpy_len)
-        local = threading.local()
+        # One output buffer per thread, keyed by its id: MXNet calls each body through ctypes
+        # on its own threads, with a new Python thread state every time, so a threading.local
+        # would be empty at every call there and the buffer reallocated per op.
+        bufs: dict[int, Any] = {}
+        get_ident = threading.get_ident
         sqrt = np.sqrt
 
         def kernel() -> None:
-            buf = getattr(local, "buf", None)
+            ident = get_ident()
+            buf = bufs.get(ident)
             if buf is None:
-                buf = local.buf = np.empty_like(src)
+                buf = bufs[ident] = np.empty_like(src)
             sqrt(src, out=buf)
 
         return kernel
@@ -376,7 +399,9 @@ def selftest() -> list[str]:
 
     For every shape: push order and a random legal order (a topological order of the
     dependency graph) must verify; swapping two conflicting ops, dropping an op and running
-    everything in reverse must not.  The programs of two ``generate`` calls must be identical.
+    everything in reverse must not.  Overlaps too: two consecutive ops that do not conflict
+    may overlap (the later one runs while the earlier one is suspended in its coroutine body),
+    two that conflict may not.  The programs of two ``generate`` calls must be identical.
     """
     problems: list[str] = []
     rng = random.Random(5)
@@ -419,9 +444,56 @@ def selftest() -> list[str]:
                 problems.append(f"{shape}: selftest bug, random order is not legal")
             if outcome(order) != want:
                 problems.append(f"{shape}: {label} verified={not want}, expected {want}")
+        # Consecutive ops a and a + 1 overlapping: the first pair of each kind of conflict.
+        firsts: dict[str, int] = {}
+        for a in range(n - 1):
+            firsts.setdefault(_conflict(prog[a], prog[a + 1]), a)
+        for kind, a in firsts.items():
+            want = kind == "no conflict"
+            if _overlapped(spec, prog, n_vars, a) != want:
+                problems.append(
+                    f"{shape}: ops {a} and {a + 1} overlapping ({kind}) verified={not want}, "
+                    f"expected {want}"
+                )
         if legal(orders[2][1]) or legal(orders[3][1]):
             problems.append(f"{shape}: selftest programs too weak (reverse order is legal)")
     return problems
+
+
+def _conflict(first: Op, second: Op) -> str:
+    """How two ops conflict on a var: ``write-read``, ``read-write``, ``write-write``, or
+    ``no conflict`` (the first kind found, writes first)."""
+    (r1, w1), (r2, w2) = first, second
+    if set(w1) & set(w2):
+        return "write-write"
+    if set(w1) & set(r2):
+        return "write-read"
+    if set(r1) & set(w2):
+        return "read-write"
+    return "no conflict"
+
+
+def _overlapped(spec: WorkloadSpec, prog: Program, n_vars: int, a: int) -> bool:
+    """Run ``prog``'s coroutine bodies in push order, except that op ``a + 1`` runs whole
+    while op ``a`` is suspended in its ``await``; return whether that verifies."""
+    check = Checker(spec, prog, n_vars)
+
+    def run(coro: Coroutine[Any, Any, None]) -> None:
+        try:
+            while True:
+                coro.send(None)  # asyncio.sleep(0) yields once and needs no loop
+        except StopIteration:
+            pass
+
+    for i in range(len(prog)):
+        if i == a:
+            first = check.cbody(a)
+            first.send(None)  # started, suspended at its await
+            run(check.cbody(a + 1))
+            run(first)
+        elif i != a + 1:
+            run(check.cbody(i))
+    return bool(check.verify()["verified"])
 
 
 def _predecessors(prog: Program, n_vars: int) -> list[list[int]]:
