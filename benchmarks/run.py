@@ -1,21 +1,8 @@
-# Proposed nox session (paste into noxfile.py; keep it out of nox.options.sessions):
-#
-#     @nox.session
-#     def bench(session: nox.Session) -> None:
-#         """Benchmark aioengine against MXNet 1.9.1, dask and the asyncio floors.
-#
-#         ``nox -s bench`` runs the full matrix (about 8 minutes on 2 cores, plus a one-time
-#         MXNet venv install); ``nox -s bench -- --quick`` is the smoke mode CI runs.
-#         Extra arguments go to benchmarks/run.py (see ``nox -s bench -- --help``).
-#         """
-#         session.install("-e", ".", "dask", "matplotlib", "uvloop", "numpy")
-#         session.run("python", "benchmarks/run.py", *session.posargs)
-#
 # MXNet 1.9.1 needs ``numpy<1.24``, which has wheels for Python 3.8-3.11 only: run.py creates
 # the MXNet venv (``.venv-mxnet/`` or ``--mxnet-venv``) with ``python -m venv`` + pip on first use,
 # from the session's interpreter when it is 3.8-3.11, else from python3.11/3.10/3.9 on PATH, and
 # skips the MXNet peers with a printed note when none exists or the install fails.  psutil is
-# optional (RSS is read from /proc on Linux).
+# optional (RSS is read from /proc on Linux).  ``nox -s bench`` (noxfile.py) runs this file.
 """Benchmark orchestrator: aioengine side by side with its peers in one run.
 
 Every measurement runs in a fresh subprocess (a runner from ``benchmarks/peers/`` that prints
