@@ -70,17 +70,28 @@ def _value_of(var: Var) -> Any:
 
 
 def _nested_var(arg: object) -> Var | None:
-    """The first Var directly inside a list, tuple, set or dict argument (one shallow pass)."""
-    items: Iterable[object]
-    if isinstance(arg, (list, tuple, set, frozenset)):
-        items = arg
-    elif isinstance(arg, dict):
-        items = (*arg.keys(), *arg.values())
-    else:
+    """The first Var inside a list, tuple, set or dict argument, at any depth (each container
+    visited once, so a self-referencing one ends)."""
+    containers = (list, tuple, set, frozenset, dict)
+    if not isinstance(arg, containers):
         return None
-    for item in items:
-        if type(item) is Var:
-            return item
+    seen: set[int] = set()
+    stack: list[object] = [arg]
+    while stack:
+        container = stack.pop()
+        if id(container) in seen:
+            continue
+        seen.add(id(container))
+        items: Iterable[object]
+        if isinstance(container, dict):
+            items = (*container.keys(), *container.values())
+        else:
+            items = container  # type: ignore[assignment]
+        for item in items:
+            if type(item) is Var:
+                return item
+            if isinstance(item, containers):
+                stack.append(item)
     return None
 
 

@@ -218,6 +218,15 @@ async def test_bad_var_arguments_are_named_as_written(engine: ae.Engine) -> None
         pytest.param(lambda a, b: (1, (a,)), lambda a, b: {}, r"args\[1\] is a tuple", id="tuple"),
         pytest.param(lambda a, b: (), lambda a, b: {"xs": {a}}, "xs is a set", id="set-kwarg"),
         pytest.param(lambda a, b: ({"k": b},), lambda a, b: {}, r"args\[0\] is a dict", id="dict"),
+        pytest.param(
+            lambda a, b: ([[1, 2], {"k": (3, [b])}],),
+            lambda a, b: {},
+            r"args\[0\] is a list",
+            id="deep",
+        ),
+        pytest.param(
+            lambda a, b: (), lambda a, b: {"m": {1: [{a}]}}, "m is a dict", id="deep-kwarg"
+        ),
     ],
 )
 async def test_a_var_inside_a_container_argument_is_refused(
@@ -237,6 +246,9 @@ async def test_a_var_inside_a_container_argument_is_refused(
     # Bound with functools.partial, the Var objects are passed on purpose.
     assert await engine.submit(functools.partial(lambda vs: vs, [a, b])) == [a, b]
     assert await engine.submit(len, [1, 2, "three"]) == 3  # containers of values are fine
+    loop: list[object] = [1, [2]]
+    loop.append(loop)  # a container that holds itself is looked through once
+    assert await engine.submit(len, loop) == 3
 
 
 async def test_submit_keywords_are_submits_own(engine: ae.Engine) -> None:
