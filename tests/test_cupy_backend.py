@@ -27,7 +27,9 @@ class CUDARuntimeError(RuntimeError):
 
 
 class CUDADriverError(RuntimeError):
-    pass
+    def __init__(self, status: int) -> None:
+        super().__init__(f"CUresult {status}")
+        self.status = status
 
 
 class FakeCupy(types.ModuleType):
@@ -191,11 +193,36 @@ def test_run_restores_a_leaked_device(fake_cupy: FakeCupy) -> None:
     assert [c for c in fake_cupy.calls if c[0] == "setDevice"] == [("setDevice", 0)]
 
 
-def test_cuda_errors_are_device_errors(fake_cupy: FakeCupy) -> None:
+def test_only_sticky_cuda_errors_are_device_errors(fake_cupy: FakeCupy) -> None:
+    """Those after which CUDA documents the context as unusable; the others (an invalid
+    launch configuration, say) fail one operation, like a Python exception."""
     backend = CupyBackend()
-    assert backend.is_device_error(CUDARuntimeError(700))
-    assert backend.is_device_error(CUDADriverError("launch failed"))
+    for status in (700, 702, 710, 714, 715, 716, 717, 718, 719):
+        assert backend.is_device_error(CUDARuntimeError(status))
+        assert backend.is_device_error(CUDADriverError(status))
+    for status in (1, 2, 9, 209, 701):
+        assert not backend.is_device_error(CUDARuntimeError(status))
+        assert not backend.is_device_error(CUDADriverError(status))
     assert not backend.is_device_error(ValueError("shape"))
+
+
+async def test_an_ordinary_cuda_error_fails_the_operation_not_the_device(
+    fake_cupy: FakeCupy,
+) -> None:
+    async with ae.Engine() as engine:
+        x = engine.new_var("x")
+
+        def bad_launch(rctx: ae.RunContext) -> None:
+            raise CUDARuntimeError(9)  # cudaErrorInvalidConfiguration
+
+        failed = engine.push_sync(bad_launch, ae.gpu(0), [], [x])
+        with pytest.raises(CUDARuntimeError):
+            await failed
+        with pytest.raises(CUDARuntimeError):
+            await engine.wait_for_var(x)  # x carries it, as any failure
+        # Its event was recorded as for any operation, and the device goes on.
+        assert [c[0] for c in fake_cupy.calls].count("Event") == 1
+        assert await engine.push_sync(lambda r: "fine", ae.gpu(0), [], [x]) == "fine"
 
 
 async def test_engine_runs_on_the_cupy_backend(fake_cupy: FakeCupy) -> None:

@@ -183,6 +183,7 @@ class TestCupyBackend:
         never_recorded = cupy.cuda.Event(disable_timing=True)
         assert backend.query(never_recorded) == 0  # as in CUDA: an empty event is complete
         assert backend.is_device_error(cupy.cuda.runtime.CUDARuntimeError(700))
+        assert not backend.is_device_error(cupy.cuda.runtime.CUDARuntimeError(9))
         assert not backend.is_device_error(ValueError("not a device error"))
 
     def test_the_poller_resolves_await_op_within_a_few_poll_intervals(self, spin: Spin) -> None:

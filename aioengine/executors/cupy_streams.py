@@ -24,6 +24,14 @@ from .device import StreamFamily
 
 __all__ = ("CupyBackend", "gpu_available")
 
+#: The ``cudaError`` codes after which a CUDA context is unusable: "This leaves the process in
+#: an inconsistent state and any further CUDA work will return the same error. To continue
+#: using CUDA, the process must be terminated and relaunched" (CUDA Runtime API, cudaError:
+#: IllegalAddress 700, LaunchTimeout 702, Assert 710, HardwareStackError 714,
+#: IllegalInstruction 715, MisalignedAddress 716, InvalidAddressSpace 717, InvalidPc 718,
+#: LaunchFailure 719). The driver API's ``CUresult`` uses the same numbers.
+STICKY_CUDA_ERRORS = frozenset({700, 702, 710, 714, 715, 716, 717, 718, 719})
+
 
 def gpu_available() -> bool:
     """Whether CuPy is installed and sees a usable CUDA device (never raises).
@@ -168,6 +176,15 @@ class CupyBackend:
             return int(exc.status)
 
     def is_device_error(self, exc: BaseException) -> bool:
-        """Whether ``exc`` is a CUDA runtime or driver error."""
+        """Whether ``exc`` is a CUDA runtime or driver error that breaks the context (its
+        ``status`` in :data:`STICKY_CUDA_ERRORS`).
+
+        Any other CUDA error (an invalid launch configuration, a launch out of resources, an
+        invalid value) fails only the operation that raised it: the context still works. Were
+        it broken after all, recording the operation's event would raise the sticky error, and
+        that marks the device failed.
+        """
         cuda = self._cupy.cuda
-        return isinstance(exc, (cuda.runtime.CUDARuntimeError, cuda.driver.CUDADriverError))
+        if not isinstance(exc, (cuda.runtime.CUDARuntimeError, cuda.driver.CUDADriverError)):
+            return False
+        return getattr(exc, "status", None) in STICKY_CUDA_ERRORS
