@@ -2020,7 +2020,7 @@ class Engine:
                     self._finish(op, _FAILED, None, exc)
                     del op, fn  # the failure's frames reach this frame: see _execute_one
                     if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                        raise  # recorded; the members after it are cancelled below
+                        raise  # recorded; the members after it wait for the loop (below)
                     continue
                 if type(result) is CoroutineType:
                     self._finish(op, _FAILED, None, self._awaitable_result(op, result))
@@ -2041,18 +2041,22 @@ class Engine:
                     lock.release()
         except BaseException:
             # KeyboardInterrupt or SystemExit from a member, re-raised as an inline
-            # operation's is (or a failing instrument): cancel the members not started, so
-            # none is left pending, and release the segment's Vars.
-            ready: list[Any] = []
+            # operation's is: the members after it run (or are skipped) when the loop runs
+            # again, as inline operations queued behind that one would. So the segment keeps
+            # its Vars and goes back to the loop queue with them.
             with lock:
-                for op in members[i:]:
-                    if op._state is _PENDING:
-                        self._finish_locked(op, _CANCELLED, None, None, ready)
-            self._finish_segment(seg, False)
+                rest = seg._result = members[i:]
+                if rest:
+                    seg._state = _READY
+                    self._enqueue_loop(seg)
+            members.clear()
+            if not rest:
+                self._finish_segment(seg, False)
             raise
-        # Hold no operation once this frame returns (a failure's frames reach it: _execute).
+        # Hold nothing of a member once this frame returns: a failure's frames reach it
+        # (f_back), and keep its locals as they are then (see _execute).
         members.clear()
-        op = fn = None  # type: ignore[assignment]
+        op = fn = result = v = box = None  # type: ignore[assignment]
         return self._finish_segment(seg, more)
 
     def _finish_segment(self, seg: Operation[Any], more: bool) -> Operation[Any] | None:

@@ -10,8 +10,10 @@ The random programs of ``test_model.py`` also run inside bulk scopes against the
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import threading
+import weakref
 from typing import Any
 
 import pytest
@@ -203,6 +205,42 @@ async def test_a_failure_skips_later_members_that_use_its_writes(engine: ae.Engi
         assert isinstance(nosk.exception(), ae.DependencyError)
         assert ran == ["boom", "other"]
     assert (x.version, y.version) == (1, 2)  # a failed or skipped write counts too
+
+
+async def test_a_failure_keeps_no_other_member_alive(engine: ae.Engine) -> None:
+    """A failure's traceback reaches the frame that ran the segment: the frame must not keep
+    the results and Vars of the members that ran after the failed one, as without bulk."""
+
+    class Big:
+        """Stands for a large result (an array)."""
+
+    results: list[weakref.ref[Big]] = []
+    var_refs: list[weakref.ref[ae.Var]] = []
+
+    def ok(rctx: ae.RunContext) -> Big:
+        big = Big()
+        results.append(weakref.ref(big))
+        return big
+
+    def boom(rctx: ae.RunContext) -> None:
+        raise Boom
+
+    ops = []
+    with engine.bulk(8):
+        for fn in (ok, boom, ok):
+            v = engine.new_var()
+            var_refs.append(weakref.ref(v))
+            ops.append(inline(engine, fn, mutate=[v]))
+    del v
+    await asyncio.wait(ops)
+    failed = ops[1]
+    del ops
+    with pytest.raises(ExceptionGroup):
+        await engine.wait_for_all()
+    gc.collect()
+    assert isinstance(failed.exception(), Boom)  # held, with its traceback
+    assert [r() for r in results] == [None, None]
+    assert [r() for r in var_refs] == [None, None, None]
 
 
 async def test_a_cancelled_member_never_runs(engine: ae.Engine) -> None:

@@ -617,7 +617,8 @@ def test_keyboard_interrupt_in_a_coroutine_op_is_recorded_and_stops_the_loop() -
 @pytest.mark.parametrize("how", ["inline", "serial", "bulk"])
 def test_keyboard_interrupt_in_an_inline_op_leaves_the_loop_queue_running(how: str) -> None:
     """The loop stops, and the operations queued behind the interrupt (and later ones) still
-    run on the loop once it runs again: the loop's queue of operations is not left stuck."""
+    run (or are skipped, behind its failure) on the loop once it runs again: the loop's queue
+    of operations is not left stuck, and neither is a bulk segment's rest."""
     with asyncio.Runner() as runner:
         engine = ae.Engine(serial=how == "serial")
         prop = ae.FnProperty.NORMAL if how == "serial" else ae.FnProperty.ASYNC
@@ -631,6 +632,7 @@ def test_keyboard_interrupt_in_an_inline_op_leaves_the_loop_queue_running(how: s
             with engine.bulk(4) if how == "bulk" else contextlib.nullcontext():
                 ops.append(engine.push_sync(interrupt, mutate_vars=[x], prop=prop))
                 ops.append(engine.push_sync(lambda r: "behind", mutate_vars=[y], prop=prop))
+                ops.append(engine.push_sync(lambda r: "skipped", const_vars=[x], prop=prop))
             await asyncio.sleep(1)
 
         with pytest.raises(KeyboardInterrupt):
@@ -642,8 +644,9 @@ def test_keyboard_interrupt_in_an_inline_op_leaves_the_loop_queue_running(how: s
                 lambda r: "later", mutate_vars=[engine.new_var("z")], prop=prop
             )
             async with asyncio.timeout(10):
-                if how != "bulk":  # a segment cancels the members after an interrupt
-                    assert await ops[1] == "behind"
+                assert await ops[1] == "behind"
+                with pytest.raises(ae.DependencyError):
+                    await ops[2]
                 assert await fresh == "later"
             with pytest.raises(BaseExceptionGroup) as info:
                 await engine.aclose()
