@@ -21,12 +21,15 @@ because no operation outside a segment is pushed while it is open:
   and at the latest on the loop's next iteration, so a member never waits for the block to
   end and awaiting one inside the block cannot hang.
 
-The scope is carried by a context variable, so it covers the task (or thread) that entered
-it, as MXNet's thread-local bulk size does, and not the other tasks of the loop.
+The scope is carried by a context variable and names the task that entered it, so it covers
+that task only, as MXNet's thread-local bulk size covers one thread: not the other tasks of the
+loop, nor the tasks started inside the block (``create_task`` copies the context, and so does
+a coroutine operation's task), nor functions the loop calls (segment members among them).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import threading
 from types import TracebackType
@@ -51,7 +54,9 @@ def size_for(engine: Engine) -> int:
     scope = _current.get()
     while scope is not None:
         if scope._engine is engine:
-            return scope.size if scope._active and scope.size > 1 else 0
+            if not scope._active or scope.size < 2:
+                return 0
+            return scope.size if asyncio.current_task() is scope._task else 0
         scope = scope._outer
     return 0
 
@@ -64,13 +69,16 @@ class Bulk:
         size: the most operations one segment holds.
     """
 
-    __slots__ = ("_active", "_engine", "_outer", "_token", "_used", "size")
+    __slots__ = ("_active", "_engine", "_outer", "_task", "_token", "_used", "size")
 
     def __init__(self, engine: Engine, size: int) -> None:
         self._engine = engine
         self.size = size
         self._outer: Bulk | None = None  # the scope active when this one was entered
         self._token: contextvars.Token[Bulk | None] | None = None
+        # The task that entered the block: pushes from other contexts that copied this one
+        # (tasks started in the block) are not grouped.
+        self._task: asyncio.Task[object] | None = None
         # Read by pushes on the loop thread; a push from a context copied inside the block
         # (a task started there) stops joining segments once the block has ended.
         self._active = False
@@ -93,6 +101,7 @@ class Bulk:
         if engine.closed:
             raise EngineClosedError(f"{engine!r} is closed; create a new Engine")
         self._used = True
+        self._task = asyncio.current_task()
         self._outer = _current.get()
         self._token = _current.set(self)
         self._active = True
@@ -106,6 +115,7 @@ class Bulk:
         tb: TracebackType | None,
     ) -> None:
         self._active = False
+        self._task = None
         token, self._token = self._token, None
         assert token is not None
         try:

@@ -320,6 +320,35 @@ async def test_the_scope_covers_its_own_task_only(threaded_engine: ae.Engine) ->
     assert trace == ["block:start", "outside", "block:end", "a"]
 
 
+async def test_tasks_and_coroutine_ops_started_in_the_block_are_not_grouped(
+    threaded_engine: ae.Engine,
+) -> None:
+    """They copy the block's context, but are other tasks: their pushes queue on their own
+    Vars, not in a segment that waits for x."""
+    engine = threaded_engine
+    x, y, trace, blocker = await hold_x(engine)
+
+    async def child() -> str:
+        result: str = await inline(engine, record(trace, "child"), mutate=[y])
+        return result
+
+    async def coro_op(rctx: ae.RunContext) -> str:
+        result: str = await inline(engine, record(trace, "from coroutine op"), mutate=[y])
+        return result
+
+    with engine.bulk(100):
+        # Both start before the segment opened by "a" closes (at the end of this iteration).
+        task = asyncio.create_task(child())
+        op = engine.push_async(coro_op, name="coro_op")
+        inline(engine, record(trace, "a"), mutate=[x])
+        # Neither waits for x (in the segment, they would, until the blocker is released).
+        assert await asyncio.wait_for(task, 10) == "child"
+        assert await asyncio.wait_for(op, 10) == "from coroutine op"
+    blocker.release()
+    await engine.wait_for_all()
+    assert trace == ["block:start", "child", "from coroutine op", "block:end", "a"]
+
+
 async def test_wait_for_var_inside_the_block_waits_for_the_open_segment(
     engine: ae.Engine,
 ) -> None:
