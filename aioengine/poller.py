@@ -20,7 +20,9 @@ is a CUDA call too. The poller holds its loop weakly and stops when the loop is 
 Locking: ``_cond`` guards ``_fifos``, ``_released``, ``_thread`` and ``_delay``. Fences are
 appended from worker threads and popped on the poller thread; completions are delivered to
 their engines on the loop thread, with ``_cond`` released (lock order: engine lock, then
-``_cond``). The poller never takes an engine lock.
+``_cond``). The poller never takes an engine lock, and queries events with ``_cond``
+released: a query may stall (``cudaEventQuery`` behind the driver's lock), and the loop thread
+takes ``_cond`` in :meth:`Poller.release`, with its engine's lock held.
 """
 
 from __future__ import annotations
@@ -157,7 +159,10 @@ class Poller:
                             self._thread = None  # in the same critical section as the check
                             return
                     continue
-                settled = self._poll_locked()
+                heads = list(self._fifos.items())
+            done = self._query(heads)
+            with cond:
+                settled = self._pop_locked(heads, done)
                 if not self._fifos:
                     delay = 0.0
                 elif settled:
@@ -166,23 +171,28 @@ class Poller:
                     delay = self._delay = min(max(2 * self._delay, self.min_delay), self.max_delay)
             if settled:
                 self._hand_over(settled)
-            del settled  # a lingering thread must hold no fence (and so no engine or loop)
+            del settled, heads, done  # a lingering thread must hold no fence (nor engine, loop)
             if delay:
                 with cond:
                     if not self._released:
                         cond.wait(delay)
 
-    def _poll_locked(self) -> list[tuple[Fence, int]]:
-        """One pass over the FIFO heads; returns the fences that completed or failed."""
-        settled: list[tuple[Fence, int]] = []
-        failed: dict[tuple[int, int], int] = {}  # (id(backend), device) -> error status
+    def _query(self, heads: list[tuple[int, deque[Fence]]]) -> list[list[tuple[Fence, int]]]:
+        """One pass over the FIFO heads, ``_cond`` released; returns, per FIFO, its leading
+        fences that completed or failed (or were settled meanwhile: status None).
+
+        Safe unlocked: other threads only append to a FIFO (:meth:`watch`, under ``_cond``);
+        only this thread pops from one or removes it from ``_fifos``.
+        """
+        done: list[list[tuple[Fence, int]]] = []
         self.ticks += 1
-        for key, fifo in list(self._fifos.items()):
-            while fifo:
-                fence = fifo[0]
+        for _, fifo in heads:
+            ended: list[tuple[Fence, int]] = []
+            for i in range(len(fifo)):
+                fence = fifo[i]
                 event = fence.event  # read once: its engine may settle it meanwhile
                 if fence.status is not None or event is None:  # settled (device failure)
-                    fifo.popleft()
+                    ended.append((fence, -1))
                     continue
                 self.queries += 1
                 try:
@@ -191,7 +201,22 @@ class Poller:
                     status = _QUERY_FAILED
                 if status == EVENT_NOT_READY:
                     break
-                fifo.popleft()
+                ended.append((fence, status))
+            done.append(ended)
+        return done
+
+    def _pop_locked(
+        self, heads: list[tuple[int, deque[Fence]]], done: list[list[tuple[Fence, int]]]
+    ) -> list[tuple[Fence, int]]:
+        """Remove the fences :meth:`_query` saw end from their FIFOs; return those that
+        completed or failed, with their status (``_cond`` held)."""
+        settled: list[tuple[Fence, int]] = []
+        failed: dict[tuple[int, int], int] = {}  # (id(backend), device) -> error status
+        for (key, fifo), ended in zip(heads, done, strict=True):
+            for fence, status in ended:
+                fifo.popleft()  # the same fence: only this thread pops
+                if status < 0:
+                    continue
                 settled.append((fence, status))
                 if status:
                     failed.setdefault((id(fence.backend), fence.device_id), status)
@@ -202,11 +227,11 @@ class Poller:
             for key, fifo in list(self._fifos.items()):
                 keep: deque[Fence] = deque()
                 for fence in fifo:
-                    status = failed.get((id(fence.backend), fence.device_id))
-                    if status is None:
+                    error = failed.get((id(fence.backend), fence.device_id))
+                    if error is None:
                         keep.append(fence)
                     elif fence.status is None:
-                        settled.append((fence, status))
+                        settled.append((fence, error))
                 if keep:
                     self._fifos[key] = keep
                 else:

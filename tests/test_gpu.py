@@ -629,6 +629,30 @@ async def test_loop_keeps_running_while_kernels_run() -> None:
     assert max(lags) < 0.5 * kernel  # a blocked loop would lag by a whole kernel
 
 
+async def test_a_stalled_event_query_does_not_stall_the_loop() -> None:
+    """cudaEventQuery can wait for the driver's lock; the poller queries without the lock
+    that the loop thread takes to hand it settled events (Poller.release)."""
+    entered, gate = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    class StalledQuery(ae.SimulatedGPU):
+        def query(self, event: Any) -> int:
+            if not entered.is_set():
+                entered.set()
+                gate.wait(5)
+                order.append("query returned")
+            return super().query(event)
+
+    async with ae.Engine(gpu_backend=StalledQuery()) as engine:
+        op = engine.push_sync(lambda r: r.launch(time.sleep, 0), GPU0)
+        assert await asyncio.to_thread(entered.wait, 10)
+        poller_for(asyncio.get_running_loop()).release([object()])  # on the loop thread
+        order.append("release returned")
+        gate.set()
+        await op
+    assert order == ["release returned", "query returned"]
+
+
 # -- failures -------------------------------------------------------------------------------
 
 
