@@ -384,6 +384,9 @@ class Engine:
         self._gpu: GpuDevices | None = None
         self._fence_seq = 0  # fences recorded so far (Fence.seq)
         self._gpu_pending: dict[Fence, None] = {}  # fences recorded and not settled
+        # id()s of GPU streams stuck behind a wait on a failed fence: a fence recorded on one
+        # of them never completes (_fail_devices_locked). Under the lock.
+        self._stuck_streams: set[int] = set()
         self._device_boxes: dict[int, _Failure] = {}  # per failed GPU: the shared failure
         # Serial mode: every operation also writes this hidden Var, so they run one at a time.
         self._sequencer: Var | None = Var(self, "<serial>") if self._settings.serial else None
@@ -1459,9 +1462,10 @@ class Engine:
                     poisoned = True
             if not gpu.host_sync:
                 self._release_locked(op, state, exc, ready)
-            # Or the device failed while op was being enqueued (a cross-device chain settles
-            # only the fences pending then): op's work may sit behind a wait that never passes.
-            if poisoned or gpu.broken(device) is not None:
+            # Or the device failed, or its stream got stuck, while op was being enqueued (a
+            # cross-device chain settles only the fences pending then): op's work sits behind a
+            # wait that never passes, or on a dead device.
+            if poisoned or fence.stream_id in self._stuck_streams or gpu.dead(device):
                 self._fail_devices_locked([fence], ready)
             todo = self._settle(ready) if ready else ready
         loop = self._loop
@@ -1509,11 +1513,15 @@ class Engine:
             self._submit(todo)
 
     def _fail_devices_locked(self, waiting: list[Fence], ready: list[Any]) -> None:
-        """Fail the devices of pending fences that wait on a failed fence (lock held).
+        """Fail the pending fences that wait on a failed fence, and those behind them on
+        their streams (lock held).
 
-        Their streams wait (``wait_event``) for work that will never complete, so nothing
-        after the wait can run: every pending fence of such a device fails, and so do the
-        devices waiting on those in turn (cross-device chains).
+        Such a fence's stream waits (``wait_event``) for work that will never complete, so
+        nothing recorded on that stream from then on completes: those fences fail, and so,
+        in turn, do the fences that wait on them (cross-device chains). Their device takes
+        no new work; what it queued earlier on that stream or on its other streams still
+        runs, and the poller settles it as usual, so that no host consumer of that work
+        starts before the device is done with its memory.
         """
         gpu = self._gpu
         assert gpu is not None
@@ -1525,9 +1533,15 @@ class Engine:
                 fence.device_id,
                 RuntimeError("its streams wait for work of a failed GPU"),
                 reason="its streams wait for work of a GPU that failed",
+                stuck=True,
             )
+            self._stuck_streams.add(fence.stream_id)
             for other in list(self._gpu_pending):
-                if other.device_id == fence.device_id and other.status is None:
+                if (
+                    other.stream_id == fence.stream_id
+                    and other.seq >= fence.seq
+                    and other.status is None
+                ):
                     waiting.extend(self._settle_fence_locked(other, _DEVICE_FAILED, ready))
 
     def _settle_fence_locked(self, fence: Fence, status: int, ready: list[Any]) -> list[Fence]:

@@ -984,6 +984,47 @@ async def test_a_gpu_waiting_on_a_failed_gpu_fails_instead_of_hanging(
         await asyncio.wait_for(engine.aclose(), 10)
 
 
+async def test_a_gpu_failed_through_another_still_finishes_its_other_work_first(
+    manual: ae.SimulatedGPU,
+) -> None:
+    """gpu(1) is healthy: only its compute stream is stuck behind gpu(0)'s failed work. Its
+    upload of a host buffer still runs, so the CPU op that overwrites that buffer must wait
+    for the upload to complete, not start when gpu(1) is marked failed."""
+    engine = ae.Engine(gpu_backend=manual)
+    host_v, x, y, d = (engine.new_var(n) for n in ("host", "x", "y", "d"))
+    host = np.array([1.0])
+    uploaded: list[float] = []
+    a = engine.push_sync(tick, GPU0, [], [x])
+    upload = engine.push_sync(
+        lambda r: r.launch(lambda: uploaded.append(float(host[0]))),
+        ae.gpu(1),
+        [host_v],
+        [d],
+        prop=ae.FnProperty.COPY_TO_GPU,
+    )
+    b = engine.push_sync(tick, ae.gpu(1), [x], [y])  # its stream waits for a
+    await until(enqueued(a, upload, b))
+
+    def overwrite(rctx: ae.RunContext) -> None:
+        host[0] = 999.0
+
+    w = engine.push_sync(overwrite, ae.cpu(), [], [host_v])
+    manual.fail(0)  # gpu(0) faults before running a; gpu(1) has run nothing yet
+    with pytest.raises(ae.DeviceFailedError, match="wait for work of a GPU that failed"):
+        await asyncio.wait_for(b, 10)
+    with pytest.raises(ae.DeviceFailedError):  # gpu(1) takes no new work
+        engine.push_sync(lambda r: None, ae.gpu(1))
+    assert not upload.done()
+    assert not w.done()  # the upload has not read the buffer yet
+    manual.run_until_idle()
+    await asyncio.wait_for(upload, 10)  # done: its work ran
+    await asyncio.wait_for(w, 10)
+    assert uploaded == [1.0]
+    assert host[0] == 999.0
+    with pytest.raises(BaseExceptionGroup):
+        await asyncio.wait_for(engine.aclose(), 10)
+
+
 async def test_an_op_enqueueing_while_its_gpu_fails_through_another_fails_too(
     manual: ae.SimulatedGPU,
 ) -> None:

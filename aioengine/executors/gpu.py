@@ -100,6 +100,9 @@ class GpuDevices:
         self._executors: dict[tuple[int, StreamFamily], GpuExecutor] = {}
         self._cond = threading.Condition(threading.Lock())
         self._broken: dict[int, DeviceFailedError] = {}  # device -> the error that killed it
+        # Devices that failed themselves (a CUDA error): nothing they queued will run. The
+        # others in _broken only have streams stuck behind a failed GPU (see fail()).
+        self._dead: set[int] = set()
         self._inflight: dict[int, int] = {}  # device -> launched fences not completed
         self._closing = False  # shutdown: in-flight waiters give up
         # What operations of a failed device had enqueued: the device may still touch it.
@@ -125,14 +128,27 @@ class GpuDevices:
         """The error that killed ``device_id``, or None while it works."""
         return self._broken.get(device_id)
 
+    def dead(self, device_id: int) -> bool:
+        """Whether ``device_id`` failed itself (a CUDA error): nothing it queued will run."""
+        return device_id in self._dead
+
     def fail(
-        self, device_id: int, cause: BaseException | int, reason: str | None = None
+        self,
+        device_id: int,
+        cause: BaseException | int,
+        reason: str | None = None,
+        *,
+        stuck: bool = False,
     ) -> DeviceFailedError:
         """Mark ``device_id`` failed (first cause wins); return its error.
 
-        ``reason`` replaces "failed with a CUDA error (...)" in the message.
+        ``reason`` replaces "failed with a CUDA error (...)" in the message. ``stuck``: the
+        device itself works, but a stream of it waits for a failed GPU; it takes no new work,
+        and what it queued on its other streams still runs (:meth:`dead` stays False).
         """
         with self._cond:
+            if not stuck:
+                self._dead.add(device_id)
             err = self._broken.get(device_id)
             if err is None:
                 what = (
