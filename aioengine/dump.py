@@ -55,7 +55,9 @@ class OpInfo:
         kind: ``sync``, ``coroutine`` or ``callback``.
         pool: where it runs (``cpu0``, ``loop``, ...).
         holds: ``(var name, "read" | "write")`` for each Var it has been granted.
-        waits: the same for each Var it is still waiting for.
+        waits: the same for each Var it is still waiting for; a member of a bulk segment
+            also lists, as ``(var name, "via its bulk segment")``, the Vars of the other
+            members that its segment still waits for.
         site: ``file:line`` of its push, if recorded.
         pending_for: seconds since its push, if recorded.
         running_for: seconds since it started, if recorded.
@@ -252,6 +254,13 @@ def build_dump(engine: Engine, var: Var | None = None) -> Dump:
                 else:
                     waits.append((v, mode))
                     var_rows.setdefault(v, ([], []))
+            if holder is not op and op._state is OpState.PENDING:
+                # It also waits for the Vars of the other members that its segment waits for.
+                seg = holder
+                for v in (*seg._const, *seg._mutate):
+                    if v not in op._const and v not in op._mutate and not v._holds(seg):
+                        waits.append((v, "via its bulk segment"))
+                        var_rows.setdefault(v, ([], []))
             record = records.get(op._seq)
             state = op._state
             flag = None

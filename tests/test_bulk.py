@@ -379,6 +379,26 @@ async def test_dump_inside_the_block_shows_the_members(engine: ae.Engine) -> Non
     await engine.wait_for_all()
 
 
+async def test_a_member_shows_the_vars_its_segment_waits_for(engine: ae.Engine) -> None:
+    """m2 uses only y, but its segment waits for x: dump() and a wait_for_var timeout must
+    lead from m2 to x's holder, the real reason m2 has not run."""
+    x, y, trace, blocker = await hold_x(engine)
+    with engine.bulk(10):
+        inline(engine, record(trace, "m1"), mutate=[x], name="m1")
+        inline(engine, record(trace, "m2"), mutate=[y], name="m2")
+    info = {op.name: op for op in engine.dump().ops}
+    assert info["m2"].holds == (("y", "write"),)
+    assert info["m2"].waits == (("x", "via its bulk segment"),)
+    with pytest.raises(TimeoutError) as timed_out:
+        await engine.wait_for_var(y, timeout=0.01)
+    message = str(timed_out.value)
+    assert "waits for 'x' (via its bulk segment)" in message
+    assert "'block' running" in message  # the operation holding x
+    blocker.release()
+    await engine.wait_for_all()
+    assert trace == ["block:start", "block:end", "m1", "m2"]
+
+
 async def test_a_trace_shows_every_member(engine: ae.Engine) -> None:
     x = engine.new_var("x")
     engine.start_trace()
