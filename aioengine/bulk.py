@@ -72,6 +72,10 @@ class Bulk:
     __slots__ = ("_active", "_engine", "_outer", "_task", "_token", "_used", "size")
 
     def __init__(self, engine: Engine, size: int) -> None:
+        if type(size) is not int:
+            raise TypeError(f"size must be an int, got {size!r}")
+        if size < 1:
+            raise ValueError(f"size must be at least 1, got {size}")
         self._engine = engine
         self.size = size
         self._outer: Bulk | None = None  # the scope active when this one was entered

@@ -936,10 +936,6 @@ class Engine:
             RuntimeError: (on entering the block) off the engine's event-loop thread.
             EngineClosedError: (on entering the block) if the engine is closed.
         """
-        if type(size) is not int:
-            raise TypeError(f"size must be an int, got {size!r}")
-        if size < 1:
-            raise ValueError(f"size must be at least 1, got {size}")
         return _bulk.Bulk(self, size)
 
     def delete_var(

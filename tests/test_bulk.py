@@ -433,12 +433,13 @@ async def test_awaiting_a_member_that_waits_for_the_awaiting_op_raises(
 
 
 async def test_bulk_rejects_bad_sizes(engine: ae.Engine) -> None:
-    for bad in (1.5, "2", None, True):
-        with pytest.raises(TypeError, match="size must be an int"):
-            engine.bulk(bad)  # type: ignore[arg-type]
-    for bad in (0, -3):
-        with pytest.raises(ValueError, match="at least 1"):
-            engine.bulk(bad)
+    for make in (engine.bulk, lambda size: ae.Bulk(engine, size)):  # built directly, too
+        for bad in (1.5, "2", None, True):
+            with pytest.raises(TypeError, match="size must be an int"):
+                make(bad)
+        for bad in (0, -3):
+            with pytest.raises(ValueError, match="at least 1"):
+                make(bad)
 
 
 async def test_a_scope_is_entered_once(engine: ae.Engine) -> None:
