@@ -385,7 +385,8 @@ class Engine:
         self._fence_seq = 0  # fences recorded so far (Fence.seq)
         self._gpu_pending: dict[Fence, None] = {}  # fences recorded and not settled
         # id()s of GPU streams stuck behind a wait on a failed fence: a fence recorded on one
-        # of them never completes (_fail_devices_locked). Under the lock.
+        # of them never completes (_fail_devices_locked). Under the lock. A stream lives as
+        # long as its worker thread, so its id is not reused while the engine runs.
         self._stuck_streams: set[int] = set()
         self._device_boxes: dict[int, _Failure] = {}  # per failed GPU: the shared failure
         # Serial mode: every operation also writes this hidden Var, so they run one at a time.

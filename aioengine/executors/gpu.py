@@ -10,9 +10,10 @@ device and stream are thread-local, so this is what makes it safe).
 devices failed (sticky: a CUDA error poisons the process), and the optional bound on in-flight
 work. Operations, fences and Vars stay in ``engine.py`` / ``fence.py``.
 
-Locking: ``_cond`` guards ``_broken`` and ``_inflight``; a worker waiting for an in-flight slot
-waits on it, so it is never held with the engine lock requested (lock order: engine lock, then
-``_cond``).
+Locking: ``_cond`` guards ``_broken``, ``_dead`` and ``_inflight``; a worker waiting for an
+in-flight slot waits on it, so it is never held with the engine lock requested (lock order:
+engine lock, then ``_cond``). ``broken()`` and ``dead()`` read unlocked: a device failing just
+after the read settles its pending fences afterwards anyway (``Engine._fail_device_fences``).
 """
 
 from __future__ import annotations
