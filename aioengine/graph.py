@@ -18,6 +18,7 @@ Notebooks show an SVG where the ``graphviz`` package and its ``dot`` program are
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -167,13 +168,19 @@ class Graph:
         return f"<aioengine.Graph nodes={len(self.nodes)} edges={len(self.edges)}>"
 
 
+# What neither format can carry (control characters, lone surrogates as os.fsdecode makes of
+# undecodable file names): replaced by U+FFFD, as in timeline.py's SVG.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
 def _dot_escape(text: str) -> str:
+    text = _UNPRINTABLE.sub("\ufffd", text)
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _mermaid_escape(text: str) -> str:
     # A line break would end the node's statement: it becomes a space.
-    text = " ".join(text.splitlines())
+    text = " ".join(_UNPRINTABLE.sub("\ufffd", text).splitlines())
     return text.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
 
 

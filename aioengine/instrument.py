@@ -23,7 +23,9 @@ class Instrument:
     """Base class of engine observers; override the hooks you need (all default to no-ops)."""
 
     def on_push(self, op: Operation[Any]) -> None:
-        """``op`` was pushed (engine lock held; ``op._seq`` is set, its Vars appended)."""
+        """``op`` was pushed (engine lock held; ``op._seq`` is set). Called before its
+        requests are appended to its Vars' queues, in the same critical section: no other
+        push or grant can come between."""
 
     def on_start(self, op: Operation[Any]) -> None:
         """``op`` is about to run its function on the current thread (no lock held)."""

@@ -23,7 +23,8 @@ Bounds: the SVG is ``width`` pixels wide (900 by default) whatever the trace's l
 height grows with the number of tracks and nesting levels only. Labels use a monospace font
 and are cut (with ``…``) to what fits inside their rectangle, or left out. At most
 ``max_slices`` rectangles are drawn (the longest; the header says how many were left out),
-so a trace of a million tiny slices still gives a displayable image.
+and at most as many instant marks (the earliest), so a trace of a million tiny slices, or of
+a failure that skipped a million operations, still gives a displayable image.
 
 Plain data: a :class:`Timeline` is computed once from the trace and never refers back to the
 engine, so it can be built, drawn and printed from any thread.
@@ -146,11 +147,12 @@ class Timeline:
             list of events itself (the JSON Array Format).
         width: the SVG's width in pixels.
         max_slices: the most rectangles drawn; beyond it the shortest slices are left out of
-            the picture (not of the summary).
+            the picture (not of the summary). As many instant marks at most are drawn, the
+            earliest.
 
     Attributes:
         width: the SVG's width in pixels.
-        max_slices: the most rectangles drawn.
+        max_slices: the most rectangles drawn (and the most instant marks).
         tracks: the rows, top to bottom.
         start: the earliest event's time, in microseconds on the trace's clock (0 if none).
         end: the latest end of an event (``start`` if none).
@@ -297,6 +299,8 @@ def _build_tracks(events: Sequence[Any]) -> tuple[Track, ...]:
 
 def _int(value: object) -> int:
     """A pid or tid as an int (producers may write strings; a missing one is 0)."""
+    if value is None:
+        return 0
     if isinstance(value, int):
         return value
     try:
@@ -362,6 +366,14 @@ class _Drawing:
             self.keep: Callable[[Slice], bool] = lambda s: id(s) in keep
         else:
             self.keep = lambda s: True
+        instants = [s for t in timeline.tracks for s in t.instants]
+        self.instants_omitted = max(len(instants) - timeline.max_slices, 0)
+        if self.instants_omitted:
+            instants.sort(key=lambda s: s.ts)
+            shown = {id(s) for s in instants[: timeline.max_slices]}
+            self.keep_instant: Callable[[Slice], bool] = lambda s: id(s) in shown
+        else:
+            self.keep_instant = lambda s: True
 
     def x(self, ts: float) -> float:
         return self.left + (ts - self.t.start) * self.scale
@@ -399,6 +411,8 @@ class _Drawing:
         )
         if self.omitted:
             text += f" ({t.max_slices} longest drawn)"
+        if self.instants_omitted:
+            text += f" · {self.instants_omitted} instant(s) not drawn"
         return _fit(text, self.width - 2 * _PAD)
 
     def axis(self, top: float, bottom: float) -> str:
@@ -448,7 +462,8 @@ class _Drawing:
             if self.keep(s):
                 parts.append(self.slice(s, y + _ROW_PAD + s.depth * _LANE_H))
         for s in track.instants:
-            parts.append(self.instant(s, y + _ROW_PAD))
+            if self.keep_instant(s):
+                parts.append(self.instant(s, y + _ROW_PAD))
         parts.append("</g>")
         return "\n".join(parts)
 

@@ -126,6 +126,23 @@ class TestGraph:
         with pytest.raises(KeyError):
             graph.node(10**6)
 
+    async def test_renderings_carry_any_name(self, threaded_engine: ae.Engine) -> None:
+        """A lone surrogate (os.fsdecode of an undecodable file name) or a control character
+        in a name cannot be written as UTF-8 DOT or Mermaid: it shows as U+FFFD."""
+        engine = threaded_engine
+        engine.record_history()
+        x = engine.new_var("x\x00")
+        await engine.push_sync(lambda r: None, mutate_vars=[x], name="load \udcff.bin")
+        await engine.push_sync(lambda r: None, const_vars=[x], name="b\x1b")
+        graph = engine.graph()
+        for text in (graph.to_dot(), graph.to_mermaid()):
+            text.encode("utf-8")  # no lone surrogate left
+            assert "load \ufffd.bin" in text
+            assert "\x00" not in text
+            assert "\x1b" not in text
+        svg = graph._repr_svg_()  # None without graphviz (or its dot program)
+        assert svg is None or "<svg" in svg  # dot accepted it
+
     def test_notebook_display(self) -> None:
         pytest.importorskip("graphviz")
         graph = ae.Graph((), ())

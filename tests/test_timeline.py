@@ -440,6 +440,31 @@ class TestLayout:
         assert len(svg) < 500 * 1000
         assert float(picture.root.get("height", "inf")) < 200
 
+    def test_many_instants_keep_the_picture_bounded(self) -> None:
+        """A failure that skipped thousands of operations leaves an instant for each."""
+        events = [
+            {"name": f"skipped{i}", "ph": "i", "s": "t", "ts": 10.0 * i, "pid": 1, "tid": 1}
+            for i in range(5_000)
+        ]
+        timeline = ae.Timeline([x("failed", 1, 0.0, 5.0), *events], max_slices=300)
+        svg = timeline.to_svg()
+        drawn = [s.name for r in parse(svg).rows for s in r.instants]
+        assert drawn == [f"skipped{i}" for i in range(300)]  # the earliest
+        summary = parse(svg).root.find(f"{SVG}text[@class='summary']")
+        assert summary is not None
+        assert summary.text is not None
+        assert summary.text.endswith("4700 instant(s) not drawn")
+        assert len(svg) < 300 * 1000
+
+    def test_events_without_pid_or_tid_are_on_track_zero(self) -> None:
+        trace = [
+            {"name": "bare", "ph": "X", "ts": 0.0, "dur": 1.0},
+            {"name": "zero", "ph": "X", "ts": 2.0, "dur": 1.0, "pid": 0, "tid": 0},
+        ]
+        (track,) = ae.Timeline(trace).tracks
+        assert track.tid == 0
+        assert [s.name for s in track.slices] == ["bare", "zero"]
+
     def test_colour_depends_on_the_name_only(self) -> None:
         events = [
             x("load", 1, 0.0, 10.0),
