@@ -120,7 +120,8 @@ class Dump:
         raise KeyError(name)
 
     def format(self, limit: int | None = None) -> str:
-        """The dump as text, showing at most ``limit`` operations (and their Vars)."""
+        """The dump as text, showing at most ``limit`` operations (and their Vars, each
+        with at most ``limit`` holders and ``limit`` waiters)."""
         ops = self.ops if limit is None else self.ops[:limit]
         shown = {o.seq for o in ops}
         by_seq = {o.seq: o for o in self.ops}
@@ -134,10 +135,18 @@ class Dump:
             if limit is not None and not any(s in shown for s, _ in (*v.holders, *v.waiters)):
                 continue
             lines.append(f"  {v.name!r} (version {v.version})")
-            for seq, mode in v.holders:
+            # With a limit, as many holders and waiters per Var at most (the first in its
+            # queue): one busy Var with 10,000 readers queued must not make a huge message.
+            holders = v.holders if limit is None else v.holders[:limit]
+            waiters = v.waiters if limit is None else v.waiters[:limit]
+            for seq, mode in holders:
                 lines.append(f"    held by  {_brief(by_seq.get(seq), seq, mode, running=True)}")
-            for seq, mode in v.waiters:
+            if len(holders) < len(v.holders):
+                lines.append(f"    ... and {len(v.holders) - len(holders)} more holding it")
+            for seq, mode in waiters:
                 lines.append(f"    waiting  {_brief(by_seq.get(seq), seq, mode, running=False)}")
+            if len(waiters) < len(v.waiters):
+                lines.append(f"    ... and {len(v.waiters) - len(waiters)} more waiting")
         if ops:
             lines.append("Operations:")
         for o in ops:

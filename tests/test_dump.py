@@ -209,6 +209,27 @@ class TestDump:
         hang.release()
         await engine.wait_for_all()
 
+    async def test_format_limit_bounds_the_queue_of_a_var(
+        self, threaded_engine: ae.Engine, hang: Hang
+    ) -> None:
+        """One Var with thousands queued: the limited text (timeout messages, the watchdog)
+        lists the first waiters only, not one line each."""
+        engine = threaded_engine
+        x = engine.new_var("x")
+        engine.push_async(hang, mutate_vars=[x], name="hang")
+        for i in range(2_000):
+            engine.push_sync(lambda r: None, const_vars=[x], name=f"r{i}")
+        text = engine.dump().format(limit=20)
+        assert "held by  #1 'hang'" in text
+        assert "... and 1980 more waiting" in text
+        assert len(text.splitlines()) < 100
+        with pytest.raises(TimeoutError) as info:
+            await engine.wait_for_var(x, timeout=0.01)
+        assert len(str(info.value).splitlines()) < 100
+        assert "... and 1980 more waiting" in str(info.value)
+        hang.release()
+        await engine.wait_for_all()
+
 
 def _lineno() -> int:
     import sys
