@@ -52,6 +52,7 @@ def _watch(ref: weakref.ref[Engine], seconds: float) -> None:
     last_done = -1
     last_change = time.monotonic()
     fired = False
+    was_idle = True
     while True:
         time.sleep(interval)
         engine = ref()
@@ -61,7 +62,10 @@ def _watch(ref: weakref.ref[Engine], seconds: float) -> None:
             done = finished_total(engine)
             pending = len(engine._live)
         now = time.monotonic()
-        if done != last_done or not pending:
+        # A stall is timed from the first wake that saw progress or work after idleness:
+        # work pushed just before this wake did not wait since the last one (which would
+        # report a stall up to one interval too early, and overstate it).
+        if done != last_done or not pending or was_idle:
             last_done, last_change, fired = done, now, False
         elif not fired and now - last_change >= seconds:
             fired = True
@@ -72,4 +76,5 @@ def _watch(ref: weakref.ref[Engine], seconds: float) -> None:
                 pending,
                 build_dump(engine).format(limit=50),
             )
+        was_idle = not pending
         del engine

@@ -6,11 +6,14 @@ import asyncio
 import logging
 import threading
 import time
+import types
 from collections.abc import Callable
+from typing import ClassVar
 
 import pytest
 
 import aioengine as ae
+from aioengine import watchdog
 from aioengine.history import Recorder
 
 from .test_dump import Hang
@@ -66,6 +69,47 @@ class TestWatchdog:
             hang.release()
             again.release()
             await engine.aclose()
+
+    def test_a_stall_is_timed_from_when_work_arrived(
+        self, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Work pushed just before a wake, after idleness, has not waited since the wake
+        before: a 0.76 s stall must not be reported by a 1 s watchdog. Driven on a fake
+        clock, wake by wake (the interval is 0.25 s)."""
+        caplog.set_level(logging.WARNING, logger="aioengine")
+        # At each wake: (operations pending, operations finished so far); None: closed.
+        script = {0.25: (0, 0), 0.5: (1, 0), 0.75: (1, 0), 1.0: (1, 0), 1.25: (1, 0)}
+        script |= {1.5: (1, 0), 1.75: (1, 0), 2.0: None}
+        clock = types.SimpleNamespace(now=0.0)
+
+        class Stub:
+            """What the watchdog reads of an engine."""
+
+            _lock = threading.Lock()
+            _forked = False
+            _live: ClassVar[dict[int, None]] = {}
+            closed = False
+            finished = 0
+
+        def sleep(dt: float) -> None:
+            clock.now = round(clock.now + dt, 6)
+            state = script[clock.now]
+            if state is None:
+                Stub.closed = True
+            else:
+                Stub._live = dict.fromkeys(range(state[0]))
+                Stub.finished = state[1]
+
+        fake_time = types.SimpleNamespace(sleep=sleep, monotonic=lambda: clock.now)
+        monkeypatch.setattr(watchdog, "time", fake_time)
+        monkeypatch.setattr(watchdog, "finished_total", lambda engine: engine.finished)
+        monkeypatch.setattr(watchdog, "build_dump", lambda engine: ae.Dump((), (), 1, True))
+        fired_at: list[float] = []
+        monkeypatch.setattr(watchdog.logger, "warning", lambda *args: fired_at.append(clock.now))
+        engine = Stub()
+        watchdog._watch(lambda: engine, 1.0)  # type: ignore[arg-type, return-value]
+        # Work arrived between the wakes at 0.25 and 0.5: reported at 1.5, one stall.
+        assert fired_at == [1.5]
 
     async def test_quiet_while_operations_keep_finishing(
         self, caplog: pytest.LogCaptureFixture
