@@ -105,12 +105,15 @@ class Dump:
         pending: the number of pending operations in the engine (may exceed ``len(ops)``
             when the dump was narrowed to one Var).
         recorded: whether a recorder supplied push sites and times.
+        note: why the dump is empty although operations are pending (the engine's lock
+            stayed busy), else None.
     """
 
     ops: tuple[OpInfo, ...]
     vars: tuple[VarInfo, ...]
     pending: int
     recorded: bool
+    note: str | None = None
 
     def op(self, name: str) -> OpInfo:
         """The first pending operation called ``name`` (KeyError if none)."""
@@ -129,6 +132,8 @@ class Dump:
             f"aioengine dump: {self.pending} pending operation(s), "
             f"{len(self.vars)} busy Var(s) shown"
         ]
+        if self.note is not None:
+            lines.append(self.note)
         if self.vars:
             lines.append("Vars:")
         for v in self.vars:
@@ -240,12 +245,27 @@ def await_stack(task: asyncio.Task[Any]) -> tuple[str, ...]:
     return tuple(frames)
 
 
+_LOCK_WAIT = 2.0  # seconds: the engine's critical sections are far shorter
+_LOCK_BUSY = (
+    "(no snapshot: the engine's lock stayed busy for {} s. Called from a signal handler "
+    "installed with signal.signal()? It may have interrupted the engine inside its lock: "
+    "use loop.add_signal_handler(), whose handler runs as a loop callback)"
+)
+
+
 def build_dump(engine: Engine, var: Var | None = None) -> Dump:
     """Snapshot ``engine``; with ``var``, only what the waiters of ``var`` are stuck behind."""
     rows: dict[int, dict[str, Any]] = {}
     var_rows: dict[Var, tuple[list[tuple[int, str]], list[tuple[int, str]]]] = {}
     tasks: dict[int, asyncio.Task[Any]] = {}
-    with engine._lock:
+    lock = engine._lock
+    # Bounded: a signal handler that interrupted the engine inside its lock (on the same
+    # thread) would otherwise wait for itself forever.
+    if not lock.acquire(timeout=_LOCK_WAIT):
+        return Dump((), (), len(engine._live), False, note=_LOCK_BUSY.format(_LOCK_WAIT))
+    try:
+        if engine._segment is not None:
+            engine._flush_segment_locked()  # its members queue on their Vars, to be shown
         now = time.monotonic()
         recorder = Recorder.of(engine)
         records = recorder.live if recorder is not None else {}
@@ -311,6 +331,8 @@ def build_dump(engine: Engine, var: Var | None = None) -> Dump:
                     for m in members:
                         if m._state is OpState.PENDING and (v in m._mutate or v in m._const):
                             waiters.append((m._seq, "write" if v in m._mutate else "read"))
+    finally:
+        lock.release()
     if var is not None:
         keep = _blockers(var, rows, var_rows)
         rows = {s: r for s, r in rows.items() if s in keep}

@@ -2838,10 +2838,11 @@ class Engine:
 
         Shows which operations hold each Var and which wait for it, the await stacks of
         suspended coroutine operations, and flags callback-style operations that have not
-        called ``on_complete()``. Safe from any thread.
+        called ``on_complete()``. Safe from any thread. If the engine's lock stays busy for
+        2 s (a ``signal.signal()`` handler that interrupted the engine inside it), the dump
+        is empty and its ``note`` says why.
         """
-        self._flush_segment()
-        return _dump.build_dump(self)
+        return _dump.build_dump(self)  # it closes the open bulk segment, as a wait does
 
     def statistics(self) -> EngineStatistics:
         """Counts of operations by state, in total and per pool (a frozen dataclass)."""

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 import aioengine as ae
+from aioengine import dump as dump_module
 
 SERIAL = "<serial>"  # the hidden Var every operation writes in serial mode
 
@@ -229,6 +230,23 @@ class TestDump:
         assert "... and 1980 more waiting" in str(info.value)
         hang.release()
         await engine.wait_for_all()
+
+
+def test_dump_gives_up_on_a_lock_that_stays_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signal.signal() handler calling dump() may interrupt the engine inside its lock, on
+    the same thread: waiting for the lock would wait forever. The dump says so instead."""
+    monkeypatch.setattr(dump_module, "_LOCK_WAIT", 0.05)
+    engine = ae.Engine()
+    dumps: list[ae.Dump] = []
+    with engine._lock:  # held, as by the code the handler interrupted
+        helper = threading.Thread(target=lambda: dumps.append(engine.dump()), daemon=True)
+        helper.start()
+        helper.join(10)
+    (dump,) = dumps
+    assert dump.ops == ()
+    assert dump.note is not None
+    assert "loop.add_signal_handler" in str(dump)
+    assert engine.dump().note is None  # once the lock is free
 
 
 def _lineno() -> int:
