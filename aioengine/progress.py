@@ -62,6 +62,9 @@ async def drain_with_progress(engine: Engine, timeout: float | None) -> None:  #
     with engine._lock:
         base = finished_total(engine)
         total = len(engine._live)
+    if not total:  # nothing to show: a bar of 0 operations is noise
+        await engine._drained(timeout)
+        return
     bar = _make_bar(total)
     drained = asyncio.ensure_future(engine._drained(None))
     try:

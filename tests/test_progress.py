@@ -51,6 +51,12 @@ class TestProgress:
         assert "aioengine: 0/4 operations" in err
         assert err.endswith("\raioengine: 4/4 operations\n")
 
+    async def test_nothing_pending_shows_no_bar(
+        self, threaded_engine: ae.Engine, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        await threaded_engine.wait_for_all(progress=True)
+        assert capsys.readouterr().err == ""
+
     async def test_timeout_and_failures(self, threaded_engine: ae.Engine) -> None:
         engine = threaded_engine
         release = asyncio.Event()
