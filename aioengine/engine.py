@@ -227,6 +227,12 @@ def _check_timeout(timeout: object) -> None:
         raise ValueError("timeout must be a number of seconds or None, got nan")
 
 
+def _cancel_message(exc: BaseException) -> object:
+    """The message of a CancelledError (None if it has none), kept as a cancelled
+    operation's ``_result`` (Operation._cancelled_error raises it again)."""
+    return exc.args[0] if exc.args else None
+
+
 def _join_executors(executors: list[Executor]) -> None:
     """Join the workers of executors already shut down (on a helper thread, see aclose)."""
     for executor in executors:
@@ -2171,7 +2177,7 @@ class Engine:
         if exc is None:
             self._finish(op, _DONE, None, None)
         elif isinstance(exc, asyncio.CancelledError):
-            self._finish(op, _CANCELLED, None, None)
+            self._finish(op, _CANCELLED, _cancel_message(exc), None)
         else:
             self._finish(op, _FAILED, None, exc)
 
@@ -2193,7 +2199,9 @@ class Engine:
     ) -> None:
         """Record ``op``'s outcome, release its Vars, dispatch what became ready."""
         if state is _FAILED and isinstance(exc, asyncio.CancelledError):
-            state, exc = _CANCELLED, None
+            # The function ended itself with CancelledError: the operation reports
+            # cancelled, with that error's message (as a task's does).
+            state, result, exc = _CANCELLED, _cancel_message(exc), None
         ready: list[Any] = []
         lock = self._lock
         lock.acquire()
@@ -2418,13 +2426,11 @@ class Engine:
                 self._wake_idle_waiters()
 
     def _wake(self, op: Operation[Any]) -> None:
-        """Resolve ``op``'s awaiters and schedule its callbacks (loop thread, lock held)."""
-        waiters = op._waiters
-        if waiters is not None:
-            op._waiters = None
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
+        """Schedule ``op``'s callbacks, then resolve its awaiters (loop thread, lock held).
+
+        In that order, so that a callback added before ``await op`` has run when the await
+        returns, as with an asyncio.Future (resolving a waiter schedules its task's step).
+        """
         callbacks = op._callbacks
         if callbacks is not None:
             op._callbacks = None
@@ -2432,6 +2438,12 @@ class Engine:
             assert loop is not None
             for fn, context in callbacks:
                 loop.call_soon(fn, op, context=context)
+        waiters = op._waiters
+        if waiters is not None:
+            op._waiters = None
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
 
     def _wake_capacity_waiters(self) -> None:
         """Wake every push_*_wait caller; each re-checks the bound (loop thread, lock held)."""
@@ -2506,6 +2518,11 @@ class Engine:
                     op._callbacks = []
                 op._callbacks.append((fn, context))
                 return
+            if op._callbacks is not None:
+                # Finished off the loop, its callbacks not scheduled yet (_drain_inbox will):
+                # this one goes after them, in the order they were added.
+                op._callbacks.append((fn, context))
+                return
         if _get_ident() == self._loop_thread:
             loop.call_soon(fn, op, context=context)
         else:
@@ -2516,8 +2533,8 @@ class Engine:
     ) -> int:
         with self._lock:
             callbacks = op._callbacks
-            if not callbacks:
-                return 0
+            if not callbacks or op._state >= _DONE:
+                return 0  # none, or due already: as asyncio.Future's, they will run
             kept = [(f, c) for f, c in callbacks if f != fn]
             op._callbacks = kept or None
             return len(callbacks) - len(kept)

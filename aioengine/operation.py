@@ -70,7 +70,9 @@ class OpState(enum.IntEnum):
     DONE = 3  #: its function returned
     FAILED = 4  #: its function raised (or passed an exception to ``on_complete``)
     SKIPPED = 5  #: not run because an input carried a failure (raises DependencyError)
-    CANCELLED = 6  #: cancelled before it finished; its function never ran or was interrupted
+    #: cancelled before it finished: its function never ran, was interrupted, or ended
+    #: itself with CancelledError (whose message the operation keeps)
+    CANCELLED = 6
 
 
 # Kinds of function an operation runs.
@@ -280,7 +282,8 @@ class OnComplete:
     """The completion token passed to a callback-style (MXNet ``AsyncFn``) function.
 
     Call it exactly once, from any thread: ``on_complete()`` completes the operation,
-    ``on_complete(exc)`` fails it with ``exc``. A second call raises :class:`RuntimeError`.
+    ``on_complete(exc)`` fails it with ``exc`` (an :class:`asyncio.CancelledError` cancels it
+    instead, with that error's message). A second call raises :class:`RuntimeError`.
     """
 
     __slots__ = ("_called", "_op")

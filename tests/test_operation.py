@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import contextvars
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -250,6 +251,42 @@ class TestDoneCallbacks:
         await asyncio.sleep(0)
         assert calls == ["kept"]
 
+    async def test_order_kept_while_a_finish_on_a_worker_is_not_delivered_yet(
+        self, threaded_engine: ae.Engine
+    ) -> None:
+        """The op finishes on a worker while the loop is busy: it is done, its callbacks not
+        run yet. As with an asyncio.Future set from another thread, one added now (here or
+        from another thread) runs after them, and none can be removed any more."""
+        engine = threaded_engine
+        order: list[str] = []
+        op = engine.push_sync(lambda r: None, mutate_vars=[engine.new_var("x")])
+        op.add_done_callback(lambda o: order.append("first"))
+        op.add_done_callback(removed := lambda o: order.append("due"))
+        await asyncio.sleep(0)  # the loop wakes a worker (a push defers that to the loop)
+        deadline = time.monotonic() + 10
+        while not op.done():  # the loop is blocked here: nothing is delivered meanwhile
+            assert time.monotonic() < deadline
+            time.sleep(0.001)  # noqa: ASYNC251 - blocking the loop on purpose
+        helper = threading.Thread(
+            target=op.add_done_callback, args=(lambda o: order.append("from a thread"),)
+        )
+        helper.start()
+        helper.join(10)
+        last = asyncio.Event()
+        op.add_done_callback(lambda o: (order.append("on the loop"), last.set()))
+        assert op.remove_done_callback(removed) == 0
+        await asyncio.wait_for(last.wait(), 10)
+        assert order == ["first", "due", "from a thread", "on the loop"]
+
+    async def test_a_callback_added_before_await_has_run_when_it_returns(
+        self, engine: ae.Engine
+    ) -> None:
+        ran: list[int] = []
+        op = push_value(engine, 1, mutate=[engine.new_var("x")])
+        op.add_done_callback(lambda o: ran.append(o.result()))
+        assert await op == 1
+        assert ran == [1]
+
     @pytest.mark.parametrize("outcome", ["failed", "skipped", "cancelled"])
     async def test_called_for_every_outcome(self, engine: ae.Engine, outcome: str) -> None:
         x = engine.new_var("x")
@@ -452,6 +489,29 @@ class TestAwaitInsideAnOperation:
 
 class TestCallbackStyle:
     """``def fn(rctx, on_complete)``: done when on_complete() is called, from any thread."""
+
+    async def test_ended_with_cancelled_error_is_cancelled_with_its_message(
+        self, engine: ae.Engine
+    ) -> None:
+        """As a task that raises CancelledError("why") is cancelled with "why": for a
+        callback-style op passing it to on_complete, and a sync op raising it."""
+
+        def callback_style(rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+            on_complete(asyncio.CancelledError("upstream request cancelled"))
+
+        def sync(rctx: ae.RunContext) -> None:
+            raise asyncio.CancelledError("sync msg")
+
+        for op, message in [
+            (engine.push_async(callback_style), "upstream request cancelled"),
+            (engine.push_sync(sync), "sync msg"),
+        ]:
+            with pytest.raises(asyncio.CancelledError, match=f"^{message}$"):
+                await op
+            assert op.cancelled()
+            with pytest.raises(asyncio.CancelledError, match=f"^{message}$"):
+                op.result()
+        await engine.wait_for_all()  # a cancellation is not a failure
 
     async def test_completed_from_another_thread(self, engine: ae.Engine) -> None:
         x = engine.new_var("x")
