@@ -101,8 +101,15 @@ def _reduce(totals: _Totals, x: np.ndarray, sent: int) -> None:
 
 
 def _check(records: int, size: int, io_latency: float, seed: int) -> None:
-    # an infinite io_latency would sleep forever and nan is no duration; a negative seed would
-    # fail only inside the read operations (NumPy's default_rng rejects it)
+    # Checked here, not by the operations: a float size or seed would fail only inside every
+    # read operation (an ExceptionGroup of TypeErrors at the end), and so would a negative
+    # seed (NumPy's default_rng rejects it); an infinite io_latency would sleep forever and
+    # nan is no duration.
+    for name, value in (("records", records), ("size", size), ("seed", seed)):
+        if type(value) is not int:
+            raise TypeError(f"{name} must be an int, got {value!r}")
+    if type(io_latency) not in (int, float):
+        raise TypeError(f"io_latency must be a number of seconds, got {io_latency!r}")
     if records < 1 or size < 1 or not (math.isfinite(io_latency) and io_latency >= 0) or seed < 0:
         raise ValueError(
             f"need records >= 1, size >= 1, a finite io_latency >= 0 and seed >= 0, got "

@@ -89,3 +89,22 @@ class TestPipeline:
             with pytest.raises(ValueError, match=message):
                 await run_sequential(**{**SMALL, **bad})
         assert threaded_engine.statistics().pushed == 0
+
+    @pytest.mark.parametrize(
+        ("bad", "message"),
+        [
+            pytest.param({"size": 8.0}, "size must be an int", id="size"),
+            pytest.param({"seed": 1.5}, "seed must be an int", id="seed"),
+            pytest.param({"records": 3.0}, "records must be an int", id="records"),
+            pytest.param({"io_latency": "0"}, "io_latency must be a number", id="io_latency"),
+        ],
+    )
+    async def test_wrong_types_raise_before_pushing(
+        self, threaded_engine: ae.Engine, bad: dict[str, Any], message: str
+    ) -> None:
+        """Not an ExceptionGroup of TypeErrors from every read operation, at the end."""
+        with pytest.raises(TypeError, match=f"^{message}"):
+            await run_pipeline(threaded_engine, **{**SMALL, **bad})
+        with pytest.raises(TypeError, match=f"^{message}"):
+            await run_sequential(**{**SMALL, **bad})
+        assert threaded_engine.statistics().pushed == 0
