@@ -2159,7 +2159,8 @@ class Engine:
         """A callback-style function raised: fail the op, or report if already completed."""
         with self._lock:
             already = token._called
-            token._called = True
+            if not already:
+                token._called = exc
         if not already:
             self._finish(op, _FAILED, None, exc)
             return
@@ -2171,8 +2172,14 @@ class Engine:
     def _on_complete_called(self, token: OnComplete, exc: BaseException | None) -> None:
         op = token._op
         with self._lock:
-            if token._called:
+            called = token._called
+            if called is True:
                 raise RuntimeError(f"on_complete() for {op.name!r} was already called")
+            if called is not False:
+                raise RuntimeError(
+                    f"on_complete() for {op.name!r} came after its function raised "
+                    f"{summary(called)}: the operation failed with that exception"
+                )
             token._called = True
         if exc is None:
             self._finish(op, _DONE, None, None)

@@ -290,7 +290,9 @@ class OnComplete:
 
     def __init__(self, op: Operation[Any]) -> None:
         self._op = op
-        self._called = False  # guarded by the engine lock: set once, by the first call
+        # Guarded by the engine lock: set once, by the first call (True), or when the
+        # function raised before any call (the exception: the operation failed with it).
+        self._called: bool | BaseException = False
 
     def __call__(self, exc: BaseException | None = None) -> None:
         if exc is not None and not isinstance(exc, BaseException):
@@ -298,7 +300,8 @@ class OnComplete:
         self._op._engine._on_complete_called(self, exc)
 
     def __repr__(self) -> str:
-        state = "called" if self._called else "pending"
+        called = self._called
+        state = "pending" if called is False else "called" if called is True else "raised"
         return f"<OnComplete for {self._op.name!r} {state}>"
 
 

@@ -933,6 +933,28 @@ class TestOnCompleteMisuse:
         assert [str(e) for e in errors] == ["on_complete() for 'threaded' was already called"]
         assert await engine.wait_for_all() is None
 
+    async def test_a_call_after_the_function_raised_says_so(self, engine: ae.Engine) -> None:
+        """The function raised before calling on_complete: the operation failed with that
+        exception, and a late call (a timer it had started, say) is told why it is refused."""
+        tokens: list[ae.OnComplete] = []
+
+        def fn(rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+            tokens.append(on_complete)
+            raise ValueError("setup failed")
+
+        op = engine.push_async(fn, name="raiser")
+        with pytest.raises(ValueError, match="setup failed"):
+            await op
+        with pytest.raises(
+            RuntimeError,
+            match=r"^on_complete\(\) for 'raiser' came after its function raised "
+            r"ValueError: setup failed: the operation failed with that exception$",
+        ):
+            tokens[0]()
+        assert "raised" in repr(tokens[0])
+        with pytest.raises(ExceptionGroup):
+            await engine.wait_for_all()
+
     async def test_non_exception_argument_is_refused(self, engine: ae.Engine) -> None:
         errors: list[str] = []
 
