@@ -93,6 +93,7 @@ class TestDump:
     async def test_timeouts_name_the_hung_op(self, engine: ae.Engine, hang: Hang) -> None:
         x, y = engine.new_var("x"), engine.new_var("y")
         engine.push_async(hang, mutate_vars=[x], name="hang")
+        await hang.running()  # a worker has started it (else the dump says 'ready')
         # 'stuck' holds y and waits for x: waiting for y must lead to 'hang' through it.
         engine.push_sync(lambda r: None, const_vars=[x], mutate_vars=[y], name="stuck")
         engine.push_sync(lambda r: None, mutate_vars=[engine.new_var("z")], name="unrelated")

@@ -267,13 +267,18 @@ class TestPools:
     async def test_workers_never_exceed_the_setting(self) -> None:
         async with ae.Engine(cpu_workers=3) as engine:
             lock = threading.Lock()
-            running = peak = 0
+            running = peak = started = 0
+            meet = threading.Barrier(3, timeout=10)  # the first three overlap for sure
 
             def body(rctx: ae.RunContext) -> None:
-                nonlocal running, peak
+                nonlocal running, peak, started
                 with lock:
                     running += 1
                     peak = max(peak, running)
+                    started += 1
+                    first = started <= 3
+                if first:
+                    meet.wait()
                 time.sleep(0.002)
                 with lock:
                     running -= 1

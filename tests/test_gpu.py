@@ -424,14 +424,16 @@ async def test_poller_queries_heads_only_backs_off_and_stops_when_idle(
     ops = [eng.push_sync(tick, GPU0, [], [x]) for _ in range(5)]
     await until(enqueued(*ops))
     poller = poller_for(asyncio.get_running_loop())
-    await asyncio.sleep(0.05)
+    start, ticks = time.monotonic(), poller.ticks
+    # No progress: the back-off reaches its cap...
+    await until(lambda: poller._delay == Poller.max_delay)
     assert poller.running
     assert poller.pending == 5
     # One stream, so at most one query per pass (only the FIFO head can complete next).
     assert poller.queries <= poller.ticks + 5
-    # No progress: the back-off has reached its cap and never went below 1 ms.
-    assert poller._delay == Poller.max_delay
-    assert poller.ticks < 0.05 / 1e-3 + 10
+    # ... and never went below 1 ms: at most one pass per millisecond (a stalled machine
+    # only makes fewer).
+    assert poller.ticks - ticks <= (time.monotonic() - start) / Poller.min_delay + 10
     manual.run_until_idle()
     await asyncio.gather(*ops)
     assert not poller.running
@@ -605,52 +607,37 @@ async def test_var_values_stay_alive_until_completion(
 
 
 async def test_loop_keeps_running_while_kernels_run() -> None:
-    kernel = 0.2  # long against the GIL hand-offs of 4 threads on 2 cores (5 ms each)
+    """Each kernel waits until the loop has ticked five more times: were the loop blocked
+    by the GPU work (or by waiting for it), no kernel would see a tick."""
     sim = ae.SimulatedGPU()
+    cond = threading.Condition()
+    beats = 0
+    saw_ticks: list[bool] = []
+
+    def kernel() -> None:
+        with cond:
+            target = beats + 5
+            saw_ticks.append(cond.wait_for(lambda: beats >= target, timeout=10))
+
     async with ae.Engine(gpu_backend=sim) as engine:
         x = engine.new_var("x")
-        loop = asyncio.get_running_loop()
-        lags: list[float] = []
         stop = False
 
         async def heartbeat() -> None:
+            nonlocal beats
             while not stop:
-                t = loop.time()
                 await asyncio.sleep(0.001)
-                lags.append(loop.time() - t - 0.001)
+                with cond:
+                    beats += 1
+                    cond.notify_all()
 
         beat = asyncio.ensure_future(heartbeat())
         for _ in range(3):
-            engine.push_sync(lambda r: r.launch(time.sleep, kernel), GPU0, [], [x])
+            engine.push_sync(lambda r: r.launch(kernel), GPU0, [], [x])
         await engine.wait_for_var(x)
         stop = True
         await beat
-    assert len(lags) > 10
-    assert max(lags) < 0.5 * kernel  # a blocked loop would lag by a whole kernel
-
-
-async def test_a_stalled_event_query_does_not_stall_the_loop() -> None:
-    """cudaEventQuery can wait for the driver's lock; the poller queries without the lock
-    that the loop thread takes to hand it settled events (Poller.release)."""
-    entered, gate = threading.Event(), threading.Event()
-    order: list[str] = []
-
-    class StalledQuery(ae.SimulatedGPU):
-        def query(self, event: Any) -> int:
-            if not entered.is_set():
-                entered.set()
-                gate.wait(5)
-                order.append("query returned")
-            return super().query(event)
-
-    async with ae.Engine(gpu_backend=StalledQuery()) as engine:
-        op = engine.push_sync(lambda r: r.launch(time.sleep, 0), GPU0)
-        assert await asyncio.to_thread(entered.wait, 10)
-        poller_for(asyncio.get_running_loop()).release([object()])  # on the loop thread
-        order.append("release returned")
-        gate.set()
-        await op
-    assert order == ["release returned", "query returned"]
+    assert saw_ticks == [True, True, True]
 
 
 # -- failures -------------------------------------------------------------------------------

@@ -40,6 +40,46 @@ def watchdogs() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "aioengine-watchdog"]
 
 
+def run_watchdog(
+    monkeypatch: pytest.MonkeyPatch, seconds: float, script: dict[float, tuple[int, int]]
+) -> list[float]:
+    """Run the watchdog's loop on a fake clock against a stub engine; return the times of
+    its warnings. ``script`` gives, at each wake, (operations pending, finished so far);
+    the engine closes after the last one."""
+    clock = types.SimpleNamespace(now=0.0)
+
+    class Stub:
+        """What the watchdog reads of an engine."""
+
+        _lock = threading.Lock()
+        _forked = False
+        _live: ClassVar[dict[int, None]] = {}
+        closed = False
+        finished = 0
+
+    last = max(script)
+
+    def sleep(dt: float) -> None:
+        clock.now = round(clock.now + dt, 6)
+        if clock.now > last:
+            Stub.closed = True
+            return
+        pending, finished = script[clock.now]
+        Stub._live = dict.fromkeys(range(pending))
+        Stub.finished = finished
+
+    monkeypatch.setattr(
+        watchdog, "time", types.SimpleNamespace(sleep=sleep, monotonic=lambda: clock.now)
+    )
+    monkeypatch.setattr(watchdog, "finished_total", lambda engine: engine.finished)
+    monkeypatch.setattr(watchdog, "build_dump", lambda engine: ae.Dump((), (), 1, True))
+    fired_at: list[float] = []
+    monkeypatch.setattr(watchdog.logger, "warning", lambda *args: fired_at.append(clock.now))
+    engine = Stub()
+    watchdog._watch(lambda: engine, seconds)  # type: ignore[arg-type, return-value]
+    return fired_at
+
+
 class TestWatchdog:
     async def test_fires_exactly_once_per_stall(self, caplog: pytest.LogCaptureFixture) -> None:
         caplog.set_level(logging.WARNING, logger="aioengine")
@@ -70,57 +110,21 @@ class TestWatchdog:
             again.release()
             await engine.aclose()
 
-    def test_a_stall_is_timed_from_when_work_arrived(
-        self, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
+    def test_a_stall_is_timed_from_when_work_arrived(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Work pushed just before a wake, after idleness, has not waited since the wake
-        before: a 0.76 s stall must not be reported by a 1 s watchdog. Driven on a fake
-        clock, wake by wake (the interval is 0.25 s)."""
-        caplog.set_level(logging.WARNING, logger="aioengine")
-        # At each wake: (operations pending, operations finished so far); None: closed.
+        before: a 0.76 s stall must not be reported by a 1 s watchdog (interval 0.25 s)."""
         script = {0.25: (0, 0), 0.5: (1, 0), 0.75: (1, 0), 1.0: (1, 0), 1.25: (1, 0)}
-        script |= {1.5: (1, 0), 1.75: (1, 0), 2.0: None}
-        clock = types.SimpleNamespace(now=0.0)
-
-        class Stub:
-            """What the watchdog reads of an engine."""
-
-            _lock = threading.Lock()
-            _forked = False
-            _live: ClassVar[dict[int, None]] = {}
-            closed = False
-            finished = 0
-
-        def sleep(dt: float) -> None:
-            clock.now = round(clock.now + dt, 6)
-            state = script[clock.now]
-            if state is None:
-                Stub.closed = True
-            else:
-                Stub._live = dict.fromkeys(range(state[0]))
-                Stub.finished = state[1]
-
-        fake_time = types.SimpleNamespace(sleep=sleep, monotonic=lambda: clock.now)
-        monkeypatch.setattr(watchdog, "time", fake_time)
-        monkeypatch.setattr(watchdog, "finished_total", lambda engine: engine.finished)
-        monkeypatch.setattr(watchdog, "build_dump", lambda engine: ae.Dump((), (), 1, True))
-        fired_at: list[float] = []
-        monkeypatch.setattr(watchdog.logger, "warning", lambda *args: fired_at.append(clock.now))
-        engine = Stub()
-        watchdog._watch(lambda: engine, 1.0)  # type: ignore[arg-type, return-value]
+        script |= {1.5: (1, 0), 1.75: (1, 0)}
         # Work arrived between the wakes at 0.25 and 0.5: reported at 1.5, one stall.
-        assert fired_at == [1.5]
+        assert run_watchdog(monkeypatch, 1.0, script) == [1.5]
 
-    async def test_quiet_while_operations_keep_finishing(
-        self, caplog: pytest.LogCaptureFixture
-    ) -> None:
-        caplog.set_level(logging.WARNING, logger="aioengine")
-        async with ae.Engine(cpu_workers=2, watchdog=4 * PERIOD) as engine:
-            x = engine.new_var("x")
-            for _ in range(12):
-                engine.push_sync(lambda r: time.sleep(PERIOD / 2), mutate_vars=[x])
-            await engine.wait_for_all()
-        assert warnings_of(caplog) == []
+    def test_quiet_while_operations_keep_finishing(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        script = {0.25 * k: (3, k) for k in range(1, 40)}  # one finishes per wake
+        assert run_watchdog(monkeypatch, 1.0, script) == []
+        script = {0.25 * k: (3, k // 3) for k in range(1, 40)}  # one per 0.75 s: still quiet
+        assert run_watchdog(monkeypatch, 1.0, script) == []
+        script = {0.25 * k: (3, min(k, 8)) for k in range(1, 40)}  # none after 2 s
+        assert run_watchdog(monkeypatch, 1.0, script) == [3.0]
 
     async def test_thread_exits_after_close(self) -> None:
         before = set(watchdogs())
