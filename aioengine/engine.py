@@ -378,6 +378,8 @@ class Engine:
         self._loop_queue_scheduled = False
         self._wakes: list[Executor] = []  # loop-thread only: executors to wake this iteration
         # Observers; empty on the fast path (DEBUG logging at creation installs an OpLogger).
+        # Replaced, never mutated, under the lock (_add/_remove_instrument_locked): a hook
+        # called without the lock iterates the tuple it read, unchanged.
         self._instruments: tuple[Instrument, ...] = (
             (OpLogger(),) if logger.isEnabledFor(logging.DEBUG) else ()
         )
@@ -469,7 +471,7 @@ class Engine:
 
     def _instrument_failed_locked(self, inst: Instrument, hook: str, exc: Exception) -> None:
         """Uninstall ``inst``, whose ``hook`` raised ``exc``, and report it (lock held)."""
-        self._instruments = tuple(i for i in self._instruments if i is not inst)
+        self._remove_instrument_locked(inst)
         message = f"aioengine: {type(inst).__name__}.{hook} raised; the instrument was removed"
         loop = self._loop
         if loop is not None and not loop.is_closed():  # the handler runs later, not locked
@@ -484,14 +486,22 @@ class Engine:
         if not isinstance(instrument, Instrument):
             raise TypeError(f"instrument must be an aioengine Instrument, got {instrument!r}")
         with self._lock:
-            self._instruments = (*self._instruments, instrument)
+            self._add_instrument_locked(instrument)
+
+    def _add_instrument_locked(self, instrument: Instrument) -> None:
+        """Install ``instrument`` (lock held)."""
+        self._instruments = (*self._instruments, instrument)
+
+    def _remove_instrument_locked(self, instrument: Instrument) -> None:
+        """Uninstall ``instrument`` if installed (lock held)."""
+        self._instruments = tuple(i for i in self._instruments if i is not instrument)
 
     def remove_instrument(self, instrument: Instrument) -> None:
         """Uninstall ``instrument`` (ValueError if it is not installed)."""
         with self._lock:
             if instrument not in self._instruments:
                 raise ValueError(f"{instrument!r} is not installed on {self!r}")
-            self._instruments = tuple(i for i in self._instruments if i is not instrument)
+            self._remove_instrument_locked(instrument)
 
     # -- loop binding ------------------------------------------------------------------
 

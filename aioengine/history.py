@@ -228,7 +228,7 @@ class Recorder(Instrument):
                     current.history = deque(current.history, maxlen=history)
                 return current
             recorder = Recorder(history)
-            engine._instruments = (*engine._instruments, recorder)
+            engine._add_instrument_locked(recorder)
             return recorder
 
     def on_push(self, op: Operation[Any]) -> None:

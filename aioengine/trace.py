@@ -411,7 +411,7 @@ def start_trace(engine: Engine) -> Tracer:
         if any(isinstance(i, Tracer) for i in engine._instruments):
             raise RuntimeError(f"{engine!r} is already tracing; call stop_trace() first")
         tracer = Tracer(engine)
-        engine._instruments = (*engine._instruments, tracer)
+        engine._add_instrument_locked(tracer)
     return tracer
 
 
@@ -421,7 +421,7 @@ def stop_trace(engine: Engine, path: str | os.PathLike[str] | None = None) -> di
         tracer = next((i for i in engine._instruments if isinstance(i, Tracer)), None)
         if tracer is None:
             raise RuntimeError(f"{engine!r} is not tracing; call start_trace() first")
-        engine._instruments = tuple(i for i in engine._instruments if i is not tracer)
+        engine._remove_instrument_locked(tracer)
         live = list(engine._live.values())
     trace = tracer.finish(live)
     if path is not None:
