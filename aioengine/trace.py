@@ -146,12 +146,13 @@ def _lane_label(op: Operation[Any]) -> str | None:
 class _Started:
     """An operation that has started: where and when, and its steps if a coroutine."""
 
-    __slots__ = ("lane", "start", "steps", "tid")
+    __slots__ = ("label", "lane", "start", "steps", "tid")
 
-    def __init__(self, start: int, tid: int, lane: int | None) -> None:
+    def __init__(self, start: int, tid: int, label: str | None = None, lane: int = 0) -> None:
         self.start = start
         self.tid = tid
-        self.lane = lane  # index into the lanes of its label (Tracer._lanes), or None
+        self.label = label  # its lanes' label (a key of Tracer._lanes), or None: no lane
+        self.lane = lane  # the index of its lane among them
         self.steps: list[tuple[int, int]] = []
 
 
@@ -204,7 +205,7 @@ class Tracer(Instrument):
                     lanes.append(True)
                 else:
                     lanes[lane] = True
-                self._started[op._seq] = _Started(start, self._lane_tid(label, lane), lane)
+                self._started[op._seq] = _Started(start, self._lane_tid(label, lane), label, lane)
                 return
             tid = threading.get_native_id()
             if tid not in self._threads:
@@ -213,7 +214,7 @@ class Tracer(Instrument):
                     self._threads[tid] = (f"event loop ({name})", 0)
                 else:
                     self._threads[tid] = (name, _THREAD_SORT + 1 + len(self._threads))
-            self._started[op._seq] = _Started(start, tid, None)
+            self._started[op._seq] = _Started(start, tid)
 
     def wrap_coroutine(
         self, op: Operation[Any], coro: Coroutine[Any, Any, Any]
@@ -241,10 +242,8 @@ class Tracer(Instrument):
                     outcome = f"{op._state.name.lower()} (started before the trace)"
             else:
                 here = started.tid
-                if started.lane is not None:
-                    label = _lane_label(op)
-                    assert label is not None  # the same operation, so the same label
-                    self._lanes[label][started.lane] = False
+                if started.label is not None:
+                    self._lanes[started.label][started.lane] = False
             self._records.append(self._record(op, outcome, error, end, started, here))
 
     @staticmethod
