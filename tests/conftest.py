@@ -153,6 +153,14 @@ class Blocker:
         self.gate.set()
 
 
+def blocked_var(engine: ae.Engine, name: str = "x") -> tuple[ae.Var, list[str], Blocker]:
+    """A new Var that a :class:`Blocker` writes, holding it until ``release()``; and the
+    trace the blocker records into (for the test's own operations to record into too)."""
+    var = engine.new_var(name)
+    trace: list[str] = []
+    return var, trace, Blocker(engine, trace, mutate=[var])
+
+
 def execute_notebook(notebook: Any, path: Any) -> list[Any]:
     """Run ``notebook`` (an nbformat object) top to bottom in a real ipykernel, in ``path``;
     return its outputs' error entries (the caller asserts there are none)."""

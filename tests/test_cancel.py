@@ -18,7 +18,7 @@ import pytest
 
 import aioengine as ae
 
-from .conftest import Blocker
+from .conftest import Blocker, blocked_var
 
 
 class Boom(Exception):
@@ -71,9 +71,7 @@ class TestCancelNotStarted:
     async def test_fn_never_runs_and_vars_are_released(
         self, engine: ae.Engine, kind: str, access: str
     ) -> None:
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, trace, blocker = blocked_var(engine)
         if access == "write":
             victim = push_probe(engine, trace, "victim", kind=kind, mutate=[x])
         else:
@@ -99,9 +97,7 @@ class TestCancelNotStarted:
         await engine.wait_for_all()  # no failure recorded
 
     async def test_cancel_twice(self, engine: ae.Engine) -> None:
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, trace, blocker = blocked_var(engine)
         victim = push_probe(engine, trace, "victim", mutate=[x])
         assert victim.cancel() is True
         assert victim.cancel() is False
@@ -112,9 +108,7 @@ class TestCancelNotStarted:
 
     async def test_the_message_reaches_the_cancelled_error(self, engine: ae.Engine) -> None:
         """As asyncio.Future.cancel(msg): await, result() and exception() raise it."""
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, trace, blocker = blocked_var(engine)
         victim = push_probe(engine, trace, "victim", mutate=[x])
         silent = push_probe(engine, trace, "silent", mutate=[x])
         assert victim.cancel("shutting down")
@@ -132,9 +126,7 @@ class TestCancelNotStarted:
     async def test_cancel_a_middle_writer_keeps_the_order_of_the_rest(
         self, engine: ae.Engine
     ) -> None:
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, trace, blocker = blocked_var(engine)
         ops = [push_probe(engine, trace, f"w{i}", mutate=[x]) for i in range(5)]
         assert ops[1].cancel() is True
         assert ops[3].cancel() is True
@@ -145,9 +137,7 @@ class TestCancelNotStarted:
         assert [op.cancelled() for op in ops] == [False, True, False, True, False]
 
     async def test_cancel_from_another_thread(self, engine: ae.Engine) -> None:
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, trace, blocker = blocked_var(engine)
         victim = push_probe(engine, trace, "victim", mutate=[x])
         after = push_probe(engine, trace, "after", mutate=[x])
         assert await asyncio.to_thread(victim.cancel) is True
@@ -424,9 +414,7 @@ class TestCancelAwaitingTask:
     """Cancelling a task that awaits an op stops the wait only."""
 
     async def test_op_still_runs(self, engine: ae.Engine) -> None:
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, trace, blocker = blocked_var(engine)
         op = push_probe(engine, trace, "op", mutate=[x])
         entered = asyncio.Event()
 
@@ -446,9 +434,7 @@ class TestCancelAwaitingTask:
         assert trace == ["block:start", "block:end", "op"]
 
     async def test_wait_for_timeout_does_not_cancel_the_op(self, engine: ae.Engine) -> None:
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, trace, blocker = blocked_var(engine)
         op = push_probe(engine, trace, "op", mutate=[x])
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(op, timeout=0.01)
@@ -534,9 +520,7 @@ class TestWaitTimeout:
     """Waits with ``timeout=`` raise TimeoutError and leave the engine working."""
 
     async def test_wait_for_var_timeout(self, engine: ae.Engine) -> None:
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, trace, blocker = blocked_var(engine)
         with pytest.raises(TimeoutError):
             await engine.wait_for_var(x, timeout=0.02)
         after = push_probe(engine, trace, "after", mutate=[x])
@@ -590,9 +574,7 @@ class TestWaitTimeout:
         assert trace == ["block:start", "block:end", "after"]
 
     async def test_cancel_task_blocked_in_wait_for_all(self, engine: ae.Engine) -> None:
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, trace, blocker = blocked_var(engine)
         waiter = asyncio.create_task(engine.wait_for_all())
         for _ in range(3):
             await asyncio.sleep(0)  # let it block
@@ -610,9 +592,7 @@ class TestWaitTimeout:
         assert engine.pending == 0
 
     async def test_cancel_task_blocked_in_wait_for_var(self, engine: ae.Engine) -> None:
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, trace, blocker = blocked_var(engine)
         waiter = asyncio.create_task(engine.wait_for_var(x))
         for _ in range(3):
             await asyncio.sleep(0)

@@ -18,7 +18,7 @@ import pytest
 
 import aioengine as ae
 
-from .conftest import Blocker
+from .conftest import Blocker, blocked_var
 
 
 class Boom(Exception):
@@ -363,9 +363,7 @@ class TestDeleteOperator:
     """``delete_operator`` takes effect after the handle's pending pushes."""
 
     async def test_pending_pushes_still_run(self, engine: ae.Engine) -> None:
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, trace, blocker = blocked_var(engine)
         handle = engine.new_operator(lambda rctx: trace.append("step"), mutate_vars=[x])
         ops = [engine.push(handle) for _ in range(3)]
         engine.delete_operator(handle)

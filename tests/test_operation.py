@@ -18,35 +18,13 @@ import pytest
 
 import aioengine as ae
 
+from .conftest import blocked_var
+
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
 
 
 class Boom(Exception):
     """An exception raised by a test's fn."""
-
-
-class Blocker:
-    """A coroutine operation that holds its Vars until :meth:`release` is called."""
-
-    def __init__(
-        self,
-        engine: ae.Engine,
-        trace: list[str],
-        *,
-        mutate: Sequence[ae.Var] = (),
-        name: str = "block",
-    ) -> None:
-        self.gate = asyncio.Event()
-
-        async def block(rctx: ae.RunContext) -> None:
-            trace.append(f"{name}:start")
-            await self.gate.wait()
-            trace.append(f"{name}:end")
-
-        self.op = engine.push_async(block, mutate_vars=mutate, name=name)
-
-    def release(self) -> None:
-        self.gate.set()
 
 
 def push_value(
@@ -97,9 +75,7 @@ class TestFutureInterface:
     """done / result / exception / cancelled / get_loop / name / repr."""
 
     async def test_pending(self, engine: ae.Engine) -> None:
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, _, blocker = blocked_var(engine)
         op = push_value(engine, 42, mutate=[x], name="answer")
         assert not op.done()
         assert not op.cancelled()
@@ -156,9 +132,7 @@ class TestFutureInterface:
         await asyncio.gather(unnamed, named)
 
     async def test_repr(self, engine: ae.Engine) -> None:
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, _, blocker = blocked_var(engine)
         op = push_value(engine, 1, mutate=[x], name="load")
         assert repr(op).startswith("<Operation 'load' ")
         assert "pending" in repr(op)
@@ -180,9 +154,7 @@ class TestDoneCallbacks:
             calls.append((op, threading.get_ident()))
             called.set()
 
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, _, blocker = blocked_var(engine)
         op = push_value(engine, 1, mutate=[x])
         op.add_done_callback(callback)
         blocker.release()
@@ -217,9 +189,7 @@ class TestDoneCallbacks:
             threads.append(threading.get_ident())
             called.set()
 
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, _, blocker = blocked_var(engine)
         op = push_value(engine, 1, mutate=[x])
         await asyncio.to_thread(op.add_done_callback, callback)
         blocker.release()
@@ -237,9 +207,7 @@ class TestDoneCallbacks:
             calls.append("kept")
             called.set()
 
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, _, blocker = blocked_var(engine)
         op = push_value(engine, 1, mutate=[x])
         op.add_done_callback(removed)
         op.add_done_callback(kept)
@@ -289,9 +257,7 @@ class TestDoneCallbacks:
 
     @pytest.mark.parametrize("outcome", ["failed", "skipped", "cancelled"])
     async def test_called_for_every_outcome(self, engine: ae.Engine, outcome: str) -> None:
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, _, blocker = blocked_var(engine)
         exc = Boom()
 
         def fail(rctx: ae.RunContext) -> None:
@@ -333,9 +299,7 @@ class TestAwait:
     """An Operation is awaitable from any number of tasks on the engine's loop."""
 
     async def test_several_tasks_await_one_op(self, engine: ae.Engine) -> None:
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, _, blocker = blocked_var(engine)
         op = push_value(engine, "v", mutate=[x])
 
         async def waiter() -> Any:
@@ -365,9 +329,7 @@ class TestAwait:
         assert await asyncio.gather(*ops) == [0, 1, 2, 3, 4]
 
     async def test_await_from_another_loop(self, engine: ae.Engine) -> None:
-        x = engine.new_var("x")
-        trace: list[str] = []
-        blocker = Blocker(engine, trace, mutate=[x])
+        x, _, blocker = blocked_var(engine)
         op = push_value(engine, 1, mutate=[x])
 
         async def foreign() -> Any:
