@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-import time
 
 import pytest
 
@@ -92,7 +91,9 @@ class TestGraph:
             if not others:
                 others.append(threading.Thread(target=engine.record_history, args=(50,)))
                 others[0].start()
-                time.sleep(0.05)  # the other thread's call runs now, if it can
+                # Its call can end only if it does not wait for this one's lock (the bug):
+                # give it the chance, returning at once if it took it.
+                others[0].join(0.05)
             built(self, history)
 
         monkeypatch.setattr(Recorder, "__init__", slow_init)
