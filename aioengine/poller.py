@@ -37,6 +37,7 @@ from .executors.device import EVENT_NOT_READY
 from .fence import Fence
 
 _QUERY_FAILED = 999  # cudaErrorUnknown: the status of a query that raised (never expected)
+_SETTLED = -1  # not a CUDA status: its engine settled the fence already (its device failed)
 
 __all__ = ("Poller", "poller_for")
 
@@ -179,7 +180,7 @@ class Poller:
 
     def _query(self, heads: list[tuple[int, deque[Fence]]]) -> list[list[tuple[Fence, int]]]:
         """One pass over the FIFO heads, ``_cond`` released; returns, per FIFO, its leading
-        fences that completed or failed (or were settled meanwhile: status None).
+        fences that completed or failed (or were settled meanwhile: ``_SETTLED``).
 
         Safe unlocked: other threads only append to a FIFO (:meth:`watch`, under ``_cond``);
         only this thread pops from one or removes it from ``_fifos``.
@@ -192,7 +193,7 @@ class Poller:
                 fence = fifo[i]
                 event = fence.event  # read once: its engine may settle it meanwhile
                 if fence.status is not None or event is None:  # settled (device failure)
-                    ended.append((fence, -1))
+                    ended.append((fence, _SETTLED))
                     continue
                 self.queries += 1
                 try:
@@ -215,7 +216,7 @@ class Poller:
         for (key, fifo), ended in zip(heads, done, strict=True):
             for fence, status in ended:
                 fifo.popleft()  # the same fence: only this thread pops
-                if status < 0:
+                if status == _SETTLED:
                     continue
                 settled.append((fence, status))
                 if status:
