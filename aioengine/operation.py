@@ -87,16 +87,13 @@ _BULK = 4  # a bulk segment: holds its members' Vars and runs them in push order
 # its _result holds the member list until it runs, its _fn stays None
 
 
-class Operation(Generic[T]):
-    """One pushed function: an awaitable handle on its outcome.
+class _OperationCore:
+    """An operation's fields: the per-push record that the engine's hot path reads and writes.
 
-    ``await op`` returns the function's return value or raises its exception (a skipped
-    operation raises :class:`~aioengine.DependencyError`, a cancelled one
-    :class:`asyncio.CancelledError`). Cancelling the task that awaits an operation stops the
-    wait only; call :meth:`cancel` to cancel the operation itself.
-
-    Attributes:
-        name: the name given at push, or the function's ``__qualname__``.
+    :class:`Operation` adds the Future interface. The split exists for the compiled core
+    (``operation.pxd``): there this class is an extension type whose fields the compiled
+    engine reads as C struct members, and an extension type cannot also derive from
+    ``Generic``. Interpreted, it is an ordinary base class with the same ``__slots__``.
     """
 
     __slots__ = (
@@ -161,13 +158,28 @@ class Operation(Generic[T]):
         self._exception: BaseException | None = None
         self._inherited: _Failure | None = None  # failure taken from an input at start
         self._waiters: list[asyncio.Future[None]] | None = None  # one loop future per awaiter
-        self._callbacks: list[tuple[Callable[[Operation[T]], object], contextvars.Context]] | None
+        self._callbacks: list[tuple[Callable[[Operation[Any]], object], contextvars.Context]] | None
         self._callbacks = None
         self._task: asyncio.Task[Any] | None = None  # the coroutine (kind _CORO); loop thread only
         self._context = contextvars.copy_context()  # the pusher's context vars, for fn
         # The bulk segment (kind _BULK) that holds this operation's Vars and runs it; such a
         # member is in no Var's queue itself (bulk.py).
         self._segment: Operation[Any] | None = None
+
+
+class Operation(_OperationCore, Generic[T]):
+    """One pushed function: an awaitable handle on its outcome.
+
+    ``await op`` returns the function's return value or raises its exception (a skipped
+    operation raises :class:`~aioengine.DependencyError`, a cancelled one
+    :class:`asyncio.CancelledError`). Cancelling the task that awaits an operation stops the
+    wait only; call :meth:`cancel` to cancel the operation itself.
+
+    Attributes:
+        name: the name given at push, or the function's ``__qualname__``.
+    """
+
+    __slots__ = ()
 
     # -- asyncio.Future's interface ------------------------------------------------------
 

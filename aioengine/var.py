@@ -335,7 +335,7 @@ class Var:
         return self._owner
 
 
-def append_all(op: _Waiter, const: tuple[Var, ...], mutate: tuple[Var, ...]) -> int:
+def append_all(op: _Waiter, reads: tuple[Var, ...], writes: tuple[Var, ...]) -> int:
     """:meth:`Var._append` for every Var of a push (reads, then writes); return how many of
     ``op``'s requests were queued, not granted (caller holds the engine lock).
 
@@ -343,7 +343,7 @@ def append_all(op: _Waiter, const: tuple[Var, ...], mutate: tuple[Var, ...]) -> 
     the rule itself.
     """
     wait = 0
-    for v in const:
+    for v in reads:
         queue = v._queue
         if v._writing or queue:
             if queue is None:
@@ -353,7 +353,7 @@ def append_all(op: _Waiter, const: tuple[Var, ...], mutate: tuple[Var, ...]) -> 
             wait += 1
         else:
             v._reads += 1
-    for v in mutate:
+    for v in writes:
         queue = v._queue
         if v._writing or v._reads or queue:
             if queue is None:
@@ -367,15 +367,15 @@ def append_all(op: _Waiter, const: tuple[Var, ...], mutate: tuple[Var, ...]) -> 
 
 
 def release_all(
-    const: tuple[Var, ...], mutate: tuple[Var, ...], ready: list[Any], completed: bool
+    reads: tuple[Var, ...], writes: tuple[Var, ...], ready: list[Any], completed: bool
 ) -> None:
     """:meth:`Var._release` for every request of an operation that held all of them
     (caller holds the engine lock); inlined as :func:`append_all` is."""
-    for v in const:
+    for v in reads:
         v._reads -= 1
         if not v._reads and v._queue:
             v._grant(ready)
-    for v in mutate:
+    for v in writes:
         v._writing = False
         if completed:
             v._version += 1
