@@ -10,7 +10,15 @@ import time
 import nox
 
 nox.needs_version = ">=2025.02.09"
-nox.options.sessions = ["lint", "mypy", "examples", "docs", "bench_smoke", "tests"]
+nox.options.sessions = [
+    "lint",
+    "mypy",
+    "examples",
+    "docs",
+    "bench_smoke",
+    "tests",
+    "tests_compiled",
+]
 nox.options.reuse_venv = "yes"
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
@@ -18,7 +26,11 @@ PYPROJECT = nox.project.load_toml("pyproject.toml")
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite on asyncio and uvloop, with coverage (GPU tests skip without CuPy)."""
+    """Run the test suite on asyncio and uvloop, with coverage (GPU tests skip without CuPy).
+
+    The sources run (an editable install is pure Python); ``tests_compiled`` runs the suite
+    again against the compiled core.
+    """
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "test"))
     args = session.posargs or [
         "--cov=aioengine",
@@ -26,6 +38,30 @@ def tests(session: nox.Session) -> None:
         "--cov-fail-under=90",
     ]
     session.run("pytest", *args)
+
+
+@nox.session
+def tests_compiled(session: nox.Session) -> None:
+    """Run the test suite against the compiled core: a wheel built by setup.py, not the sources.
+
+    ``tests`` runs the sources (an editable install is pure Python) and measures coverage;
+    this session builds and installs the wheel, whose engine, operation and var modules are
+    compiled, and fails if they are not. ``--import-mode=append`` keeps the source tree
+    behind site-packages on ``sys.path``.
+    """
+    session.install(
+        ".",
+        *nox.project.dependency_groups(PYPROJECT, "test"),
+        env={"AIOENGINE_REQUIRE_EXTENSIONS": "1"},
+    )
+    session.run(
+        "pytest",
+        "--import-mode=append",
+        "-p",
+        "no:cacheprovider",
+        *session.posargs,
+        env={"AIOENGINE_EXPECT_COMPILED": "1"},
+    )
 
 
 @nox.session
@@ -80,7 +116,8 @@ def bench(session: nox.Session) -> None:
     Then benchmarks/gpu_overlap.py measures GPU copy/compute overlap (JSON, ``--quick`` passed
     on; it reports itself skipped without CuPy and a CUDA device).
     """
-    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "bench"))
+    # The wheel, with the compiled core: what a user installs.
+    session.install(".", *nox.project.dependency_groups(PYPROJECT, "bench"))
     session.run("python", "benchmarks/run.py", *session.posargs)
     session.run("python", "benchmarks/gpu_overlap.py", *{"--quick"} & set(session.posargs))
 
@@ -88,6 +125,7 @@ def bench(session: nox.Session) -> None:
 @nox.session
 def bench_smoke(session: nox.Session) -> None:
     """The benchmark's smoke mode (CI): every peer runs and verifies; timings are not judged."""
+    # Editable (the sources, pure Python): CI builds the compiled wheel once, for its tests.
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "bench"))
     session.run("python", "benchmarks/run.py", "--quick", *session.posargs)
 

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from .context import DeviceType
 from .history import Recorder, kind_name, pool_name
-from .operation import _BULK, _CALLBACK, _SYNC, OpState, run_coroutine
+from .operation import _BULK, _CALLBACK, _SYNC, OpState
+from .task import run_coroutine
 
 if TYPE_CHECKING:
     from .engine import Engine

@@ -77,12 +77,11 @@ from .operation import (
     Operation,
     OprHandle,
     OpState,
-    current_op,
-    run_coroutine,
 )
 from .poller import poller_for
 from .settings import Settings
 from .stats import EngineStatistics, build_statistics, new_counters
+from .task import current_op, run_coroutine
 from .var import NO_VALUE, Var, _Failure, append_all, queued_behind, release_all
 from .watchdog import start_watchdog
 

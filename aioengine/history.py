@@ -73,12 +73,13 @@ def kind_name(kind: int) -> str:
     return "sync"
 
 
-def push_site(depth: int = 2) -> str | None:
-    """``file:line`` of the innermost frame outside aioengine's own modules (cheap walk)."""
-    try:
-        frame: Any = sys._getframe(depth)
-    except ValueError:  # pragma: no cover - shallower stack than expected
-        return None
+def push_site() -> str | None:
+    """``file:line`` of the innermost frame outside aioengine's own modules (cheap walk).
+
+    The walk starts at the caller and skips by module, never by a count of frames: the
+    compiled core (setup.py) runs the engine's functions without frames of their own.
+    """
+    frame: Any = sys._getframe(1)
     while frame is not None and frame.f_globals.get("__name__") in _INTERNAL:
         frame = frame.f_back
     if frame is None:  # pragma: no cover - pushed from inside the engine only
@@ -233,7 +234,7 @@ class Recorder(Instrument):
 
     def on_push(self, op: Operation[Any]) -> None:
         """Record the push site, time and dependencies (engine lock held)."""
-        self.live[op._seq] = OpRecord(op, push_site(3), self._deps.push(op))
+        self.live[op._seq] = OpRecord(op, push_site(), self._deps.push(op))
 
     def on_start(self, op: Operation[Any]) -> None:
         """Record the start time (no lock: one attribute store)."""

@@ -28,6 +28,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -223,7 +224,11 @@ class Env:
 def child_env() -> dict[str, str]:
     """Environment of every runner: BLAS/OpenMP pinned to one thread, runners importable."""
     env = dict(os.environ)
-    path = [str(BENCH), str(ROOT)]
+    path = [str(BENCH)]
+    # The installed aioengine is what a user runs (nox installs a wheel, with the compiled
+    # core): the sources in the tree only when none is installed, as they would shadow it.
+    if importlib.util.find_spec("aioengine") is None:
+        path.append(str(ROOT))
     if env.get("PYTHONPATH"):
         path.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(path)
@@ -340,6 +345,10 @@ def probe_main(env: Env) -> None:
         "        out[m] = str(getattr(mod, '__version__', '?'))\n"
         "    except Exception as exc:\n"
         "        out[m] = 'ERROR ' + type(exc).__name__ + ': ' + str(exc)\n"
+        "if not out['aioengine'].startswith('ERROR'):\n"
+        "    import importlib.machinery, aioengine.engine as e\n"
+        "    ext = tuple(importlib.machinery.EXTENSION_SUFFIXES)\n"
+        "    out['aioengine core'] = 'compiled' if e.__file__.endswith(ext) else 'pure Python'\n"
         "print(json.dumps(out))\n"
     )
     proc = subprocess.run(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.machinery
+import os
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -25,6 +27,23 @@ settings.register_profile(
     "fuzz", max_examples=1500, derandomize=False, database=None, deadline=None, print_blob=True
 )
 settings.load_profile("ci")
+
+# Whether the compiled core (setup.py) is what runs: the wheel compiles engine.py, and an
+# editable install runs the sources.
+COMPILED = ae.engine.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say which build of aioengine the tests run, and from where."""
+    build = "compiled core" if COMPILED else "pure Python"
+    return f"aioengine: {build}, from {os.path.dirname(ae.__file__)}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``AIOENGINE_EXPECT_COMPILED=1`` (nox -s tests_compiled): refuse to test the sources
+    instead of the compiled core, which a stray ``sys.path`` entry would make happen."""
+    if os.environ.get("AIOENGINE_EXPECT_COMPILED", "") not in ("", "0") and not COMPILED:
+        raise pytest.UsageError(f"expected the compiled aioengine core, got {ae.engine.__file__}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -173,12 +173,14 @@ class TestDump:
             await inner()
 
         op = engine.push_async(outer, name="outer")
-        await asyncio.wait_for(waiting.wait(), 10)  # outer is suspended in release.wait()
-        info = engine.dump().op("outer")
-        functions = [frame.rsplit(" in ", 1)[1] for frame in info.stack]
-        assert functions[:3] == ["outer", "inner", "wait"]
-        assert "suspended in:" in str(engine.dump())
-        release.set()
+        try:
+            await asyncio.wait_for(waiting.wait(), 10)  # outer is suspended in release.wait()
+            info = engine.dump().op("outer")
+            functions = [frame.rsplit(" in ", 1)[1] for frame in info.stack]
+            assert functions[:3] == ["outer", "inner", "wait"]
+            assert "suspended in:" in str(engine.dump())
+        finally:
+            release.set()  # a failed assertion must not leave the engine's exit waiting
         await op
 
     async def test_await_stack_through_the_tracer(self, threaded_engine: ae.Engine) -> None:

@@ -1,0 +1,74 @@
+# Declarations for the optional compiled core (setup.py): Cython compiles engine.py with these
+# types. Engine becomes a final extension type whose fields are C struct members, and the
+# methods on every operation's path take typed operations (_OperationCore, Var). The Python
+# source stays the one implementation; this file only types it.
+cimport cython
+
+from .operation cimport _OperationCore
+from .var cimport Var
+
+
+@cython.final
+cdef class Engine:
+    cdef dict __dict__
+    cdef object __weakref__
+    cdef public Py_ssize_t _bulk_scopes
+    cdef public bint _capacity_due
+    cdef public list _capacity_waiters
+    cdef public bint _deleted_vars
+    cdef public dict _device_boxes
+    cdef public dict _executors
+    cdef public dict _failures
+    cdef public object _fence_seq
+    cdef public object _finished
+    cdef public bint _forked
+    cdef public object _gpu
+    cdef public object _gpu_backend
+    cdef public dict _gpu_pending
+    cdef public bint _idle_due
+    cdef public list _idle_waiters
+    cdef public list _inbox
+    cdef public bint _inbox_scheduled
+    cdef public tuple _instruments
+    cdef public tuple _last_route
+    cdef public dict _live
+    cdef public object _lock
+    cdef public object _loop
+    cdef public list _loop_queue
+    cdef public dict _loop_ops
+    cdef public bint _loop_queue_scheduled
+    cdef public object _loop_rctx
+    cdef public object _loop_thread
+    cdef public object _pid
+    cdef public dict _rctx_cache
+    cdef public dict _routes
+    cdef public object _segment
+    cdef public bint _segment_flush_scheduled
+    cdef public object _seq
+    cdef public object _sequencer
+    cdef public object _settings
+    cdef public object _state
+    cdef public object _stuck_streams
+    cdef public object _var_count
+    cdef public list _wakes
+
+    # Every operation's path: push, queue, start, run, finish, release.
+    @cython.locals(op=_OperationCore, wait=Py_ssize_t, bulk=Py_ssize_t)
+    cpdef _push(self, fn, int kind, ctx, tuple reads, tuple writes, prop, priority, name,
+                deleting, handle=*)
+    @cython.locals(op=_OperationCore)
+    cpdef _enqueue_loop(self, op)
+    @cython.locals(op=_OperationCore, budget=Py_ssize_t)
+    cpdef _run_loop_queue(self)
+    @cython.locals(op=_OperationCore)
+    cpdef _claim_loop_op_locked(self, list todo)
+    @cython.locals(op=_OperationCore)
+    cpdef bint _start_locked(self, op, list todo) except -1
+    @cython.locals(op=_OperationCore, kind=int)
+    cpdef _execute_one(self, op, rctx, bint claimed=*, bint more=*)
+    @cython.locals(op=_OperationCore, only=_OperationCore, candidate=_OperationCore)
+    cpdef _finish_and_continue(self, op, result)
+    @cython.locals(op=_OperationCore)
+    cpdef _done_locked(self, op, result, list ready)
+    @cython.locals(op=_OperationCore)
+    cpdef _complete_locked(self, op, state)

@@ -1,0 +1,30 @@
+# Declarations for the optional compiled core (setup.py): Cython compiles operation.py with
+# these types, making _OperationCore an extension type that the compiled engine reads as a C
+# struct. Operation stays a Python class (it derives from Generic).
+
+
+cdef class _OperationCore:
+    cdef object __weakref__
+    cdef public object _callbacks
+    cdef public tuple _const
+    cdef public object _context
+    cdef public object _ctx
+    cdef public object _engine
+    cdef public object _exception
+    cdef public object _fn
+    cdef public Py_ssize_t _fwait
+    cdef public object _inherited
+    cdef public object _key
+    cdef public int _kind
+    cdef public tuple _mutate
+    cdef public object _priority
+    cdef public object _prop
+    cdef public object _result
+    cdef public object _segment
+    cdef public object _seq
+    cdef public object _state
+    cdef public object _target
+    cdef public object _task
+    cdef public Py_ssize_t _wait
+    cdef public object _waiters
+    cdef public object name

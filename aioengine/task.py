@@ -1,0 +1,83 @@
+"""The task of a coroutine operation: the coroutine that runs its function and finishes it.
+
+A module of its own, interpreted even where the compiled core (setup.py) is installed: the
+frames of :func:`run_coroutine` and of what it awaits stay ordinary coroutine frames, which
+``engine.dump()`` walks (``cr_await``) to show where an operation is suspended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import types
+import weakref
+from collections.abc import Awaitable, Callable, Generator
+from types import CoroutineType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .operation import OpState
+
+if TYPE_CHECKING:
+    from .context import RunContext
+    from .operation import Operation
+
+__all__ = ("current_op", "run_coroutine")
+
+T = TypeVar("T")
+
+# The coroutine operation whose task is running (set in its context), to refuse waits that
+# could only deadlock: an operation waiting for itself or for an operation queued behind it.
+# A weak reference: the context outlives the operation in asyncio's handles and tracebacks.
+current_op: contextvars.ContextVar[weakref.ref[Operation[Any]] | None] = contextvars.ContextVar(
+    "aioengine_current_op", default=None
+)
+
+
+@types.coroutine
+def _handoff() -> Generator[None, None, None]:
+    """``await _handoff()`` suspends once, then resumes with None (see :func:`run_coroutine`)."""
+    yield
+
+
+async def _await(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+async def run_coroutine(op: Operation[Any], fn: Callable[..., Any], rctx: RunContext) -> None:
+    """The coroutine of a coroutine operation's task: run ``fn(rctx)``, then finish ``op``.
+
+    Finishing here, at the end of the task's last step, costs no done-callback round trip
+    through the loop. The engine runs this up to ``await _handoff()`` itself, before it creates
+    the task (see ``Engine._start_task``): so whatever later happens to the task, even a
+    cancellation before its first step, lands in this ``try`` and finishes ``op``.
+    """
+    engine = op._engine
+    current_op.set(weakref.ref(op))  # in op's context: the task runs in it
+    try:
+        await _handoff()
+        awaitable = fn(rctx)
+        if type(awaitable) is not CoroutineType:
+            if not inspect.isawaitable(awaitable):
+                raise TypeError(f"{op.name!r} did not return an awaitable, got {awaitable!r}")
+            awaitable = _await(awaitable)
+        for inst in engine._instruments:
+            try:
+                awaitable = inst.wrap_coroutine(op, awaitable)
+            except Exception as exc:  # uninstalled and reported, as for the other hooks
+                engine._instrument_failed(inst, "wrap_coroutine", exc)
+        result = await awaitable
+    except GeneratorExit:  # closed unfinished (its loop was closed): it never finishes
+        raise
+    except asyncio.CancelledError as exc:  # its message, if any, is cancel()'s
+        engine._finish(op, OpState.CANCELLED, exc.args[0] if exc.args else None, None)
+        raise
+    except BaseException as exc:
+        # Drop this frame from the traceback: the recorded failure must not keep the
+        # operation (and through it its Vars and fn) alive until someone throws it.
+        exc.__traceback__ = exc.__traceback__.tb_next if exc.__traceback__ else None
+        engine._finish(op, OpState.FAILED, None, exc)
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise  # recorded, and the loop still stops
+    else:
+        engine._finish(op, OpState.DONE, result, None)

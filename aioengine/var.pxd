@@ -1,0 +1,28 @@
+# Declarations for the optional compiled core (setup.py): Cython compiles var.py with these
+# types. The Python source stays the one implementation; this file only types it.
+cimport cython
+
+
+cdef class Var:
+    cdef object __weakref__
+    cdef public Py_ssize_t _dead
+    cdef public object _deleted
+    cdef public object _failure
+    cdef public object _gpu_readers
+    cdef public object _gpu_writer
+    cdef public object _owner
+    cdef public object _queue
+    cdef public Py_ssize_t _reads
+    cdef public object _value
+    cdef public Py_ssize_t _version
+    cdef public bint _writing
+    cdef public object name
+
+    cpdef _grant(self, list ready)
+
+
+@cython.locals(v=Var, wait=Py_ssize_t)
+cpdef append_all(op, tuple reads, tuple writes)
+
+@cython.locals(v=Var)
+cpdef release_all(tuple reads, tuple writes, list ready, bint completed)

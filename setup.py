@@ -1,0 +1,87 @@
+"""Build aioengine's optional compiled core.
+
+aioengine is pure Python. A wheel built here also compiles ``engine.py``, ``operation.py`` and
+``var.py`` with Cython, typed by the ``.pxd`` files beside them: the same source, with the
+hot path's attribute accesses made C struct reads. It halves the engine's own cost per
+operation (docs/performance.md). The compiled modules are skipped, and the pure-Python
+modules used, when:
+
+- ``AIOENGINE_NO_EXTENSIONS`` is set to a non-empty value other than ``0``;
+- the interpreter is not CPython;
+- the install is editable (``pip install -e .``): the sources in the tree must be what
+  runs, never a stale build of them;
+- compiling fails (no C compiler, say): a warning says so and the install goes on.
+
+``AIOENGINE_REQUIRE_EXTENSIONS=1`` turns that last case into an error (``nox -s
+tests_compiled`` sets it).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+COMPILED = ("aioengine.var", "aioengine.operation", "aioengine.engine")
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
+class OptionalBuildExt(build_ext):
+    """``build_ext`` that leaves the package pure Python when it cannot or should not compile."""
+
+    def run(self) -> None:
+        if self.inplace or self.editable_mode:
+            self._skip("an editable install runs the Python sources")
+            return
+        try:
+            # Cythonized here, not when setup.py is loaded: editable installs skip it.
+            from Cython.Build import cythonize
+
+            self.extensions = cythonize(
+                self.extensions,
+                build_dir="build/cython",
+                compiler_directives={
+                    "language_level": 3,
+                    # Functions stay introspectable (inspect.signature, the API docs).
+                    "binding": True,
+                    # Only the .pxd files type the code: an annotation such as ``int`` must
+                    # not become a C type or an exact-type check the Python modules lack.
+                    "annotation_typing": False,
+                },
+            )
+            super().run()
+        except Exception as exc:
+            self._failed(exc)
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        if _flag("AIOENGINE_REQUIRE_EXTENSIONS"):
+            raise exc
+        self._skip(f"compiling failed ({type(exc).__name__}: {exc})")
+
+    def _skip(self, why: str) -> None:
+        self.extensions = []
+        print(
+            f"aioengine: not compiling the core, {why}; using the pure-Python modules",
+            file=sys.stderr,
+        )
+
+
+def _extensions() -> list[Extension]:
+    if _flag("AIOENGINE_NO_EXTENSIONS") or platform.python_implementation() != "CPython":
+        return []
+    return [Extension(name, [name.replace(".", "/") + ".py"]) for name in COMPILED]
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})
