@@ -34,7 +34,8 @@ cdef class Engine:
     cdef public dict _live
     cdef public object _lock
     cdef public object _loop
-    cdef public list _loop_queue
+    cdef public object _loop_fifo
+    cdef public list _loop_heap
     cdef public dict _loop_ops
     cdef public bint _loop_queue_scheduled
     cdef public object _loop_rctx
@@ -53,6 +54,8 @@ cdef class Engine:
     cdef public list _wakes
 
     # Every operation's path: push, queue, start, run, finish, release.
+    @cython.locals(nm=Py_ssize_t, nc=Py_ssize_t)
+    cpdef tuple _var_lists(self, const_vars, mutate_vars)
     @cython.locals(op=_OperationCore, wait=Py_ssize_t, bulk=Py_ssize_t)
     cpdef _push(self, fn, int kind, ctx, tuple reads, tuple writes, prop, priority, name,
                 deleting, handle=*)

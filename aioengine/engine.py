@@ -38,6 +38,7 @@ import os
 import threading
 import warnings
 import weakref
+from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from types import CoroutineType, FunctionType, MethodType, TracebackType
 from typing import Any, Protocol, TypeVar, overload
@@ -370,9 +371,13 @@ class Engine:
         self._idle_due = False  # _idle_waiters need waking (set off the loop thread)
         self._capacity_due = False  # _capacity_waiters need waking (set off the loop thread)
         self._inbox_scheduled = False
-        # READY ops for the loop thread: a min-heap of their _key, and the ops by key.
-        # Invariant: _loop_ops holds exactly the keys in _loop_queue (pushed and popped together).
-        self._loop_queue: list[int] = []
+        # READY ops for the loop thread, by _key (smaller first), in two parts: a key greater
+        # than every key in _loop_fifo is appended there (the usual case: priority 0, made
+        # ready in push order), any other goes to the min-heap _loop_heap; the best is the
+        # smaller head. Invariants: _loop_fifo is increasing, and _loop_ops holds exactly the
+        # keys of both, with their ops (added and removed together).
+        self._loop_fifo: deque[int] = deque()
+        self._loop_heap: list[int] = []
         self._loop_ops: dict[int, Operation[Any]] = {}
         self._loop_queue_scheduled = False
         self._wakes: list[Executor] = []  # loop-thread only: executors to wake this iteration
@@ -1229,13 +1234,15 @@ class Engine:
             return (), mutate
         unique = nc == 1 or (nc == 2 and c[0] is not c[1])
         const = tuple(c) if unique else tuple(dict.fromkeys(c))
+        # Below, tuple([...]) rather than a generator: the compiled core (engine.pxd) makes
+        # this a cpdef method, in which Cython does not support closures.
         if len(mutate) > 8:  # long lists: a set, not nc * nm comparisons
             written = set(mutate)
-            return tuple(v for v in const if v not in written), mutate
+            return tuple([v for v in const if v not in written]), mutate
         if mutate:
             for v in const:
                 if v in mutate:  # by identity (Var has no __eq__): in both lists, mutated
-                    return tuple(v for v in const if v not in mutate), mutate
+                    return tuple([v for v in const if v not in mutate]), mutate
         return const, mutate
 
     @staticmethod
@@ -1656,7 +1663,7 @@ class Engine:
                     todo.append(op)
                 elif (
                     op._kind == _CORO
-                    and not self._loop_queue
+                    and not self._loop_ops
                     and _get_ident() == self._loop_thread
                     and self._loop is not None
                     and self._loop.get_task_factory() is None
@@ -1727,8 +1734,13 @@ class Engine:
 
     def _enqueue_loop(self, op: Operation[Any]) -> None:
         """Queue a READY operation for the loop thread (lock held)."""
-        heapq.heappush(self._loop_queue, op._key)
-        self._loop_ops[op._key] = op
+        key = op._key
+        fifo = self._loop_fifo
+        if not fifo or key > fifo[-1]:
+            fifo.append(key)
+        else:
+            heapq.heappush(self._loop_heap, key)
+        self._loop_ops[key] = op
         if not self._loop_queue_scheduled:
             self._loop_queue_scheduled = True
             self._call_soon(self._run_loop_queue)
@@ -1752,7 +1764,6 @@ class Engine:
         (the tasks of the coroutine operations it started among them) and reschedules.
         """
         budget = _LOOP_BUDGET
-        execute = self._execute_one
         lock = self._lock
         try:
             while budget > 0:
@@ -1771,7 +1782,7 @@ class Engine:
                 while op is not None:
                     # A bulk segment runs all its members in this one call: each one counts.
                     budget -= len(op._result) if op._kind == _BULK else 1
-                    op = execute(op, None, True, budget > 0)
+                    op = self._execute_one(op, None, True, budget > 0)
         except BaseException:
             # KeyboardInterrupt or SystemExit from an inline operation (recorded, and the loop
             # stops): while _loop_queue_scheduled stays True nothing schedules this again.
@@ -1782,7 +1793,7 @@ class Engine:
     def _reschedule_loop_queue(self) -> None:
         """After a run of the loop queue that did not empty it: run it again soon, if needed."""
         with self._lock:
-            if self._loop_queue:
+            if self._loop_ops:
                 self._call_soon(self._run_loop_queue)
             else:
                 self._loop_queue_scheduled = False
@@ -1793,10 +1804,14 @@ class Engine:
         Cancelled ones are dropped, skipped ones finished (what they release is appended
         to ``todo``, for the caller to submit once the lock is released).
         """
-        queue = self._loop_queue
+        fifo = self._loop_fifo
+        heap = self._loop_heap
         ops = self._loop_ops
-        while queue:
-            op = ops.pop(heapq.heappop(queue))
+        while ops:
+            if heap and (not fifo or heap[0] < fifo[0]):
+                op = ops.pop(heapq.heappop(heap))
+            else:
+                op = ops.pop(fifo.popleft())
             if self._start_locked(op, todo):
                 return op
         return None
@@ -2253,7 +2268,7 @@ class Engine:
             if (
                 target is None
                 and len(ready) == 1
-                and not self._loop_queue
+                and not self._loop_ops
                 and not self._failures
                 and self._gpu is None
             ):

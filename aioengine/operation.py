@@ -25,6 +25,7 @@ import asyncio
 import contextvars
 import enum
 from collections.abc import Callable, Generator
+from contextvars import copy_context
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
@@ -70,6 +71,12 @@ class OpState(enum.IntEnum):
     #: itself with CancelledError (whose message the operation keeps)
     CANCELLED = 6
 
+
+# The states read on every operation's path, bound once: an attribute of an Enum class is
+# looked up through its metaclass each time.
+_PENDING = OpState.PENDING
+_DONE = OpState.DONE
+_CANCELLED = OpState.CANCELLED
 
 # Kinds of function an operation runs.
 _SYNC = 0  # fn(rctx) -> T on an executor thread (or inline on the loop)
@@ -149,7 +156,7 @@ class _OperationCore:
         self._target: Any = target  # executor that runs it; None: the event loop
         self._wait = 0  # ungranted Var requests; set by the push, counted down by grants
         self._fwait = 0  # GPU fences this host consumer waits to see completed (fence.py)
-        self._state = OpState.PENDING
+        self._state = _PENDING
         self._result: Any = None
         self._exception: BaseException | None = None
         self._inherited: _Failure | None = None  # failure taken from an input at start
@@ -157,7 +164,7 @@ class _OperationCore:
         self._callbacks: list[tuple[Callable[[Operation[Any]], object], contextvars.Context]] | None
         self._callbacks = None
         self._task: asyncio.Task[Any] | None = None  # the coroutine (kind _CORO); loop thread only
-        self._context = contextvars.copy_context()  # the pusher's context vars, for fn
+        self._context = copy_context()  # the pusher's context vars, for fn
         # The bulk segment (kind _BULK) that holds this operation's Vars and runs it; such a
         # member is in no Var's queue itself (bulk.py).
         self._segment: Operation[Any] | None = None
@@ -186,11 +193,11 @@ class Operation(_OperationCore, Generic[T]):
 
     def done(self) -> bool:
         """Return True once the operation finished: done, failed, skipped or cancelled."""
-        return self._state >= OpState.DONE
+        return self._state >= _DONE
 
     def cancelled(self) -> bool:
         """Return True if the operation was cancelled."""
-        return self._state is OpState.CANCELLED
+        return self._state is _CANCELLED
 
     def cancel(self, msg: object = None) -> bool:
         """Cancel the operation if it can still be cancelled; return whether it will be.
@@ -213,9 +220,9 @@ class Operation(_OperationCore, Generic[T]):
             asyncio.CancelledError: if it was cancelled.
         """
         state = self._state
-        if state < OpState.DONE:
+        if state < _DONE:
             raise asyncio.InvalidStateError(f"{self!r} has not finished")
-        if state is OpState.CANCELLED:
+        if state is _CANCELLED:
             raise self._cancelled_error()
         if self._exception is not None:
             raise self._exception
@@ -230,9 +237,9 @@ class Operation(_OperationCore, Generic[T]):
             asyncio.CancelledError: if it was cancelled.
         """
         state = self._state
-        if state < OpState.DONE:
+        if state < _DONE:
             raise asyncio.InvalidStateError(f"{self!r} has not finished")
-        if state is OpState.CANCELLED:
+        if state is _CANCELLED:
             raise self._cancelled_error()
         return self._exception
 
@@ -256,7 +263,7 @@ class Operation(_OperationCore, Generic[T]):
         if not callable(fn):
             raise TypeError(f"add_done_callback() needs a callable, got {fn!r}")
         self._engine._add_done_callback(
-            self, fn, context if context is not None else contextvars.copy_context()
+            self, fn, context if context is not None else copy_context()
         )
 
     def remove_done_callback(self, fn: Callable[[Operation[T]], object]) -> int:
@@ -272,7 +279,7 @@ class Operation(_OperationCore, Generic[T]):
         return self._engine._require_loop()
 
     def __await__(self) -> Generator[Any, None, T]:
-        if self._state < OpState.DONE:
+        if self._state < _DONE:
             fut = self._engine._op_waiter(self)
             if fut is not None:
                 try:

@@ -11,6 +11,8 @@ import warnings
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import aioengine as ae
 
@@ -323,6 +325,54 @@ class TestPriority:
             gate.set()
             await engine.wait_for_all()
         assert trace == [5, 5, 4, 3, 1, -2]
+
+    @given(
+        priorities=st.lists(st.sampled_from([0, 0, 0, 1, -1, 7]), max_size=40),
+        late=st.lists(st.sampled_from([0, 0, 2, -3]), max_size=10),
+        gate=st.sampled_from([0, -2, 5]),
+    )
+    def test_the_loop_runs_its_ready_ops_best_first(
+        self, priorities: list[int], late: list[int], gate: int
+    ) -> None:
+        """Inline ops run best first (priority, then push order) among those READY, whether
+        their keys reach the loop queue in order (its FIFO part) or not (its heap), and when
+        more become ready while others are queued: checked against a model priority queue."""
+        pushed = [("gate", gate)] + [("early", p) for p in priorities]
+        pushed += [("late", p) for p in late]
+
+        async def main() -> list[int]:
+            trace: list[int] = []
+            async with ae.Engine() as engine:
+                blocker = engine.new_var("blocker")
+
+                def push(i: int, kind: str, p: int) -> None:
+                    engine.push_sync(
+                        lambda r: trace.append(i),
+                        const_vars=[blocker] if kind == "late" else [],
+                        mutate_vars=[blocker] if kind == "gate" else [engine.new_var()],
+                        prop=ae.FnProperty.ASYNC,
+                        priority=p,
+                    )
+
+                # The first op pushes the rest: they are all queued before the loop queue
+                # runs again; the late ones wait for the gate op, which writes 'blocker'.
+                def fill(r: ae.RunContext) -> None:
+                    for i, (kind, p) in enumerate(pushed):
+                        push(i, kind, p)
+
+                engine.push_sync(fill, prop=ae.FnProperty.ASYNC)
+                await engine.wait_for_all()
+            return trace
+
+        expected: list[int] = []
+        ready = [(-p, i) for i, (kind, p) in enumerate(pushed) if kind != "late"]
+        while ready:
+            ready.sort()
+            _, i = ready.pop(0)
+            expected.append(i)
+            if pushed[i][0] == "gate":
+                ready += [(-p, j) for j, (kind, p) in enumerate(pushed) if kind == "late"]
+        assert asyncio.run(main()) == expected
 
     async def test_coroutine_ops_made_ready_together_start_highest_priority_first(
         self, threaded_engine: ae.Engine
