@@ -5,7 +5,8 @@
 cimport cython
 
 from .operation cimport _OperationCore
-from .var cimport Var
+# Cimported, so that the engine calls them as C functions, not through Python calls.
+from .var cimport Var, append_all, release_all
 
 
 @cython.final
@@ -75,3 +76,5 @@ cdef class Engine:
     cpdef _done_locked(self, op, result, list ready)
     @cython.locals(op=_OperationCore)
     cpdef _complete_locked(self, op, state)
+    @cython.locals(op=_OperationCore, i=Py_ssize_t)
+    cpdef list _settle(self, list ready)

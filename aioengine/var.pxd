@@ -2,7 +2,10 @@
 # types. The Python source stays the one implementation; this file only types it.
 cimport cython
 
+from .operation cimport _OperationCore
 
+
+@cython.final
 cdef class Var:
     cdef object __weakref__
     cdef public Py_ssize_t _dead
@@ -18,6 +21,8 @@ cdef class Var:
     cdef public bint _writing
     cdef public object name
 
+    # A waiter is an operation (_OperationCore): its counter and state are C struct members.
+    @cython.locals(op=_OperationCore, write=bint)
     cpdef _grant(self, list ready)
 
 

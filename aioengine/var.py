@@ -56,7 +56,11 @@ T = TypeVar("T")
 
 
 class _Waiter(Protocol):
-    """The part of an operation a Var touches: its counter, push order and state."""
+    """The part of an operation a Var touches: its counter, push order and state.
+
+    The compiled core (var.pxd) reads these as C struct members: there a waiter must be an
+    operation (an ``_OperationCore``).
+    """
 
     _wait: int  # ungranted requests: a grant counts it down
     _seq: int  # push order (queue order)

@@ -9,20 +9,29 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aioengine as ae
-from aioengine.operation import OpState
+from aioengine.operation import OpState, _OperationCore
 from aioengine.var import Var, append_all, queued_behind, release_all
 
 
-@dataclass(eq=False)
-class FakeOp:
-    """Stands in for an operation: the Var touches its counter, push order and state."""
+class FakeOp(_OperationCore):
+    """Stands in for an operation: the Var touches its counter, push order and state.
 
-    name: str
-    _seq: int
-    _wait: int = 1
-    _state: OpState = OpState.PENDING
-    _const: tuple[Var, ...] = ()
-    _mutate: tuple[Var, ...] = ()
+    An operation's fields (_OperationCore) without the rest of an operation: the compiled
+    core reads them as C struct members, so a Var's waiters must have that layout.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, name: str, seq: int, *, _wait: int = 1) -> None:
+        self.name = name
+        self._seq = seq
+        self._wait = _wait
+        self._state = OpState.PENDING
+        self._const = ()
+        self._mutate = ()
+
+    def __repr__(self) -> str:
+        return f"FakeOp({self.name!r}, {self._seq})"
 
 
 @dataclass(eq=False)
