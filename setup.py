@@ -10,7 +10,8 @@ modules used, when:
 - the interpreter is not CPython;
 - the install is editable (``pip install -e .``): the sources in the tree must be what
   runs, never a stale build of them;
-- compiling fails (no C compiler, say): a warning says so and the install goes on.
+- compiling fails (no C compiler, say): a message says so, and the install goes on with
+  none of the three compiled.
 
 ``AIOENGINE_REQUIRE_EXTENSIONS=1`` turns that last case into an error (``nox -s
 tests_compiled`` sets it).
@@ -35,39 +36,35 @@ def _flag(name: str) -> bool:
 class OptionalBuildExt(build_ext):
     """``build_ext`` that leaves the package pure Python when it cannot or should not compile."""
 
+    def finalize_options(self) -> None:
+        # Cythonized before setuptools finalizes the extensions (it annotates each one), and
+        # only when they will be compiled: an editable install skips both.
+        if self.distribution.ext_modules and not (self.inplace or self.editable_mode):
+            try:
+                self.distribution.ext_modules = _cythonize(self.distribution.ext_modules)
+            except Exception as exc:
+                self.distribution.ext_modules = []
+                self._failed(exc)
+        super().finalize_options()
+
     def run(self) -> None:
         if self.inplace or self.editable_mode:
             self._skip("an editable install runs the Python sources")
             return
         try:
-            # Cythonized here, not when setup.py is loaded: editable installs skip it.
-            from Cython.Build import cythonize
-
-            self.extensions = cythonize(
-                self.extensions,
-                build_dir="build/cython",
-                compiler_directives={
-                    "language_level": 3,
-                    # Functions stay introspectable (inspect.signature, the API docs).
-                    "binding": True,
-                    # Only the .pxd files type the code: an annotation such as ``int`` must
-                    # not become a C type or an exact-type check the Python modules lack.
-                    "annotation_typing": False,
-                },
-            )
             super().run()
-        except Exception as exc:
-            self._failed(exc)
-
-    def build_extension(self, ext: Extension) -> None:
-        try:
-            super().build_extension(ext)
         except Exception as exc:
             self._failed(exc)
 
     def _failed(self, exc: Exception) -> None:
         if _flag("AIOENGINE_REQUIRE_EXTENSIONS"):
             raise exc
+        # All or none: the compiled engine imports the compiled Var and _OperationCore types,
+        # so a module built before the failure must not be installed on its own.
+        for ext in self.extensions or ():
+            path = self.get_ext_fullpath(ext.name)
+            if os.path.exists(path):
+                os.remove(path)
         self._skip(f"compiling failed ({type(exc).__name__}: {exc})")
 
     def _skip(self, why: str) -> None:
@@ -76,6 +73,23 @@ class OptionalBuildExt(build_ext):
             f"aioengine: not compiling the core, {why}; using the pure-Python modules",
             file=sys.stderr,
         )
+
+
+def _cythonize(extensions: list[Extension]) -> list[Extension]:
+    from Cython.Build import cythonize
+
+    return cythonize(
+        extensions,
+        build_dir="build/cython",
+        compiler_directives={
+            "language_level": 3,
+            # Functions stay introspectable (inspect.signature, the API docs).
+            "binding": True,
+            # Only the .pxd files type the code: an annotation such as ``int`` must not
+            # become a C type or an exact-type check that the Python modules lack.
+            "annotation_typing": False,
+        },
+    )
 
 
 def _extensions() -> list[Extension]:

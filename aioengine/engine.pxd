@@ -78,3 +78,12 @@ cdef class Engine:
     cpdef _complete_locked(self, op, state)
     @cython.locals(op=_OperationCore, i=Py_ssize_t)
     cpdef list _settle(self, list ready)
+    # Bulk segments (bulk.py): joining, queueing and running one.
+    @cython.locals(op=_OperationCore, seg=_OperationCore)
+    cpdef _join_segment_locked(self, op, size)
+    @cython.locals(seg=_OperationCore, op=_OperationCore, wait=Py_ssize_t)
+    cpdef _flush_segment_locked(self)
+    @cython.locals(seg=_OperationCore, op=_OperationCore, i=Py_ssize_t, n=Py_ssize_t, v=Var)
+    cpdef _run_segment(self, seg, rctx, bint more)
+    @cython.locals(seg=_OperationCore)
+    cpdef _finish_segment(self, seg, bint more)

@@ -1999,7 +1999,8 @@ class Engine:
                     priority = op._priority
         if priority is None:
             return
-        const = tuple(v for v in reads if v not in writes)  # written by another member
+        # written by another member; a list, not a generator: a cpdef method when compiled
+        const = tuple([v for v in reads if v not in writes])
         mutate = tuple(writes)
         seg._const = const
         seg._mutate = mutate

@@ -48,7 +48,8 @@ def _instructions_section() -> list[str]:
         "Counted by valgrind (`python benchmarks/instructions.py`): the instructions that",
         "pushing, running and finishing one no-op (`yield` for coroutines) operation costs,",
         "garbage collection included, the same in every run. Single-threaded",
-        f"configurations only; Python {data['python']}.",
+        f"configurations only; Python {data['python']}, aioengine's"
+        f" {data.get('aioengine_core', 'pure Python')} core.",
         "",
         "| shape | " + " | ".join(f"`{c}`" for c in configs) + " |",
         "|---|" + "---:|" * len(configs),

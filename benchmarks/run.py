@@ -353,6 +353,9 @@ def probe_main(env: Env) -> None:
     )
     proc = subprocess.run(
         [env.main_python, "-c", code],
+        # ``-c`` puts the working directory first on sys.path: from the repository root the
+        # sources would shadow the installed aioengine that the runners import.
+        cwd=BENCH,
         env=child_env(),
         capture_output=True,
         text=True,
