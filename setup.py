@@ -26,7 +26,7 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-COMPILED = ("aioengine.var", "aioengine.operation", "aioengine.engine")
+COMPILED = ("aioengine.var", "aioengine.operation", "aioengine.bulk", "aioengine.engine")
 
 
 def _flag(name: str) -> bool:

@@ -4,6 +4,7 @@
 # source stays the one implementation; this file only types it.
 cimport cython
 
+from .bulk cimport size_for as _bulk_size_for
 from .operation cimport _OperationCore
 # Cimported, so that the engine calls them as C functions, not through Python calls.
 from .var cimport Var, append_all, release_all

@@ -49,6 +49,7 @@ from . import ergonomic as _ergonomic
 from . import graph as _graph
 from . import progress as _progress
 from . import trace as _trace
+from .bulk import size_for as _bulk_size_for
 from .context import Context, DeviceType, RunContext, cpu
 from .errors import (
     DependencyError,
@@ -1127,7 +1128,7 @@ class Engine:
             and ctx.device_type is _CPU
             and _get_ident() == self._loop_thread
         ):
-            bulk = _bulk.size_for(self)
+            bulk = _bulk_size_for(self)
         op: Operation[Any] = Operation(
             self, fn, kind, ctx, const, mutate, prop, priority, name, target
         )
