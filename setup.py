@@ -1,8 +1,8 @@
 """Build aioengine's optional compiled core.
 
-aioengine is pure Python. A wheel built here also compiles ``engine.py``, ``operation.py`` and
-``var.py`` with Cython, typed by the ``.pxd`` files beside them: the same source, with the
-hot path's attribute accesses made C struct reads. It halves the engine's own cost per
+aioengine is pure Python. A wheel built here also compiles ``engine.py``, ``operation.py``,
+``var.py`` and ``bulk.py`` with Cython, typed by the ``.pxd`` files beside them: the same
+source, with the hot path's attribute accesses made C struct reads. It halves the engine's own cost per
 operation (docs/performance.md). The compiled modules are skipped, and the pure-Python
 modules used, when:
 
@@ -11,7 +11,7 @@ modules used, when:
 - the install is editable (``pip install -e .``): the sources in the tree must be what
   runs, never a stale build of them;
 - compiling fails (no C compiler, say): a message says so, and the install goes on with
-  none of the three compiled.
+  none of them compiled.
 
 ``AIOENGINE_REQUIRE_EXTENSIONS=1`` turns that last case into an error (``nox -s
 tests_compiled`` sets it).
