@@ -2,8 +2,8 @@
 
 aioengine is pure Python. A wheel built here also compiles ``engine.py``, ``operation.py``,
 ``var.py`` and ``bulk.py`` with Cython, typed by the ``.pxd`` files beside them: the same
-source, with the hot path's attribute accesses made C struct reads. It halves the engine's own cost per
-operation (docs/performance.md). The compiled modules are skipped, and the pure-Python
+source, with the hot path's attribute accesses made C struct reads. It halves the engine's own
+cost per operation (docs/performance.md). The compiled modules are skipped, and the pure-Python
 modules used, when:
 
 - ``AIOENGINE_NO_EXTENSIONS`` is set to a non-empty value other than ``0``;
@@ -36,17 +36,6 @@ def _flag(name: str) -> bool:
 class OptionalBuildExt(build_ext):
     """``build_ext`` that leaves the package pure Python when it cannot or should not compile."""
 
-    def finalize_options(self) -> None:
-        # Cythonized before setuptools finalizes the extensions (it annotates each one), and
-        # only when they will be compiled: an editable install skips both.
-        if self.distribution.ext_modules and not (self.inplace or self.editable_mode):
-            try:
-                self.distribution.ext_modules = _cythonize(self.distribution.ext_modules)
-            except Exception as exc:
-                self.distribution.ext_modules = []
-                self._failed(exc)
-        super().finalize_options()
-
     def run(self) -> None:
         if self.inplace or self.editable_mode:
             self._skip("an editable install runs the Python sources")
@@ -55,6 +44,14 @@ class OptionalBuildExt(build_ext):
             super().run()
         except Exception as exc:
             self._failed(exc)
+
+    def build_extension(self, ext: Extension) -> None:
+        # Cythonized here, when a module is about to be compiled (never for an editable
+        # install, nor for egg_info or an sdist), and into the Extension that setuptools has
+        # already prepared: only its sources change, from the .py to the generated C.
+        (generated,) = _cythonize([Extension(ext.name, list(ext.sources))])
+        ext.sources = generated.sources
+        super().build_extension(ext)
 
     def _failed(self, exc: Exception) -> None:
         if _flag("AIOENGINE_REQUIRE_EXTENSIONS"):

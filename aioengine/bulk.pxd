@@ -12,8 +12,8 @@ cdef class Bulk:
     cdef public object _task
     cdef public object _token
     cdef public bint _used
-    cdef public Py_ssize_t size
+    cdef public object size  # any int the pure class takes: a C size would overflow
 
 
 @cython.locals(scope=Bulk)
-cpdef Py_ssize_t size_for(engine) except -1
+cpdef size_for(engine)

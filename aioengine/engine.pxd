@@ -1,13 +1,15 @@
 # Declarations for the optional compiled core (setup.py): Cython compiles engine.py with these
 # types. Engine becomes a final extension type whose fields are C struct members, and the
-# methods on every operation's path take typed operations (_OperationCore, Var). The Python
+# methods on every operation's path take typed operations (_OperationCore). The Python
 # source stays the one implementation; this file only types it.
 cimport cython
 
 from .bulk cimport size_for as _bulk_size_for
 from .operation cimport _OperationCore
-# Cimported, so that the engine calls them as C functions, not through Python calls.
-from .var cimport Var, append_all, release_all
+# Cimported, so that the engine calls them as C functions, not through Python calls. (Not
+# the Var type: a cimported name is no module global, and typing.get_type_hints() on the
+# engine's methods must find Var there.)
+from .var cimport append_all, release_all
 
 
 @cython.final
@@ -58,7 +60,7 @@ cdef class Engine:
     # Every operation's path: push, queue, start, run, finish, release.
     @cython.locals(nm=Py_ssize_t, nc=Py_ssize_t)
     cpdef tuple _var_lists(self, const_vars, mutate_vars)
-    @cython.locals(op=_OperationCore, wait=Py_ssize_t, bulk=Py_ssize_t)
+    @cython.locals(op=_OperationCore, wait=Py_ssize_t)
     cpdef _push(self, fn, int kind, ctx, tuple reads, tuple writes, prop, priority, name,
                 deleting, handle=*)
     @cython.locals(op=_OperationCore)
@@ -84,7 +86,7 @@ cdef class Engine:
     cpdef _join_segment_locked(self, op, size)
     @cython.locals(seg=_OperationCore, op=_OperationCore, wait=Py_ssize_t)
     cpdef _flush_segment_locked(self)
-    @cython.locals(seg=_OperationCore, op=_OperationCore, i=Py_ssize_t, n=Py_ssize_t, v=Var)
+    @cython.locals(seg=_OperationCore, op=_OperationCore, i=Py_ssize_t, n=Py_ssize_t)
     cpdef _run_segment(self, seg, rctx, bint more)
     @cython.locals(seg=_OperationCore)
     cpdef _finish_segment(self, seg, bint more)

@@ -40,7 +40,7 @@ import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from types import CoroutineType, FunctionType, MethodType, TracebackType
+from types import FunctionType, MethodType, TracebackType
 from typing import Any, Protocol, TypeVar, overload
 
 from . import bulk as _bulk
@@ -72,6 +72,7 @@ from .operation import (
     _BULK,
     _CALLBACK,
     _CORO,
+    _COROUTINE_TYPES,
     _SYNC,
     _WAIT,
     FnProperty,
@@ -242,6 +243,10 @@ def _join_executors(executors: list[Executor]) -> None:
 
 def _noop(rctx: RunContext) -> None:
     """The function of a ``delete_var`` without ``delete_fn``."""
+
+
+# Whether this module runs compiled (setup.py): Cython's functions are not Python functions.
+_COMPILED = type(_noop) is not FunctionType
 
 
 class _OpDecorator(Protocol):
@@ -655,7 +660,9 @@ class Engine:
                 "'async with Engine()' or 'await engine.aclose()'",
                 ResourceWarning,
                 source=self,
-                stacklevel=2,
+                # The line that dropped the engine: __del__'s caller, or the innermost Python
+                # frame when compiled (a compiled __del__ has no frame of its own).
+                stacklevel=1 if _COMPILED else 2,
             )
             self._shutdown_executors(wait=False)
 
@@ -1906,7 +1913,7 @@ class Engine:
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)) and rctx is self._loop_rctx:
                     raise  # inline on the loop thread: recorded, and the loop still stops
                 return None
-            if type(result) is CoroutineType:
+            if type(result) in _COROUTINE_TYPES:
                 self._finish(op, _FAILED, None, self._awaitable_result(op, result))
             elif more:
                 return self._finish_and_continue(op, result)
@@ -1927,7 +1934,7 @@ class Engine:
                 self._callback_raised(op, token, exc)
                 del op, fn, token  # as above: the failure's frames reach this frame
                 return None
-            if type(result) is CoroutineType:
+            if type(result) in _COROUTINE_TYPES:
                 self._callback_raised(op, token, self._awaitable_result(op, result))
         return None
 
@@ -2065,7 +2072,7 @@ class Engine:
                     if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                         raise  # recorded; the members after it wait for the loop (below)
                     continue
-                if type(result) is CoroutineType:
+                if type(result) in _COROUTINE_TYPES:
                     self._finish(op, _FAILED, None, self._awaitable_result(op, result))
                     continue
                 lock.acquire()

@@ -39,11 +39,10 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Sequence
-from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
 from .context import Context, RunContext, cpu
-from .operation import FnProperty, Operation
+from .operation import _COROUTINE_TYPES, FnProperty, Operation
 from .var import NO_VALUE, Var
 
 if TYPE_CHECKING:
@@ -261,7 +260,7 @@ def submit(
         result = fn(*call_args, **call_kwargs)
         # A coroutine: a forgotten ``async def``, which fails the operation (the engine says
         # so); a failed operation leaves its out Vars as they were.
-        if outs and type(result) is not CoroutineType:
+        if outs and type(result) not in _COROUTINE_TYPES:
             _store(outs, single, result)
         return result
 

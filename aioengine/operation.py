@@ -26,6 +26,7 @@ import contextvars
 import enum
 from collections.abc import Callable, Generator
 from contextvars import copy_context
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
@@ -71,6 +72,22 @@ class OpState(enum.IntEnum):
     #: itself with CancelledError (whose message the operation keeps)
     CANCELLED = 6
 
+
+async def _probe() -> None:
+    """Never awaited: only the type of its coroutine object is wanted (below)."""
+
+
+def _coroutine_types() -> frozenset[type]:
+    coro = _probe()
+    kind = type(coro)
+    coro.close()
+    return frozenset({CoroutineType, kind})
+
+
+# What a sync function that should have been ``async def`` returns: a Python coroutine, or
+# one of aioengine's own (``engine.wait_for_all()``, say), a Cython coroutine in the
+# compiled core (setup.py). A set lookup, since every sync operation's result is checked.
+_COROUTINE_TYPES = _coroutine_types()
 
 # The states read on every operation's path, bound once: an attribute of an Enum class is
 # looked up through its metaclass each time.

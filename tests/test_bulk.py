@@ -442,6 +442,19 @@ async def test_bulk_rejects_bad_sizes(engine: ae.Engine) -> None:
                 make(bad)
 
 
+async def test_any_int_size_is_a_size(engine: ae.Engine) -> None:
+    """A size past what a C integer holds is only a large size (the compiled core keeps it
+    a Python int): everything pushed in the block runs, in push order."""
+    x = engine.new_var("x")
+    trace: list[str] = []
+    names = [f"op{i}" for i in range(5)]
+    with engine.bulk(2**70) as scope:
+        assert scope.size == 2**70
+        ops = [inline(engine, record(trace, n), mutate=[x]) for n in names]
+    assert [await op for op in ops] == names
+    assert trace == names
+
+
 async def test_a_scope_is_entered_once(engine: ae.Engine) -> None:
     scope = engine.bulk(4)
     with scope:

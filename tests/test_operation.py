@@ -567,6 +567,32 @@ class TestFunctionKinds:
             await engine.wait_for_all()
         assert info.value.exceptions == (op.exception(),)
 
+    @pytest.mark.parametrize("how", ["pool", "inline", "bulk", "callback"])
+    @pytest.mark.parametrize("which", ["wait_for_all", "Var.get"])
+    async def test_sync_fn_returning_one_of_aioengine_s_own_coroutines_fails(
+        self, engine: ae.Engine, how: str, which: str
+    ) -> None:
+        """The compiled core's async methods return Cython coroutines, not Python ones: a
+        forgotten ``async def`` around them must fail the operation all the same."""
+        x = engine.new_var("x", value=1)
+
+        def coroutine() -> Any:
+            return engine.wait_for_all() if which == "wait_for_all" else x.get()
+
+        prop = ae.FnProperty.NORMAL if how == "pool" else ae.FnProperty.ASYNC
+        if how == "callback":
+            handle = engine.new_operator(lambda rctx, done: coroutine(), is_async=True)
+            op = engine.push(handle)
+        elif how == "bulk":
+            with engine.bulk(8):
+                op = engine.push_sync(lambda rctx: coroutine(), prop=prop)
+        else:
+            op = engine.push_sync(lambda rctx: coroutine(), prop=prop)
+        with pytest.raises(TypeError, match=r"returned a coroutine; declare it 'async def'"):
+            await op
+        with pytest.raises(ExceptionGroup):
+            await engine.wait_for_all()
+
     async def test_push_sync_of_a_coroutine_function(self, engine: ae.Engine) -> None:
         async def fn(rctx: ae.RunContext) -> None:
             pass

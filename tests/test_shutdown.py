@@ -586,9 +586,10 @@ class TestGarbageCollected:
             warnings.simplefilter("always")
             del engine, x, readers, op  # (refcounting may collect it right here)
             gc.collect()
-        messages = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
-        assert len(messages) == 1
-        assert "garbage collected without being closed" in messages[0]
+        found = [w for w in caught if issubclass(w.category, ResourceWarning)]
+        assert len(found) == 1
+        assert "garbage collected without being closed" in str(found[0].message)
+        assert found[0].filename == __file__  # the line that dropped it, compiled or not
         for t in threads:
             await asyncio.to_thread(t.join, 10)
         assert [t.is_alive() for t in threads] == [False] * 3
