@@ -19,6 +19,11 @@ Usage::
     python benchmarks/instructions.py                       # every config and shape
     python benchmarks/instructions.py --shapes chain,random --configs aio-inline,floor-inline
 
+It counts the aioengine that its interpreter imports: run it with the bench venv's Python
+(``.nox/bench/bin/python``, the compiled wheel) for ``results/instructions.json``, and with a
+venv holding an editable install (the pure-Python sources) and ``--out
+benchmarks/results/instructions-pure.json`` for the second table of the performance page.
+
 It writes ``benchmarks/results/instructions.json``, which ``report.py`` shows on the
 performance page. Needs valgrind (``apt-get install valgrind``); prints a note and exits 0
 without it.

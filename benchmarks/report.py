@@ -11,6 +11,7 @@ import json
 import pathlib
 import shutil
 import sys
+from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -34,22 +35,37 @@ def _table(workload: dict[str, object]) -> list[str]:
 
 
 def _instructions_section() -> list[str]:
-    """The instruction counts of ``benchmarks/instructions.py``, if it has been run."""
-    path = RESULTS / "instructions.json"
-    if not path.exists():
-        return []
-    data = json.loads(path.read_text())
+    """The instruction counts of ``benchmarks/instructions.py``, if it has been run: the
+    installed build (``instructions.json``) and, when it was counted too, the pure-Python
+    sources (``instructions-pure.json``)."""
+    out: list[str] = []
+    for name in ("instructions.json", "instructions-pure.json"):
+        path = RESULTS / name
+        if path.exists():
+            out += _instructions_table(json.loads(path.read_text()), first=not out)
+    return out
+
+
+def _instructions_table(data: dict[str, Any], *, first: bool) -> list[str]:
     per_op = {(r["config"], r["shape"]): r["instructions"] for r in data["per_op"]}
     configs = list(dict.fromkeys(c for c, _ in per_op))
     shapes = list(dict.fromkeys(s for _, s in per_op))
-    out = [
-        "## Instructions per operation",
-        "",
-        "Counted by valgrind (`python benchmarks/instructions.py`): the instructions that",
-        "pushing, running and finishing one no-op (`yield` for coroutines) operation costs,",
-        "garbage collection included, the same in every run. Single-threaded",
-        f"configurations only; Python {data['python']}, aioengine's"
-        f" {data.get('aioengine_core', 'pure Python')} core.",
+    core = data.get("aioengine_core", "pure Python")
+    out = (
+        [
+            "## Instructions per operation",
+            "",
+            "Counted by valgrind (`python benchmarks/instructions.py`): the instructions that",
+            "pushing, running and finishing one no-op (`yield` for coroutines) operation costs,",
+            "garbage collection included, the same in every run. Single-threaded",
+            f"configurations only; Python {data['python']}.",
+            "",
+        ]
+        if first
+        else []
+    )
+    out += [
+        f"### aioengine's {core} core",
         "",
         "| shape | " + " | ".join(f"`{c}`" for c in configs) + " |",
         "|---|" + "---:|" * len(configs),
@@ -140,24 +156,37 @@ def render(data: dict[str, object]) -> str:
         "",
         "## Where the time goes",
         "",
-        "Every operation costs aioengine Python bookkeeping that MXNet does in C++: the push",
+        "Every operation costs aioengine bookkeeping that MXNet does in C++: the push",
         "(argument checks, an `Operation`, the atomic append to each Var's queue under the",
         "engine lock), the start (state check, failure inheritance) and the finish (release",
         "and grant, counters, waking awaiters). The wall-clock medians above move by tens of",
         "percent from run to run on a shared 2-core VM, so the hot paths were tuned on",
-        "instruction counts (the table above, from `benchmarks/instructions.py`), which are",
+        "instruction counts (the tables above, from `benchmarks/instructions.py`), which are",
         "the same every time, and a change was kept only when alternating wall-clock runs",
         "agreed: counts miss the cost of memory. Creating a ready coroutine operation's",
         "task inside its push counted 1.5% fewer instructions, yet a burst of 20,000 of",
         "them ran 25-40% slower, because every task then existed at once; it was reverted.",
         "What made operations cheaper, in that order of effect:",
         "",
-        "- **Garbage collection** was the largest single cost: with 20,000 operations",
-        "  pending, each full collection took 20-35 ms, about 4 µs per operation. A request",
-        "  is no longer an object (a Var's queue holds `op, write` pairs in one deque,",
-        "  created when a request first waits), executors queue integer keys instead of a",
-        "  closure and a heap tuple per operation: a pending operation costs 3-4 tracked",
-        "  objects instead of 7-10, and about 500 bytes instead of 709.",
+        "- **The compiled core** (`setup.py`, see [Design](design.md#the-compiled-core)):",
+        "  Cython compiles `engine.py`, `operation.py`, `var.py` and `bulk.py`, typed by",
+        "  `.pxd` files, so the hot path reads operations, Vars and the engine as C structs",
+        "  and its methods call each other as C functions. Compiling the same modules",
+        "  without the declarations gained nothing measurable: CPython 3.11's specialising",
+        "  interpreter already does what a plain compile saves. With them, an inline",
+        "  operation costs about half the instructions of the pure-Python build (the two",
+        "  tables above) and its wall-clock time drops by 40-50% (an A/B in one process:",
+        "  0.53-0.58x of the floor on the default loop interpreted, 0.81-1.00x compiled).",
+        "- **Garbage collection** was the largest single cost before that: with 20,000",
+        "  operations pending, each full collection took 20-35 ms, about 4 µs per operation.",
+        "  A request is no longer an object (a Var's queue holds `op, write` pairs in one",
+        "  deque, created when a request first waits), executors queue integer keys instead",
+        "  of a closure and a heap tuple per operation: a pending operation costs 4 tracked",
+        "  objects (the operation, its context copy, its two Var tuples) instead of 7-10, and",
+        "  about 500 bytes instead of 709. It is still a third of a push: the floor keeps",
+        "  two small objects per operation, so a burst of 20,000 pushes triggers half as",
+        "  many collections there (measured with `gc.callbacks`: 226 young, 20 middle and 2",
+        "  full collections against 58, 5 and 0 on `noop/fanout`).",
         "- **Coroutine operations** finish inside their task, at the end of its last step,",
         "  instead of in a done-callback one loop iteration later; the loop starts at most",
         "  256 of them per callback, so 20,000 ready ones do not all exist as tasks at once;",
@@ -165,20 +194,20 @@ def render(data: dict[str, object]) -> str:
         "  at once.",
         "- **The loop thread runs inline operations as workers do**: finishing one claims",
         "  the next best in the same critical section, and the one operation a completion",
-        "  made ready runs without a trip through the queue.",
+        "  made ready runs without a trip through the queue. Its queue appends keys that",
+        "  arrive in order (priority 0, made ready in push order) to a FIFO and only the",
+        "  others to a heap: with 20,000 operations ready, `heappop`'s comparisons had been",
+        "  18% of the run.",
         "- **Fewer Python calls per operation** (15 instead of 22 for an inline one): the",
         "  grant rule applied to all of an operation's Vars in one call, locks taken with",
         "  `acquire()`/`release()` (`with lock:` costs twice as much on CPython 3.11), no",
-        "  `getpid()` system call per push on the loop's thread.",
+        "  `getpid()` system call per push on the loop's thread, enum members bound to module",
+        "  constants (`OpState.PENDING` is a lookup through the Enum metaclass each time).",
         "",
-        "Across the last full runs, threaded no-ops ran at 1.9-3.0x MXNet's best threaded",
-        "configuration, coroutine operations at 0.64-0.79x of one asyncio task per operation,",
-        "and 10 ms I/O operations within 1.5x of a bare `asyncio.gather` (0.60-0.88x), the",
-        "last two close enough to their targets that a noisy run falls below them: one run",
-        "put 10 ms I/O on uvloop at 0.60x. On that day every Python peer ran 16-34% slower",
-        "than the run before on the same VM, while MXNet's own timings did not move; an A/B",
-        "of that workload alone gave 0.70x for the code before that run's changes and 0.65x",
-        "after, with spreads of 17-51% between repetitions.",
+        "Wall-clock ratios of Python peers move between runs on this VM: in earlier runs",
+        "every Python peer once ran 16-34% slower than the run before while MXNet's own",
+        "timings did not move, with spreads of 17-51% between repetitions. The targets",
+        "table is one run; the instruction counts are the steady figure.",
         "",
         "MXNet's threaded figures include a cost its C++ operators would not pay: ctypes",
         "sets up a Python thread state for every callback into a Python body on MXNet's",
@@ -187,39 +216,42 @@ def render(data: dict[str, object]) -> str:
         "marks a write under way, so that an overlap of a write with an earlier read also",
         "fails verification (`workloads.selftest()` checks that it does).",
         "",
-        "**Not met: inline and serial no-ops against the asyncio floor (0.6x) and MXNet's",
-        "NaiveEngine (1x).** The floor is a scheduler that trusts its input: no argument",
-        "checks, no thread safety, no failures, no priorities, no cancellation, no",
-        "awaitable result per operation. It executes about 23,000-30,000 instructions per",
-        "no-op operation, aioengine about 43,000-66,000 (the instructions table), and the",
-        "extra objects make the garbage collector's passes longer still. NaiveEngine runs",
-        "each operation inside the push, in C++ (its cost here is the ctypes round trip into",
-        "the Python body); an aioengine push must return before the function runs, since",
-        "the operation can still be cancelled then, so every operation is queued and taken",
-        "back. Closing that gap needs the per-operation bookkeeping in compiled code;",
-        "mypyc, the compiler for typed Python, was tried and rejected: its classes cannot",
-        "be weakly referenced, which the engine and its users rely on. Compiling the",
-        "unchanged `engine.py`, `var.py` and `operation.py` with Cython 3.1 was tried too",
-        "and gained nothing measurable on inline no-ops: CPython 3.11's specialising",
-        "interpreter already does what a plain compile saves. A gain would need typed",
-        "`cdef` classes for `Operation` and `Var`, a second implementation of the hot path.",
+        "**Not met: inline and serial no-ops on uvloop against the asyncio floor (0.6x), and",
+        "against MXNet's NaiveEngine (1x).** With the compiled core, inline and serial",
+        "operations meet 0.6x of the floor on the default loop, and by instruction count",
+        "they are within 10% of the floor or below it on every shape. On uvloop the floor",
+        "gains and aioengine does not: the floor schedules every operation with",
+        "`loop.call_soon`, which uvloop runs in C, while aioengine's loop queue never calls",
+        "it per operation, so the loop's speed does not show in its figures; the worst",
+        "shape, `fanout`, runs at 1.5-1.6 µs per operation in the floor on uvloop. The",
+        "remaining gap is mostly the garbage collector (above) and the floor's lack of",
+        "everything a user relies on: it has no argument checks, no thread safety, no",
+        "failures, priorities or cancellation, and no awaitable result per operation.",
+        "NaiveEngine runs each operation inside the push, in C++ (its cost here is the",
+        "ctypes round trip into the Python body); an aioengine push must return before the",
+        "function runs, since the operation can still be cancelled then, so every",
+        "operation is queued and taken back. aioengine is ahead of NaiveEngine on",
+        "`independent` and behind on `random`, where each operation touches up to five",
+        "Vars. mypyc, the compiler for typed Python, was tried earlier and rejected: its",
+        "classes cannot be weakly referenced, which the engine and its users rely on.",
         "",
-        "**Bulk execution does not close it either.** The `-bulk` rows push the same",
+        "**Bulk execution does not help no-ops any more.** The `-bulk` rows push the same",
         "operations inside `engine.bulk(64)` (MXNet's bulk execution, see",
         "[bulk execution](howto/bulk.md)): a segment queues once on its Vars and runs its",
         "operations in one loop callback, which saves their Var-queue and run-queue round",
-        "trips. That is 0-20% of an inline operation's time here (most on `random`, whose",
-        "operations touch the most Vars), because the rest stays per operation: the",
-        "argument checks, the `Operation` with its own result, failure and cancellation,",
-        "and its start and finish under the lock. A push alone costs about as much as a",
-        "whole operation of the floor.",
+        "trips. Interpreted, that was worth 0-20% of an inline operation; compiled, those",
+        "round trips cost less than the segment's own bookkeeping (asking whether a push",
+        "joins a segment, collecting the segment's Vars, a start and a finish under the",
+        "lock per member), and the bulk rows run at or slightly below the plain ones.",
         "",
         "## Reproduce",
         "",
         "```text",
         "nox -s bench                       # full matrix (about 10 minutes on 2 cores)",
         "nox -s bench -- --quick            # smoke mode, under a minute",
-        "python benchmarks/instructions.py  # instruction counts (valgrind, about 8 minutes)",
+        ".nox/bench/bin/python benchmarks/instructions.py  # instructions (valgrind, ~8 min)",
+        ".venv/bin/python benchmarks/instructions.py \\",
+        "    --out benchmarks/results/instructions-pure.json  # the same, pure-Python sources",
         "python benchmarks/report.py        # rewrite this page from benchmarks/results/",
         "```",
         "",
