@@ -380,8 +380,9 @@ class Engine:
         # READY ops for the loop thread, by _key (smaller first), in two parts: a key greater
         # than every key in _loop_fifo is appended there (the usual case: priority 0, made
         # ready in push order), any other goes to the min-heap _loop_heap; the best is the
-        # smaller head. Invariants: _loop_fifo is increasing, and _loop_ops holds exactly the
-        # keys of both, with their ops (added and removed together).
+        # smaller head. Invariants: _loop_fifo is increasing; _loop_ops holds exactly the keys
+        # of both, with their ops (added and removed together); and the heap is empty when the
+        # FIFO is (a key goes to the heap only below _loop_fifo[-1], and so leaves before it).
         self._loop_fifo: deque[int] = deque()
         self._loop_heap: list[int] = []
         self._loop_ops: dict[int, Operation[Any]] = {}
@@ -1816,7 +1817,7 @@ class Engine:
         heap = self._loop_heap
         ops = self._loop_ops
         while ops:
-            if heap and (not fifo or heap[0] < fifo[0]):
+            if heap and heap[0] < fifo[0]:  # a heap key implies a FIFO (see __init__)
                 op = ops.pop(heapq.heappop(heap))
             else:
                 op = ops.pop(fifo.popleft())
