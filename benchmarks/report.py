@@ -219,7 +219,7 @@ def render(data: dict[str, object]) -> str:
         "**Not met: inline and serial no-ops on uvloop against the asyncio floor (0.6x), and",
         "against MXNet's NaiveEngine (1x).** With the compiled core, inline and serial",
         "operations meet 0.6x of the floor on the default loop, and by instruction count",
-        "they are within 10% of the floor or below it on every shape. On uvloop the floor",
+        "they are within 12% of the floor or below it on every shape. On uvloop the floor",
         "gains and aioengine does not: the floor schedules every operation with",
         "`loop.call_soon`, which uvloop runs in C, while aioengine's loop queue never calls",
         "it per operation, so the loop's speed does not show in its figures; the worst",
