@@ -246,6 +246,7 @@ def _noop(rctx: RunContext) -> None:
 
 
 # Whether this module runs compiled (setup.py): Cython's functions are not Python functions.
+# The one test of the build; the test suite and the benchmarks ask it too.
 _COMPILED = type(_noop) is not FunctionType
 
 
@@ -377,12 +378,13 @@ class Engine:
         self._idle_due = False  # _idle_waiters need waking (set off the loop thread)
         self._capacity_due = False  # _capacity_waiters need waking (set off the loop thread)
         self._inbox_scheduled = False
-        # READY ops for the loop thread, by _key (smaller first), in two parts: a key greater
-        # than every key in _loop_fifo is appended there (the usual case: priority 0, made
-        # ready in push order), any other goes to the min-heap _loop_heap; the best is the
-        # smaller head. Invariants: _loop_fifo is increasing; _loop_ops holds exactly the keys
-        # of both, with their ops (added and removed together); and the heap is empty when the
-        # FIFO is (a key goes to the heap only below _loop_fifo[-1], and so leaves before it).
+        # READY ops for the loop thread, guarded by _lock (any thread enqueues, the loop
+        # thread claims), by _key (smaller first), in two parts: a key greater than every key
+        # in _loop_fifo is appended there (the usual case: priority 0, made ready in push
+        # order), any other goes to the min-heap _loop_heap; the best is the smaller head.
+        # Invariants: _loop_fifo is increasing; _loop_ops holds exactly the keys of both,
+        # with their ops (added and removed together); and the heap is empty when the FIFO
+        # is (a key goes to the heap only below _loop_fifo[-1], and so leaves before it).
         self._loop_fifo: deque[int] = deque()
         self._loop_heap: list[int] = []
         self._loop_ops: dict[int, Operation[Any]] = {}

@@ -166,14 +166,11 @@ def main() -> int:
                 ratio = results[floor, shape] / results[config, shape]
                 ratios.append({"shape": shape, "aio": config, "vs": floor, "ratio": ratio})
                 print(f"{shape:12s} {config:14s} vs {floor:14s} {ratio:5.2f}x")
-    import importlib.machinery
-
     import aioengine.engine
 
-    compiled = aioengine.engine.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
     report = {
         "python": platform.python_version(),
-        "aioengine_core": "compiled" if compiled else "pure Python",
+        "aioengine_core": "compiled" if aioengine.engine._COMPILED else "pure Python",
         "n1": args.n1,
         "n2": args.n2,
         "per_op": [

@@ -346,9 +346,8 @@ def probe_main(env: Env) -> None:
         "    except Exception as exc:\n"
         "        out[m] = 'ERROR ' + type(exc).__name__ + ': ' + str(exc)\n"
         "if not out['aioengine'].startswith('ERROR'):\n"
-        "    import importlib.machinery, aioengine.engine as e\n"
-        "    ext = tuple(importlib.machinery.EXTENSION_SUFFIXES)\n"
-        "    out['aioengine core'] = 'compiled' if e.__file__.endswith(ext) else 'pure Python'\n"
+        "    from aioengine.engine import _COMPILED\n"
+        "    out['aioengine core'] = 'compiled' if _COMPILED else 'pure Python'\n"
         "print(json.dumps(out))\n"
     )
     proc = subprocess.run(

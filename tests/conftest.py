@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.machinery
 import os
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -30,7 +29,7 @@ settings.load_profile("ci")
 
 # Whether the compiled core (setup.py) is what runs: the wheel compiles engine.py, and an
 # editable install runs the sources.
-COMPILED = ae.engine.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+COMPILED = ae.engine._COMPILED
 
 
 def pytest_report_header(config: pytest.Config) -> str:
