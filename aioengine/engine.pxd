@@ -38,9 +38,10 @@ cdef class Engine:
     cdef public dict _live
     cdef public object _lock
     cdef public object _loop
-    cdef public object _loop_fifo
+    cdef public list _loop_fifo
+    cdef public Py_ssize_t _loop_head
     cdef public list _loop_heap
-    cdef public dict _loop_ops
+    cdef public dict _loop_heap_ops
     cdef public bint _loop_queue_scheduled
     cdef public object _loop_rctx
     cdef public object _loop_thread
@@ -63,11 +64,11 @@ cdef class Engine:
     @cython.locals(op=_OperationCore, wait=Py_ssize_t)
     cpdef _push(self, fn, int kind, ctx, tuple reads, tuple writes, prop, priority, name,
                 deleting, handle=*)
-    @cython.locals(op=_OperationCore)
+    @cython.locals(op=_OperationCore, last=_OperationCore, fifo=list)
     cpdef _enqueue_loop(self, op)
     @cython.locals(op=_OperationCore, budget=Py_ssize_t)
     cpdef _run_loop_queue(self)
-    @cython.locals(op=_OperationCore)
+    @cython.locals(op=_OperationCore, first=_OperationCore, fifo=list, heap=list, head=Py_ssize_t)
     cpdef _claim_loop_op_locked(self, list todo)
     @cython.locals(op=_OperationCore)
     cpdef bint _start_locked(self, op, list todo) except -1

@@ -38,7 +38,6 @@ import os
 import threading
 import warnings
 import weakref
-from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from types import FunctionType, MethodType, TracebackType
 from typing import Any, Protocol, TypeVar, overload
@@ -379,15 +378,19 @@ class Engine:
         self._capacity_due = False  # _capacity_waiters need waking (set off the loop thread)
         self._inbox_scheduled = False
         # READY ops for the loop thread, guarded by _lock (any thread enqueues, the loop
-        # thread claims), by _key (smaller first), in two parts: a key greater than every key
-        # in _loop_fifo is appended there (the usual case: priority 0, made ready in push
-        # order), any other goes to the min-heap _loop_heap; the best is the smaller head.
-        # Invariants: _loop_fifo is increasing; _loop_ops holds exactly the keys of both,
-        # with their ops (added and removed together); and the heap is empty when the FIFO
-        # is (a key goes to the heap only below _loop_fifo[-1], and so leaves before it).
-        self._loop_fifo: deque[int] = deque()
+        # thread claims), by _key (smaller first), in two parts: an op whose key is greater
+        # than every key in the FIFO is appended to it (the usual case: priority 0, made
+        # ready in push order), any other goes to the min-heap _loop_heap of keys, with its
+        # op in _loop_heap_ops; the best is the smaller head. The FIFO is the list
+        # _loop_fifo from index _loop_head on (claimed entries before it are cleared to None
+        # and dropped in bulk: a list's append and index are C operations compiled).
+        # Invariants: the FIFO's keys increase; _loop_heap_ops holds exactly the heap's keys;
+        # and the heap is empty when the FIFO is (a key goes to the heap only below the
+        # FIFO's last, and so leaves before it): the loop queue is empty iff the FIFO is.
+        self._loop_fifo: list[Operation[Any] | None] = []
+        self._loop_head = 0
         self._loop_heap: list[int] = []
-        self._loop_ops: dict[int, Operation[Any]] = {}
+        self._loop_heap_ops: dict[int, Operation[Any]] = {}
         self._loop_queue_scheduled = False
         self._wakes: list[Executor] = []  # loop-thread only: executors to wake this iteration
         # Observers; empty on the fast path (DEBUG logging at creation installs an OpLogger).
@@ -1674,7 +1677,7 @@ class Engine:
                     todo.append(op)
                 elif (
                     op._kind == _CORO
-                    and not self._loop_ops
+                    and self._loop_head == len(self._loop_fifo)  # the loop queue is empty
                     and _get_ident() == self._loop_thread
                     and self._loop is not None
                     and self._loop.get_task_factory() is None
@@ -1745,13 +1748,16 @@ class Engine:
 
     def _enqueue_loop(self, op: Operation[Any]) -> None:
         """Queue a READY operation for the loop thread (lock held)."""
-        key = op._key
         fifo = self._loop_fifo
-        if not fifo or key > fifo[-1]:
-            fifo.append(key)
+        if self._loop_head == len(fifo):
+            fifo.append(op)
         else:
-            heapq.heappush(self._loop_heap, key)
-        self._loop_ops[key] = op
+            last: Operation[Any] = fifo[-1]  # type: ignore[assignment]  # from _loop_head on
+            if op._key > last._key:
+                fifo.append(op)
+            else:
+                heapq.heappush(self._loop_heap, op._key)
+                self._loop_heap_ops[op._key] = op
         if not self._loop_queue_scheduled:
             self._loop_queue_scheduled = True
             self._call_soon(self._run_loop_queue)
@@ -1804,7 +1810,7 @@ class Engine:
     def _reschedule_loop_queue(self) -> None:
         """After a run of the loop queue that did not empty it: run it again soon, if needed."""
         with self._lock:
-            if self._loop_ops:
+            if self._loop_head < len(self._loop_fifo):  # the loop queue is not empty
                 self._call_soon(self._run_loop_queue)
             else:
                 self._loop_queue_scheduled = False
@@ -1817,15 +1823,29 @@ class Engine:
         """
         fifo = self._loop_fifo
         heap = self._loop_heap
-        ops = self._loop_ops
-        while ops:
-            if heap and heap[0] < fifo[0]:  # a heap key implies a FIFO (see __init__)
-                op = ops.pop(heapq.heappop(heap))
+        op: Operation[Any] | None = None
+        # _loop_head is written back at once: a skip's release (in _start_locked) may
+        # enqueue, and _enqueue_loop reads it.
+        while self._loop_head < len(fifo):
+            head = self._loop_head
+            first: Operation[Any] = fifo[head]  # type: ignore[assignment]
+            if heap and heap[0] < first._key:  # a heap key implies a FIFO (see __init__)
+                op = self._loop_heap_ops.pop(heapq.heappop(heap))
             else:
-                op = ops.pop(fifo.popleft())
+                op = first
+                fifo[head] = None
+                self._loop_head = head + 1
             if self._start_locked(op, todo):
-                return op
-        return None
+                break
+            op = None
+        head = self._loop_head
+        if head == len(fifo):
+            del fifo[:]
+            self._loop_head = 0
+        elif head >= 64 and head << 1 >= len(fifo):  # the claimed half goes: amortised O(1)
+            del fifo[:head]
+            self._loop_head = 0
+        return op
 
     def _start_locked(self, op: Operation[Any], todo: list[Operation[Any]]) -> bool:
         """Mark READY ``op`` RUNNING and return True; False if it was cancelled while queued
@@ -2280,7 +2300,7 @@ class Engine:
             if (
                 target is None
                 and len(ready) == 1
-                and not self._loop_ops
+                and self._loop_head == len(self._loop_fifo)  # the loop queue is empty
                 and not self._failures
                 and self._gpu is None
             ):

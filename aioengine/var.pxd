@@ -13,8 +13,10 @@ cdef class Var:
     cdef public object _failure
     cdef public object _gpu_readers
     cdef public object _gpu_writer
+    cdef public Py_ssize_t _head
     cdef public object _owner
-    cdef public object _queue
+    cdef public list _queue
+    cdef public Py_ssize_t _queued
     cdef public Py_ssize_t _reads
     cdef public object _value
     cdef public Py_ssize_t _version
@@ -22,11 +24,11 @@ cdef class Var:
     cdef public object name
 
     # A waiter is an operation (_OperationCore): its counter and state are C struct members.
-    @cython.locals(op=_OperationCore, write=bint)
+    @cython.locals(op=_OperationCore, write=bint, queue=list, head=Py_ssize_t, end=Py_ssize_t)
     cpdef _grant(self, list ready)
 
 
-@cython.locals(v=Var, wait=Py_ssize_t)
+@cython.locals(v=Var, wait=Py_ssize_t, queue=list)
 cpdef append_all(op, tuple reads, tuple writes)
 
 @cython.locals(v=Var)

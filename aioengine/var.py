@@ -17,7 +17,7 @@ counter reaches zero (MXNet's ``wait`` counter). This keeps the observable behav
 futures while costing no event-loop round trip per grant; see ``engine.py``.
 
 A request is not an object: the queue holds ``op, write, op, write, ...`` flattened into one
-deque, and a granted request is only a count (``_reads``) or a flag (``_writing``). An engine
+list, and a granted request is only a count (``_reads``) or a flag (``_writing``). An engine
 keeps hundreds of thousands of requests pending, and every object it allocates per request
 makes each of the garbage collector's passes longer. Two facts replace per-request state:
 
@@ -34,7 +34,6 @@ from any thread; no method here runs user code or blocks.
 from __future__ import annotations
 
 import functools
-from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -129,8 +128,10 @@ class Var:
         "_failure",
         "_gpu_readers",
         "_gpu_writer",
+        "_head",
         "_owner",
         "_queue",
+        "_queued",
         "_reads",
         "_value",
         "_version",
@@ -141,11 +142,17 @@ class Var:
     def __init__(self, owner: Engine | None, name: str) -> None:
         self.name = name
         self._owner = owner  # the engine whose lock guards the fields below
-        # Ungranted requests in push order, flattened: op, write, op, write, ... It may hold
-        # tombstones (cancelled operations), never at its head. Created by the first request
-        # that has to queue: most Vars of a program are never contended, and a deque is
-        # 600 bytes that every pass of the garbage collector walks.
-        self._queue: deque[Any] | None = None
+        # Ungranted requests in push order, flattened: op, write, op, write, ... from index
+        # _head on (granted ones before it are cleared to None, and dropped in bulk once they
+        # are half the list: a list's append and index are C operations for the compiled
+        # core, a deque's methods are Python calls). It may hold tombstones (cancelled
+        # operations), never at its head. Created by the first request that has to queue:
+        # most Vars of a program are never contended.
+        self._queue: list[Any] | None = None
+        self._head = 0  # even; _queue[_head] is the head request's operation
+        # Requests in _queue from _head on, tombstones included: one field, so that a
+        # snapshot read without the lock (_waiting) is never torn by a compaction.
+        self._queued = 0
         self._dead = 0  # tombstones in _queue, so a snapshot never has to walk the queue
         self._reads = 0  # granted read requests not yet released
         self._writing = False  # a granted write not yet released; invariant: implies _reads == 0
@@ -191,8 +198,7 @@ class Var:
     def _waiting(self) -> int:
         """The live requests queued: O(1) and without the lock (a repr may be taken with the
         engine lock held), so off by one at worst while another thread changes the queue."""
-        queue = self._queue
-        return max(0, len(queue) // 2 - self._dead) if queue else 0
+        return max(0, self._queued - self._dead)
 
     # -- the grant rule; caller holds the engine lock ------------------------------------
 
@@ -202,24 +208,25 @@ class Var:
         Appending never makes another request grantable, so the caller only has to count
         this one (``op._wait``).
         """
-        queue = self._queue
+        queued = self._queued
         if write:
-            if not (self._writing or self._reads or queue):
+            if not (self._writing or self._reads or queued):
                 self._writing = True
                 return True
-        elif not (self._writing or queue):
+        elif not (self._writing or queued):
             self._reads += 1
             return True
+        queue = self._queue
         if queue is None:
-            queue = self._queue = deque()
+            queue = self._queue = []
         queue.append(op)
         queue.append(write)
+        self._queued = queued + 1
         return False
 
     def _holds(self, op: _Waiter) -> bool:
         """Whether ``op``'s request on this Var was granted (see the module docstring)."""
-        queue = self._queue
-        return not queue or queue[0]._seq > op._seq
+        return not self._queued or self._queue[self._head]._seq > op._seq  # type: ignore[index]
 
     def _release(self, write: bool, ready: list[Any], completed_write: bool) -> None:
         """Hand back a granted request and grant whatever the rule now allows.
@@ -234,7 +241,7 @@ class Var:
             self._reads -= 1
             if self._reads:
                 return
-        if self._queue:
+        if self._queued:
             self._grant(ready)
 
     def _withdraw(self, ready: list[Any]) -> None:
@@ -249,44 +256,60 @@ class Var:
         After this returns the head of the queue (if any) is live and not grantable.
         """
         queue = self._queue
-        while queue:
-            op = queue[0]
+        assert queue is not None
+        head = self._head
+        end = len(queue)
+        while head < end:
+            op = queue[head]
             if self._dead and op._state is _CANCELLED:
-                queue.popleft()
-                queue.popleft()
+                queue[head] = None
+                head += 2
                 self._dead -= 1
                 continue
-            write = queue[1]
+            write = queue[head + 1]
             if write:
                 if self._writing or self._reads:
-                    return
+                    break
                 self._writing = True
             else:
                 if self._writing:
-                    return
+                    break
                 self._reads += 1
-            queue.popleft()
-            queue.popleft()
+            queue[head] = None  # no reference kept to a granted request's operation
+            head += 2
             op._wait -= 1
             if not op._wait:
                 ready.append(op)
             if write and not self._dead:
-                return  # nothing behind a write can be granted, and no tombstone is queued
+                break  # nothing behind a write can be granted, and no tombstone is queued
             # Go on after a write only to drop tombstones (the head is never a tombstone).
+        self._queued = (end - head) >> 1
+        if head == end:
+            del queue[:]
+            head = 0
+        elif head >= 64 and head << 1 >= end:  # the granted half goes: amortised O(1)
+            del queue[:head]
+            head = 0
+        self._head = head
 
     def _requests(self) -> list[tuple[Any, bool]]:
         """The queued requests as ``(op, write)`` pairs, tombstones included (a copy)."""
-        flat = list(self._queue or ())
+        flat = self._queue[self._head :] if self._queue else []
         return list(zip(flat[::2], flat[1::2], strict=True))
 
     def _is_idle(self) -> bool:
         """True when no request is granted or queued."""
-        return not (self._reads or self._writing or self._queue)
+        return not (self._reads or self._writing or self._queued)
 
     def _check_invariants(self) -> None:
         """Assert the grant rule's invariants (for tests)."""
         assert self._reads >= 0, self
         assert not (self._writing and self._reads), self
+        queue = self._queue or []
+        assert self._head % 2 == 0, self
+        assert 0 <= self._head <= len(queue), self
+        assert self._queued == (len(queue) - self._head) // 2, self
+        assert not any(queue[: self._head : 2]), f"{self} keeps a granted request's operation"
         requests = self._requests()
         assert self._dead == sum(op._state is _CANCELLED for op, _ in requests), self
         seqs = [op._seq for op, _ in requests]
@@ -348,22 +371,24 @@ def append_all(op: _Waiter, reads: tuple[Var, ...], writes: tuple[Var, ...]) -> 
     """
     wait = 0
     for v in reads:
-        queue = v._queue
-        if v._writing or queue:
+        if v._writing or v._queued:
+            queue = v._queue
             if queue is None:
-                queue = v._queue = deque()
+                queue = v._queue = []
             queue.append(op)
             queue.append(False)
+            v._queued += 1
             wait += 1
         else:
             v._reads += 1
     for v in writes:
-        queue = v._queue
-        if v._writing or v._reads or queue:
+        if v._writing or v._reads or v._queued:
+            queue = v._queue
             if queue is None:
-                queue = v._queue = deque()
+                queue = v._queue = []
             queue.append(op)
             queue.append(True)
+            v._queued += 1
             wait += 1
         else:
             v._writing = True
@@ -377,13 +402,13 @@ def release_all(
     (caller holds the engine lock); inlined as :func:`append_all` is."""
     for v in reads:
         v._reads -= 1
-        if not v._reads and v._queue:
+        if not v._reads and v._queued:
             v._grant(ready)
     for v in writes:
         v._writing = False
         if completed:
             v._version += 1
-        if v._queue:
+        if v._queued:
             v._grant(ready)
 
 
@@ -406,14 +431,12 @@ def queued_behind(first: Any, target: Any = None) -> set[Any]:
             held_reads.update(v for v in op._const if v._holds(op))
             held_writes.update(v for v in op._mutate if v._holds(op))
         # The Vars of the operations found last: their queues may block more now.
-        vars_ = {v for op in new for v in (*op._const, *op._mutate) if v._queue}
+        vars_ = {v for op in new for v in (*op._const, *op._mutate) if v._queued}
         new = []
         for v in vars_:
-            queue = v._queue
             reads = v in held_reads
             write = blocked = v in held_writes
-            it = iter(queue)
-            for op, is_write in zip(it, it, strict=True):
+            for op, is_write in v._requests():
                 if op._state is _CANCELLED:
                     continue
                 blocked = blocked or write or (is_write and reads)

@@ -170,7 +170,22 @@ class TestGrantRule:
         q.release(w1)
         q.push("r", False)
         assert q.granted == ["w0", "w1", "r"]
-        assert not q.var._queue
+        assert not q.var._queued
+        assert not q.var._requests()
+
+    def test_a_long_queue_drops_what_it_granted(self) -> None:
+        """Writes granted one by one while more queue: push order holds, and the granted
+        prefix of the queue is dropped, so its length stays bounded by what is queued."""
+        q = Queue()
+        reqs = [q.push(f"w{i}", True) for i in range(300)]
+        for i in range(600):
+            q.release(reqs[i])
+            if i < 300:
+                reqs.append(q.push(f"w{300 + i}", True))
+            assert len(q.var._queue or ()) <= max(128, 4 * q.var._queued)
+        assert q.granted == [f"w{i}" for i in range(600)]
+        assert not q.var._queued
+        assert q.var._is_idle()
 
     def test_operation_waits_for_all_its_requests(self) -> None:
         x, y = Var(None, "x"), Var(None, "y")
