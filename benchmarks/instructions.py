@@ -18,6 +18,7 @@ Usage::
 
     python benchmarks/instructions.py                       # every config and shape
     python benchmarks/instructions.py --shapes chain,random --configs aio-inline,floor-inline
+    python benchmarks/instructions.py --loop uvloop --out /tmp/uvloop.json   # on uvloop
 
 It counts the aioengine that its interpreter imports: run it with the bench venv's Python
 (``.nox/bench/bin/python``, the compiled wheel) for ``results/instructions.json``, and with a
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import platform
@@ -42,7 +44,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
-from workloads import SHAPES, Checker, WorkloadSpec, generate
+from workloads import SHAPES, Checker, WorkloadSpec, generate, make_runner
 
 CONFIGS = ("aio-inline", "aio-serial", "aio-async", "floor-inline", "floor-task")
 FLOORS = {"aio-inline": "floor-inline", "aio-serial": "floor-inline", "aio-async": "floor-task"}
@@ -64,6 +66,7 @@ async def _aioengine(config: str, spec: WorkloadSpec, setup_only: bool) -> None:
         fns = [partial(check.body, i) for i in range(len(prog))]
     prop = ae.FnProperty.ASYNC if config == "aio-inline" else ae.FnProperty.NORMAL
     await engine.wait_for_all()
+    gc.collect()  # as start_clock() does in the runners (and in both modes: it cancels out)
     if not setup_only:
         if config == "aio-async":
             for i in range(len(prog)):
@@ -79,23 +82,25 @@ async def _floor(config: str, spec: WorkloadSpec, setup_only: bool) -> None:
     """The floors of ``peers/asyncio_floor.py`` themselves (their own timing is ignored)."""
     from peers.asyncio_floor import _run_counter, _run_tasks
 
-    if setup_only:  # what both floors do before their first push
+    if setup_only:  # what both floors do before their first push (start_clock included)
         prog, n_vars = generate(spec)
         Checker(spec, prog, n_vars)
+        gc.collect()
     elif config == "floor-inline":
         await _run_counter(spec, "inline", None)
     else:
         await _run_tasks(spec)
 
 
-def _child(config: str, shape: str, n: int, setup_only: bool) -> None:
+def _child(config: str, shape: str, n: int, setup_only: bool, loop: str) -> None:
     body = "yield" if config in ("aio-async", "floor-task") else "noop"
     spec = WorkloadSpec(f"{body}/{shape}", shape, body, n)
     run = _floor if config.startswith("floor") else _aioengine
-    asyncio.run(run(config, spec, setup_only))
+    with make_runner(loop) as runner:
+        runner.run(run(config, spec, setup_only))
 
 
-def _count(config: str, shape: str, n: int, setup_only: bool) -> int:
+def _count(config: str, shape: str, n: int, setup_only: bool, loop: str) -> int:
     """Instructions of one child process, from callgrind's summary line."""
     cmd = [
         "valgrind",
@@ -108,6 +113,7 @@ def _count(config: str, shape: str, n: int, setup_only: bool) -> int:
         shape,
         str(n),
         "setup" if setup_only else "run",
+        loop,
     ]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stderr
@@ -117,10 +123,12 @@ def _count(config: str, shape: str, n: int, setup_only: bool) -> int:
     raise RuntimeError(f"no instruction count in valgrind's output:\n{out[-2000:]}")
 
 
-def per_op(config: str, shape: str, n1: int, n2: int, pool: ThreadPoolExecutor) -> float:
+def per_op(
+    config: str, shape: str, n1: int, n2: int, loop: str, pool: ThreadPoolExecutor
+) -> float:
     """Instructions per operation of ``config`` on ``shape`` (see the module docstring)."""
     runs = [
-        pool.submit(_count, config, shape, n, setup_only)
+        pool.submit(_count, config, shape, n, setup_only, loop)
         for n in (n1, n2)
         for setup_only in (False, True)
     ]
@@ -141,11 +149,17 @@ def main() -> int:
             os.path.dirname(os.path.abspath(__file__)), "results", "instructions.json"
         ),
     )
-    ap.add_argument("--child", nargs=4, metavar=("CONFIG", "SHAPE", "N", "MODE"))
+    ap.add_argument(
+        "--loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="the event loop every configuration runs on (default: asyncio's)",
+    )
+    ap.add_argument("--child", nargs=5, metavar=("CONFIG", "SHAPE", "N", "MODE", "LOOP"))
     args = ap.parse_args()
     if args.child:
-        config, shape, n, mode = args.child
-        _child(config, shape, int(n), mode == "setup")
+        config, shape, n, mode, loop = args.child
+        _child(config, shape, int(n), mode == "setup", loop)
         return 0
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install valgrind): nothing counted")
@@ -156,7 +170,7 @@ def main() -> int:
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         for shape in shapes:
             for config in configs:
-                results[config, shape] = per_op(config, shape, args.n1, args.n2, pool)
+                results[config, shape] = per_op(config, shape, args.n1, args.n2, args.loop, pool)
                 print(f"{shape:12s} {config:14s} {results[config, shape]:9,.0f} instructions/op")
     print("\nratio = floor instructions / aioengine instructions (>1: aioengine does less)")
     ratios = []
@@ -171,6 +185,7 @@ def main() -> int:
     report = {
         "python": platform.python_version(),
         "aioengine_core": "compiled" if aioengine.engine._COMPILED else "pure Python",
+        "loop": args.loop,
         "n1": args.n1,
         "n2": args.n2,
         "per_op": [

@@ -20,6 +20,7 @@ that it can be imported by the MXNet runner, which lives in its own virtual envi
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import json
 import random
@@ -270,6 +271,17 @@ def make_work(spec: WorkloadSpec) -> Callable[[], None]:
 
         return kernel
     raise ValueError(f"unknown sync body {kind!r}")
+
+
+def start_clock() -> float:
+    """Collect garbage, then return ``time.perf_counter()``: every runner's timed region starts
+    here, after its setup (program, Vars, bodies, engine), so that no runner's collections of
+    its own setup's objects are charged to its operations. Python's collector is
+    generational: the first young collections of the timed region would otherwise walk
+    whatever the setup left young, which differs from runner to runner.
+    """
+    gc.collect()
+    return time.perf_counter()
 
 
 def calibrate_body_us(spec: WorkloadSpec, reps: int = 20) -> float:

@@ -39,6 +39,7 @@ from workloads import (
     result_record,
     run_cli,
     split_loop,
+    start_clock,
 )
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ async def _run_program(
             raise ValueError("aio-async runs coroutine bodies only")
         cfns = [partial(check.cbody, i) for i in range(n)]
         push_async = engine.push_async
-        t0 = time.perf_counter()
+        t0 = start_clock()
         for i in range(n):
             push_async(cfns[i], ctx, cvs[i], mvs[i])
         await engine.wait_for_all()
@@ -93,25 +94,25 @@ async def _run_program(
     push_sync = engine.push_sync
     if kind == "aio-inline":
         prop = ae.FnProperty.ASYNC
-        t0 = time.perf_counter()
+        t0 = start_clock()
         for i in range(n):
             push_sync(fns[i], ctx, const_vars=cvs[i], mutate_vars=mvs[i], prop=prop)
         await engine.wait_for_all()
     elif kind == "aio-inline-bulk":
         prop = ae.FnProperty.ASYNC
-        t0 = time.perf_counter()
+        t0 = start_clock()
         with engine.bulk(BULK_SIZE):
             for i in range(n):
                 push_sync(fns[i], ctx, const_vars=cvs[i], mutate_vars=mvs[i], prop=prop)
         await engine.wait_for_all()
     elif kind == "aio-serial-bulk":
-        t0 = time.perf_counter()
+        t0 = start_clock()
         with engine.bulk(BULK_SIZE):
             for i in range(n):
                 push_sync(fns[i], ctx, const_vars=cvs[i], mutate_vars=mvs[i])
         await engine.wait_for_all()
     else:
-        t0 = time.perf_counter()
+        t0 = start_clock()
         for i in range(n):
             push_sync(fns[i], ctx, const_vars=cvs[i], mutate_vars=mvs[i])
         await engine.wait_for_all()
