@@ -43,6 +43,7 @@ cdef class Engine:
     cdef public list _loop_heap
     cdef public dict _loop_heap_ops
     cdef public bint _loop_queue_scheduled
+    cdef public object _loop_ctx
     cdef public object _loop_rctx
     cdef public object _loop_thread
     cdef public object _pid

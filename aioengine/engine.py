@@ -96,6 +96,10 @@ logger = logging.getLogger("aioengine")
 _get_running_loop = asyncio._get_running_loop
 _partial = functools.partial
 _get_ident = threading.get_ident
+# Unbound, so that the compiled core calls them without a method lookup per operation.
+_acquire = type(threading.Lock()).acquire
+_release = type(threading.Lock()).release
+_context_run = contextvars.Context.run
 
 _PENDING = OpState.PENDING
 _READY = OpState.READY
@@ -371,6 +375,7 @@ class Engine:
         self._last_route: tuple[object, object, Executor | None] = (None, None, None)
         self._rctx_cache: dict[Context, RunContext] = {}  # stream-less RunContexts
         self._loop_rctx: RunContext | None = None  # the RunContext of the op running inline
+        self._loop_ctx: Context | None = None  # the ctx of _loop_rctx (loop thread only)
         # Loop-thread hand-off. Invariant: _inbox_scheduled is True iff a _drain_inbox call is
         # scheduled and has not yet swapped _inbox out; the same for the loop queue.
         self._inbox: list[Operation[Any]] = []  # finished ops whose awaiters need waking
@@ -835,19 +840,16 @@ class Engine:
             EngineClosedError: if the engine is closing or closed.
             DeviceUnavailableError: if ``ctx`` is a GPU that cannot be used here.
         """
-        # The usual cases, a function or a partial of one, are decided without a call.
-        code = (
-            fn.__code__
-            if type(fn) is FunctionType
-            else fn.func.__code__
-            if type(fn) is _partial and type(fn.func) is FunctionType
-            else None
-        )
-        if code is not None:
-            if code.co_flags & _CO_COROUTINE:
+        # The usual cases, a function or a partial of one, are decided without a call, and
+        # their default name is taken from the same function (each attribute read counts).
+        func: Any = fn.func if type(fn) is _partial else fn
+        if type(func) is FunctionType:
+            if func.__code__.co_flags & _CO_COROUTINE:
                 raise TypeError(
                     f"{_fn_name(fn)} is a coroutine function; push it with push_async()"
                 )
+            if name is None:
+                name = func.__qualname__
         elif not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
         elif _is_coroutine_function(fn):
@@ -1147,7 +1149,7 @@ class Engine:
         )
         sequencer = self._sequencer
         lock = self._lock
-        lock.acquire()
+        _acquire(lock)
         try:
             if self._state is not _OPEN:
                 raise EngineClosedError(f"{self!r} is {self._state.value}; create a new Engine")
@@ -1191,7 +1193,7 @@ class Engine:
                     return op
                 todo = None
         finally:
-            lock.release()
+            _release(lock)
         if todo is None:
             assert target is not None
             self._submit_one(target, op)
@@ -1451,8 +1453,8 @@ class Engine:
         try:
             for event in waits:
                 backend.wait_event(stream, event)
-            result = op._context.run(
-                backend.run, stream, fn, RunContext(op._ctx, stream, keep, backend)
+            result = _context_run(
+                op._context, backend.run, stream, fn, RunContext(op._ctx, stream, keep, backend)
             )
         except BaseException as e:
             e.__traceback__ = e.__traceback__.tb_next if e.__traceback__ else None
@@ -1785,13 +1787,13 @@ class Engine:
         try:
             while budget > 0:
                 todo: list[Operation[Any]] = []
-                lock.acquire()
+                _acquire(lock)
                 try:
                     op = self._claim_loop_op_locked(todo)
                     if op is None:
                         self._loop_queue_scheduled = False
                 finally:
-                    lock.release()
+                    _release(lock)
                 if todo:
                     self._submit(todo)  # what skipped operations released
                 if op is None:
@@ -1902,11 +1904,11 @@ class Engine:
         if not claimed:
             todo: list[Operation[Any]] = []
             lock = self._lock
-            lock.acquire()
+            _acquire(lock)
             try:
                 started = self._start_locked(op, todo)
             finally:
-                lock.release()
+                _release(lock)
             if not started:
                 if todo:
                     self._submit(todo)
@@ -1916,16 +1918,18 @@ class Engine:
             self._notify_start(op)
         ctx = op._ctx
         if rctx is None:
+            if ctx is not self._loop_ctx:  # by identity: Context hashes in Python
+                self._loop_rctx = self._run_context(ctx)
+                self._loop_ctx = ctx
             rctx = self._loop_rctx
-            if rctx is None or rctx.ctx is not ctx:  # by identity: Context hashes in Python
-                rctx = self._loop_rctx = self._run_context(ctx)
+            assert rctx is not None
         elif rctx.ctx is not ctx:  # e.g. the shared CPU priority pool
             rctx = self._run_context(ctx) if rctx.stream is None else RunContext(ctx, rctx.stream)
         fn = op._fn
         if kind == _SYNC:
             assert fn is not None
             try:
-                result = op._context.run(fn, rctx)
+                result = _context_run(op._context, fn, rctx)
             except BaseException as exc:
                 # Drop this frame from the traceback: the recorded failure must not keep the
                 # operation (and through it its Vars) alive until someone throws it.
@@ -1951,7 +1955,7 @@ class Engine:
             assert fn is not None
             token = OnComplete(op)
             try:
-                result = op._context.run(fn, rctx, token)
+                result = _context_run(op._context, fn, rctx, token)
             except BaseException as exc:
                 exc.__traceback__ = exc.__traceback__.tb_next if exc.__traceback__ else None
                 self._callback_raised(op, token, exc)
@@ -2071,7 +2075,7 @@ class Engine:
             while i < n:
                 op = members[i]
                 i += 1
-                lock.acquire()
+                _acquire(lock)
                 try:
                     if op._state is not _PENDING:
                         continue  # cancelled while it waited
@@ -2079,7 +2083,7 @@ class Engine:
                         continue  # skipped (it releases nothing: the segment holds its Vars)
                     op._state = _RUNNING
                 finally:
-                    lock.release()
+                    _release(lock)
                 if self._instruments:
                     self._notify_start(op)
                 if op._ctx is not rctx.ctx:  # by identity, as in _execute_one: cpu() is new
@@ -2087,7 +2091,7 @@ class Engine:
                 fn = op._fn
                 assert fn is not None
                 try:
-                    result = op._context.run(fn, rctx)
+                    result = _context_run(op._context, fn, rctx)
                 except BaseException as exc:
                     exc.__traceback__ = exc.__traceback__.tb_next if exc.__traceback__ else None
                     self._finish(op, _FAILED, None, exc)
@@ -2098,7 +2102,7 @@ class Engine:
                 if type(result) in _COROUTINE_TYPES:
                     self._finish(op, _FAILED, None, self._awaitable_result(op, result))
                     continue
-                lock.acquire()
+                _acquire(lock)
                 try:
                     op._state = _DONE
                     op._result = result
@@ -2111,7 +2115,7 @@ class Engine:
                     op._inherited = None
                     self._complete_locked(op, _DONE)
                 finally:
-                    lock.release()
+                    _release(lock)
         except BaseException:
             # KeyboardInterrupt or SystemExit from a member, re-raised as an inline
             # operation's is: the members after it run (or are skipped) when the loop runs
@@ -2137,7 +2141,7 @@ class Engine:
         ready: list[Any] = []
         nxt = None
         lock = self._lock
-        lock.acquire()
+        _acquire(lock)
         try:
             seg._state = _DONE
             # False: its members counted their own writes as they finished.
@@ -2149,7 +2153,7 @@ class Engine:
             if more:
                 nxt = self._claim_loop_op_locked(todo)
         finally:
-            lock.release()
+            _release(lock)
         if todo:
             self._submit(todo)
         return nxt
@@ -2202,7 +2206,7 @@ class Engine:
         coro = run_coroutine(op, fn, rctx)
         # Up to its hand-off now, in op's context (it sets current_op there): from here on
         # a cancellation of the task reaches its try statement.
-        op._context.run(coro.send, None)
+        _context_run(op._context, coro.send, None)
         task = loop.create_task(coro, name=op.name, context=op._context)
         # The engine tracks this task through its operation (dump(), statistics()); when the
         # loop closes with it pending (asyncio.run ending while operations are queued behind
@@ -2267,7 +2271,7 @@ class Engine:
             state, result, exc = _CANCELLED, _cancel_message(exc), None
         ready: list[Any] = []
         lock = self._lock
-        lock.acquire()
+        _acquire(lock)
         try:
             if state is _DONE:
                 self._done_locked(op, result, ready)
@@ -2275,7 +2279,7 @@ class Engine:
                 self._finish_locked(op, state, result, exc, ready)
             todo = self._settle(ready) if ready else ready
         finally:
-            lock.release()
+            _release(lock)
         if todo:
             self._submit(todo)
 
@@ -2294,7 +2298,7 @@ class Engine:
         ready: list[Any] = []
         nxt = None
         lock = self._lock
-        lock.acquire()
+        _acquire(lock)
         try:
             self._done_locked(op, result, ready)
             if (
@@ -2327,7 +2331,7 @@ class Engine:
                 if nxt is not None:
                     nxt._state = _RUNNING
         finally:
-            lock.release()
+            _release(lock)
         if nxt is None or target is None:
             if todo:
                 self._submit(todo)  # a worker returns to its pool and pops one of them
