@@ -6,10 +6,10 @@ cimport cython
 
 from .bulk cimport size_for as _bulk_size_for
 from .operation cimport _OperationCore
-# Cimported, so that the engine calls them as C functions, not through Python calls. (Not
-# the Var type: a cimported name is no module global, and typing.get_type_hints() on the
-# engine's methods must find Var there.)
-from .var cimport append_all, release_all
+# Cimported, so that the engine calls them as C functions, not through Python calls. The Var
+# type only under another name, for typed locals: a cimported name is no module global, and
+# typing.get_type_hints() on the engine's methods must find Var there.
+from .var cimport Var as _VarType, append_all, release_all
 
 
 @cython.final
@@ -60,7 +60,7 @@ cdef class Engine:
     cdef public list _wakes
 
     # Every operation's path: push, queue, start, run, finish, release.
-    @cython.locals(nm=Py_ssize_t, nc=Py_ssize_t)
+    @cython.locals(nm=Py_ssize_t, nc=Py_ssize_t, var=_VarType)
     cpdef tuple _var_lists(self, const_vars, mutate_vars)
     @cython.locals(op=_OperationCore, wait=Py_ssize_t)
     cpdef _push(self, fn, int kind, ctx, tuple reads, tuple writes, prop, priority, name,

@@ -1235,11 +1235,19 @@ class Engine:
             if type(const_vars) in _SEQUENCES
             else self._listed("const_vars", const_vars)
         )
+        # A Var's owner is read through `var`, which the compiled core types as Var (a C
+        # struct read) once the exact type is checked.
         for v in m:
-            if type(v) is not Var or v._owner is not self:
+            if type(v) is not Var:
+                self._bad_var("mutate_vars", m)
+            var: Var = v
+            if var._owner is not self:
                 self._bad_var("mutate_vars", m)
         for v in c:
-            if type(v) is not Var or v._owner is not self:
+            if type(v) is not Var:
+                self._bad_var("const_vars", c)
+            var = v
+            if var._owner is not self:
                 self._bad_var("const_vars", c)
         # Short lists (the usual case) are deduplicated without building dicts or sets.
         nm = len(m)
