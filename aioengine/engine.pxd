@@ -37,6 +37,8 @@ cdef class Engine:
     cdef public tuple _last_route
     cdef public dict _live
     cdef public object _lock
+    cdef public object _lock_acquire
+    cdef public object _lock_release
     cdef public object _loop
     cdef public list _loop_fifo
     cdef public Py_ssize_t _loop_head

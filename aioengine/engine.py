@@ -96,9 +96,7 @@ logger = logging.getLogger("aioengine")
 _get_running_loop = asyncio._get_running_loop
 _partial = functools.partial
 _get_ident = threading.get_ident
-# Unbound, so that the compiled core calls them without a method lookup per operation.
-_acquire = type(threading.Lock()).acquire
-_release = type(threading.Lock()).release
+# Unbound, so that the compiled core calls it without a method lookup per operation.
 _context_run = contextvars.Context.run
 
 _PENDING = OpState.PENDING
@@ -134,7 +132,7 @@ def _after_fork_in_child() -> None:
     """
     for engine in list(_engines):
         engine._forked = True
-        engine._lock = threading.Lock()
+        engine._use_lock(threading.Lock())
 
 
 if hasattr(os, "register_at_fork"):
@@ -352,7 +350,8 @@ class Engine:
         self._forked = False  # set in a child process after os.fork(): every use raises
         # The hot paths (push, start, finish) call acquire() and release() in a try statement:
         # "with lock:" costs twice as much on CPython 3.11 (__exit__ takes three arguments).
-        self._lock = threading.Lock()
+        # _use_lock also keeps them bound, so that no call looks the method up.
+        self._use_lock(threading.Lock())
         self._state = _State.OPEN
         self._loop: asyncio.AbstractEventLoop | None = None  # bound once, on first use
         self._loop_thread = 0  # ident of the thread running _loop
@@ -525,6 +524,14 @@ class Engine:
             self._remove_instrument_locked(instrument)
 
     # -- loop binding ------------------------------------------------------------------
+
+    def _use_lock(self, lock: threading.Lock) -> None:
+        """Make ``lock`` the engine lock; its ``acquire`` and ``release`` are kept bound, so
+        that the hot paths call them without a method lookup (called before the engine is
+        shared, or in a forked child, or by a test that swaps in a stand-in lock)."""
+        self._lock = lock
+        self._lock_acquire = lock.acquire
+        self._lock_release = lock.release
 
     def _bind(self) -> asyncio.AbstractEventLoop | None:
         """Bind to the running loop on first use; return the bound loop (None if unbound).
@@ -1148,8 +1155,7 @@ class Engine:
             self, fn, kind, ctx, const, mutate, prop, priority, name, target
         )
         sequencer = self._sequencer
-        lock = self._lock
-        _acquire(lock)
+        self._lock_acquire()
         try:
             if self._state is not _OPEN:
                 raise EngineClosedError(f"{self!r} is {self._state.value}; create a new Engine")
@@ -1193,7 +1199,7 @@ class Engine:
                     return op
                 todo = None
         finally:
-            _release(lock)
+            self._lock_release()
         if todo is None:
             assert target is not None
             self._submit_one(target, op)
@@ -1791,17 +1797,16 @@ class Engine:
         (the tasks of the coroutine operations it started among them) and reschedules.
         """
         budget = _LOOP_BUDGET
-        lock = self._lock
         try:
             while budget > 0:
                 todo: list[Operation[Any]] = []
-                _acquire(lock)
+                self._lock_acquire()
                 try:
                     op = self._claim_loop_op_locked(todo)
                     if op is None:
                         self._loop_queue_scheduled = False
                 finally:
-                    _release(lock)
+                    self._lock_release()
                 if todo:
                     self._submit(todo)  # what skipped operations released
                 if op is None:
@@ -1911,12 +1916,11 @@ class Engine:
         """
         if not claimed:
             todo: list[Operation[Any]] = []
-            lock = self._lock
-            _acquire(lock)
+            self._lock_acquire()
             try:
                 started = self._start_locked(op, todo)
             finally:
-                _release(lock)
+                self._lock_release()
             if not started:
                 if todo:
                     self._submit(todo)
@@ -2076,14 +2080,13 @@ class Engine:
         """
         members: list[Operation[Any]] = seg._result
         seg._result = None
-        lock = self._lock
         n = len(members)
         i = 0
         try:
             while i < n:
                 op = members[i]
                 i += 1
-                _acquire(lock)
+                self._lock_acquire()
                 try:
                     if op._state is not _PENDING:
                         continue  # cancelled while it waited
@@ -2091,7 +2094,7 @@ class Engine:
                         continue  # skipped (it releases nothing: the segment holds its Vars)
                     op._state = _RUNNING
                 finally:
-                    _release(lock)
+                    self._lock_release()
                 if self._instruments:
                     self._notify_start(op)
                 if op._ctx is not rctx.ctx:  # by identity, as in _execute_one: cpu() is new
@@ -2110,7 +2113,7 @@ class Engine:
                 if type(result) in _COROUTINE_TYPES:
                     self._finish(op, _FAILED, None, self._awaitable_result(op, result))
                     continue
-                _acquire(lock)
+                self._lock_acquire()
                 try:
                     op._state = _DONE
                     op._result = result
@@ -2123,13 +2126,13 @@ class Engine:
                     op._inherited = None
                     self._complete_locked(op, _DONE)
                 finally:
-                    _release(lock)
+                    self._lock_release()
         except BaseException:
             # KeyboardInterrupt or SystemExit from a member, re-raised as an inline
             # operation's is: the members after it run (or are skipped) when the loop runs
             # again, as inline operations queued behind that one would. So the segment keeps
             # its Vars and goes back to the loop queue with them.
-            with lock:
+            with self._lock:
                 rest = seg._result = members[i:]
                 if rest:
                     seg._state = _READY
@@ -2148,8 +2151,7 @@ class Engine:
         """Release a segment's Vars; claim the next loop operation if ``more`` (loop thread)."""
         ready: list[Any] = []
         nxt = None
-        lock = self._lock
-        _acquire(lock)
+        self._lock_acquire()
         try:
             seg._state = _DONE
             # False: its members counted their own writes as they finished.
@@ -2161,7 +2163,7 @@ class Engine:
             if more:
                 nxt = self._claim_loop_op_locked(todo)
         finally:
-            _release(lock)
+            self._lock_release()
         if todo:
             self._submit(todo)
         return nxt
@@ -2278,8 +2280,7 @@ class Engine:
             # cancelled, with that error's message (as a task's does).
             state, result, exc = _CANCELLED, _cancel_message(exc), None
         ready: list[Any] = []
-        lock = self._lock
-        _acquire(lock)
+        self._lock_acquire()
         try:
             if state is _DONE:
                 self._done_locked(op, result, ready)
@@ -2287,7 +2288,7 @@ class Engine:
                 self._finish_locked(op, state, result, exc, ready)
             todo = self._settle(ready) if ready else ready
         finally:
-            _release(lock)
+            self._lock_release()
         if todo:
             self._submit(todo)
 
@@ -2305,8 +2306,7 @@ class Engine:
         target = op._target
         ready: list[Any] = []
         nxt = None
-        lock = self._lock
-        _acquire(lock)
+        self._lock_acquire()
         try:
             self._done_locked(op, result, ready)
             if (
@@ -2339,7 +2339,7 @@ class Engine:
                 if nxt is not None:
                     nxt._state = _RUNNING
         finally:
-            _release(lock)
+            self._lock_release()
         if nxt is None or target is None:
             if todo:
                 self._submit(todo)  # a worker returns to its pool and pops one of them

@@ -264,6 +264,7 @@ class Var:
             if self._dead and op._state is _CANCELLED:
                 queue[head] = None
                 head += 2
+                self._queued -= 1  # with _dead, so that _waiting() stays within one
                 self._dead -= 1
                 continue
             write = queue[head + 1]
@@ -277,13 +278,13 @@ class Var:
                 self._reads += 1
             queue[head] = None  # no reference kept to a granted request's operation
             head += 2
+            self._queued -= 1
             op._wait -= 1
             if not op._wait:
                 ready.append(op)
             if write and not self._dead:
                 break  # nothing behind a write can be granted, and no tombstone is queued
             # Go on after a write only to drop tombstones (the head is never a tombstone).
-        self._queued = (end - head) >> 1
         if head == end:
             del queue[:]
             head = 0

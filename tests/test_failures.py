@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 import aioengine as ae
-import aioengine.engine as engine_module
 
 KINDS = ("sync", "coroutine", "callback-raises", "on_complete-exc")
 
@@ -409,7 +408,7 @@ class TestWaitForVar:
         assert info.value is exc
 
     async def test_on_an_idle_var_a_failure_of_a_later_op_is_not_the_waits(
-        self, threaded_engine: ae.Engine, monkeypatch: pytest.MonkeyPatch
+        self, threaded_engine: ae.Engine
     ) -> None:
         """The same on an idle Var: the wait takes its failure before it lets go of the
         engine's lock, after which an op pushed from another thread may fail on it (on a
@@ -430,13 +429,13 @@ class TestWaitForVar:
                     return
                 time.sleep(0.001)
 
-        engine._lock = AfterRelease(engine._lock, push_and_fail)  # type: ignore[assignment]
-        # The hot path calls the lock's methods unbound (the _thread.lock type's): a stand-in
-        # lock needs them called through the object.
-        monkeypatch.setattr(engine_module, "_acquire", lambda lock: lock.acquire())
-        monkeypatch.setattr(engine_module, "_release", lambda lock: lock.release())
-        await engine.wait_for_var(x)  # x was idle and carried nothing
-        assert later[0].done()
+        real = engine._lock
+        engine._use_lock(AfterRelease(real, push_and_fail))  # type: ignore[arg-type]
+        try:
+            await engine.wait_for_var(x)  # x was idle and carried nothing
+            assert later[0].done()
+        finally:
+            engine._use_lock(real)  # before the fixture closes the engine
         with pytest.raises(Boom) as info:
             await engine.wait_for_var(x)  # still recorded: thrown by the wait that covers it
         assert info.value is exc

@@ -187,6 +187,27 @@ class TestGrantRule:
         assert not q.var._queued
         assert q.var._is_idle()
 
+    def test_waiting_read_during_a_grant_stays_within_one(self) -> None:
+        """_waiting() is read without the lock (a repr, statistics): taken between the steps
+        of a grant that drops a tombstone, it never counts a request that was not queued."""
+        q = Queue()
+        q.push("w", True)
+        q.push("r1", False)
+        tomb = q.push("t", True)
+        q.push("r2", False)
+        q.cancel(tomb)
+        assert q.var._waiting() == 2
+        seen: list[int] = []
+
+        class Spy(list[FakeOp]):
+            def append(self, op: FakeOp) -> None:
+                seen.append(q.var._waiting())
+                super().append(op)
+
+        q.var._release(True, Spy(), completed_write=True)
+        assert seen == [1, 0]
+        assert q.var._waiting() == 0
+
     def test_operation_waits_for_all_its_requests(self) -> None:
         x, y = Var(None, "x"), Var(None, "y")
         blocker = FakeOp("blocker", 1)
