@@ -33,7 +33,6 @@ without it.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import json
 import os
@@ -123,9 +122,7 @@ def _count(config: str, shape: str, n: int, setup_only: bool, loop: str) -> int:
     raise RuntimeError(f"no instruction count in valgrind's output:\n{out[-2000:]}")
 
 
-def per_op(
-    config: str, shape: str, n1: int, n2: int, loop: str, pool: ThreadPoolExecutor
-) -> float:
+def per_op(config: str, shape: str, n1: int, n2: int, loop: str, pool: ThreadPoolExecutor) -> float:
     """Instructions per operation of ``config`` on ``shape`` (see the module docstring)."""
     runs = [
         pool.submit(_count, config, shape, n, setup_only, loop)
