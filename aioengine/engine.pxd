@@ -9,7 +9,7 @@ from .operation cimport _OperationCore
 # Cimported, so that the engine calls them as C functions, not through Python calls. The Var
 # type only under another name, for typed locals: a cimported name is no module global, and
 # typing.get_type_hints() on the engine's methods must find Var there.
-from .var cimport Var as _VarType, append_all, release_all
+from .var cimport Var as _VarType, append_all, drop_consumed, release_all
 
 
 @cython.final

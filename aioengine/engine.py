@@ -84,7 +84,15 @@ from .poller import poller_for
 from .settings import Settings
 from .stats import EngineStatistics, build_statistics, new_counters
 from .task import current_op, run_coroutine
-from .var import NO_VALUE, Var, _Failure, append_all, queued_behind, release_all
+from .var import (
+    NO_VALUE,
+    Var,
+    _Failure,
+    append_all,
+    drop_consumed,
+    queued_behind,
+    release_all,
+)
 from .watchdog import start_watchdog
 
 __all__ = ("Engine",)
@@ -1853,13 +1861,7 @@ class Engine:
             if self._start_locked(op, todo):
                 break
             op = None
-        head = self._loop_head
-        if head == len(fifo):
-            del fifo[:]
-            self._loop_head = 0
-        elif head >= 64 and head << 1 >= len(fifo):  # the claimed half goes: amortised O(1)
-            del fifo[:head]
-            self._loop_head = 0
+        self._loop_head = drop_consumed(fifo, self._loop_head)
         return op
 
     def _start_locked(self, op: Operation[Any], todo: list[Operation[Any]]) -> bool:

@@ -33,3 +33,5 @@ cpdef append_all(op, tuple reads, tuple writes)
 
 @cython.locals(v=Var)
 cpdef release_all(tuple reads, tuple writes, list ready, bint completed)
+
+cpdef Py_ssize_t drop_consumed(list items, Py_ssize_t head) except -1

@@ -49,7 +49,14 @@ if TYPE_CHECKING:
 _ASYNC = FnProperty.ASYNC
 _CANCELLED = OpState.CANCELLED
 
-__all__ = ("Var", "VarStatistics", "append_all", "queued_behind", "release_all")
+__all__ = (
+    "Var",
+    "VarStatistics",
+    "append_all",
+    "drop_consumed",
+    "queued_behind",
+    "release_all",
+)
 
 T = TypeVar("T")
 
@@ -285,13 +292,7 @@ class Var:
             if write and not self._dead:
                 break  # nothing behind a write can be granted, and no tombstone is queued
             # Go on after a write only to drop tombstones (the head is never a tombstone).
-        if head == end:
-            del queue[:]
-            head = 0
-        elif head >= 64 and head << 1 >= end:  # the granted half goes: amortised O(1)
-            del queue[:head]
-            head = 0
-        self._head = head
+        self._head = drop_consumed(queue, head)
 
     def _requests(self) -> list[tuple[Any, bool]]:
         """The queued requests as ``(op, write)`` pairs, tombstones included (a copy)."""
@@ -394,6 +395,22 @@ def append_all(op: _Waiter, reads: tuple[Var, ...], writes: tuple[Var, ...]) -> 
         else:
             v._writing = True
     return wait
+
+
+def drop_consumed(items: list[Any], head: int) -> int:
+    """Drop the consumed prefix ``items[:head]`` of a list read from a head index, once it is
+    the whole list or at least half of it (amortised O(1) per item); return the new head.
+
+    The queues on every operation's path (a Var's requests, the engine's loop queue) are such
+    lists: the compiled core appends to a list and indexes it in C.
+    """
+    if head == len(items):
+        del items[:]
+        return 0
+    if head >= 64 and head << 1 >= len(items):
+        del items[:head]
+        return 0
+    return head
 
 
 def release_all(
