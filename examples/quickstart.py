@@ -29,7 +29,7 @@ async def main() -> None:
     targets = [x @ true_w for x in shards]
     w = np.zeros(8)
     grads = [np.zeros(8) for _ in range(SHARDS)]
-    losses: list[float] = []
+    losses: dict[int, float] = {}  # by step: the log operations may finish in any order
 
     async with ae.Engine() as engine:
         weights = engine.new_var("weights")
@@ -51,7 +51,7 @@ async def main() -> None:
         async def log_loss(rctx: ae.RunContext, step: int, loss: ae.Operation[float]) -> None:
             value = await loss
             await asyncio.sleep(0.001)  # e.g. an HTTP call to a metrics service
-            losses.append(value)
+            losses[step] = value
 
         handles = [gradient(i) for i in range(SHARDS)]
         for step in range(STEPS):
@@ -61,9 +61,10 @@ async def main() -> None:
             engine.push_async(lambda rctx, s=step, op=loss: log_loss(rctx, s, op), name="log")
         await engine.wait_for_var(weights)
 
-    print(f"{STEPS} steps: loss {losses[0]:.4f} -> {losses[-1]:.6f}")
+    first, last = losses[0], losses[STEPS - 1]
+    print(f"{STEPS} steps: loss {first:.4f} -> {last:.6f}")
     print(f"weights error {np.abs(w - true_w).max():.2e}")
-    assert losses[-1] < losses[0]
+    assert last < first
 
 
 if __name__ == "__main__":
