@@ -62,7 +62,7 @@ cdef class Engine:
     cdef public list _wakes
 
     # Every operation's path: push, queue, start, run, finish, release.
-    @cython.locals(nm=Py_ssize_t, nc=Py_ssize_t, var=_VarType)
+    @cython.locals(nm=Py_ssize_t, nc=Py_ssize_t, var=_VarType, mutate=tuple, const=tuple)
     cpdef tuple _var_lists(self, const_vars, mutate_vars)
     @cython.locals(op=_OperationCore, wait=Py_ssize_t)
     cpdef _push(self, fn, int kind, ctx, tuple reads, tuple writes, prop, priority, name,

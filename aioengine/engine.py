@@ -30,7 +30,6 @@ import asyncio
 import contextvars
 import enum
 import functools
-import heapq
 import inspect
 import logging
 import operator
@@ -39,6 +38,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Coroutine, Iterable, Sequence
+from heapq import heappop, heappush
 from types import FunctionType, MethodType, TracebackType
 from typing import Any, Protocol, TypeVar, overload
 
@@ -1263,23 +1263,29 @@ class Engine:
             var = v
             if var._owner is not self:
                 self._bad_var("const_vars", c)
-        # Short lists (the usual case) are deduplicated without building dicts or sets.
+        # Short lists (the usual case) are deduplicated without building dicts or sets, by
+        # identity: Var has no __eq__, so `is` decides what `==` would, without its calls.
         nm = len(m)
-        unique = nm < 2 or (nm == 2 and m[0] is not m[1])
-        mutate = tuple(m) if unique else tuple(dict.fromkeys(m))
+        mutate = tuple(m) if nm < 2 or (nm == 2 and m[0] is not m[1]) else tuple(dict.fromkeys(m))
         nc = len(c)
         if not nc:
             return (), mutate
-        unique = nc == 1 or (nc == 2 and c[0] is not c[1])
-        const = tuple(c) if unique else tuple(dict.fromkeys(c))
+        if (
+            nc == 1
+            or (nc == 2 and c[0] is not c[1])
+            or (nc == 3 and c[0] is not c[1] and c[0] is not c[2] and c[1] is not c[2])
+        ):
+            const = tuple(c)
+        else:
+            const = tuple(dict.fromkeys(c))
         # Below, tuple([...]) rather than a generator: the compiled core (engine.pxd) makes
         # this a cpdef method, in which Cython does not support closures.
         if len(mutate) > 8:  # long lists: a set, not nc * nm comparisons
             written = set(mutate)
             return tuple([v for v in const if v not in written]), mutate
-        if mutate:
-            for v in const:
-                if v in mutate:  # by identity (Var has no __eq__): in both lists, mutated
+        for v in const:
+            for w in mutate:
+                if v is w:  # in both lists: mutated
                     return tuple([v for v in const if v not in mutate]), mutate
         return const, mutate
 
@@ -1780,7 +1786,7 @@ class Engine:
             if op._key > last._key:
                 fifo.append(op)
             else:
-                heapq.heappush(self._loop_heap, op._key)
+                heappush(self._loop_heap, op._key)
                 self._loop_heap_ops[op._key] = op
         if not self._loop_queue_scheduled:
             self._loop_queue_scheduled = True
@@ -1853,7 +1859,7 @@ class Engine:
             head = self._loop_head
             first: Operation[Any] = fifo[head]  # type: ignore[assignment]
             if heap and heap[0] < first._key:  # a heap key implies a FIFO (see __init__)
-                op = self._loop_heap_ops.pop(heapq.heappop(heap))
+                op = self._loop_heap_ops.pop(heappop(heap))
             else:
                 op = first
                 fifo[head] = None

@@ -27,4 +27,4 @@ cdef class _OperationCore:
     cdef public object _task
     cdef public Py_ssize_t _wait
     cdef public object _waiters
-    cdef public object name
+    cdef public str name

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
+import itertools
 import threading
 import time
 import warnings
@@ -137,6 +138,22 @@ class TestTheRule:
         await op
         assert [v.version for v in vs] == [1] * n
         assert extra.version == 1  # the gate's write only: op read it
+
+    async def test_short_var_lists_match_a_dictionary_deduplication(
+        self, engine: ae.Engine
+    ) -> None:
+        """Every list of up to three reads and two writes over four Vars (the short lists
+        are checked pairwise by identity, not through a dict): each Var once, in first-seen
+        order, and a Var in both lists only among the writes."""
+        pool = [engine.new_var(f"p{i}") for i in range(4)]
+        for nc in range(4):
+            for reads in itertools.product(pool[:3], repeat=nc):
+                for nm in range(3):
+                    for writes in itertools.product(pool[1:], repeat=nm):
+                        const, mutate = engine._var_lists(list(reads), list(writes))
+                        want_mutate = tuple(dict.fromkeys(writes))
+                        want_const = tuple(v for v in dict.fromkeys(reads) if v not in writes)
+                        assert (const, mutate) == (want_const, want_mutate), (reads, writes)
 
     async def test_coroutine_ops_are_ordered_like_sync_ops(self, engine: ae.Engine) -> None:
         x = engine.new_var("x")
