@@ -5,7 +5,7 @@
 cimport cython
 
 from .bulk cimport size_for as _bulk_size_for
-from .operation cimport _OperationCore
+from .operation cimport _OperationCore, new_operation
 # Cimported, so that the engine calls them as C functions, not through Python calls. The Var
 # type only under another name, for typed locals: a cimported name is no module global, and
 # typing.get_type_hints() on the engine's methods must find Var there.

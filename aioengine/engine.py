@@ -79,6 +79,7 @@ from .operation import (
     Operation,
     OprHandle,
     OpState,
+    new_operation,
 )
 from .poller import poller_for
 from .settings import Settings
@@ -1159,9 +1160,7 @@ class Engine:
             and _get_ident() == self._loop_thread
         ):
             bulk = _bulk_size_for(self)
-        op: Operation[Any] = Operation(
-            self, fn, kind, ctx, const, mutate, prop, priority, name, target
-        )
+        op = new_operation(self, fn, kind, ctx, const, mutate, prop, priority, name, target)
         sequencer = self._sequencer
         self._lock_acquire()
         try:
@@ -2014,7 +2013,7 @@ class Engine:
         it once it holds ``size`` operations (loop thread, lock held)."""
         seg = self._segment
         if seg is None:
-            seg = self._segment = Operation(
+            seg = self._segment = new_operation(
                 self, None, _BULK, _CPU0, (), (), _NORMAL, 0, "bulk segment"
             )
             members: list[Operation[Any]] = [op]
@@ -2747,7 +2746,7 @@ class Engine:
                     )
             todo: list[Operation[Any]] = []
             if not var._is_idle() or (self._gpu is not None and has_pending(var)):
-                marker = Operation(
+                marker = new_operation(
                     self, None, _WAIT, _CPU0, (), (var,), _NORMAL, 0, f"wait_for_var({var.name})"
                 )
                 fut: asyncio.Future[None] = loop.create_future()

@@ -1,6 +1,7 @@
 # Declarations for the optional compiled core (setup.py): Cython compiles operation.py with
 # these types, making _OperationCore an extension type that the compiled engine reads as a C
 # struct. Operation stays a Python class (it derives from Generic).
+cimport cython
 
 
 cdef class _OperationCore:
@@ -28,3 +29,9 @@ cdef class _OperationCore:
     cdef public Py_ssize_t _wait
     cdef public object _waiters
     cdef public str name
+
+
+# The engine calls it as a C function on every push; its stores are C struct writes.
+@cython.locals(op=_OperationCore, cls=type)
+cpdef new_operation(engine, fn, int kind, ctx, tuple const, tuple mutate, prop, priority,
+                    str name, target=*)

@@ -142,49 +142,36 @@ class _OperationCore:
         "_waiters",
         "name",
     )
+    # The fields' types, for type checkers; new_operation() sets every one of them.
+    name: str
+    _engine: Engine
+    _fn: Callable[..., Any] | None
+    _kind: int
+    _ctx: Context
+    _const: tuple[Var, ...]
+    _mutate: tuple[Var, ...]
+    _prop: FnProperty
+    _priority: int
+    _seq: int
+    _key: int
+    _target: Any
+    _wait: int
+    _fwait: int
+    _state: OpState
+    _result: Any
+    _exception: BaseException | None
+    _inherited: _Failure | None
+    _waiters: list[asyncio.Future[None]] | None
+    _callbacks: list[tuple[Callable[[Operation[Any]], object], contextvars.Context]] | None
+    _task: asyncio.Task[Any] | None
+    _context: contextvars.Context
+    _segment: Operation[Any] | None
 
-    def __init__(
-        self,
-        engine: Engine,
-        fn: Callable[..., Any] | None,
-        kind: int,
-        ctx: Context,
-        const: tuple[Var, ...],
-        mutate: tuple[Var, ...],
-        prop: FnProperty,
-        priority: int,
-        name: str,
-        target: Any = None,
-    ) -> None:
-        self.name = name
-        self._engine = engine
-        self._fn = fn  # dropped when the operation finishes, so its closure is freed
-        self._kind = kind
-        self._ctx = ctx
-        self._const = const  # deduplicated; no Var is in both tuples
-        self._mutate = mutate
-        self._prop = prop
-        self._priority = priority
-        # Both set by the push, under the engine lock, before anyone else sees the operation.
-        self._seq = 0  # push sequence number: the order of its requests in every Var's queue
-        # Run-queue order, smaller first (higher priority, then push order); unique in its
-        # engine as _seq is, since the run queues use it as a dict key.
-        self._key = 0
-        self._target: Any = target  # executor that runs it; None: the event loop
-        self._wait = 0  # ungranted Var requests; set by the push, counted down by grants
-        self._fwait = 0  # GPU fences this host consumer waits to see completed (fence.py)
-        self._state = _PENDING
-        self._result: Any = None
-        self._exception: BaseException | None = None
-        self._inherited: _Failure | None = None  # failure taken from an input at start
-        self._waiters: list[asyncio.Future[None]] | None = None  # one loop future per awaiter
-        self._callbacks: list[tuple[Callable[[Operation[Any]], object], contextvars.Context]] | None
-        self._callbacks = None
-        self._task: asyncio.Task[Any] | None = None  # the coroutine (kind _CORO); loop thread only
-        self._context = copy_context()  # the pusher's context vars, for fn
-        # The bulk segment (kind _BULK) that holds this operation's Vars and runs it; such a
-        # member is in no Var's queue itself (bulk.py).
-        self._segment: Operation[Any] | None = None
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError(
+            f"{type(self).__name__} cannot be created directly: push a function to an "
+            "Engine (push_sync, push_async, push), which returns its Operation"
+        )
 
 
 class Operation(_OperationCore, Generic[T]):
@@ -335,6 +322,57 @@ class OnComplete:
         called = self._called
         state = "pending" if called is False else "called" if called is True else "raised"
         return f"<OnComplete for {self._op.name!r} {state}>"
+
+
+def new_operation(
+    engine: Engine,
+    fn: Callable[..., Any] | None,
+    kind: int,
+    ctx: Context,
+    const: tuple[Var, ...],
+    mutate: tuple[Var, ...],
+    prop: FnProperty,
+    priority: int,
+    name: str,
+    target: Any = None,
+) -> Operation[Any]:
+    """A new PENDING operation: the engine's one way to make one (every push's path).
+
+    Its fields are set here, not by a constructor: in the compiled core (operation.pxd)
+    ``_OperationCore.__new__`` allocates it and each field is a C struct store, with no type
+    call and no argument parsing.
+    """
+    cls: type[Operation[Any]] = Operation  # typed `type` in the compiled core: its tp_new slot
+    op = cls.__new__(cls)  # is called directly, as a C function
+    op.name = name
+    op._engine = engine
+    op._fn = fn  # dropped when the operation finishes, so its closure is freed
+    op._kind = kind
+    op._ctx = ctx
+    op._const = const  # deduplicated; no Var is in both tuples
+    op._mutate = mutate
+    op._prop = prop
+    op._priority = priority
+    # Both set by the push, under the engine lock, before anyone else sees the operation.
+    op._seq = 0  # push sequence number: the order of its requests in every Var's queue
+    # Run-queue order, smaller first (higher priority, then push order); unique in its
+    # engine as _seq is, since the run queues use it as a dict key.
+    op._key = 0
+    op._target = target  # executor that runs it; None: the event loop
+    op._wait = 0  # ungranted Var requests; set by the push, counted down by grants
+    op._fwait = 0  # GPU fences this host consumer waits to see completed (fence.py)
+    op._state = _PENDING
+    op._result = None
+    op._exception = None
+    op._inherited = None  # failure taken from an input at start
+    op._waiters = None  # one loop future per awaiter
+    op._callbacks = None  # (callback, its context) pairs
+    op._task = None  # the coroutine (kind _CORO); loop thread only
+    op._context = copy_context()  # the pusher's context vars, for fn
+    # The bulk segment (kind _BULK) that holds this operation's Vars and runs it; such a
+    # member is in no Var's queue itself (bulk.py).
+    op._segment = None
+    return op
 
 
 class OprHandle(Generic[T]):

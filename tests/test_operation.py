@@ -74,6 +74,14 @@ KINDS = ["sync", "coroutine", "callback"]
 class TestFutureInterface:
     """done / result / exception / cancelled / get_loop / name / repr."""
 
+    @pytest.mark.parametrize(
+        "args", [(), ("anything",), (None, None, 0, None, (), (), None, 0, "x", None)]
+    )
+    def test_an_operation_is_made_by_a_push_only(self, args: tuple[Any, ...]) -> None:
+        """Constructing one directly raises a TypeError that says where they come from."""
+        with pytest.raises(TypeError, match=r"cannot be created directly: push a function"):
+            ae.Operation(*args)
+
     async def test_pending(self, engine: ae.Engine) -> None:
         x, _, blocker = blocked_var(engine)
         op = push_value(engine, 42, mutate=[x], name="answer")
