@@ -42,6 +42,7 @@ cdef class Engine:
     cdef public object _loop
     cdef public list _loop_fifo
     cdef public Py_ssize_t _loop_head
+    cdef public Py_ssize_t _loop_base
     cdef public list _loop_heap
     cdef public dict _loop_heap_ops
     cdef public bint _loop_queue_scheduled
@@ -67,11 +68,15 @@ cdef class Engine:
     @cython.locals(op=_OperationCore, wait=Py_ssize_t)
     cpdef _push(self, fn, int kind, ctx, tuple reads, tuple writes, prop, priority, name,
                 deleting, handle=*)
-    @cython.locals(op=_OperationCore, last=_OperationCore, fifo=list)
+    @cython.locals(op=_OperationCore)
     cpdef _enqueue_loop(self, op)
+    @cython.locals(op=_OperationCore, fifo=list, n=Py_ssize_t, seq=Py_ssize_t, i=Py_ssize_t,
+                   gap=Py_ssize_t)
+    cpdef bint _fifo_put(self, op) except -1
     @cython.locals(op=_OperationCore, budget=Py_ssize_t)
     cpdef _run_loop_queue(self)
-    @cython.locals(op=_OperationCore, first=_OperationCore, fifo=list, heap=list, head=Py_ssize_t)
+    @cython.locals(op=_OperationCore, first=_OperationCore, fifo=list, heap=list, head=Py_ssize_t,
+                   n=Py_ssize_t, kept=Py_ssize_t)
     cpdef _claim_loop_op_locked(self, list todo)
     @cython.locals(op=_OperationCore)
     cpdef bint _start_locked(self, op, list todo) except -1

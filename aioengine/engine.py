@@ -391,17 +391,22 @@ class Engine:
         self._capacity_due = False  # _capacity_waiters need waking (set off the loop thread)
         self._inbox_scheduled = False
         # READY ops for the loop thread, guarded by _lock (any thread enqueues, the loop
-        # thread claims), by _key (smaller first), in two parts: an op whose key is greater
-        # than every key in the FIFO is appended to it (the usual case: priority 0, made
-        # ready in push order), any other goes to the min-heap _loop_heap of keys, with its
-        # op in _loop_heap_ops; the best is the smaller head. The FIFO is the list
-        # _loop_fifo from index _loop_head on (claimed entries before it are cleared to None
-        # and dropped in bulk: a list's append and index are C operations compiled).
-        # Invariants: the FIFO's keys increase; _loop_heap_ops holds exactly the heap's keys;
-        # and the heap is empty when the FIFO is (a key goes to the heap only below the
-        # FIFO's last, and so leaves before it): the loop queue is empty iff the FIFO is.
+        # thread claims), by _key (smaller first), in two parts. A priority-0 op (its key is
+        # its _seq) goes to the slot of its _seq in the FIFO _loop_fifo, whose slot i holds
+        # the op with _seq == _loop_base + i, or None (an op not READY, a claimed one, or a
+        # number no loop op has). Its live part starts at _loop_head: claimed and skipped
+        # slots before it are dropped in bulk. Ops made ready in any order by completions on
+        # the loop thread have larger numbers than the one that ran, so they usually land at
+        # or after the head: a list's index and append, C operations compiled. Any other op
+        # (a priority, a number behind the head, or one so far ahead that the padding would
+        # more than double the list) goes to the min-heap _loop_heap of keys, with the op in
+        # _loop_heap_ops. The best is the smaller of the heap's head and the FIFO's first op.
+        # Invariants: a slot is filled once; the last slot is an op whenever _loop_head is
+        # below the list's length (padding only precedes a new op); _loop_heap_ops holds
+        # exactly the heap's keys. The loop queue is empty iff the FIFO and the heap are.
         self._loop_fifo: list[Operation[Any] | None] = []
         self._loop_head = 0
+        self._loop_base = 0
         self._loop_heap: list[int] = []
         self._loop_heap_ops: dict[int, Operation[Any]] = {}
         self._loop_queue_scheduled = False
@@ -1707,6 +1712,7 @@ class Engine:
                 elif (
                     op._kind == _CORO
                     and self._loop_head == len(self._loop_fifo)  # the loop queue is empty
+                    and not self._loop_heap
                     and _get_ident() == self._loop_thread
                     and self._loop is not None
                     and self._loop.get_task_factory() is None
@@ -1777,19 +1783,39 @@ class Engine:
 
     def _enqueue_loop(self, op: Operation[Any]) -> None:
         """Queue a READY operation for the loop thread (lock held)."""
-        fifo = self._loop_fifo
-        if self._loop_head == len(fifo):
-            fifo.append(op)
-        else:
-            last: Operation[Any] = fifo[-1]  # type: ignore[assignment]  # from _loop_head on
-            if op._key > last._key:
-                fifo.append(op)
-            else:
-                heappush(self._loop_heap, op._key)
-                self._loop_heap_ops[op._key] = op
+        if op._priority or not self._fifo_put(op):
+            heappush(self._loop_heap, op._key)
+            self._loop_heap_ops[op._key] = op
         if not self._loop_queue_scheduled:
             self._loop_queue_scheduled = True
             self._call_soon(self._run_loop_queue)
+
+    def _fifo_put(self, op: Operation[Any]) -> bool:
+        """Put priority-0 ``op`` in the slot of its number; False if that slot is behind the
+        head, or so far ahead that padding would more than double the FIFO (lock held)."""
+        fifo = self._loop_fifo
+        n = len(fifo)
+        seq: int = op._seq
+        if self._loop_head == n:  # the FIFO is empty: it starts again at this operation
+            del fifo[:]
+            self._loop_head = 0
+            self._loop_base = seq
+            fifo.append(op)
+            return True
+        i = seq - self._loop_base
+        if i < n:
+            if i < self._loop_head:
+                return False
+            fifo[i] = op
+            return True
+        gap = i - n
+        if gap > n + 64:
+            return False
+        while gap:  # padding, each slot appended once and passed once by the head
+            fifo.append(None)
+            gap -= 1
+        fifo.append(op)
+        return True
 
     def _call_soon(self, callback: Callable[[], None]) -> None:
         """Schedule ``callback`` on the engine's loop from any thread (lock held)."""
@@ -1838,7 +1864,7 @@ class Engine:
     def _reschedule_loop_queue(self) -> None:
         """After a run of the loop queue that did not empty it: run it again soon, if needed."""
         with self._lock:
-            if self._loop_head < len(self._loop_fifo):  # the loop queue is not empty
+            if self._loop_head < len(self._loop_fifo) or self._loop_heap:  # not empty
                 self._call_soon(self._run_loop_queue)
             else:
                 self._loop_queue_scheduled = False
@@ -1851,22 +1877,37 @@ class Engine:
         """
         fifo = self._loop_fifo
         heap = self._loop_heap
+        n = len(fifo)
         op: Operation[Any] | None = None
-        # _loop_head is written back at once: a skip's release (in _start_locked) may
-        # enqueue, and _enqueue_loop reads it.
-        while self._loop_head < len(fifo):
+        while True:
+            # _loop_head is written back before each start: a skip's release (in
+            # _start_locked) may enqueue, and _enqueue_loop reads it.
             head = self._loop_head
-            first: Operation[Any] = fifo[head]  # type: ignore[assignment]
-            if heap and heap[0] < first._key:  # a heap key implies a FIFO (see __init__)
+            while head < n and fifo[head] is None:
+                head += 1  # a slot whose op is not READY yet, or never a loop op
+            if head < n:
+                first: Operation[Any] = fifo[head]  # type: ignore[assignment]
+                if heap and heap[0] < first._key:
+                    op = self._loop_heap_ops.pop(heappop(heap))
+                else:
+                    op = first
+                    fifo[head] = None
+                    head += 1
+            elif heap:
                 op = self._loop_heap_ops.pop(heappop(heap))
             else:
-                op = first
-                fifo[head] = None
-                self._loop_head = head + 1
+                self._loop_head = head
+                op = None
+                break
+            self._loop_head = head
             if self._start_locked(op, todo):
                 break
             op = None
-        self._loop_head = drop_consumed(fifo, self._loop_head)
+            n = len(fifo)  # the skip's release may have enqueued
+        head = self._loop_head
+        kept = drop_consumed(fifo, head)
+        self._loop_base += head - kept
+        self._loop_head = kept
         return op
 
     def _start_locked(self, op: Operation[Any], todo: list[Operation[Any]]) -> bool:
@@ -2320,6 +2361,7 @@ class Engine:
                 target is None
                 and len(ready) == 1
                 and self._loop_head == len(self._loop_fifo)  # the loop queue is empty
+                and not self._loop_heap
                 and not self._failures
                 and self._gpu is None
             ):

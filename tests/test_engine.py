@@ -392,6 +392,77 @@ class TestPriority:
                 ready += [(-p, j) for j, (kind, p) in enumerate(pushed) if kind == "late"]
         assert asyncio.run(main()) == expected
 
+    @given(data=st.data())
+    def test_the_loop_queue_matches_a_priority_queue(self, data: st.DataObject) -> None:
+        """The loop queue, driven directly: operations made READY in any order (in its slots,
+        behind its head, past its end by a little or by a lot; with priorities; some
+        cancelled while queued) are claimed best first, as from a model priority queue."""
+        from aioengine.engine import _SYNC
+        from aioengine.operation import OpState, new_operation
+
+        n = data.draw(st.integers(1, 300))
+        priorities = data.draw(st.lists(st.sampled_from([0] * 6 + [1, -2]), min_size=n, max_size=n))
+        # Numbers between two operations were taken by others that never reach the loop
+        # queue (a pool's): the padding to reach the next one may be short or long.
+        steps = data.draw(
+            st.lists(st.sampled_from([1] * 20 + [3, 70, 500]), min_size=n, max_size=n)
+        )
+        # The order in which they become READY: push order, locally shuffled or not at all.
+        window = data.draw(st.sampled_from([1, 2, 5, 20, 80, n]))
+        keys = [i // window * window + data.draw(st.integers(0, window - 1)) for i in range(n)]
+        # Some are made READY late (by a pool's operation, say), once later ones were claimed.
+        keys = [k + data.draw(st.sampled_from([0] * 6 + [10, 50])) for k in keys]
+        order = sorted(range(n), key=lambda i: (keys[i], i))
+        after = data.draw(st.lists(st.sampled_from("rrrccx"), min_size=n, max_size=n))
+
+        async def main() -> None:
+            async with ae.Engine() as engine:
+                engine._loop_queue_scheduled = True  # claimed here, not by the loop
+                ops = []
+                seq = 0
+                for p, step in zip(priorities, steps, strict=True):
+                    seq += step
+                    op = new_operation(
+                        engine, None, _SYNC, ae.cpu(), (), (), ae.FnProperty.ASYNC, p, "op"
+                    )
+                    op._seq = seq
+                    op._key = seq - (p << 64) if p else seq
+                    ops.append(op)
+                model: dict[Any, int] = {}  # queued -> key; a cancelled one leaves it
+
+                def claim() -> None:
+                    best = min(model, key=model.__getitem__, default=None)
+                    assert engine._claim_loop_op_locked([]) is best
+                    if best is not None:
+                        assert best._state is OpState.RUNNING
+                        del model[best]
+
+                for i, then in zip(order, after, strict=True):
+                    with engine._lock:
+                        ops[i]._state = OpState.READY
+                        engine._enqueue_loop(ops[i])
+                        model[ops[i]] = ops[i]._key
+                        if then == "c":
+                            claim()
+                        elif then == "x":  # cancelled while queued: skipped by a claim
+                            victim = data.draw(st.sampled_from(sorted(model, key=model.get)))
+                            victim._state = OpState.CANCELLED
+                            del model[victim]
+                        fifo, head = engine._loop_fifo, engine._loop_head
+                        assert sorted(engine._loop_heap) == sorted(engine._loop_heap_ops)
+                        assert head == len(fifo) or fifo[-1] is not None
+                        for j, op in enumerate(fifo[head:], head):
+                            assert op is None or op._seq == engine._loop_base + j
+                with engine._lock:
+                    while model:
+                        claim()
+                    claim()  # None: empty
+                assert engine._loop_head == len(engine._loop_fifo)
+                assert not engine._loop_heap
+                assert not engine._loop_heap_ops
+
+        asyncio.run(main())
+
     async def test_coroutine_ops_made_ready_together_start_highest_priority_first(
         self, threaded_engine: ae.Engine
     ) -> None:

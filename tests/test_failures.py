@@ -256,6 +256,33 @@ class TestSkip:
         await engine.wait_for_all()
         assert trace == ["fail"]
 
+    async def test_failure_propagates_along_an_inline_chain(self, engine: ae.Engine) -> None:
+        """The same on the loop thread: each skip, decided as the loop queue is claimed,
+        releases the next inline operation into the queue being claimed; it runs (is
+        skipped) then too, and nothing is left queued."""
+        exc = Boom()
+        vs = [engine.new_var(f"v{i}") for i in range(5)]
+        trace: list[str] = []
+
+        def fail(rctx: ae.RunContext) -> None:
+            trace.append("fail")
+            raise exc
+
+        first = engine.push_sync(fail, mutate_vars=[vs[0]], prop=ae.FnProperty.ASYNC)
+        ops = [
+            push_recorder(
+                engine, trace, f"v{i}->v{i + 1}", const=[vs[i]], mutate=[vs[i + 1]],
+                prop=ae.FnProperty.ASYNC,
+            )
+            for i in range(4)
+        ]  # fmt: skip
+        with pytest.raises(Boom):
+            await first
+        for op in ops:
+            await assert_skipped(op, exc)
+        await assert_wait_all_raises(engine, exc)
+        assert trace == ["fail"]
+
     async def test_skipped_ops_are_not_separate_failures(self, engine: ae.Engine) -> None:
         exc = Boom()
         x, y, z = engine.new_var("x"), engine.new_var("y"), engine.new_var("z")
