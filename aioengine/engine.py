@@ -66,6 +66,7 @@ from .executors.threads import ThreadExecutor
 from .fence import Fence, gpu_waits, has_pending, host_waits, note_launch
 from .history import Recorder
 from .instrument import Instrument
+from .lock import EngineLock
 from .log import OpLogger
 from .operation import (
     _BULK,
@@ -141,7 +142,7 @@ def _after_fork_in_child() -> None:
     """
     for engine in list(_engines):
         engine._forked = True
-        engine._use_lock(threading.Lock())
+        engine._use_lock(EngineLock())
 
 
 if hasattr(os, "register_at_fork"):
@@ -357,10 +358,10 @@ class Engine:
         self._gpu_backend = gpu_backend
         self._pid = os.getpid()
         self._forked = False  # set in a child process after os.fork(): every use raises
-        # The hot paths (push, start, finish) call acquire() and release() in a try statement:
-        # "with lock:" costs twice as much on CPython 3.11 (__exit__ takes three arguments).
-        # _use_lock also keeps them bound, so that no call looks the method up.
-        self._use_lock(threading.Lock())
+        # The hot paths (push, start, finish) take and give back the lock in a try statement
+        # ("with lock:" costs twice as much: __exit__ takes three arguments), with calls
+        # that _use_lock keeps bound; an EngineLock's are one C call each (lock.py).
+        self._use_lock(EngineLock())
         self._state = _State.OPEN
         self._loop: asyncio.AbstractEventLoop | None = None  # bound once, on first use
         self._loop_thread = 0  # ident of the thread running _loop
@@ -539,13 +540,19 @@ class Engine:
 
     # -- loop binding ------------------------------------------------------------------
 
-    def _use_lock(self, lock: threading.Lock) -> None:
-        """Make ``lock`` the engine lock; its ``acquire`` and ``release`` are kept bound, so
-        that the hot paths call them without a method lookup (called before the engine is
-        shared, or in a forked child, or by a test that swaps in a stand-in lock)."""
+    def _use_lock(self, lock: EngineLock | threading.Lock) -> None:
+        """Make ``lock`` the engine lock, keeping the calls that take and give it back bound,
+        so that the hot paths call them without a method lookup (called before the engine
+        is shared, or in a forked child, or by a test that swaps in a stand-in lock)."""
         self._lock = lock
-        self._lock_acquire = lock.acquire
-        self._lock_release = lock.release
+        self._lock_acquire: Callable[[], object]
+        self._lock_release: Callable[[], object]
+        if type(lock) is EngineLock:
+            self._lock_acquire = lock.take
+            self._lock_release = lock.give
+        else:
+            self._lock_acquire = lock.acquire
+            self._lock_release = lock.release
 
     def _bind(self) -> asyncio.AbstractEventLoop | None:
         """Bind to the running loop on first use; return the bound loop (None if unbound).
