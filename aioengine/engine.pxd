@@ -49,6 +49,7 @@ cdef class Engine:
     cdef public object _loop_ctx
     cdef public object _loop_rctx
     cdef public object _loop_thread
+    cdef public object _loop_is_running
     cdef public object _pid
     cdef public dict _rctx_cache
     cdef public dict _routes
@@ -63,8 +64,10 @@ cdef class Engine:
     cdef public list _wakes
 
     # Every operation's path: push, queue, start, run, finish, release.
-    @cython.locals(nm=Py_ssize_t, nc=Py_ssize_t, var=_VarType, mutate=tuple, const=tuple)
-    cpdef tuple _var_lists(self, const_vars, mutate_vars)
+    @cython.locals(nm=Py_ssize_t, var=_VarType)
+    cpdef tuple _writes(self, mutate_vars)
+    @cython.locals(nc=Py_ssize_t, var=_VarType, const=tuple)
+    cpdef tuple _reads(self, const_vars, tuple mutate)
     @cython.locals(op=_OperationCore, wait=Py_ssize_t)
     cpdef _push(self, fn, int kind, ctx, tuple reads, tuple writes, prop, priority, name,
                 deleting, handle=*)

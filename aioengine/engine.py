@@ -120,7 +120,6 @@ _CANCELLED = OpState.CANCELLED
 _CO_COROUTINE = inspect.CO_COROUTINE
 _NO_SKIP = frozenset({FnProperty.NO_SKIP, FnProperty.DELETE_VAR})
 _NORMAL = FnProperty.NORMAL
-_SEQUENCES = (list, tuple)
 _CPU0 = cpu(0)
 _GPU = DeviceType.GPU
 _CPU = DeviceType.CPU
@@ -365,6 +364,8 @@ class Engine:
         self._state = _State.OPEN
         self._loop: asyncio.AbstractEventLoop | None = None  # bound once, on first use
         self._loop_thread = 0  # ident of the thread running _loop
+        # _loop's is_running, bound with it: every push on the loop's thread asks it.
+        self._loop_is_running: Callable[[], bool] | None = None
         self._seq = 0  # push counter: the sequence number of the latest operation (or marker)
         self._var_count = 0
         # Some Var was deleted: pushes must check their Vars. Set in the critical section that
@@ -576,6 +577,7 @@ class Engine:
             if self._loop is None:
                 self._loop = loop
                 self._loop_thread = _get_ident()
+                self._loop_is_running = loop.is_running
                 first = True
             else:
                 first = False
@@ -818,7 +820,8 @@ class Engine:
         self._check_prop(prop)
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {name!r}")
-        const, mutate = self._var_lists(const_vars, mutate_vars)
+        mutate = self._writes(mutate_vars)
+        const = self._reads(const_vars, mutate)
         for v in (*const, *mutate):
             if v._deleted:
                 raise VarDeletedError(f"{v!r} was deleted; create a new Var")
@@ -882,7 +885,8 @@ class Engine:
             raise TypeError(f"fn must be callable, got {fn!r}")
         elif _is_coroutine_function(fn):
             raise TypeError(f"{_fn_name(fn)} is a coroutine function; push it with push_async()")
-        const, mutate = self._var_lists(const_vars, mutate_vars)
+        mutate = self._writes(mutate_vars)
+        const = self._reads(const_vars, mutate)
         return self._push(fn, _SYNC, ctx, const, mutate, prop, priority, name, None)
 
     @overload
@@ -941,7 +945,8 @@ class Engine:
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
         kind = _async_kind(fn)
-        const, mutate = self._var_lists(const_vars, mutate_vars)
+        mutate = self._writes(mutate_vars)
+        const = self._reads(const_vars, mutate)
         return self._push(fn, kind, ctx, const, mutate, prop, priority, name, None)
 
     def push(
@@ -1131,7 +1136,7 @@ class Engine:
             loop is None
             or self._forked
             or _get_ident() != self._loop_thread
-            or not loop.is_running()
+            or not self._loop_is_running()  # type: ignore[misc]  # set with _loop
         ):
             loop = self._bind()
         if type(ctx) is not Context:
@@ -1246,19 +1251,13 @@ class Engine:
         if not isinstance(prop, FnProperty):
             raise TypeError(f"prop must be an aioengine.FnProperty, got {prop!r}")
 
-    def _var_lists(
-        self, const_vars: Iterable[Var], mutate_vars: Iterable[Var]
-    ) -> tuple[tuple[Var, ...], tuple[Var, ...]]:
-        """Check both lists and deduplicate them; a Var in both lists counts as mutated."""
+    def _writes(self, mutate_vars: Iterable[Var]) -> tuple[Var, ...]:
+        """Check ``mutate_vars`` (checked first, then ``const_vars`` by :meth:`_reads`) and
+        deduplicate it. Two calls, not one returning both tuples: no pair to build per push."""
         m: Sequence[Var] = (
-            mutate_vars  # type: ignore[assignment]
-            if type(mutate_vars) in _SEQUENCES
+            mutate_vars
+            if type(mutate_vars) is list or type(mutate_vars) is tuple
             else self._listed("mutate_vars", mutate_vars)
-        )
-        c: Sequence[Var] = (
-            const_vars  # type: ignore[assignment]
-            if type(const_vars) in _SEQUENCES
-            else self._listed("const_vars", const_vars)
         )
         # A Var's owner is read through `var`, which the compiled core types as Var (a C
         # struct read) once the exact type is checked.
@@ -1268,19 +1267,30 @@ class Engine:
             var: Var = v
             if var._owner is not self:
                 self._bad_var("mutate_vars", m)
-        for v in c:
-            if type(v) is not Var:
-                self._bad_var("const_vars", c)
-            var = v
-            if var._owner is not self:
-                self._bad_var("const_vars", c)
         # Short lists (the usual case) are deduplicated without building dicts or sets, by
         # identity: Var has no __eq__, so `is` decides what `==` would, without its calls.
         nm = len(m)
-        mutate = tuple(m) if nm < 2 or (nm == 2 and m[0] is not m[1]) else tuple(dict.fromkeys(m))
+        if nm < 2 or (nm == 2 and m[0] is not m[1]):
+            return tuple(m)
+        return tuple(dict.fromkeys(m))
+
+    def _reads(self, const_vars: Iterable[Var], mutate: tuple[Var, ...]) -> tuple[Var, ...]:
+        """Check ``const_vars`` and deduplicate it, less the Vars in ``mutate`` (the
+        deduplicated writes): a Var in both lists counts as mutated."""
+        c: Sequence[Var] = (
+            const_vars
+            if type(const_vars) is list or type(const_vars) is tuple
+            else self._listed("const_vars", const_vars)
+        )
+        for v in c:
+            if type(v) is not Var:
+                self._bad_var("const_vars", c)
+            var: Var = v
+            if var._owner is not self:
+                self._bad_var("const_vars", c)
         nc = len(c)
         if not nc:
-            return (), mutate
+            return ()
         if (
             nc == 1
             or (nc == 2 and c[0] is not c[1])
@@ -1293,12 +1303,12 @@ class Engine:
         # this a cpdef method, in which Cython does not support closures.
         if len(mutate) > 8:  # long lists: a set, not nc * nm comparisons
             written = set(mutate)
-            return tuple([v for v in const if v not in written]), mutate
+            return tuple([v for v in const if v not in written])
         for v in const:
             for w in mutate:
                 if v is w:  # in both lists: mutated
-                    return tuple([v for v in const if v not in mutate]), mutate
-        return const, mutate
+                    return tuple([v for v in const if v not in mutate])
+        return const
 
     @staticmethod
     def _listed(arg: str, vars_: object) -> list[Var]:

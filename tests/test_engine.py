@@ -150,7 +150,8 @@ class TestTheRule:
             for reads in itertools.product(pool[:3], repeat=nc):
                 for nm in range(3):
                     for writes in itertools.product(pool[1:], repeat=nm):
-                        const, mutate = engine._var_lists(list(reads), list(writes))
+                        mutate = engine._writes(list(writes))
+                        const = engine._reads(list(reads), mutate)
                         want_mutate = tuple(dict.fromkeys(writes))
                         want_const = tuple(v for v in dict.fromkeys(reads) if v not in writes)
                         assert (const, mutate) == (want_const, want_mutate), (reads, writes)
