@@ -1902,21 +1902,16 @@ class Engine:
             head = self._loop_head
             while head < n and fifo[head] is None:
                 head += 1  # a slot whose op is not READY yet, or never a loop op
-            if head < n:
-                first: Operation[Any] = fifo[head]  # type: ignore[assignment]
-                if heap and heap[0] < first._key:
-                    op = self._loop_heap_ops.pop(heappop(heap))
-                else:
-                    op = first
-                    fifo[head] = None
-                    head += 1
+            self._loop_head = head
+            first = fifo[head] if head < n else None  # the FIFO's best; the heap's is heap[0]
+            if first is not None and not (heap and heap[0] < first._key):
+                op = first
+                fifo[head] = None
+                self._loop_head = head + 1
             elif heap:
                 op = self._loop_heap_ops.pop(heappop(heap))
             else:
-                self._loop_head = head
-                op = None
                 break
-            self._loop_head = head
             if self._start_locked(op, todo):
                 break
             op = None
