@@ -56,7 +56,7 @@ cdef class Engine:
     cdef public object _segment
     cdef public bint _segment_flush_scheduled
     cdef public object _seq
-    cdef public object _sequencer
+    cdef public _VarType _sequencer  # serial mode's Var, else None
     cdef public object _settings
     cdef public object _state
     cdef public object _stuck_streams
@@ -68,7 +68,7 @@ cdef class Engine:
     cpdef tuple _writes(self, mutate_vars)
     @cython.locals(nc=Py_ssize_t, var=_VarType, const=tuple)
     cpdef tuple _reads(self, const_vars, tuple mutate)
-    @cython.locals(op=_OperationCore, wait=Py_ssize_t)
+    @cython.locals(op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType)
     cpdef _push(self, fn, int kind, ctx, tuple reads, tuple writes, prop, priority, name,
                 deleting, handle=*)
     @cython.locals(op=_OperationCore)
@@ -96,7 +96,7 @@ cdef class Engine:
     # Bulk segments (bulk.py): joining, queueing and running one.
     @cython.locals(op=_OperationCore, seg=_OperationCore)
     cpdef _join_segment_locked(self, op, size)
-    @cython.locals(seg=_OperationCore, op=_OperationCore, wait=Py_ssize_t)
+    @cython.locals(seg=_OperationCore, op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType)
     cpdef _flush_segment_locked(self)
     @cython.locals(seg=_OperationCore, op=_OperationCore, i=Py_ssize_t, n=Py_ssize_t)
     cpdef _run_segment(self, seg, rctx, bint more)

@@ -26,6 +26,10 @@ cdef class Var:
     # A waiter is an operation (_OperationCore): its counter and state are C struct members.
     @cython.locals(op=_OperationCore, write=bint, queue=list, head=Py_ssize_t, end=Py_ssize_t)
     cpdef _grant(self, list ready)
+    # Serial mode's sequencer (engine.py) queues every operation here: C calls, not Python ones.
+    @cython.locals(queued=Py_ssize_t, queue=list)
+    cpdef bint _append(self, op, bint write) except -1
+    cpdef _release(self, bint write, list ready, bint completed_write)
 
 
 @cython.locals(v=Var, wait=Py_ssize_t, queue=list)
