@@ -96,9 +96,11 @@ cdef class Engine:
     # Bulk segments (bulk.py): joining, queueing and running one.
     @cython.locals(op=_OperationCore, seg=_OperationCore)
     cpdef _join_segment_locked(self, op, size)
-    @cython.locals(seg=_OperationCore, op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType)
+    @cython.locals(seg=_OperationCore, op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType,
+                   vars_=tuple, k=Py_ssize_t)
     cpdef _flush_segment_locked(self)
-    @cython.locals(seg=_OperationCore, op=_OperationCore, i=Py_ssize_t, n=Py_ssize_t)
+    @cython.locals(seg=_OperationCore, op=_OperationCore, i=Py_ssize_t, n=Py_ssize_t,
+                   vars_=tuple, k=Py_ssize_t, v=_VarType)
     cpdef _run_segment(self, seg, rctx, bint more)
     @cython.locals(seg=_OperationCore)
     cpdef _finish_segment(self, seg, bint more)

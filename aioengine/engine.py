@@ -1495,7 +1495,7 @@ class Engine:
         fn = op._fn
         assert fn is not None
         # The values before the run too: a write may replace a value the device still reads.
-        before = tuple(v._value for v in (*op._const, *op._mutate))
+        before = tuple(v._value for v in op._vars)
         state = _DONE
         result: object = None
         exc: BaseException | None = None
@@ -2098,10 +2098,11 @@ class Engine:
         priority = None
         for op in members:
             if op._state is _PENDING:  # else cancelled already; it needs no Var
-                for v in op._const:
-                    reads[v] = None
-                for v in op._mutate:
-                    writes[v] = None
+                vars_ = op._vars  # its reads, then its writes
+                for k in range(op._nreads):
+                    reads[vars_[k]] = None
+                for k in range(op._nreads, len(vars_)):
+                    writes[vars_[k]] = None
                 if priority is None or op._priority > priority:
                     priority = op._priority
         if priority is None:
@@ -2109,8 +2110,8 @@ class Engine:
         # written by another member; a list, not a generator: a cpdef method when compiled
         const = tuple([v for v in reads if v not in writes])
         mutate = tuple(writes)
-        seg._const = const
-        seg._mutate = mutate
+        seg._vars = const + mutate
+        seg._nreads = len(const)
         seg._priority = priority
         seg.name = f"bulk segment ({len(members)} operations from {members[0].name!r})"
         self._seq += 1
@@ -2178,7 +2179,9 @@ class Engine:
                     op._state = _DONE
                     op._result = result
                     box = op._inherited  # a NO_SKIP member passes an inherited failure on
-                    for v in op._mutate:
+                    vars_ = op._vars
+                    for k in range(op._nreads, len(vars_)):  # its writes
+                        v = vars_[k]
                         v._version += 1
                         if box is not None:
                             v._failure = box
@@ -2204,7 +2207,7 @@ class Engine:
         # Hold nothing of a member once this frame returns: a failure's frames reach it
         # (f_back), and keep its locals as they are then (see _execute).
         members.clear()
-        op = fn = result = v = box = None  # type: ignore[assignment]
+        op = fn = result = v = box = vars_ = None  # type: ignore[assignment]
         return self._finish_segment(seg, more)
 
     def _finish_segment(self, seg: Operation[Any], more: bool) -> Operation[Any] | None:
@@ -2215,7 +2218,7 @@ class Engine:
         try:
             seg._state = _DONE
             # False: its members counted their own writes as they finished.
-            release_all(seg._const, seg._mutate, ready, False)
+            release_all(seg._vars, seg._nreads, ready, False)
             if self._sequencer is not None:
                 self._sequencer._release(True, ready, True)
             self._complete_locked(seg, _DONE)
@@ -2243,7 +2246,7 @@ class Engine:
         run; when it was skipped, the operations its release made ready, for the caller to
         submit once the lock is released.
         """
-        for v in (*op._const, *op._mutate):
+        for v in op._vars:
             box = v._failure
             if box is not None and box.exc is not None:
                 op._inherited = box
@@ -2423,7 +2426,7 @@ class Engine:
         op._state = _DONE
         op._result = result
         if op._inherited is None:
-            release_all(op._const, op._mutate, ready, True)
+            release_all(op._vars, op._nreads, ready, True)
             if self._sequencer is not None:
                 self._sequencer._release(True, ready, True)
             op._fn = None
@@ -2488,7 +2491,7 @@ class Engine:
         if op._wait:  # cancelled before its turn on some Vars: see _withdraw_locked
             self._withdraw_locked(op, completed, ready)
         else:
-            release_all(op._const, op._mutate, ready, completed)
+            release_all(op._vars, op._nreads, ready, completed)
             if self._sequencer is not None and op._kind != _WAIT:
                 self._sequencer._release(True, ready, completed)
         op._fn = None
@@ -2517,7 +2520,8 @@ class Engine:
         if self._instruments and op._kind < _WAIT:
             self._notify_locked("on_finish", op)
         # A finished operation keeps no Var alive (its failure's traceback may keep it).
-        op._const = op._mutate = ()
+        op._vars = ()
+        op._nreads = 0
         if op._kind < _WAIT:
             del self._live[op._seq]
             self._finished[op._target][state] += 1  # statistics()

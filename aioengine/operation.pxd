@@ -7,7 +7,6 @@ cimport cython
 cdef class _OperationCore:
     cdef object __weakref__
     cdef public object _callbacks
-    cdef public tuple _const
     cdef public object _context
     cdef public object _ctx
     cdef public object _engine
@@ -17,7 +16,7 @@ cdef class _OperationCore:
     cdef public object _inherited
     cdef public object _key
     cdef public int _kind
-    cdef public tuple _mutate
+    cdef public Py_ssize_t _nreads
     cdef public object _priority
     cdef public object _prop
     cdef public object _result
@@ -26,6 +25,7 @@ cdef class _OperationCore:
     cdef public object _state
     cdef public object _target
     cdef public object _task
+    cdef public tuple _vars
     cdef public Py_ssize_t _wait
     cdef public object _waiters
     cdef public str name

@@ -119,7 +119,6 @@ class _OperationCore:
     __slots__ = (
         "__weakref__",
         "_callbacks",
-        "_const",
         "_context",
         "_ctx",
         "_engine",
@@ -129,7 +128,7 @@ class _OperationCore:
         "_inherited",
         "_key",
         "_kind",
-        "_mutate",
+        "_nreads",
         "_priority",
         "_prop",
         "_result",
@@ -138,6 +137,7 @@ class _OperationCore:
         "_state",
         "_target",
         "_task",
+        "_vars",
         "_wait",
         "_waiters",
         "name",
@@ -148,8 +148,8 @@ class _OperationCore:
     _fn: Callable[..., Any] | None
     _kind: int
     _ctx: Context
-    _const: tuple[Var, ...]
-    _mutate: tuple[Var, ...]
+    _vars: tuple[Var, ...]
+    _nreads: int
     _prop: FnProperty
     _priority: int
     _seq: int
@@ -172,6 +172,16 @@ class _OperationCore:
             f"{type(self).__name__} cannot be created directly: push a function to an "
             "Engine (push_sync, push_async, push), which returns its Operation"
         )
+
+    @property
+    def _const(self) -> tuple[Var, ...]:
+        """The Vars it reads: the first ``_nreads`` of ``_vars`` (a copy, for the cold paths)."""
+        return self._vars[: self._nreads]
+
+    @property
+    def _mutate(self) -> tuple[Var, ...]:
+        """The Vars it mutates: the rest of ``_vars`` (a copy, for the cold paths)."""
+        return self._vars[self._nreads :]
 
 
 class Operation(_OperationCore, Generic[T]):
@@ -349,8 +359,10 @@ def new_operation(
     op._fn = fn  # dropped when the operation finishes, so its closure is freed
     op._kind = kind
     op._ctx = ctx
-    op._const = const  # deduplicated; no Var is in both tuples
-    op._mutate = mutate
+    # Its reads, then its writes, deduplicated (no Var in both), in one tuple: one object,
+    # not two, for the garbage collector to walk in every pass while it is pending.
+    op._vars = const + mutate if const else mutate
+    op._nreads = len(const)
     op._prop = prop
     op._priority = priority
     # Both set by the push, under the engine lock, before anyone else sees the operation.

@@ -35,7 +35,7 @@ cdef class Var:
 @cython.locals(v=Var, wait=Py_ssize_t, queue=list)
 cpdef append_all(op, tuple reads, tuple writes)
 
-@cython.locals(v=Var)
-cpdef release_all(tuple reads, tuple writes, list ready, bint completed)
+@cython.locals(v=Var, i=Py_ssize_t)
+cpdef release_all(tuple vars_, Py_ssize_t nreads, list ready, bint completed)
 
 cpdef Py_ssize_t drop_consumed(list items, Py_ssize_t head) except -1

@@ -413,16 +413,17 @@ def drop_consumed(items: list[Any], head: int) -> int:
     return head
 
 
-def release_all(
-    reads: tuple[Var, ...], writes: tuple[Var, ...], ready: list[Any], completed: bool
-) -> None:
-    """:meth:`Var._release` for every request of an operation that held all of them
-    (caller holds the engine lock); inlined as :func:`append_all` is."""
-    for v in reads:
+def release_all(vars_: tuple[Var, ...], nreads: int, ready: list[Any], completed: bool) -> None:
+    """:meth:`Var._release` for every request of an operation that held all of them: its
+    ``_vars``, the first ``nreads`` read (caller holds the engine lock); inlined as
+    :func:`append_all` is."""
+    for i in range(nreads):
+        v = vars_[i]
         v._reads -= 1
         if not v._reads and v._queued:
             v._grant(ready)
-    for v in writes:
+    for i in range(nreads, len(vars_)):
+        v = vars_[i]
         v._writing = False
         if completed:
             v._version += 1

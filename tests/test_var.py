@@ -27,8 +27,8 @@ class FakeOp(_OperationCore):
         self._seq = seq
         self._wait = _wait
         self._state = OpState.PENDING
-        self._const = ()
-        self._mutate = ()
+        self._vars = ()
+        self._nreads = 0
 
     def __repr__(self) -> str:
         return f"FakeOp({self.name!r}, {self._seq})"
@@ -296,7 +296,7 @@ class TestBatchForms:
                     mutate = tuple(vs[w] for w in w_done)
                     out: list[FakeOp] = []
                     if form == "batch":
-                        release_all(const, mutate, out, True)
+                        release_all(const + mutate, len(const), out, True)
                     else:
                         for v in const:
                             v._release(False, out, True)
@@ -336,7 +336,7 @@ class TestQueuedBehind:
 
         def finish(op: FakeOp, completed: bool = True) -> None:
             out: list[FakeOp] = []
-            release_all(op._const, op._mutate, out, completed)
+            release_all(op._vars, op._nreads, out, completed)
             op._state = OpState.DONE
             running.extend(out)
             for done in out:
@@ -344,9 +344,11 @@ class TestQueuedBehind:
 
         for seq, (reads, writes, then, which) in enumerate(program, start=1):
             op = FakeOp(f"op{seq}", seq, _wait=0)
-            op._const = tuple(vs[r] for r in reads if r not in writes)
-            op._mutate = tuple(vs[w] for w in writes)
-            op._wait = append_all(op, op._const, op._mutate)
+            const = tuple(vs[r] for r in reads if r not in writes)
+            mutate = tuple(vs[w] for w in writes)
+            op._vars = const + mutate
+            op._nreads = len(const)
+            op._wait = append_all(op, const, mutate)
             (pending if op._wait else running).append(op)
             if then == "finish" and running:
                 finish(running.pop(0))
