@@ -56,7 +56,9 @@ def size_for(engine: Engine) -> int:
         if scope._engine is engine:
             if not scope._active or scope.size < 2:
                 return 0
-            return scope.size if asyncio.current_task() is scope._task else 0
+            # The engine's loop named: current_task() would ask for the running loop, which
+            # costs a getpid() system call on every push.
+            return scope.size if asyncio.current_task(engine._loop) is scope._task else 0
         scope = scope._outer
     return 0
 

@@ -99,8 +99,8 @@ cdef class Engine:
     @cython.locals(seg=_OperationCore, op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType,
                    vars_=tuple, k=Py_ssize_t)
     cpdef _flush_segment_locked(self)
-    @cython.locals(seg=_OperationCore, op=_OperationCore, i=Py_ssize_t, n=Py_ssize_t,
-                   vars_=tuple, k=Py_ssize_t, v=_VarType)
-    cpdef _run_segment(self, seg, rctx, bint more)
+    @cython.locals(seg=_OperationCore, op=_OperationCore, done=_OperationCore, i=Py_ssize_t,
+                   n=Py_ssize_t, vars_=tuple, k=Py_ssize_t, v=_VarType)
+    cpdef _run_segment(self, seg, bint more)
     @cython.locals(seg=_OperationCore)
     cpdef _finish_segment(self, seg, bint more)

@@ -2022,7 +2022,7 @@ class Engine:
             assert fn is not None
             self._start_task(op, fn, rctx)
         elif kind == _BULK:
-            return self._run_segment(op, rctx, more)
+            return self._run_segment(op, more)
         else:
             assert fn is not None
             token = OnComplete(op)
@@ -2129,37 +2129,63 @@ class Engine:
             seg._state = _READY
             self._enqueue_loop(seg)
 
-    def _run_segment(
-        self, seg: Operation[Any], rctx: RunContext, more: bool
-    ) -> Operation[Any] | None:
+    def _run_segment(self, seg: Operation[Any], more: bool) -> Operation[Any] | None:
         """Run a segment's members in push order, then release its Vars (loop thread).
 
         Each member starts (unless cancelled, or skipped because an input carries a failure,
         which an earlier member may have written) and finishes under the lock as an operation
-        of its own; only holding and releasing the Vars is the segment's. Returns the loop
-        operation claimed next, as :meth:`_finish_and_continue` does.
+        of its own; only holding and releasing the Vars is the segment's. A member that
+        returned is completed in the critical section that starts the next one: one lock
+        round trip per member. Returns the loop operation claimed next, as
+        :meth:`_finish_and_continue` does.
         """
         members: list[Operation[Any]] = seg._result
         seg._result = None
         n = len(members)
         i = 0
+        done: Operation[Any] | None = None  # returned `result`; completed with the next start
+        result: object = None
         try:
-            while i < n:
-                op = members[i]
-                i += 1
+            while True:
                 self._lock_acquire()
                 try:
-                    if op._state is not _PENDING:
-                        continue  # cancelled while it waited
-                    if self._failures and self._skip_locked(op) is not None:
-                        continue  # skipped (it releases nothing: the segment holds its Vars)
-                    op._state = _RUNNING
+                    if done is not None:
+                        done._state = _DONE
+                        done._result = result
+                        box = done._inherited  # a NO_SKIP member passes an inherited failure on
+                        vars_ = done._vars
+                        for k in range(done._nreads, len(vars_)):  # its writes
+                            v = vars_[k]
+                            v._version += 1
+                            if box is not None:
+                                v._failure = box
+                        done._fn = None
+                        done._inherited = None
+                        self._complete_locked(done, _DONE)
+                        done = None
+                    while i < n:
+                        op = members[i]
+                        i += 1
+                        if op._state is not _PENDING:
+                            pass  # cancelled while it waited
+                        elif self._failures and self._skip_locked(op) is not None:
+                            pass  # skipped (it releases nothing: the segment holds its Vars)
+                        else:
+                            op._state = _RUNNING
+                            break
+                    else:
+                        op = None
                 finally:
                     self._lock_release()
+                if op is None:
+                    break
                 if self._instruments:
                     self._notify_start(op)
-                if op._ctx is not rctx.ctx:  # by identity, as in _execute_one: cpu() is new
-                    rctx = self._run_context(op._ctx)  # each call, and hashing it runs Python
+                ctx = op._ctx
+                if ctx is not self._loop_ctx:  # by identity, as in _execute_one: Context
+                    self._loop_rctx = self._run_context(ctx)  # hashes in Python
+                    self._loop_ctx = ctx
+                rctx = self._loop_rctx
                 fn = op._fn
                 assert fn is not None
                 try:
@@ -2174,22 +2200,7 @@ class Engine:
                 if type(result) in _COROUTINE_TYPES:
                     self._finish(op, _FAILED, None, self._awaitable_result(op, result))
                     continue
-                self._lock_acquire()
-                try:
-                    op._state = _DONE
-                    op._result = result
-                    box = op._inherited  # a NO_SKIP member passes an inherited failure on
-                    vars_ = op._vars
-                    for k in range(op._nreads, len(vars_)):  # its writes
-                        v = vars_[k]
-                        v._version += 1
-                        if box is not None:
-                            v._failure = box
-                    op._fn = None
-                    op._inherited = None
-                    self._complete_locked(op, _DONE)
-                finally:
-                    self._lock_release()
+                done = op
         except BaseException:
             # KeyboardInterrupt or SystemExit from a member, re-raised as an inline
             # operation's is: the members after it run (or are skipped) when the loop runs

@@ -258,6 +258,44 @@ async def test_a_cancelled_member_never_runs(engine: ae.Engine) -> None:
     assert x.version == 3  # the blocker, a and c; a cancelled write does not count
 
 
+async def test_a_member_is_finished_before_the_next_one_starts(engine: ae.Engine) -> None:
+    """A segment completes each member (result, state, Var version) before it starts the
+    next: one critical section does both, and the next member sees the whole completion."""
+    x, _, trace, blocker = await hold_x(engine)
+    seen: list[tuple[bool, object, int]] = []
+    ops: list[ae.Operation[Any]] = []
+
+    def look(rctx: ae.RunContext) -> None:
+        first = ops[0]
+        seen.append((first.done(), first.result() if first.done() else None, x.version))
+
+    with engine.bulk(10):
+        ops.append(inline(engine, record(trace, "a"), mutate=[x]))
+        ops.append(inline(engine, look, const=[x]))
+    blocker.release()
+    await ops[1]
+    assert seen == [(True, "a", 2)]  # the blocker's write and a's
+
+
+async def test_a_member_cancelled_by_an_earlier_member_never_runs(engine: ae.Engine) -> None:
+    x, _, trace, blocker = await hold_x(engine)
+    ops: list[ae.Operation[Any]] = []
+
+    def cancel_next(rctx: ae.RunContext) -> str:
+        trace.append("a")
+        assert ops[1].cancel() is True  # queued in the running segment: not started yet
+        return "a"
+
+    with engine.bulk(10):
+        ops.append(inline(engine, cancel_next, mutate=[x]))
+        ops.append(inline(engine, record(trace, "b"), mutate=[x]))
+        ops.append(inline(engine, record(trace, "c"), mutate=[x]))
+    blocker.release()
+    assert await ops[2] == "c"
+    assert ops[1].cancelled()
+    assert trace == ["block:start", "block:end", "a", "c"]
+
+
 async def test_a_segment_whose_members_were_all_cancelled_is_dropped(engine: ae.Engine) -> None:
     x = engine.new_var("x")
     trace: list[str] = []
