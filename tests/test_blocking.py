@@ -245,7 +245,9 @@ def test_ctrl_c_while_close_drains_leaves_it_closing_and_close_can_finish() -> N
         pytest.skip("SIGINT handling needs the main thread")
     be = ae.BlockingEngine(cpu_workers=1).__enter__()
     release = threading.Event()
-    running = be.push_sync(lambda r: release.wait(10))
+    # Long enough that the operation still runs when the interrupt lands on a loaded machine
+    # (CI saw a 10 s wait run out); released right after, so it never takes that long.
+    running = be.push_sync(lambda r: release.wait(60))
     draining = threading.Event()
     aclose = be.engine.aclose
 
