@@ -5,6 +5,7 @@
 cimport cython
 
 from .bulk cimport size_for as _bulk_size_for
+from .collector cimport hide as _hide, show as _show
 from .operation cimport _OperationCore, new_operation
 # Cimported, so that the engine calls them as C functions, not through Python calls. The Var
 # type only under another name, for typed locals: a cimported name is no module global, and
@@ -91,6 +92,8 @@ cdef class Engine:
     cpdef _done_locked(self, op, result, list ready)
     @cython.locals(op=_OperationCore)
     cpdef _complete_locked(self, op, state)
+    @cython.locals(op=_OperationCore)
+    cpdef _show_live(self)
     @cython.locals(op=_OperationCore, i=Py_ssize_t)
     cpdef list _settle(self, list ready)
     # Bulk segments (bulk.py): joining, queueing and running one.

@@ -49,6 +49,7 @@ from . import graph as _graph
 from . import progress as _progress
 from . import trace as _trace
 from .bulk import size_for as _bulk_size_for
+from .collector import watch as _watch_collections
 from .context import Context, DeviceType, RunContext, cpu
 from .errors import (
     DependencyError,
@@ -259,6 +260,12 @@ def _noop(rctx: RunContext) -> None:
 # The one test of the build; the test suite and the benchmarks ask it too.
 _COMPILED = type(_noop) is not FunctionType
 
+# The compiled core's C functions that take an operation out of the cycle collector's passes
+# and put it back (collector.pxd, cimported by engine.pxd). Declared, not bound: the pure
+# Python engine hides nothing, and calls them only ``if _COMPILED``.
+_hide: Callable[[Operation[Any]], None]
+_show: Callable[[Operation[Any]], None]
+
 
 class _OpDecorator(Protocol):
     """What ``Engine.op(...)`` returns when called with options only: a decorator."""
@@ -421,6 +428,8 @@ class Engine:
         )
         self._finished = new_counters()  # finished ops by executor and OpState (statistics())
         _engines.add(self)
+        if _COMPILED:
+            _watch_collections(self)
         if self._settings.watchdog is not None:
             start_watchdog(self, self._settings.watchdog)
         # GPU state, created by the first push to a gpu(i) context; while it is None no fence
@@ -1178,6 +1187,8 @@ class Engine:
         ):
             bulk = _bulk_size_for(self)
         op = new_operation(self, fn, kind, ctx, const, mutate, prop, priority, name, target)
+        if _COMPILED:  # out of the cycle collector's passes until it completes (collector.py)
+            _hide(op)  # noqa: F821  (engine.pxd: compiled only)
         sequencer = self._sequencer
         self._lock_acquire()
         try:
@@ -2530,6 +2541,8 @@ class Engine:
         """Make ``op`` final: counters, ``wait_for_all``, awaiters and callbacks (lock held)."""
         if self._instruments and op._kind < _WAIT:
             self._notify_locked("on_finish", op)
+        if _COMPILED:  # back in the cycle collector, with its Var tuple (collector.py)
+            _show(op)  # noqa: F821  (engine.pxd: compiled only)
         # A finished operation keeps no Var alive (its failure's traceback may keep it).
         op._vars = ()
         op._nreads = 0
@@ -2554,6 +2567,16 @@ class Engine:
             else:
                 self._inbox.append(op)
                 self._post()
+
+    def _show_live(self) -> None:
+        """Show the cycle collector every live operation again (collector.py).
+
+        Called before a full collection, on whichever thread collects, which may hold the
+        lock: so it takes none. It runs no Python code, so no other thread runs meanwhile.
+        """
+        if _COMPILED:
+            for op in list(self._live.values()):
+                _show(op)  # noqa: F821  (engine.pxd: compiled only)
 
     def _post(self) -> None:
         """Make sure a ``_drain_inbox`` is scheduled on the loop (lock held)."""

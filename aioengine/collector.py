@@ -1,0 +1,57 @@
+"""Live operations and Python's cycle collector.
+
+A pushed operation is reachable from its engine (``Engine._live``) until it completes, and it
+refers back to the engine: the cycle collector cannot free it in that time, yet walks it, and
+the tuple of its Vars, in each of its passes. With many operations pending (a push loop that
+runs ahead of them) those walks cost about a tenth of a no-op operation's time.
+
+So the compiled core (setup.py) takes a pushed operation out of the collector's generations
+and puts it back when the operation completes: ``hide(op)`` and ``show(op)``, C functions in
+``collector.pxd`` that the compiled engine inlines. Python has no call that untracks an
+object, so the pure-Python engine hides nothing (this module is not compiled).
+
+One case needs the collector to see live operations: an engine dropped, without being
+closed, while operations that can never finish are pending (their loop is gone, say). The
+engine and its operations are garbage then, but the collector finds that only through the
+references between them. So before every full collection each engine shows all its live
+operations again (:func:`watch`); the full collection frees such an engine, which warns, as it
+would if nothing were hidden.
+
+Invariants (compiled): an operation and the Var tuple that its push built are hidden and shown
+together, in C calls that run no Python code, so no other thread runs in between; a completed
+operation is shown; only an operation's own objects are hidden, never a caller's (a Var tuple
+passed in by the caller, or an operator handle's, stays tracked).
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+__all__ = ("watch",)
+
+# The engines whose live operations every full collection must see (weak: it keeps none).
+_watched: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def watch(engine: Engine) -> None:
+    """Make every later full collection see ``engine``'s live operations first.
+
+    The compiled engine calls it when it is created; the hook it installs in
+    ``gc.callbacks`` (once per process) costs nothing until a full collection.
+    """
+    if _before_full_collection not in gc.callbacks:
+        gc.callbacks.append(_before_full_collection)
+    _watched.add(engine)
+
+
+def _before_full_collection(phase: str, info: dict[str, int]) -> None:
+    # Runs on the thread that collects, which may hold an engine's lock: _show_live takes
+    # none, and runs no Python code.
+    if phase == "start" and info["generation"] == 2:
+        for engine in list(_watched):
+            engine._show_live()
