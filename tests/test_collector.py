@@ -9,7 +9,6 @@ objects are hidden, and when they come back.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import threading
 import warnings
@@ -103,9 +102,13 @@ async def test_an_engine_dropped_with_stuck_operations_is_collected_and_warns() 
     assert not any(t.is_alive() for t in threads)
 
 
-@contextlib.asynccontextmanager
-async def blocked(engine: ae.Engine, x: ae.Var) -> AsyncIterator[Callable[[], None]]:
-    """An operation that mutates ``x`` until the yielded call, or the end of the block."""
+Held = tuple[ae.Engine, ae.Var, ae.Var, Callable[[], None]]
+
+
+@pytest.fixture
+async def held() -> AsyncIterator[Held]:
+    """An engine, a Var ``x`` that an operation mutates until ``release()`` (or the end of
+    the test), and a free Var ``y``."""
     started = threading.Event()
     tokens: list[ae.OnComplete] = []
 
@@ -117,51 +120,51 @@ async def blocked(engine: ae.Engine, x: ae.Var) -> AsyncIterator[Callable[[], No
         if tokens:
             tokens.pop()()
 
-    engine.push_async(hold, mutate_vars=[x])
-    assert await asyncio.to_thread(started.wait, 10)
-    try:
-        yield release
-    finally:
-        release()  # a failed assertion must not leave the engine's close waiting
+    async with ae.Engine(cpu_workers=1) as engine:
+        x, y = engine.new_var("x"), engine.new_var("y")
+        engine.push_async(hold, mutate_vars=[x])
+        assert await asyncio.to_thread(started.wait, 10)
+        try:
+            yield engine, x, y, release
+        finally:
+            release()  # a failed assertion must not leave the engine's close waiting
 
 
 @compiled_only
-async def test_a_pending_operation_is_hidden_until_it_completes() -> None:
-    async with ae.Engine(cpu_workers=1) as engine:
-        x, y = engine.new_var("x"), engine.new_var("y")
-        async with blocked(engine, x) as release:
-            both = engine.push_sync(lambda r: 1, const_vars=[y], mutate_vars=[x])
-            own = both._vars  # built by the push: reads, then writes
-            mine = (x,)
-            writes = engine.push_sync(lambda r: 2, mutate_vars=mine)
-            assert writes._vars is mine
-            assert not gc.is_tracked(both)
-            assert not gc.is_tracked(own)
-            assert not gc.is_tracked(writes)
-            assert gc.is_tracked(mine)  # the caller's tuple is never hidden
-            release()
-            assert await both == 1
-            assert await writes == 2
-        assert gc.is_tracked(both)
-        assert gc.is_tracked(own)
-        assert gc.is_tracked(writes)
-        assert gc.is_tracked(mine)
+async def test_a_pending_operation_is_hidden_until_it_completes(held: Held) -> None:
+    engine, x, y, release = held
+    both = engine.push_sync(lambda r: 1, const_vars=[y], mutate_vars=[x])
+    own = both._vars  # built by the push: reads, then writes
+    mine = (x,)
+    writes = engine.push_sync(lambda r: 2, mutate_vars=mine)
+    assert writes._vars is mine
+    assert not gc.is_tracked(both)
+    assert not gc.is_tracked(own)
+    assert not gc.is_tracked(writes)
+    assert gc.is_tracked(mine)  # the caller's tuple is never hidden
+    release()
+    assert await both == 1
+    assert await writes == 2
+    assert gc.is_tracked(both)
+    assert gc.is_tracked(own)
+    assert gc.is_tracked(writes)
+    assert gc.is_tracked(mine)
 
 
 @compiled_only
-async def test_a_full_collection_shows_live_operations_and_a_young_one_does_not() -> None:
-    async with ae.Engine(cpu_workers=1) as engine:
-        x, y = engine.new_var("x"), engine.new_var("y")
-        async with blocked(engine, x) as release:
-            op = engine.push_sync(lambda r: 3, const_vars=[y], mutate_vars=[x])
-            gc.collect(0)
-            assert not gc.is_tracked(op)
-            gc.collect()
-            assert gc.is_tracked(op)
-            assert gc.is_tracked(op._vars)
-            release()
-            assert await op == 3  # shown already: completing it tracks nothing twice
-        assert gc.is_tracked(op)
+async def test_a_full_collection_shows_live_operations_and_a_young_one_does_not(
+    held: Held,
+) -> None:
+    engine, x, y, release = held
+    op = engine.push_sync(lambda r: 3, const_vars=[y], mutate_vars=[x])
+    gc.collect(0)
+    assert not gc.is_tracked(op)
+    gc.collect()
+    assert gc.is_tracked(op)
+    assert gc.is_tracked(op._vars)
+    release()
+    assert await op == 3  # shown already: completing it tracks nothing twice
+    assert gc.is_tracked(op)
 
 
 async def test_full_collections_on_another_thread_while_operations_run(serial: bool) -> None:
