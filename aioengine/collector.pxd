@@ -1,5 +1,5 @@
-# The compiled core's hide() and show() (see collector.py, which is not compiled): C inline
-# functions that the compiled engine cimports in place of collector.py's no-ops.
+# The compiled core's hide() and show(), which collector.py explains: C inline functions that
+# engine.pxd cimports. collector.py is not compiled; the pure-Python engine never calls these.
 from .operation cimport _OperationCore
 
 
