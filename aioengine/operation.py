@@ -360,7 +360,9 @@ def new_operation(
     op._kind = kind
     op._ctx = ctx
     # Its reads, then its writes, deduplicated (no Var in both), in one tuple: one object,
-    # not two, for the garbage collector to walk in every pass while it is pending.
+    # not two, for the garbage collector to walk in every pass while it is pending. With both
+    # reads and writes it is a new tuple, this operation's own, which the compiled core hides
+    # from the collector with it (collector.pxd); otherwise it may be the caller's tuple.
     op._vars = const + mutate if const else mutate
     op._nreads = len(const)
     op._prop = prop
