@@ -68,10 +68,15 @@ def tests_compiled(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Check style and formatting with ruff."""
-    session.install("ruff")
+    """Check style and formatting with ruff, and the import layers with import-linter.
+
+    ``lint-imports`` checks the contracts in pyproject.toml (``[tool.importlinter]``): the
+    package's layers import downwards only, and the observers do not import each other.
+    """
+    session.install("ruff", "import-linter>=2.1")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("lint-imports")
 
 
 @nox.session

@@ -1,9 +1,9 @@
 """Build aioengine's optional compiled core.
 
-aioengine is pure Python. A wheel built here also compiles ``engine.py``, ``operation.py``,
-``var.py`` and ``bulk.py`` with Cython, typed by the ``.pxd`` files beside them: the same
-source, with the hot path's attribute accesses made C struct reads. It halves the engine's own
-cost per operation (docs/performance.md). The compiled modules are skipped, and the pure-Python
+aioengine is pure Python. A wheel built here also compiles ``scheduler.py``, ``engine.py``,
+``operation.py``, ``var.py`` and ``bulk.py`` with Cython, typed by the ``.pxd`` files beside
+them: the same source, with the hot path's attribute accesses made C struct reads. It halves the
+engine's own cost per operation (docs/performance.md). The compiled modules are skipped, and the pure-Python
 modules used, when:
 
 - ``AIOENGINE_NO_EXTENSIONS`` is set to a non-empty value other than ``0``;
@@ -26,7 +26,13 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-COMPILED = ("aioengine.var", "aioengine.operation", "aioengine.bulk", "aioengine.engine")
+COMPILED = (
+    "aioengine.var",
+    "aioengine.operation",
+    "aioengine.bulk",
+    "aioengine.scheduler",
+    "aioengine.engine",
+)
 
 
 def _flag(name: str) -> bool:

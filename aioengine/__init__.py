@@ -14,7 +14,6 @@ from .context import DeviceType as DeviceType
 from .context import RunContext as RunContext
 from .context import cpu as cpu
 from .context import gpu as gpu
-from .dump import Dump as Dump
 from .engine import Engine as Engine
 from .errors import DependencyError as DependencyError
 from .errors import DeviceFailedError as DeviceFailedError
@@ -29,15 +28,16 @@ from .executors.device import DeviceBackend as DeviceBackend
 from .executors.device import StreamFamily as StreamFamily
 from .executors.simulated import SimulatedDeviceError as SimulatedDeviceError
 from .executors.simulated import SimulatedGPU as SimulatedGPU
-from .graph import Graph as Graph
-from .operation import FnProperty as FnProperty
+from .kinds import FnProperty as FnProperty
+from .kinds import OpState as OpState
+from .observe.dump import Dump as Dump
+from .observe.graph import Graph as Graph
+from .observe.stats import EngineStatistics as EngineStatistics
+from .observe.stats import PoolStatistics as PoolStatistics
+from .observe.timeline import Timeline as Timeline
 from .operation import OnComplete as OnComplete
 from .operation import Operation as Operation
 from .operation import OprHandle as OprHandle
-from .operation import OpState as OpState
-from .stats import EngineStatistics as EngineStatistics
-from .stats import PoolStatistics as PoolStatistics
-from .timeline import Timeline as Timeline
 from .var import Var as Var
 from .var import VarStatistics as VarStatistics
 

@@ -325,7 +325,7 @@ class BlockingEngine:
                 "async Engine (blocking_engine.engine) there instead, or call from another "
                 "thread"
             )
-        if self._engine._on_worker_thread():
+        if self._engine._core._on_worker_thread():
             raise RuntimeError(
                 f"BlockingEngine.{what} was called inside an operation, on one of the "
                 "engine's worker threads; blocking there can deadlock (the operation holds "

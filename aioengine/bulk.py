@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from .errors import EngineClosedError
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .scheduler import Scheduler
 
 __all__ = ("Bulk",)
 
@@ -48,7 +48,7 @@ _current: contextvars.ContextVar[Bulk | None] = contextvars.ContextVar(
 )
 
 
-def size_for(engine: Engine) -> int:
+def size_for(engine: Scheduler) -> int:
     """The segment size for a push to ``engine`` from the current context; 0: do not group
     (no scope, an ended one, or size 1)."""
     scope = _current.get()
@@ -73,7 +73,7 @@ class Bulk:
 
     __slots__ = ("_active", "_engine", "_outer", "_task", "_token", "_used", "size")
 
-    def __init__(self, engine: Engine, size: int) -> None:
+    def __init__(self, engine: Scheduler, size: int) -> None:
         if type(size) is not int:
             raise TypeError(f"size must be an int, got {size!r}")
         if size < 1:

@@ -30,15 +30,15 @@ import weakref
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .scheduler import Scheduler
 
 __all__ = ("watch",)
 
 # The engines whose live operations every full collection must see (weak: it keeps none).
-_watched: weakref.WeakSet[Engine] = weakref.WeakSet()
+_watched: weakref.WeakSet[Scheduler] = weakref.WeakSet()
 
 
-def watch(engine: Engine) -> None:
+def watch(engine: Scheduler) -> None:
     """Make every later full collection see ``engine``'s live operations first.
 
     The compiled engine calls it when it is created; the hook it installs in

@@ -76,3 +76,14 @@ def summary(exc: BaseException) -> str:
     except Exception as err:  # whatever __str__ raises
         text = f"<str() raised {type(err).__name__}>"
     return f"{type(exc).__name__}: {text}"
+
+
+def trim_traceback(exc: BaseException) -> None:
+    """Drop the engine's own frame, the outermost, from the traceback of ``exc``.
+
+    The engine calls it where it catches a function's exception: the failure it records must
+    not keep that frame, and through its locals the operation, its Vars and its function,
+    alive until someone throws it (the one traceback trimmer of the package).
+    """
+    tb = exc.__traceback__
+    exc.__traceback__ = tb.tb_next if tb is not None else None

@@ -16,7 +16,8 @@ from collections.abc import Awaitable, Callable, Generator
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .operation import OpState
+from .errors import trim_traceback
+from .kinds import OpState
 
 if TYPE_CHECKING:
     from .context import RunContext
@@ -75,7 +76,7 @@ async def run_coroutine(op: Operation[Any], fn: Callable[..., Any], rctx: RunCon
     except BaseException as exc:
         # Drop this frame from the traceback: the recorded failure must not keep the
         # operation (and through it its Vars and fn) alive until someone throws it.
-        exc.__traceback__ = exc.__traceback__.tb_next if exc.__traceback__ else None
+        trim_traceback(exc)
         engine._finish(op, OpState.FAILED, None, exc)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise  # recorded, and the loop still stops

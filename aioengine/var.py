@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-from .operation import FnProperty, OpState
+from .kinds import FnProperty, OpState
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .engine import Engine
     from .fence import Fence
     from .operation import Operation
+    from .scheduler import Scheduler
 
 _ASYNC = FnProperty.ASYNC
 _CANCELLED = OpState.CANCELLED
@@ -146,7 +147,7 @@ class Var:
         "name",
     )
 
-    def __init__(self, owner: Engine | None, name: str) -> None:
+    def __init__(self, owner: Engine | Scheduler | None, name: str) -> None:
         self.name = name
         self._owner = owner  # the engine whose lock guards the fields below
         # Ungranted requests in push order, flattened: op, write, op, write, ... from index
@@ -344,9 +345,9 @@ class Var:
             ValueError: if the Var carries no value (raised here only: the read itself does
                 not fail, so ``wait_for_all()`` and ``aclose()`` do not report it again).
         """
-        from . import ergonomic  # imported on use: ergonomic.py imports this module
-
-        return await ergonomic.get(self._engine(), self)
+        # Through the engine (the façade), which delegates to the ergonomic layer: the core
+        # never imports a collaborator.
+        return await self._engine()._get_value(self)
 
     def set(self, value: T) -> Operation[T]:
         """Push a write that replaces the value, after every earlier use of this Var.
@@ -359,9 +360,10 @@ class Var:
         return self._engine().submit(fn, out=self, prop=_ASYNC, name=f"set({self.name})")
 
     def _engine(self) -> Engine:
-        if self._owner is None:
+        owner = self._owner
+        if owner is None or not hasattr(owner, "submit"):  # none, or the serial sequencer's
             raise RuntimeError(f"{self!r} belongs to no Engine")
-        return self._owner
+        return cast("Engine", owner)
 
 
 def append_all(op: _Waiter, reads: tuple[Var, ...], writes: tuple[Var, ...]) -> int:

@@ -230,7 +230,7 @@ def test_dump_gives_up_on_a_lock_that_stays_busy(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(dump_module, "_LOCK_WAIT", 0.05)
     engine = ae.Engine()
     dumps: list[ae.Dump] = []
-    with engine._lock:  # held, as by the code the handler interrupted
+    with engine._core._lock:  # held, as by the code the handler interrupted
         helper = threading.Thread(target=lambda: dumps.append(engine.dump()), daemon=True)
         helper.start()
         helper.join(10)

@@ -418,7 +418,7 @@ class TestPriority:
 
         async def main() -> None:
             async with ae.Engine() as engine:
-                engine._loop_queue_scheduled = True  # claimed here, not by the loop
+                engine._core._loop_queue_scheduled = True  # claimed here, not by the loop
                 ops = []
                 seq = 0
                 for p, step in zip(priorities, steps, strict=True):
@@ -433,15 +433,15 @@ class TestPriority:
 
                 def claim() -> None:
                     best = min(model, key=model.__getitem__, default=None)
-                    assert engine._claim_loop_op_locked([]) is best
+                    assert engine._core._claim_loop_op_locked([]) is best
                     if best is not None:
                         assert best._state is OpState.RUNNING
                         del model[best]
 
                 for i, then in zip(order, after, strict=True):
-                    with engine._lock:
+                    with engine._core._lock:
                         ops[i]._state = OpState.READY
-                        engine._enqueue_loop(ops[i])
+                        engine._core._enqueue_loop(ops[i])
                         model[ops[i]] = ops[i]._key
                         if then == "c":
                             claim()
@@ -449,18 +449,20 @@ class TestPriority:
                             victim = data.draw(st.sampled_from(sorted(model, key=model.get)))
                             victim._state = OpState.CANCELLED
                             del model[victim]
-                        fifo, head = engine._loop_fifo, engine._loop_head
-                        assert sorted(engine._loop_heap) == sorted(engine._loop_heap_ops)
+                        fifo, head = engine._core._loop_fifo, engine._core._loop_head
+                        assert sorted(engine._core._loop_heap) == sorted(
+                            engine._core._loop_heap_ops
+                        )
                         assert head == len(fifo) or fifo[-1] is not None
                         for j, op in enumerate(fifo[head:], head):
-                            assert op is None or op._seq == engine._loop_base + j
-                with engine._lock:
+                            assert op is None or op._seq == engine._core._loop_base + j
+                with engine._core._lock:
                     while model:
                         claim()
                     claim()  # None: empty
-                assert engine._loop_head == len(engine._loop_fifo)
-                assert not engine._loop_heap
-                assert not engine._loop_heap_ops
+                assert engine._core._loop_head == len(engine._core._loop_fifo)
+                assert not engine._core._loop_heap
+                assert not engine._core._loop_heap_ops
 
         asyncio.run(main())
 
@@ -606,8 +608,8 @@ class TestLifecycle:
 
         asyncio.run(first())
         asyncio.run(second())
-        engine._shutdown_executors(wait=True)
-        engine._state = engine._state.CLOSED
+        engine._core._shutdown_executors(wait=True)
+        engine._core._state = engine._core._state.CLOSED
 
     async def test_aclose_drains_then_refuses_pushes(self, engine: ae.Engine) -> None:
         done: list[int] = []
@@ -671,7 +673,7 @@ class TestLifecycle:
     async def test_garbage_collected_engine_warns_and_releases_threads(self) -> None:
         engine = ae.Engine(cpu_workers=1)
         await engine.push_sync(lambda r: None)
-        executors = list(engine._executors.values())
+        executors = list(engine._core._executors.values())
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             del engine

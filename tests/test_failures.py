@@ -456,13 +456,13 @@ class TestWaitForVar:
                     return
                 time.sleep(0.001)
 
-        real = engine._lock
-        engine._use_lock(AfterRelease(real, push_and_fail))  # type: ignore[arg-type]
+        real = engine._core._lock
+        engine._core._use_lock(AfterRelease(real, push_and_fail))  # type: ignore[arg-type]
         try:
             await engine.wait_for_var(x)  # x was idle and carried nothing
             assert later[0].done()
         finally:
-            engine._use_lock(real)  # before the fixture closes the engine
+            engine._core._use_lock(real)  # before the fixture closes the engine
         with pytest.raises(Boom) as info:
             await engine.wait_for_var(x)  # still recorded: thrown by the wait that covers it
         assert info.value is exc

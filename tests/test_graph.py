@@ -9,7 +9,7 @@ import threading
 import pytest
 
 import aioengine as ae
-from aioengine.history import Recorder
+from aioengine.observe.history import Recorder
 
 # open writes x; read and fetch read x; combine reads y, writes x; later writes y.
 EXPECTED = {
@@ -99,7 +99,7 @@ class TestGraph:
         monkeypatch.setattr(Recorder, "__init__", slow_init)
         engine.record_history(10)
         others[0].join(5)
-        recorders = [i for i in engine._instruments if isinstance(i, Recorder)]
+        recorders = [i for i in engine._core._instruments if isinstance(i, Recorder)]
         assert len(recorders) == 1
         assert recorders[0].history.maxlen == 50  # the later call resized it
 

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 import aioengine as ae
-from aioengine.log import OpLogger
+from aioengine.observe.log import OpLogger
 
 
 def boom(rctx: ae.RunContext) -> None:
@@ -18,7 +18,7 @@ class TestDebugLog:
     async def test_records_every_step(self, caplog: pytest.LogCaptureFixture) -> None:
         caplog.set_level(logging.DEBUG, logger="aioengine")
         async with ae.Engine(cpu_workers=1) as engine:
-            assert any(isinstance(i, OpLogger) for i in engine._instruments)
+            assert any(isinstance(i, OpLogger) for i in engine._core._instruments)
             x = engine.new_var("x")
             failed = engine.push_sync(boom, mutate_vars=[x], name="boom")
             skipped = engine.push_sync(lambda r: None, const_vars=[x], name="after")

@@ -17,8 +17,8 @@ import pytest
 
 import aioengine as ae
 from aioengine import trace as trace_module
-from aioengine.history import DepTracker
-from aioengine.trace import Tracer
+from aioengine.observe.history import DepTracker
+from aioengine.observe.trace import Tracer
 from aioengine.var import Var
 
 PHASES = {"X", "i", "s", "f", "M"}
@@ -289,7 +289,7 @@ class TestTrace:
         engine.start_trace()
         op = engine.push_async(spinner, name="spinner")
         await started.wait()
-        tracer = next(i for i in engine._instruments if type(i).__name__ == "Tracer")
+        tracer = next(i for i in engine._core._instruments if type(i).__name__ == "Tracer")
         (started_record,) = tracer._started.values()
         engine.stop_trace()
         at_stop = len(started_record.steps)
@@ -355,10 +355,10 @@ class TestTrace:
 
     async def test_no_instrument_left_when_not_tracing(self, threaded_engine: ae.Engine) -> None:
         engine = threaded_engine
-        assert engine._instruments == ()
+        assert engine._core._instruments == ()
         async with engine.trace():
-            assert any(isinstance(i, Tracer) for i in engine._instruments)
-        assert engine._instruments == ()
+            assert any(isinstance(i, Tracer) for i in engine._core._instruments)
+        assert engine._core._instruments == ()
 
 
 async def test_gpu_ops_span_launch_to_fence_on_lanes_where_they_never_cross() -> None:
@@ -369,7 +369,7 @@ async def test_gpu_ops_span_launch_to_fence_on_lanes_where_they_never_cross() ->
     async with ae.Engine(gpu_backend=sim) as engine:
         xs = [engine.new_var(f"x{i}") for i in range(6)]
         with engine.trace() as session:
-            (tracer,) = [i for i in engine._instruments if isinstance(i, Tracer)]
+            (tracer,) = [i for i in engine._core._instruments if isinstance(i, Tracer)]
             for i, x in enumerate(xs):
 
                 def kernel(name: str = f"k{i}") -> None:

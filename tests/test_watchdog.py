@@ -14,7 +14,7 @@ import pytest
 
 import aioengine as ae
 from aioengine import watchdog
-from aioengine.history import Recorder
+from aioengine.observe.history import Recorder
 
 from .test_dump import Hang
 
@@ -153,4 +153,4 @@ class TestWatchdog:
     def test_off_by_default(self) -> None:
         engine = ae.Engine()
         assert engine._settings.watchdog is None
-        assert engine._instruments == ()
+        assert engine._core._instruments == ()

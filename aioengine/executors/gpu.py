@@ -24,7 +24,7 @@ from typing import Any
 
 from ..context import Context, RunContext
 from ..errors import DeviceFailedError
-from ..operation import FnProperty
+from ..kinds import FnProperty
 from . import Run
 from .device import DeviceBackend, StreamFamily
 from .threads import ThreadExecutor

@@ -15,11 +15,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..kinds import OpState
 from .history import Recorder, pool_name
-from .operation import OpState
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ..engine import Engine
 
 __all__ = ("EngineStatistics", "PoolStatistics", "build_statistics", "new_counters")
 
@@ -84,12 +84,13 @@ class EngineStatistics(PoolStatistics):
 def build_statistics(engine: Engine) -> EngineStatistics:
     """Snapshot ``engine``'s counters and pending operations."""
     counts: dict[str, list[int]] = {}
-    with engine._lock:
-        for target, finished in engine._finished.items():
+    core = engine._core  # read only (scheduler.py: the read-only API for observers)
+    with core._lock:
+        for target, finished in core._finished.items():
             row = counts.setdefault(pool_name(target), _zeros())
             for i, n in enumerate(finished):
                 row[i] += n
-        for op in engine._live.values():
+        for op in core._live.values():
             counts.setdefault(pool_name(op._target), _zeros())[op._state] += 1
         recorder = Recorder.of(engine)
         busy = dict(recorder.busy) if recorder is not None else None
@@ -124,4 +125,4 @@ def build_statistics(engine: Engine) -> EngineStatistics:
 
 def finished_total(engine: Engine) -> int:
     """Operations finished since the engine was created (engine lock held by the caller)."""
-    return sum(sum(row) for row in engine._finished.values())
+    return sum(sum(row) for row in engine._core._finished.values())

@@ -22,11 +22,11 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..kinds import OpState
 from .history import DepTracker, Recorder, kind_name, pool_name
-from .operation import OpState
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ..engine import Engine
 
 __all__ = ("Edge", "Graph", "Node", "build_graph")
 
@@ -188,10 +188,11 @@ def build_graph(engine: Engine) -> Graph:
     """Snapshot ``engine``'s recorded history and pending operations as a :class:`Graph`."""
     nodes: dict[int, Node] = {}
     edges: set[Edge] = set()
-    with engine._lock:
+    core = engine._core  # read only (scheduler.py: the read-only API for observers)
+    with core._lock:
         recorder = Recorder.of(engine)
         records = list(recorder.history) if recorder is not None else []
-        live = [(op, op._state) for op in engine._live.values()]
+        live = [(op, op._state) for op in core._live.values()]
         recorded_live = dict(recorder.live) if recorder is not None else {}
     for r in records:
         nodes[r.seq] = Node(r.seq, r.name, r.state, r.kind, r.pool)

@@ -3,7 +3,7 @@
 :class:`OpLogger` logs every push, start and finish (``done``, ``failed``, ``skipped``,
 ``cancelled``). The engine installs it when it is created while the ``aioengine`` logger is
 enabled for DEBUG, so an engine created without DEBUG logging pays nothing; to log an engine
-that already exists, ``engine.add_instrument(aioengine.log.OpLogger())``.
+that already exists, ``engine.add_instrument(aioengine.observe.log.OpLogger())``.
 
 ``on_push`` and ``on_finish`` run under the engine lock (see ``instrument.py``): a logging
 handler must not call back into the engine.
@@ -14,12 +14,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from .errors import summary
+from ..errors import summary
+from ..instrument import Instrument
 from .history import pool_name
-from .instrument import Instrument
 
 if TYPE_CHECKING:
-    from .operation import Operation
+    from ..operation import Operation
 
 __all__ = ("OpLogger",)
 

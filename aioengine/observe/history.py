@@ -25,14 +25,14 @@ from collections import deque
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
-from .errors import summary
-from .instrument import Instrument
-from .operation import _CALLBACK, _CORO, OpState
+from ..errors import summary
+from ..instrument import Instrument
+from ..kinds import _CALLBACK, _CORO, OpState
 
 if TYPE_CHECKING:
-    from .engine import Engine
-    from .operation import Operation
-    from .var import Var
+    from ..engine import Engine
+    from ..operation import Operation
+    from ..var import Var
 
 __all__ = ("DepTracker", "OpRecord", "Recorder", "kind_name", "pool_name")
 
@@ -41,10 +41,12 @@ __all__ = ("DepTracker", "OpRecord", "Recorder", "kind_name", "pool_name")
 _INTERNAL = frozenset(
     {
         "aioengine.engine",
+        "aioengine.scheduler",
+        "aioengine.gpu_sync",
         "aioengine.operation",
-        "aioengine.history",
+        "aioengine.observe.history",
         "aioengine.instrument",
-        "aioengine.trace",
+        "aioengine.observe.trace",
         "aioengine.ergonomic",
         "aioengine.var",
         "aioengine.blocking",
@@ -210,27 +212,15 @@ class Recorder(Instrument):
     @staticmethod
     def of(engine: Engine) -> Recorder | None:
         """The recorder installed on ``engine``, if any."""
-        for inst in engine._instruments:
+        for inst in engine._core._instruments:
             if isinstance(inst, Recorder):
                 return inst
         return None
 
-    @staticmethod
-    def ensure(engine: Engine, history: int) -> Recorder:
-        """Install a recorder keeping ``history`` operations, or resize the installed one.
-
-        Looking and installing are one critical section: two threads calling this at once
-        install one recorder, not two that would each record every operation.
-        """
-        with engine._lock:
-            current = Recorder.of(engine)
-            if current is not None:
-                if current.history.maxlen != history:
-                    current.history = deque(current.history, maxlen=history)
-                return current
-            recorder = Recorder(history)
-            engine._add_instrument_locked(recorder)
-            return recorder
+    def resize(self, history: int) -> None:
+        """Keep the newest ``history`` finished operations from now on."""
+        if self.history.maxlen != history:
+            self.history = deque(self.history, maxlen=history)
 
     def on_push(self, op: Operation[Any]) -> None:
         """Record the push site, time and dependencies (engine lock held)."""

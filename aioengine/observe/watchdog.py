@@ -3,7 +3,7 @@
 A daemon thread per engine (``aioengine-watchdog``) wakes every ``min(seconds / 4, 1)``
 seconds and reads the engine's counter of finished operations (see ``stats.py``). When
 operations are pending and that counter has not moved for ``seconds``, it logs the engine's
-:class:`~aioengine.dump.Dump` on the ``aioengine`` logger at WARNING, once: the next warning
+:class:`~aioengine.observe.dump.Dump` on the ``aioengine`` logger at WARNING, once: the next warning
 needs a new stall, i.e. some operation finishing (or the engine going idle) first.
 
 A thread rather than a loop timer, so that a loop blocked by a synchronous call is diagnosed
@@ -24,7 +24,7 @@ from .history import Recorder
 from .stats import finished_total
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ..engine import Engine
 
 __all__ = ("start_watchdog",)
 
@@ -36,7 +36,7 @@ DEFAULT_HISTORY = 1000  # operations the watchdog's recorder keeps
 def start_watchdog(engine: Engine, seconds: float) -> threading.Thread:
     """Install a recorder on ``engine`` and start its watchdog thread."""
     if Recorder.of(engine) is None:
-        Recorder.ensure(engine, DEFAULT_HISTORY)
+        engine.record_history(DEFAULT_HISTORY)
     thread = threading.Thread(
         target=_watch,
         args=(weakref.ref(engine), seconds),
@@ -56,11 +56,12 @@ def _watch(ref: weakref.ref[Engine], seconds: float) -> None:
     while True:
         time.sleep(interval)
         engine = ref()
-        if engine is None or engine.closed or engine._forked:
+        if engine is None or engine.closed or engine._core._forked:
             return
-        with engine._lock:
+        core = engine._core  # read only (scheduler.py: the read-only API for observers)
+        with core._lock:
             done = finished_total(engine)
-            pending = len(engine._live)
+            pending = len(core._live)
         now = time.monotonic()
         # A stall is timed from the first wake that saw progress or work after idleness:
         # work pushed just before this wake did not wait since the last one (which would

@@ -26,15 +26,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .context import DeviceType
+from ..context import DeviceType
+from ..kinds import _BULK, _CALLBACK, _SYNC, OpState
+from ..task import run_coroutine
 from .history import Recorder, kind_name, pool_name
-from .operation import _BULK, _CALLBACK, _SYNC, OpState
-from .task import run_coroutine
 
 if TYPE_CHECKING:
-    from .engine import Engine
-    from .operation import Operation
-    from .var import Var
+    from ..engine import Engine
+    from ..operation import Operation
+    from ..var import Var
 
 _GPU = DeviceType.GPU
 
@@ -259,19 +259,18 @@ def build_dump(engine: Engine, var: Var | None = None) -> Dump:
     rows: dict[int, dict[str, Any]] = {}
     var_rows: dict[Var, tuple[list[tuple[int, str]], list[tuple[int, str]]]] = {}
     tasks: dict[int, asyncio.Task[Any]] = {}
-    lock = engine._lock
+    core = engine._core  # read only (scheduler.py: the read-only API for observers)
+    lock = core._lock
     # Bounded: a signal handler that interrupted the engine inside its lock (on the same
     # thread) would otherwise wait for itself forever.
     if not lock.acquire(timeout=_LOCK_WAIT):
-        return Dump((), (), len(engine._live), False, note=_LOCK_BUSY.format(_LOCK_WAIT))
+        return Dump((), (), len(core._live), False, note=_LOCK_BUSY.format(_LOCK_WAIT))
     try:
-        if engine._segment is not None:
-            engine._flush_segment_locked()  # its members queue on their Vars, to be shown
         now = time.monotonic()
         recorder = Recorder.of(engine)
         records = recorder.live if recorder is not None else {}
-        pending = len(engine._live)
-        for op in engine._live.values():
+        pending = len(core._live)
+        for op in core._live.values():
             holds: list[tuple[Var, str]] = []
             waits: list[tuple[Var, str]] = []
             requests = [(v, "read") for v in op._const] + [(v, "write") for v in op._mutate]
@@ -325,7 +324,7 @@ def build_dump(engine: Engine, var: Var | None = None) -> Dump:
             for waiter, write in v._requests():
                 # An Operation, or a wait_for_var marker (not in _live); a cancelled one neither.
                 seq: int = waiter._seq
-                if engine._live.get(seq) is waiter:
+                if core._live.get(seq) is waiter:
                     waiters.append((seq, "write" if write else "read"))
                 elif waiter._kind == _BULK and waiter._result:  # a segment: its members
                     members: list[Operation[Any]] = waiter._result

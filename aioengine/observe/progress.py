@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .stats import finished_total
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ..engine import Engine
 
 __all__ = ("INTERVAL", "drain_with_progress")
 
@@ -59,9 +59,10 @@ def _make_bar(total: int) -> _Bar:
 
 async def drain_with_progress(engine: Engine, timeout: float | None) -> None:  # noqa: ASYNC109
     """``engine._drained(timeout)`` while showing a progress bar."""
-    with engine._lock:
+    core = engine._core  # read only (scheduler.py: the read-only API for observers)
+    with core._lock:
         base = finished_total(engine)
-        total = len(engine._live)
+        total = len(core._live)
     if not total:  # nothing to show: a bar of 0 operations is noise
         await engine._drained(timeout)
         return
@@ -71,9 +72,9 @@ async def drain_with_progress(engine: Engine, timeout: float | None) -> None:  #
         async with asyncio.timeout(timeout):
             while True:
                 done, _ = await asyncio.wait({drained}, timeout=INTERVAL)
-                with engine._lock:
+                with core._lock:
                     finished = finished_total(engine) - base
-                    pending = len(engine._live)
+                    pending = len(core._live)
                 bar.total = max(bar.total, finished + pending)
                 bar.n = finished
                 bar.refresh()

@@ -47,16 +47,16 @@ from collections.abc import Coroutine, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .context import DeviceType
-from .errors import summary
+from ..context import DeviceType
+from ..errors import summary
+from ..instrument import Instrument
+from ..kinds import _CALLBACK, _CORO, OpState
 from .history import DepTracker, kind_name, pool_name
-from .instrument import Instrument
-from .operation import _CALLBACK, _CORO, OpState
 from .timeline import Timeline
 
 if TYPE_CHECKING:
-    from .engine import Engine
-    from .operation import Operation
+    from ..engine import Engine
+    from ..operation import Operation
 
 __all__ = ("TraceSession", "Tracer")
 
@@ -210,7 +210,7 @@ class Tracer(Instrument):
             tid = threading.get_native_id()
             if tid not in self._threads:
                 name = threading.current_thread().name
-                if threading.get_ident() == self._engine._loop_thread:
+                if threading.get_ident() == self._engine._core._loop_thread:
                     self._threads[tid] = (f"event loop ({name})", 0)
                 else:
                     self._threads[tid] = (name, _THREAD_SORT + 1 + len(self._threads))
@@ -404,24 +404,16 @@ class Tracer(Instrument):
         }
 
 
-def start_trace(engine: Engine) -> Tracer:
-    """Install a :class:`Tracer` on ``engine`` (RuntimeError if one is running)."""
-    with engine._lock:
-        if any(isinstance(i, Tracer) for i in engine._instruments):
-            raise RuntimeError(f"{engine!r} is already tracing; call stop_trace() first")
-        tracer = Tracer(engine)
-        engine._add_instrument_locked(tracer)
-    return tracer
+def tracer_of(instruments: tuple[object, ...]) -> Tracer | None:
+    """The running :class:`Tracer` among an engine's instruments, if any."""
+    return next((i for i in instruments if isinstance(i, Tracer)), None)
 
 
-def stop_trace(engine: Engine, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Uninstall the running :class:`Tracer`; return the trace and write it to ``path``."""
-    with engine._lock:
-        tracer = next((i for i in engine._instruments if isinstance(i, Tracer)), None)
-        if tracer is None:
-            raise RuntimeError(f"{engine!r} is not tracing; call start_trace() first")
-        engine._remove_instrument_locked(tracer)
-        live = list(engine._live.values())
+def finish_trace(
+    tracer: Tracer, live: list[Operation[Any]], path: str | os.PathLike[str] | None
+) -> dict[str, Any]:
+    """The trace of an uninstalled ``tracer`` (``live``: the operations still pending),
+    also written to ``path``."""
     trace = tracer.finish(live)
     if path is not None:
         _write(trace, path)
@@ -448,7 +440,7 @@ class TraceSession:
         self.trace: dict[str, Any] | None = None
 
     def __enter__(self) -> TraceSession:
-        start_trace(self._engine)
+        self._engine.start_trace()
         return self
 
     def __exit__(
@@ -457,7 +449,7 @@ class TraceSession:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.trace = stop_trace(self._engine)
+        self.trace = self._engine.stop_trace()
         if self.path is not None:  # kept in .trace even if writing it fails
             _write(self.trace, self.path)
 
@@ -487,6 +479,6 @@ class TraceSession:
         tb: TracebackType | None,
     ) -> None:
         # Encoding and writing a large trace takes long: on a thread, not the event loop's.
-        self.trace = stop_trace(self._engine)
+        self.trace = self._engine.stop_trace()
         if self.path is not None:  # kept in .trace even if writing it fails
             await asyncio.to_thread(_write, self.trace, self.path)

@@ -1,0 +1,91 @@
+"""What a pushed function is: its default name and the kind of operation it makes.
+
+Leaf helpers shared by the façade's pushes, the ergonomic layer and the blocking front end:
+the one derivation of an operation's default name (:func:`default_name`) and the one
+classification of a function given to ``push_async`` (:func:`async_kind`).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from types import FunctionType, MethodType
+from typing import Any
+
+from .kinds import _CALLBACK, _CORO
+
+__all__ = ("async_kind", "default_name", "is_coroutine_function")
+
+_partial = functools.partial
+_CO_COROUTINE = inspect.CO_COROUTINE
+
+
+def default_name(fn: Callable[..., Any]) -> str:
+    """The default operation name: the function's ``__qualname__`` (partials unwrapped)."""
+    while type(fn) is functools.partial:
+        fn = fn.func
+    if type(fn) is FunctionType or type(fn) is MethodType:
+        return fn.__qualname__
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    return name if isinstance(name, str) else type(fn).__name__
+
+
+def is_coroutine_function(fn: Callable[..., Any]) -> bool:
+    """Whether calling ``fn`` returns a coroutine, decided without calling it.
+
+    Plain functions, methods and partials of them (the hot path) are decided from the code
+    flags; anything else goes through :func:`inspect.iscoroutinefunction`, including an object
+    whose ``__call__`` is ``async def``.
+    """
+    inner = fn
+    while type(inner) is functools.partial:
+        inner = inner.func
+    if type(inner) is MethodType:
+        inner = inner.__func__
+    if type(inner) is FunctionType:
+        return bool(inner.__code__.co_flags & _CO_COROUTINE)
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 (an async __call__ method)
+    return call is not None and not inspect.isfunction(fn) and inspect.iscoroutinefunction(call)
+
+
+def async_kind(fn: Callable[..., Any]) -> int:
+    """Classify a function given to ``push_async`` (or ``new_operator(is_async=True)``).
+
+    ``async def fn(rctx)`` runs as a task on the loop, and so does a plain function with one
+    required positional parameter that returns an awaitable (``lambda rctx: fetch(url)``;
+    parameters with defaults, as used to bind loop variables, do not count). A function with
+    two required positional parameters is callback-style: ``fn(rctx, on_complete)``.
+    """
+    # The usual cases, a coroutine function or a partial of one, are decided without a call.
+    if type(fn) is _partial and type(fn.func) is FunctionType:
+        if fn.func.__code__.co_flags & _CO_COROUTINE:
+            return _CORO
+    elif type(fn) is FunctionType and fn.__code__.co_flags & _CO_COROUTINE:
+        return _CORO
+    if is_coroutine_function(fn):
+        return _CORO
+    if type(fn) is FunctionType:
+        code = fn.__code__
+        positional = code.co_argcount
+        required = positional - len(fn.__defaults__ or ())
+        varargs = bool(code.co_flags & inspect.CO_VARARGS)
+    else:
+        try:
+            params = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            return _CALLBACK  # no signature to read: MXNet's AsyncFn convention
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        positional = sum(1 for p in params if p.kind in kinds)
+        required = sum(1 for p in params if p.kind in kinds and p.default is p.empty)
+        varargs = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+    if required >= 2 or (required == 0 and varargs):
+        return _CALLBACK
+    if required == 1 or positional:
+        return _CORO
+    raise TypeError(
+        f"{default_name(fn)} takes no positional argument; push_async needs async def fn(rctx), "
+        "a function of (rctx) returning an awaitable, or a callback-style fn(rctx, on_complete)"
+    )

@@ -1,0 +1,410 @@
+"""GPU synchronisation: the collaborator that runs operations on GPU streams and orders them.
+
+The scheduler (``scheduler.py``) knows nothing of GPUs: it reaches this module through its
+``_gpu`` field, which stays None until the first push to a ``gpu(i)`` context, so the CPU-only
+path pays one ``is None`` test. From then on :class:`GpuSync` owns everything GPU:
+
+- routing (:meth:`GpuSync.route`): plain functions run on the device's stream workers
+  (``executors/self.py``); ``FnProperty.ASYNC``, ``DELETE_VAR`` and callback-style functions are
+  host consumers on the loop;
+- the GPU execute path (:meth:`GpuSync.execute`, on a GPU worker thread): cross-stream waits,
+  the launch, the fence (``fence.py`` has the ordering rules) and the early release of the
+  operation's Var turns once its work is enqueued (event mode);
+- fences: :meth:`GpuSync.hold_for_fences_locked` makes a host consumer wait for the pending
+  fences on its Vars; the poller (``poller.py``) reports completed fences to
+  :meth:`GpuSync._fences_settled`, which completes their operations and wakes their consumers;
+- device failure: a failed fence poisons the streams that wait on it
+  (:meth:`GpuSync._fail_devices_locked`); every operation a failed device fails shares one
+  failure record per device.
+
+Design notes, with the reasons, are in ``docs/design.md`` (section GPU).
+
+State (guarded by the engine lock, ``core._lock``; the device-level state is
+:class:`~aioengine.executors.self.GpuDevices`', which this class extends):
+
+- ``_core``: the scheduler this collaborator serves (it calls the scheduler's ``_locked``
+  bookkeeping; the scheduler never imports this module).
+- ``_fence_seq``: fences recorded so far (``Fence.seq``).
+- ``_gpu_pending``: fences recorded and not settled.
+- ``_stuck_streams``: ``id()``s of GPU streams stuck behind a wait on a failed fence: a fence
+  recorded on one of them never completes. A stream lives as long as its worker thread, so
+  its id is not reused while the engine runs.
+- ``_device_boxes``: per failed GPU, the one failure record its operations share.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from typing import Any
+
+from .context import Context, RunContext
+from .errors import DeviceFailedError, DeviceUnavailableError, trim_traceback
+from .executors import Executor
+from .executors.device import DeviceBackend
+from .executors.gpu import GpuDevices
+from .fence import Fence, gpu_waits, host_waits, note_launch
+from .kinds import _SYNC, FnProperty, OpState
+from .operation import Operation
+from .poller import poller_for
+from .scheduler import Scheduler
+from .var import _Failure
+
+__all__ = ("GpuSync", "open_gpu")
+
+_PENDING = OpState.PENDING
+_READY = OpState.READY
+_RUNNING = OpState.RUNNING
+_DONE = OpState.DONE
+_FAILED = OpState.FAILED
+_CANCELLED = OpState.CANCELLED
+_DEVICE_FAILED = -1  # the status of a fence settled because its device failed elsewhere
+_context_run = contextvars.Context.run  # unbound: no method lookup per launch
+
+
+def open_gpu(core: Scheduler, ctx: Context, backend: DeviceBackend | None) -> GpuSync:
+    """Create ``core``'s GPU collaborator on the first push to a GPU context (any thread).
+
+    ``backend`` is the engine's ``gpu_backend`` (None: CuPy, loaded now). Raises
+    :class:`~aioengine.DeviceUnavailableError` if ``ctx``'s device cannot be used, with the
+    scheduler unchanged; two threads racing here make one collaborator.
+    """
+    if core._loop is None:
+        raise RuntimeError(
+            f"{core!r} is not bound to an event loop yet, and GPU operations need it (its "
+            "poller observes their completion); use the engine from a coroutine first"
+        )
+    if backend is None:
+        from .executors.cupy_streams import CupyBackend
+
+        try:
+            backend = CupyBackend()
+        except DeviceUnavailableError as exc:  # no CuPy: say which push failed
+            raise DeviceUnavailableError(f"cannot run on {ctx!r}: {exc}") from None
+    backend.check(ctx.device_id)
+    settings = core._settings
+    with core._lock:
+        gpu = core._gpu
+        if gpu is None:
+            gpu = core._gpu = GpuSync(
+                core,
+                backend,
+                workers=settings.gpu_workers,
+                copy_workers=settings.gpu_copy_workers,
+                host_sync=settings.gpu_sync == "host" or settings.serial,
+                max_inflight=settings.gpu_max_inflight,
+            )
+    return gpu
+
+
+class GpuSync(GpuDevices):
+    """The GPU side of one engine's scheduler: routes, launches, fences, device failures.
+
+    Created by :func:`open_gpu`; see the module docstring for its state.
+    """
+
+    def __init__(
+        self,
+        core: Scheduler,
+        backend: DeviceBackend,
+        *,
+        workers: int,
+        copy_workers: int,
+        host_sync: bool,
+        max_inflight: int | None,
+    ) -> None:
+        super().__init__(
+            backend,
+            run=Scheduler._execute,
+            workers=workers,
+            copy_workers=copy_workers,
+            host_sync=host_sync,
+            max_inflight=max_inflight,
+        )
+        self._core = core
+        self._fence_seq = 0
+        self._gpu_pending: dict[Fence, None] = {}
+        self._stuck_streams: set[int] = set()
+        self._device_boxes: dict[int, _Failure] = {}
+
+    def route(self, ctx: Context, prop: FnProperty, kind: int) -> Executor | None:
+        """Route an operation on a GPU context (not cached: a device may fail meanwhile).
+
+        Plain functions run on the device's stream workers; ``FnProperty.ASYNC``,
+        ``DELETE_VAR`` and callback-style functions are host consumers on the loop.
+        """
+        self.devices_for(ctx)
+        if kind != _SYNC or prop is FnProperty.ASYNC or prop is FnProperty.DELETE_VAR:
+            return None
+        with self._core._lock:
+            return self.executor(ctx, prop, self._core._executors.__setitem__)
+
+    def devices_for(self, ctx: Context) -> GpuSync:
+        """Raise if ``ctx``'s device cannot be used (now); else return self."""
+        self.backend.check(ctx.device_id)
+        err = self.broken(ctx.device_id)
+        if err is not None:
+            raise DeviceFailedError(f"cannot push to {ctx!r}: {err}") from err.__cause__
+        return self
+
+    def _device_box_locked(self, device_id: int, err: DeviceFailedError) -> _Failure:
+        """The one failure record all operations failed by ``device_id`` share (lock held)."""
+        box = self._device_boxes.get(device_id)
+        if box is None or box.exc is None:  # none yet, or thrown (and so cleared) already
+            box = self._device_boxes[device_id] = _Failure(err)
+            self._core._failures[box] = None
+        return box
+
+    def hold_for_fences_locked(self, op: Operation[Any]) -> bool:
+        """Make a host consumer wait for the pending GPU fences on its Vars (lock held).
+
+        Returns False when there are none (it may start now); else it stays PENDING and
+        :meth:`_settle_fence_locked` makes it ready when the last of them completes.
+        """
+        fences = host_waits(op._const, op._mutate)
+        if not fences:
+            return False
+        op._fwait = len(fences)
+        for fence in fences:
+            assert fence.waiters is not None  # pending fences have a waiter list
+            fence.waiters.append(op)
+        return True
+
+    def execute(self, op: Operation[Any], rctx: RunContext) -> None:
+        """Enqueue GPU ``op`` on this worker's stream and record its fence (GPU worker thread).
+
+        The stream first waits (``wait_event``, no host wait) for the fences on other streams
+        that ``op`` depends on (fence.py). Once its work is enqueued its Var turns are released
+        (event mode; host mode: when its fence completes), and the poller completes ``op`` when
+        its fence does. An enqueue cannot be undone, so nothing here can be cancelled.
+        """
+        stream = rctx.stream
+        device = op._ctx.device_id
+        skipped = None
+        broken = None
+        deps: list[Fence] = []
+        waits: list[Any] = []
+        with self._core._lock:
+            if op._state is not _READY:  # cancelled while queued
+                return
+            if self._core._failures:
+                skipped = self._core._skip_locked(op)
+            if skipped is None:
+                broken = self.broken(device)
+                if broken is None:
+                    op._state = _RUNNING
+                    deps = gpu_waits(op._const, op._mutate, stream)
+                    if not self.skip_waits:
+                        waits = [f.event for f in deps]
+        if skipped is not None:
+            if skipped:
+                self._core._submit(skipped)
+            return
+        if broken is not None:
+            self._fail_on_device(op, device, broken)
+            return
+        if self._core._instruments:
+            self._core._notify_start(op)
+        backend = self.backend
+        # The in-flight bound: may wait (this worker only) for completions.
+        if not self.acquire(device):  # the device failed, or the interpreter is exiting
+            broken = self.broken(device)
+            if broken is not None:
+                self._fail_on_device(op, device, broken)
+            else:
+                self._core._finish(op, _CANCELLED, None, None)
+            return
+        keep: list[Any] = []
+        fn = op._fn
+        assert fn is not None
+        # The values before the run too: a write may replace a value the device still reads.
+        before = tuple(v._value for v in op._vars)
+        state = _DONE
+        result: object = None
+        exc: BaseException | None = None
+        try:
+            for event in waits:
+                backend.wait_event(stream, event)
+            result = _context_run(
+                op._context, backend.run, stream, fn, RunContext(op._ctx, stream, keep, backend)
+            )
+        except BaseException as e:
+            trim_traceback(e)
+            state, exc = _FAILED, e
+        event = None
+        if exc is None or not backend.is_device_error(exc):
+            try:
+                event = backend.record(stream)
+            except BaseException as e:
+                exc = e
+        if event is None:  # a CUDA error: the device is dead, and so is what it has queued
+            self.release(device)
+            assert exc is not None
+            # What the function enqueued may still run: keep it for the life of the process.
+            self.keep_forever((fn, keep, before, tuple(v._value for v in op._mutate)))
+            err = self.fail(device, exc)
+            with self._core._lock:
+                self._core._call_soon(functools.partial(self._fail_device_fences, device))
+            self._fail_on_device(op, device, err)
+            del op, fn, exc  # the failure's frames reach this frame
+            return
+        after = tuple(v._value for v in op._mutate)
+        fence = Fence(self, backend, event, stream, device, 0, (fn, result, keep, before, after))
+        ready: list[Any] = []
+        with self._core._lock:
+            self._fence_seq += 1
+            fence.seq = self._fence_seq
+            fence.op = op
+            fence.state = state
+            op._result = result
+            op._exception = exc
+            note_launch(op._const, op._mutate, fence)
+            self._gpu_pending[fence] = None
+            poisoned = False
+            for dep in deps:  # if one of them fails, this stream never passes its wait
+                if dep.status is None:
+                    assert dep.dependents is not None  # pending fences have a list
+                    dep.dependents.append(fence)
+                elif dep.status:
+                    poisoned = True
+            if not self.host_sync:
+                self._core._release_locked(op, state, exc, ready)
+            # Or the device failed, or its stream got stuck, while op was being enqueued (a
+            # cross-device chain settles only the fences pending then): op's work sits behind a
+            # wait that never passes, or on a dead device.
+            if poisoned or fence.stream_id in self._stuck_streams or self.dead(device):
+                self._fail_devices_locked([fence], ready)
+            todo = self._core._settle(ready) if ready else ready
+        loop = self._core._loop
+        assert loop is not None
+        poller_for(loop).watch(fence)
+        if todo:
+            self._core._submit(todo)
+        del op, fn, exc, fence  # an idle worker keeps nothing alive
+
+    def _fail_on_device(self, op: Operation[Any], device: int, err: DeviceFailedError) -> None:
+        """Fail ``op`` (not launched) because its device failed."""
+        ready: list[Any] = []
+        with self._core._lock:
+            box = self._device_box_locked(device, err)
+            self._core._finish_locked(op, _FAILED, None, err, ready, box)
+            todo = self._core._settle(ready) if ready else ready
+        if todo:
+            self._core._submit(todo)
+
+    def _fail_device_fences(self, device: int) -> None:
+        """Settle every pending fence of a failed device as failed (loop thread)."""
+        ready: list[Any] = []
+        with self._core._lock:
+            failed = []
+            for fence in list(self._gpu_pending):
+                if fence.device_id == device:
+                    failed.extend(self._settle_fence_locked(fence, _DEVICE_FAILED, ready))
+            self._fail_devices_locked(failed, ready)
+            todo = self._core._settle(ready) if ready else ready
+        if todo:
+            self._core._submit(todo)
+
+    def _fences_settled(self, items: list[tuple[Fence, int]]) -> None:
+        """The poller saw these fences complete (status 0) or fail (loop thread)."""
+        ready: list[Any] = []
+        with self._core._lock:
+            failed = []
+            for fence, status in items:
+                if fence.status is None:  # else settled already, as its device failed
+                    failed.extend(self._settle_fence_locked(fence, status, ready))
+            if failed:
+                self._fail_devices_locked(failed, ready)
+            todo = self._core._settle(ready) if ready else ready
+        if todo:
+            self._core._submit(todo)
+
+    def _fail_devices_locked(self, waiting: list[Fence], ready: list[Any]) -> None:
+        """Fail the pending fences that wait on a failed fence, and those behind them on
+        their streams (lock held).
+
+        Such a fence's stream waits (``wait_event``) for work that will never complete, so
+        nothing recorded on that stream from then on completes: those fences fail, and so,
+        in turn, do the fences that wait on them (cross-device chains). Their device takes
+        no new work; what it queued earlier on that stream or on its other streams still
+        runs, and the poller settles it as usual, so that no host consumer of that work
+        starts before the device is done with its memory.
+        """
+        while waiting:
+            fence = waiting.pop()
+            if fence.status is not None:
+                continue
+            self.fail(
+                fence.device_id,
+                RuntimeError("its streams wait for work of a failed GPU"),
+                reason="its streams wait for work of a GPU that failed",
+                stuck=True,
+            )
+            self._stuck_streams.add(fence.stream_id)
+            for other in list(self._gpu_pending):
+                if (
+                    other.stream_id == fence.stream_id
+                    and other.seq >= fence.seq
+                    and other.status is None
+                ):
+                    waiting.extend(self._settle_fence_locked(other, _DEVICE_FAILED, ready))
+
+    def _settle_fence_locked(self, fence: Fence, status: int, ready: list[Any]) -> list[Fence]:
+        """Complete ``fence``'s operation and wake the host consumers waiting on it (lock held).
+
+        A failed status fails the operation with its device's error (the device is marked
+        failed) and keeps the fence's keepalive for the life of the process: the device may
+        still touch that memory.
+        Returns the pending fences (of other operations) that wait on a failed ``fence``.
+        The event and the keepalive are dropped on the poller's thread, not here: destroying
+        an event or freeing pool memory is a CUDA call, and this runs on the loop thread.
+        """
+        fence.status = status
+        del self._gpu_pending[fence]
+        self.release(fence.device_id)
+        op = fence.op
+        fence.op = None
+        # Hand the event (and, on success, the keepalive) to the poller without keeping a
+        # reference here: release() empties the list, so the last reference never dies on
+        # the loop thread, even if the poller thread drops its own first.
+        dropped: list[object] = [fence.event]
+        fence.event = None
+        if not status:
+            dropped.append(fence.keep)
+        else:  # the failed device may still touch that memory, as after a CUDA error raised
+            self.keep_forever(fence.keep)  # in a worker (execute)
+        fence.keep = None
+        loop = self._core._loop
+        assert loop is not None
+        poller_for(loop).release(dropped)
+        dependents = fence.dependents
+        fence.dependents = None
+        if op is not None:
+            state = fence.state
+            exc = op._exception
+            box = None
+            if status:
+                exc = self.fail(fence.device_id, status)
+                box = self._device_box_locked(fence.device_id, exc)
+                state = _FAILED
+                op._result = None
+            if self.host_sync:
+                self._core._finish_locked(op, state, op._result, exc, ready, box)
+            else:
+                if box is not None:  # released as a success: what it wrote carries the failure
+                    for v in op._mutate:
+                        v._failure = box
+                op._state = state
+                op._exception = exc
+                self._core._complete_locked(op, state)
+        waiters = fence.waiters
+        fence.waiters = None
+        if waiters:
+            for w in waiters:
+                if w._state is _PENDING and w._fwait:
+                    w._fwait -= 1
+                    if not w._fwait:
+                        ready.append(w)
+        if not status or not dependents:
+            return []
+        return [d for d in dependents if d.status is None]

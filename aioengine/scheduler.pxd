@@ -1,0 +1,101 @@
+# Declarations for the optional compiled core (setup.py): Cython compiles scheduler.py with
+# these types. Scheduler becomes a final extension type whose fields are C struct members, and
+# the methods on every operation's path take typed operations (_OperationCore). The Python
+# source stays the one implementation; this file only types it (tests/test_pxd_fields.py
+# checks that the two list the same fields).
+cimport cython
+
+from .bulk cimport size_for as _bulk_size_for
+from .collector cimport hide as _hide, show as _show
+from .operation cimport _OperationCore, new_operation
+# Cimported, so that the scheduler calls them as C functions, not through Python calls. The
+# Var type only under another name, for typed locals: a cimported name is no module global,
+# and typing.get_type_hints() on the scheduler's methods must find Var there.
+from .var cimport Var as _VarType, append_all, drop_consumed, release_all
+
+
+@cython.final
+cdef class Scheduler:
+    cdef dict __dict__
+    cdef object __weakref__
+    cdef public Py_ssize_t _bulk_scopes
+    cdef public bint _capacity_due
+    cdef public list _capacity_waiters
+    cdef public bint _deleted_vars
+    cdef public dict _executors
+    cdef public dict _failures
+    cdef public object _finished
+    cdef public bint _forked
+    cdef public object _gpu
+    cdef public bint _idle_due
+    cdef public list _idle_waiters
+    cdef public list _inbox
+    cdef public bint _inbox_scheduled
+    cdef public tuple _instruments
+    cdef public tuple _last_route
+    cdef public dict _live
+    cdef public object _lock
+    cdef public object _lock_acquire
+    cdef public object _lock_release
+    cdef public object _loop
+    cdef public Py_ssize_t _loop_base
+    cdef public object _loop_ctx
+    cdef public list _loop_fifo
+    cdef public Py_ssize_t _loop_head
+    cdef public list _loop_heap
+    cdef public dict _loop_heap_ops
+    cdef public object _loop_is_running
+    cdef public bint _loop_queue_scheduled
+    cdef public object _loop_rctx
+    cdef public object _loop_thread
+    cdef public object _open_gpu
+    cdef public object _pid
+    cdef public dict _rctx_cache
+    cdef public dict _routes
+    cdef public object _segment
+    cdef public bint _segment_flush_scheduled
+    cdef public object _seq
+    cdef public _VarType _sequencer  # serial mode's Var, else None
+    cdef public object _settings
+    cdef public object _state
+    cdef public list _wakes
+
+    # Every operation's path: push, queue, start, run, finish, release.
+    @cython.locals(op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType)
+    cpdef _push(self, fn, int kind, ctx, tuple reads, tuple writes, prop, priority, name,
+                deleting, handle=*)
+    @cython.locals(op=_OperationCore)
+    cpdef _enqueue_loop(self, op)
+    @cython.locals(op=_OperationCore, fifo=list, n=Py_ssize_t, seq=Py_ssize_t, i=Py_ssize_t,
+                   gap=Py_ssize_t)
+    cpdef bint _fifo_put(self, op) except -1
+    @cython.locals(op=_OperationCore, budget=Py_ssize_t)
+    cpdef _run_loop_queue(self)
+    @cython.locals(op=_OperationCore, first=_OperationCore, fifo=list, heap=list, head=Py_ssize_t,
+                   n=Py_ssize_t, kept=Py_ssize_t)
+    cpdef _claim_loop_op_locked(self, list todo)
+    @cython.locals(op=_OperationCore)
+    cpdef bint _start_locked(self, op, list todo) except -1
+    @cython.locals(op=_OperationCore, kind=int)
+    cpdef _execute_one(self, op, rctx, bint claimed=*, bint more=*)
+    @cython.locals(op=_OperationCore, only=_OperationCore, candidate=_OperationCore)
+    cpdef _finish_and_continue(self, op, result)
+    @cython.locals(op=_OperationCore)
+    cpdef _done_locked(self, op, result, list ready)
+    @cython.locals(op=_OperationCore)
+    cpdef _complete_locked(self, op, state)
+    @cython.locals(op=_OperationCore)
+    cpdef _show_live(self)
+    @cython.locals(op=_OperationCore, i=Py_ssize_t)
+    cpdef list _settle(self, list ready)
+    # Bulk segments (bulk.py): joining, queueing and running one.
+    @cython.locals(op=_OperationCore, seg=_OperationCore)
+    cpdef _join_segment_locked(self, op, size)
+    @cython.locals(seg=_OperationCore, op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType,
+                   vars_=tuple, k=Py_ssize_t)
+    cpdef _flush_segment_locked(self)
+    @cython.locals(seg=_OperationCore, op=_OperationCore, done=_OperationCore, i=Py_ssize_t,
+                   n=Py_ssize_t, vars_=tuple, k=Py_ssize_t, v=_VarType)
+    cpdef _run_segment(self, seg, bint more)
+    @cython.locals(seg=_OperationCore)
+    cpdef _finish_segment(self, seg, bint more)

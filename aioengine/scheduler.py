@@ -1,0 +1,1729 @@
+"""The scheduler: the per-operation cycle of an engine, and nothing else.
+
+The rule it keeps: two operations of which at least one mutates a common Var run in the order
+they were pushed. :class:`Scheduler` is the core behind the :class:`~aioengine.Engine` façade
+(``engine.py``): the façade validates arguments, binds settings, runs the lifecycle and the
+waits, and calls in here for the cycle every operation goes through:
+
+1. *Admission* (:meth:`Scheduler._push`): under ``_lock``, the operation takes the next
+   sequence number and appends one request per Var to the Vars' queues (``var.py``, where the
+   grant rule lives). A push is atomic across all of its Vars, so two threads pushing on the
+   same Vars in opposite orders cannot build a cycle (MXNet 1.9.1 deadlocks there).
+2. *Grant and dispatch* (:meth:`_settle`, :meth:`_submit`): when an operation's last request is
+   granted it is READY and goes to its executor: the thread pool of its context
+   (``executors/``), or the loop queue for coroutine functions, ``FnProperty.ASYNC`` functions
+   and serial mode.
+3. *Run* (:meth:`_execute`, :meth:`_execute_one`): the executor starts the operation (or skips
+   it when an input carries a failure) and runs its function.
+4. *Finish and release* (:meth:`_finish`, :meth:`_finish_and_continue`): under ``_lock`` the
+   outcome is recorded, the Vars are released and whatever became ready is dispatched, on the
+   thread that finished (MXNet continues on the completing thread too).
+5. *Cancel* (:meth:`_cancel`) and *bulk segments* (``_join_segment_locked`` and the methods
+   after it; ``bulk.py`` has the user's scope).
+
+Nothing touches the event loop unless someone waits: loop futures exist only for awaiters of
+an operation, of ``wait_for_var`` and of ``wait_for_all``. Worker threads hand such wake-ups to
+the loop in batches through ``_inbox`` and one ``call_soon_threadsafe``.
+
+Collaborators sit above this module and are reached through one field each, behind one cheap
+test: ``_gpu`` (``gpu_sync.py``: GPU streams and fences; None until the first GPU push, so the
+CPU-only path pays one ``is None`` test) and ``_instruments`` (``observe/``: empty on the fast
+path). This module imports none of them; the façade injects the GPU opener.
+
+Lock discipline: ``_lock`` guards every mutable field below, the Vars' queues and the
+operations' fields. It is held only for bookkeeping, never while user code runs and never
+across an ``await``; a method that needs it held ends in ``_locked``. The loop thread takes it
+for microseconds, so the loop is never blocked on a worker.
+
+State (every field of :class:`Scheduler`, documented once, here; ``validate_state()`` checks
+the invariants):
+
+- ``_settings``: the engine's resolved :class:`~aioengine.settings.Settings` (immutable).
+- ``_lock``, ``_lock_acquire``, ``_lock_release``: the engine lock and its two bound calls.
+- ``_state``: the lifecycle (OPEN, CLOSING, CLOSED); pushes are admitted only while OPEN.
+- ``_pid``, ``_forked``: the creating process; ``_forked`` is set in a child after ``os.fork()``.
+- ``_loop``, ``_loop_thread``, ``_loop_is_running``: the loop bound on first use, its thread's
+  ident and its bound ``is_running``.
+- ``_seq``: the sequence number of the latest operation (or marker, or segment).
+- ``_live``: operations pushed and not finished, by sequence number (so in push order).
+- ``_failures``: failures recorded and not thrown yet, in the order they happened.
+- ``_deleted_vars``: some Var was deleted, so pushes must check their Vars.
+- ``_idle_waiters``, ``_capacity_waiters``: loop futures of ``wait_for_all`` and of the
+  backpressured pushes; ``_idle_due``, ``_capacity_due``: they need waking (set off the loop).
+- ``_inbox``, ``_inbox_scheduled``: finished operations whose awaiters the loop must wake.
+- ``_loop_fifo``, ``_loop_head``, ``_loop_base``, ``_loop_heap``, ``_loop_heap_ops``,
+  ``_loop_queue_scheduled``: the loop queue of READY loop-thread operations (see ``__init__``).
+- ``_wakes``: executors to wake at the end of this loop iteration (loop thread only).
+- ``_executors``, ``_routes``, ``_last_route``: thread pools by name, the route cache, and
+  the last route taken.
+- ``_rctx_cache``, ``_loop_rctx``, ``_loop_ctx``: stream-less RunContexts, and the one of the
+  operation running inline.
+- ``_instruments``: installed observers (a tuple, replaced under the lock).
+- ``_finished``: finished operations by executor and OpState (``statistics()``).
+- ``_sequencer``: serial mode's hidden Var that every operation writes, else None.
+- ``_bulk_scopes``, ``_segment``, ``_segment_flush_scheduled``: bulk execution.
+- ``_gpu``, ``_open_gpu``: the GPU collaborator (None until the first GPU push) and the
+  façade's function that creates it.
+
+Read-only API for observers (``observe/``, the façade's waits): they may take ``_lock`` to
+read a consistent snapshot of ``_live``, ``_finished``, ``_instruments``, ``_segment`` and
+the Vars and operations reachable from them, and read ``_loop_thread`` and ``_forked``;
+they never assign a field or call a method of this class. Installing an instrument goes
+through ``Engine.add_instrument`` and closing an open bulk segment through the façade's
+entry points.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import enum
+import functools
+import logging
+import operator
+import os
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from heapq import heappop, heappush
+from types import FunctionType
+from typing import TYPE_CHECKING, Any
+
+from .bulk import size_for as _bulk_size_for
+from .context import Context, DeviceType, RunContext, cpu
+from .errors import (
+    DependencyError,
+    EngineClosedError,
+    OperatorDeletedError,
+    VarDeletedError,
+    summary,
+    trim_traceback,
+)
+from .executors import Executor
+from .executors.gpu import GpuExecutor
+from .executors.threads import ThreadExecutor
+from .functions import default_name
+from .instrument import Instrument
+from .kinds import _BULK, _CORO, _SYNC, _WAIT, FnProperty, OpState
+from .lock import EngineLock
+from .operation import (
+    _COROUTINE_TYPES,
+    OnComplete,
+    Operation,
+    OprHandle,
+    new_operation,
+)
+from .settings import Settings
+from .task import current_op, run_coroutine
+from .var import (
+    Var,
+    _Failure,
+    append_all,
+    drop_consumed,
+    queued_behind,
+    release_all,
+)
+
+if TYPE_CHECKING:
+    from .gpu_sync import GpuSync
+
+__all__ = ("Scheduler", "State")
+
+logger = logging.getLogger("aioengine")
+
+_get_running_loop = asyncio._get_running_loop
+_partial = functools.partial
+_get_ident = threading.get_ident
+# Unbound, so that the compiled core calls it without a method lookup per operation.
+_context_run = contextvars.Context.run
+
+_PENDING = OpState.PENDING
+_READY = OpState.READY
+_RUNNING = OpState.RUNNING
+_DONE = OpState.DONE
+_FAILED = OpState.FAILED
+_SKIPPED = OpState.SKIPPED
+_CANCELLED = OpState.CANCELLED
+
+_NO_SKIP = frozenset({FnProperty.NO_SKIP, FnProperty.DELETE_VAR})
+_NORMAL = FnProperty.NORMAL
+_CPU0 = cpu(0)
+_GPU = DeviceType.GPU
+_CPU = DeviceType.CPU
+_LOOP_BUDGET = 256  # inline operations run per loop callback before the loop's other work
+_run_order = operator.attrgetter("_key")  # run queues: higher priority first, then push order
+_push_order = operator.attrgetter("_seq")
+
+
+class State(enum.Enum):
+    """Lifecycle of an engine (its scheduler admits pushes only while OPEN)."""
+
+    OPEN = "open"
+    CLOSING = "closing"  # aclose() started: pushes raise, pending operations drain
+    CLOSED = "closed"  # drained and executors shut down
+
+
+_OPEN = State.OPEN
+
+
+def check_prop(prop: object) -> None:
+    """Raise TypeError unless ``prop`` is a :class:`~aioengine.FnProperty`."""
+    if not isinstance(prop, FnProperty):
+        raise TypeError(f"prop must be an aioengine.FnProperty, got {prop!r}")
+
+
+def _cancel_message(exc: BaseException) -> object:
+    """The message of a CancelledError (None if it has none), kept as a cancelled
+    operation's ``_result`` (Operation._cancelled_error raises it again)."""
+    return exc.args[0] if exc.args else None
+
+
+def _zeros() -> list[int]:
+    """A row of ``_finished``: finished operations by ``OpState`` value."""
+    return [0] * len(OpState)
+
+
+def _noop(rctx: RunContext) -> None:
+    """Never called: its type tells whether this module runs compiled."""
+
+
+# Whether this module runs compiled (setup.py): Cython's functions are not Python functions.
+# The one test of the build; the test suite and the benchmarks ask it too (engine._COMPILED).
+_COMPILED = type(_noop) is not FunctionType
+
+# The compiled core's C functions that take an operation out of the cycle collector's passes
+# and put it back (collector.pxd, cimported by scheduler.pxd). Declared, not bound: the pure
+# Python scheduler hides nothing, and calls them only ``if _COMPILED``.
+_hide: Callable[[Operation[Any]], None]
+_show: Callable[[Operation[Any]], None]
+
+
+class Scheduler:
+    """The per-operation cycle of one engine: admission, grant, dispatch, run, finish.
+
+    Created by :class:`~aioengine.Engine`, which owns it as ``engine._core``; its state is
+    listed in this module's docstring. Not a public class: every method is the façade's or
+    an executor's, and the observers read it through the read-only API described there.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        open_gpu: Callable[[Scheduler, Context], GpuSync],
+        instruments: tuple[Instrument, ...],
+    ) -> None:
+        self._settings = settings
+        self._open_gpu = open_gpu
+        self._pid = os.getpid()
+        self._forked = False  # set in a child process after os.fork(): every use raises
+        # The hot paths (push, start, finish) take and give back the lock in a try statement
+        # ("with lock:" costs twice as much: __exit__ takes three arguments), with calls
+        # that _use_lock keeps bound; an EngineLock's are one C call each (lock.py).
+        self._use_lock(EngineLock())
+        self._state = State.OPEN
+        self._loop: asyncio.AbstractEventLoop | None = None  # bound once, on first use
+        self._loop_thread = 0  # ident of the thread running _loop
+        # _loop's is_running, bound with it: every push on the loop's thread asks it.
+        self._loop_is_running: Callable[[], bool] | None = None
+        self._seq = 0
+        # Set in the critical section that marks a Var deleted, so a push (which checks it
+        # under the lock) cannot miss it.
+        self._deleted_vars = False
+        self._live: dict[int, Operation[Any]] = {}
+        self._failures: dict[_Failure, None] = {}
+        self._idle_waiters: list[asyncio.Future[None]] = []
+        self._capacity_waiters: list[asyncio.Future[None]] = []
+        self._executors: dict[str, Executor] = {}  # created on first use
+        self._routes: dict[tuple[Context, FnProperty], Executor | None] = {}
+        # Checked by identity first: a push loop repeats one context and property, and
+        # hashing a Context or an enum runs Python code. Replaced whole (one tuple), so a
+        # reader on another thread sees a consistent entry.
+        self._last_route: tuple[object, object, Executor | None] = (None, None, None)
+        self._rctx_cache: dict[Context, RunContext] = {}
+        self._loop_rctx: RunContext | None = None
+        self._loop_ctx: Context | None = None  # loop thread only
+        # Invariant: _inbox_scheduled is True iff a _drain_inbox call is scheduled and has
+        # not yet swapped _inbox out; the same for the loop queue.
+        self._inbox: list[Operation[Any]] = []
+        self._idle_due = False
+        self._capacity_due = False
+        self._inbox_scheduled = False
+        # READY ops for the loop thread, guarded by _lock (any thread enqueues, the loop
+        # thread claims), by _key (smaller first), in two parts. A priority-0 op (its key is
+        # its _seq) goes to the slot of its _seq in the FIFO _loop_fifo, whose slot i holds
+        # the op with _seq == _loop_base + i, or None (an op not READY, a claimed one, or a
+        # number no loop op has). Its live part starts at _loop_head: claimed and skipped
+        # slots before it are dropped in bulk. Ops made ready in any order by completions on
+        # the loop thread have larger numbers than the one that ran, so they usually land at
+        # or after the head: a list's index and append, C operations compiled. Any other op
+        # (a priority, a number behind the head, or one so far ahead that the padding would
+        # more than double the list) goes to the min-heap _loop_heap of keys, with the op in
+        # _loop_heap_ops. The best is the smaller of the heap's head and the FIFO's first op.
+        # Invariants: a slot is filled once; the last slot is an op whenever _loop_head is
+        # below the list's length (padding only precedes a new op); _loop_heap_ops holds
+        # exactly the heap's keys. The loop queue is empty iff the FIFO and the heap are.
+        self._loop_fifo: list[Operation[Any] | None] = []
+        self._loop_head = 0
+        self._loop_base = 0
+        self._loop_heap: list[int] = []
+        self._loop_heap_ops: dict[int, Operation[Any]] = {}
+        self._loop_queue_scheduled = False
+        self._wakes: list[Executor] = []
+        # Replaced, never mutated, under the lock (_add/_remove_instrument_locked): a hook
+        # called without the lock iterates the tuple it read, unchanged.
+        self._instruments: tuple[Instrument, ...] = instruments
+        self._finished: defaultdict[Executor | None, list[int]] = defaultdict(_zeros)
+        # Serial mode: every operation also writes this hidden Var, so they run one at a time.
+        self._sequencer: Var | None = Var(self, "<serial>") if settings.serial else None
+        # Active bulk scopes: a push asks its context for one only while this is nonzero.
+        # Written on the loop thread only; other threads' pushes read it unlocked,
+        # harmlessly: a push off the loop thread never joins a segment.
+        self._bulk_scopes = 0
+        # The open segment, collecting members (its _result holds them until it runs).
+        # Guarded by _lock: opened on the loop thread, closed from any thread (a push that
+        # does not join it, a wait, dump()); an unlocked read is only a hint, re-checked under
+        # the lock. Invariant: while it is open no other push takes a sequence number;
+        # _flush_segment_locked queues it on its Vars first, so every Var's queue stays in
+        # push order.
+        self._segment: Operation[Any] | None = None
+        # Under _lock: True while a _flush_segment_soon call is scheduled and has not run.
+        self._segment_flush_scheduled = False
+        # GPU collaborator, created by the first push to a gpu(i) context; while it is None
+        # no fence exists and host consumers skip the fence checks (the CPU-only fast path).
+        self._gpu: GpuSync | None = None
+
+    def __repr__(self) -> str:
+        mode = "serial" if self._settings.serial else f"cpu_workers={self._settings.cpu_workers}"
+        return f"<aioengine.Engine {self._state.value} pending={len(self._live)} {mode}>"
+
+    @property
+    def closed(self) -> bool:
+        """Whether the engine's ``aclose()`` has finished."""
+        return self._state is State.CLOSED
+
+    def validate_state(self) -> None:
+        """Check the invariants of this module's state (tests; takes the lock).
+
+        Raises:
+            AssertionError: naming the first invariant that does not hold.
+        """
+        with self._lock:
+            fifo, head = self._loop_fifo, self._loop_head
+            assert 0 <= head <= len(fifo), (head, len(fifo))
+            assert head == len(fifo) or fifo[-1] is not None, "padding after the last slot"
+            for i in range(head, len(fifo)):
+                op = fifo[i]
+                assert op is None or op._seq == self._loop_base + i, (i, op)
+            assert sorted(self._loop_heap) == sorted(self._loop_heap_ops), "heap and its ops"
+            if not self._loop_queue_scheduled:
+                assert head == len(fifo), "queued but not scheduled"
+                assert not self._loop_heap, "queued but not scheduled"
+            for seq, op in self._live.items():
+                assert op._seq == seq, (seq, op)
+                assert op._state < _DONE, op
+                assert op._kind < _WAIT, op
+            assert self._segment is None or self._segment._kind == _BULK
+            assert not self._inbox or self._inbox_scheduled, "inbox not scheduled"
+
+    def _notify_locked(self, hook: str, op: Operation[Any]) -> None:
+        """Call the ``hook`` method (``"on_push"`` or ``"on_finish"``) of every instrument (lock
+        held). One that raises is uninstalled and reported: a broken observer must not
+        strand the operations it observes (the bookkeeping around the hook goes on)."""
+        for inst in self._instruments:
+            try:
+                getattr(inst, hook)(op)
+            except Exception as exc:
+                self._instrument_failed_locked(inst, hook, exc)
+
+    def _notify_start(self, op: Operation[Any]) -> None:
+        """:meth:`_notify_locked` for ``Instrument.on_start`` (called without the lock)."""
+        for inst in self._instruments:
+            try:
+                inst.on_start(op)
+            except Exception as exc:
+                self._instrument_failed(inst, "on_start", exc)
+
+    def _instrument_failed(self, inst: Instrument, hook: str, exc: Exception) -> None:
+        """:meth:`_instrument_failed_locked` from a hook called without the lock."""
+        with self._lock:
+            self._instrument_failed_locked(inst, hook, exc)
+
+    def _instrument_failed_locked(self, inst: Instrument, hook: str, exc: Exception) -> None:
+        """Uninstall ``inst``, whose ``hook`` raised ``exc``, and report it (lock held)."""
+        self._remove_instrument_locked(inst)
+        message = f"aioengine: {type(inst).__name__}.{hook} raised; the instrument was removed"
+        loop = self._loop
+        if loop is not None and not loop.is_closed():  # the handler runs later, not locked
+            loop.call_soon_threadsafe(
+                loop.call_exception_handler, {"message": message, "exception": exc}
+            )
+        else:
+            logger.error(message, exc_info=exc)
+
+    def _add_instrument_locked(self, instrument: Instrument) -> None:
+        """Install ``instrument`` (lock held)."""
+        self._instruments = (*self._instruments, instrument)
+
+    def _remove_instrument_locked(self, instrument: Instrument) -> None:
+        """Uninstall ``instrument`` if installed (lock held)."""
+        self._instruments = tuple(i for i in self._instruments if i is not instrument)
+
+    def _use_lock(self, lock: EngineLock | threading.Lock) -> None:
+        """Make ``lock`` the engine lock, keeping the calls that take and give it back bound,
+        so that the hot paths call them without a method lookup (called before the engine
+        is shared, or in a forked child, or by a test that swaps in a stand-in lock)."""
+        self._lock = lock
+        self._lock_acquire: Callable[[], object]
+        self._lock_release: Callable[[], object]
+        if type(lock) is EngineLock:
+            self._lock_acquire = lock.take
+            self._lock_release = lock.give
+        else:
+            self._lock_acquire = lock.acquire
+            self._lock_release = lock.release
+
+    def _bind(self) -> asyncio.AbstractEventLoop | None:
+        """Bind to the running loop on first use; return the bound loop (None if unbound).
+
+        Called from any thread. A thread with no running loop may push sync operations to
+        an unbound engine; a thread running a different loop may not use the engine at all.
+        """
+        if self._forked:
+            self._check_fork()
+        loop = _get_running_loop()
+        bound = self._loop
+        if loop is bound:
+            return bound
+        if loop is None:
+            if bound is not None and bound.is_closed():
+                raise RuntimeError(
+                    f"{self!r} is bound to an event loop that is closed; create a new Engine"
+                )
+            return bound
+        with self._lock:
+            if self._loop is None:
+                self._loop = loop
+                self._loop_thread = _get_ident()
+                self._loop_is_running = loop.is_running
+                first = True
+            else:
+                first = False
+        if first:
+            return loop
+        raise RuntimeError(
+            f"{self!r} is bound to another event loop; an Engine serves the loop it was "
+            "first used on: create one Engine per loop"
+        )
+
+    def _require_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._bind()
+        if loop is None:
+            raise RuntimeError(
+                f"{self!r} is not bound to an event loop yet; use it from a coroutine first"
+            )
+        return loop
+
+    def _shutdown_executors(self, *, wait: bool) -> list[Executor]:
+        """Shut every executor down (with ``wait``, join their workers); return them."""
+        with self._lock:
+            executors = list(self._executors.values())
+            self._executors.clear()
+            self._routes.clear()
+            self._last_route = (None, None, None)
+        for executor in executors:
+            executor.shutdown(wait)
+        return executors
+
+    def _cancel_not_started(self) -> None:
+        ready: list[Any] = []
+        with self._lock:
+            if self._segment is not None:
+                self._flush_segment_locked()
+            for op in list(self._live.values()):
+                if op._state is _PENDING or op._state is _READY:
+                    self._finish_locked(op, _CANCELLED, None, None, ready)
+            todo = self._settle(ready)
+        self._submit(todo)
+
+    def _push(
+        self,
+        fn: Callable[..., Any],
+        kind: int,
+        ctx: Context,
+        const: tuple[Var, ...],
+        mutate: tuple[Var, ...],
+        prop: FnProperty,
+        priority: int,
+        name: str | None,
+        deleting: Var | None,
+        handle: OprHandle[Any] | None = None,
+    ) -> Operation[Any]:
+        """Validate the rest, append the requests atomically and dispatch if ready."""
+        loop = self._loop
+        # On the bound loop's thread while it runs (the usual case), the full check is not
+        # needed; it asks the running loop, which costs a getpid() system call.
+        if (
+            loop is None
+            or self._forked
+            or _get_ident() != self._loop_thread
+            or not self._loop_is_running()  # type: ignore[misc]  # set with _loop
+        ):
+            loop = self._bind()
+        if type(ctx) is not Context:
+            raise TypeError(f"ctx must be an aioengine.Context (cpu(i) or gpu(i)), got {ctx!r}")
+        if type(prop) is not FnProperty:
+            check_prop(prop)
+        if type(priority) is not int:
+            raise TypeError(f"priority must be an int, got {priority!r}")
+        if name is None:
+            if type(fn) is FunctionType:
+                name = fn.__qualname__
+            elif type(fn) is _partial and type(fn.func) is FunctionType:
+                name = fn.func.__qualname__
+            else:
+                name = default_name(fn)
+        elif type(name) is not str:
+            raise TypeError(f"name must be a str or None, got {name!r}")
+        if kind == _CORO:  # on the loop; _route checks a GPU context's device
+            target = None if ctx.device_type is _CPU else self._route(ctx, prop, kind)
+        else:
+            last_ctx, last_prop, target = self._last_route
+            if ctx is not last_ctx or prop is not last_prop:
+                target = self._route(ctx, prop, kind)
+        if target is None and loop is None:
+            raise RuntimeError(
+                f"{self!r} is not bound to an event loop yet, and {name!r} must run on it "
+                "(coroutine, FnProperty.ASYNC or serial mode); use the engine from a "
+                "coroutine first"
+            )
+        bulk = 0  # the segment size, when this operation joins a bulk segment (bulk.py)
+        if (
+            self._bulk_scopes
+            and target is None
+            and kind == _SYNC
+            and handle is None
+            and deleting is None
+            and ctx.device_type is _CPU
+            and _get_ident() == self._loop_thread
+        ):
+            bulk = _bulk_size_for(self)
+        op = new_operation(self, fn, kind, ctx, const, mutate, prop, priority, name, target)
+        if _COMPILED:  # out of the cycle collector's passes until it completes (collector.py)
+            _hide(op)  # noqa: F821  (scheduler.pxd: compiled only)
+        sequencer = self._sequencer
+        self._lock_acquire()
+        try:
+            if self._state is not _OPEN:
+                raise EngineClosedError(f"{self!r} is {self._state.value}; create a new Engine")
+            if handle is not None and handle._deleted:
+                raise OperatorDeletedError(f"{handle!r} was deleted; build a new one")
+            if self._deleted_vars:
+                for v in (*const, *mutate):
+                    if v._deleted:
+                        raise VarDeletedError(
+                            f"{v!r} was deleted; operation {name!r} cannot use it"
+                        )
+            if self._segment is not None and not bulk:
+                self._flush_segment_locked()  # it queues on its Vars before this operation
+            self._seq += 1
+            op._seq = seq = self._seq
+            op._key = seq - (priority << 64) if priority else seq
+            self._live[seq] = op
+            if self._instruments:
+                self._notify_locked("on_push", op)
+            if bulk:
+                self._join_segment_locked(op, bulk)
+                return op
+            # Appending is what a push promises to do atomically across its Vars, in the
+            # critical section that gave it its sequence number: so every Var's queue is in
+            # push order, which Var._holds relies on.
+            wait = append_all(op, const, mutate)
+            if sequencer is not None and not sequencer._append(op, True):
+                wait += 1
+            if deleting is not None:
+                deleting._deleted = op
+                self._deleted_vars = True
+            if wait:
+                op._wait = wait
+                return op
+            if self._gpu is not None:  # it may have to wait for GPU fences
+                todo = self._settle([op])
+            else:
+                op._state = _READY
+                if target is None:
+                    self._enqueue_loop(op)
+                    return op
+                todo = None
+        finally:
+            self._lock_release()
+        if todo is None:
+            assert target is not None
+            self._submit_one(target, op)
+        elif todo:
+            self._submit(todo)
+        return op
+
+    def _gpu_for(self, ctx: Context) -> GpuSync:
+        """The GPU collaborator, opened (by the façade's opener) on the first GPU push."""
+        gpu = self._gpu
+        if gpu is None:
+            gpu = self._open_gpu(self, ctx)
+        return gpu
+
+    def _check_fork(self) -> None:
+        if self._forked:
+            raise RuntimeError(
+                f"{self!r} was created in process {self._pid} and cannot be used after "
+                "os.fork(): its threads do not exist here. Create a new Engine in the child "
+                "(or use multiprocessing's 'spawn' start method)"
+            )
+
+    def _route(self, ctx: Context, prop: FnProperty, kind: int) -> Executor | None:
+        """Return the executor for ``(ctx, prop)``; None means the event-loop thread."""
+        if kind == _CORO:
+            if ctx.device_type is not _CPU:
+                self._gpu_for(ctx).devices_for(ctx)  # a host consumer: the device must be usable
+            return None
+        last_ctx, last_prop, last = self._last_route
+        if ctx is last_ctx and prop is last_prop:
+            return last
+        target: Executor | None
+        try:
+            target = self._routes[ctx, prop]
+        except KeyError:
+            pass
+        else:
+            self._last_route = (ctx, prop, target)
+            return target
+        if ctx.device_type is not _CPU:
+            return self._gpu_for(ctx).route(ctx, prop, kind)
+        if self._settings.serial or prop is FnProperty.ASYNC:
+            target = None
+        elif prop is FnProperty.CPU_PRIORITIZED:
+            target = self._executor("cpu-priority", _CPU0, self._settings.cpu_priority_workers)
+        else:
+            target = self._executor(f"cpu{ctx.device_id}", ctx, self._settings.cpu_workers)
+        with self._lock:
+            self._routes[ctx, prop] = target
+        return target
+
+    def _on_worker_thread(self) -> bool:
+        """Whether the caller runs on one of this engine's worker threads (so inside one of
+        its operations); safe from any thread."""
+        with self._lock:
+            executors = list(self._executors.values())
+        return any(executor.owns_current_thread() for executor in executors)
+
+    def _executor(self, key: str, ctx: Context, workers: int) -> Executor:
+        with self._lock:
+            executor = self._executors.get(key)
+            if executor is None:
+                executor = ThreadExecutor(ctx, workers, f"aioengine-{key}", Scheduler._execute)
+                self._executors[key] = executor
+            return executor
+
+    def _settle(self, ready: list[Any]) -> list[Operation[Any]]:
+        """Mark newly ready operations READY (lock held).
+
+        Host consumers of pending GPU work wait for its fences first. Wait markers complete
+        at once (which may append more operations to ``ready``, handled in the same pass);
+        operations for the loop thread join its queue. Returns the ones to submit to their
+        executors once the lock is released, and, on the loop thread while its queue is
+        empty (so no queued operation of higher priority is overtaken), coroutine operations
+        to start there at once: creating a task runs nothing, and it saves their tasks a
+        trip through the loop queue (a chain of coroutine operations costs one loop
+        iteration less per operation). Not with a task factory, which may start the task
+        eagerly, in the caller.
+        """
+        todo: list[Operation[Any]] = []
+        i = 0
+        while i < len(ready):
+            op = ready[i]
+            i += 1
+            if op._kind == _WAIT:
+                if self._gpu is not None and self._gpu.hold_for_fences_locked(op):
+                    continue
+                # Its result: the failure its Var carries now that every earlier user has
+                # finished, not one that a later operation records before the waiter resumes.
+                self._finish_locked(op, _DONE, op._mutate[0]._failure, None, ready)
+            elif op._state is _PENDING:
+                if (
+                    self._gpu is not None
+                    and type(op._target) is not GpuExecutor
+                    and self._gpu.hold_for_fences_locked(op)
+                ):
+                    continue  # a host consumer of GPU data: it starts once the fences complete
+                op._state = _READY
+                if op._target is not None:
+                    todo.append(op)
+                elif (
+                    op._kind == _CORO
+                    and self._loop_head == len(self._loop_fifo)  # the loop queue is empty
+                    and not self._loop_heap
+                    and _get_ident() == self._loop_thread
+                    and self._loop is not None
+                    and self._loop.get_task_factory() is None
+                ):
+                    todo.append(op)  # started at once by _submit
+                else:
+                    self._enqueue_loop(op)
+        return todo
+
+    def _submit(self, todo: list[Operation[Any]]) -> None:
+        """Hand READY operations to their executors, or start them on the loop thread (see
+        :meth:`_settle`); lock not held."""
+        if len(todo) > 1:
+            todo.sort(key=_run_order)  # the loop's ones start in this order
+        for op in todo:
+            if op._target is None:
+                self._execute_one(op, None)
+            else:
+                self._submit_one(op._target, op)
+
+    def _submit_one(self, target: Executor, op: Operation[Any]) -> None:
+        """Submit one READY operation; from the loop thread, wake workers once per iteration.
+
+        A burst of pushes from the loop then hands the workers one wake-up instead of one per
+        operation (each wake-up of a sleeping thread costs a GIL hand-off).
+        """
+        if _get_ident() != self._loop_thread:
+            if not target.submit(op, op._key, True):
+                self._not_submitted(op)
+            return
+        if not target.submit(op, op._key, False):
+            self._not_submitted(op)
+            return
+        wakes = self._wakes
+        if target not in wakes:
+            wakes.append(target)
+            if len(wakes) == 1:
+                assert self._loop is not None
+                self._loop.call_soon(self._flush_wakes)
+
+    def _not_submitted(self, op: Operation[Any]) -> None:
+        """``op``'s pool was shut down after this thread made it READY and released the lock.
+
+        Executors shut down once no operation is READY: ``aclose(cancel=True)`` has cancelled
+        ``op`` in between (without ``cancel`` it waits for ``op``). At interpreter exit
+        (the pool is abandoned) nothing runs any more: ``op`` is cancelled, never left pending,
+        and so is what that makes ready for an abandoned pool (in a loop, not by recursion:
+        a chain of thousands may be queued at exit).
+        """
+        dropped = [op]
+        while dropped:
+            ready: list[Any] = []
+            with self._lock:
+                for op in dropped:
+                    if op._state is _READY:
+                        self._finish_locked(op, _CANCELLED, None, None, ready)
+                todo = self._settle(ready) if ready else ready
+            dropped = [o for o in todo if o._target is not None and o._target.abandoned]
+            if len(dropped) < len(todo):
+                self._submit([o for o in todo if o._target is None or not o._target.abandoned])
+
+    def _flush_wakes(self) -> None:
+        """Wake the executors that the loop thread submitted to (loop thread)."""
+        wakes = self._wakes
+        self._wakes = []
+        for target in wakes:
+            target.wake()
+
+    def _enqueue_loop(self, op: Operation[Any]) -> None:
+        """Queue a READY operation for the loop thread (lock held)."""
+        if op._priority or not self._fifo_put(op):
+            heappush(self._loop_heap, op._key)
+            self._loop_heap_ops[op._key] = op
+        if not self._loop_queue_scheduled:
+            self._loop_queue_scheduled = True
+            self._call_soon(self._run_loop_queue)
+
+    def _fifo_put(self, op: Operation[Any]) -> bool:
+        """Put priority-0 ``op`` in the slot of its number; False if that slot is behind the
+        head, or so far ahead that padding would more than double the FIFO (lock held)."""
+        fifo = self._loop_fifo
+        n = len(fifo)
+        seq: int = op._seq
+        if self._loop_head == n:  # the FIFO is empty: it starts again at this operation
+            del fifo[:]
+            self._loop_head = 0
+            self._loop_base = seq
+            fifo.append(op)
+            return True
+        i = seq - self._loop_base
+        if i < n:
+            if i < self._loop_head:
+                return False
+            fifo[i] = op
+            return True
+        gap = i - n
+        if gap > n + 64:
+            return False
+        while gap:  # padding, each slot appended once and passed once by the head
+            fifo.append(None)
+            gap -= 1
+        fifo.append(op)
+        return True
+
+    def _call_soon(self, callback: Callable[[], None]) -> None:
+        """Schedule ``callback`` on the engine's loop from any thread (lock held)."""
+        loop = self._loop
+        assert loop is not None
+        if _get_ident() == self._loop_thread:
+            loop.call_soon(callback)
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(callback)
+
+    def _run_loop_queue(self) -> None:
+        """Run the loop thread's READY operations, best first (on the loop thread).
+
+        As a worker does, it finishes an inline operation and starts the next best one in
+        one critical section (:meth:`_finish_and_continue`), so a chain of inline operations
+        (or serial mode) costs neither a loop iteration nor a second lock round trip per
+        operation. After ``_LOOP_BUDGET`` operations it yields to the loop's other callbacks
+        (the tasks of the coroutine operations it started among them) and reschedules.
+        """
+        budget = _LOOP_BUDGET
+        try:
+            while budget > 0:
+                todo: list[Operation[Any]] = []
+                self._lock_acquire()
+                try:
+                    op = self._claim_loop_op_locked(todo)
+                    if op is None:
+                        self._loop_queue_scheduled = False
+                finally:
+                    self._lock_release()
+                if todo:
+                    self._submit(todo)  # what skipped operations released
+                if op is None:
+                    return
+                while op is not None:
+                    # A bulk segment runs all its members in this one call: each one counts.
+                    budget -= len(op._result) if op._kind == _BULK else 1
+                    op = self._execute_one(op, None, True, budget > 0)
+        except BaseException:
+            # KeyboardInterrupt or SystemExit from an inline operation (recorded, and the loop
+            # stops): while _loop_queue_scheduled stays True nothing schedules this again.
+            self._reschedule_loop_queue()
+            raise
+        self._reschedule_loop_queue()
+
+    def _reschedule_loop_queue(self) -> None:
+        """After a run of the loop queue that did not empty it: run it again soon, if needed."""
+        with self._lock:
+            if self._loop_head < len(self._loop_fifo) or self._loop_heap:  # not empty
+                self._call_soon(self._run_loop_queue)
+            else:
+                self._loop_queue_scheduled = False
+
+    def _claim_loop_op_locked(self, todo: list[Operation[Any]]) -> Operation[Any] | None:
+        """Take the best READY operation of the loop queue and mark it RUNNING (lock held).
+
+        Cancelled ones are dropped, skipped ones finished (what they release is appended
+        to ``todo``, for the caller to submit once the lock is released).
+        """
+        fifo = self._loop_fifo
+        heap = self._loop_heap
+        n = len(fifo)
+        op: Operation[Any] | None = None
+        while True:
+            # _loop_head is written back before each start: a skip's release (in
+            # _start_locked) may enqueue, and _enqueue_loop reads it.
+            head = self._loop_head
+            while head < n and fifo[head] is None:
+                head += 1  # a slot whose op is not READY yet, or never a loop op
+            self._loop_head = head
+            first = fifo[head] if head < n else None  # the FIFO's best; the heap's is heap[0]
+            if first is not None and not (heap and heap[0] < first._key):
+                op = first
+                fifo[head] = None
+                self._loop_head = head + 1
+            elif heap:
+                op = self._loop_heap_ops.pop(heappop(heap))
+            else:
+                break
+            if self._start_locked(op, todo):
+                break
+            op = None
+            n = len(fifo)  # the skip's release may have enqueued
+        head = self._loop_head
+        kept = drop_consumed(fifo, head)
+        self._loop_base += head - kept
+        self._loop_head = kept
+        return op
+
+    def _start_locked(self, op: Operation[Any], todo: list[Operation[Any]]) -> bool:
+        """Mark READY ``op`` RUNNING and return True; False if it was cancelled while queued
+        or is skipped because an input carries a failure (what a skip releases is appended to
+        ``todo``, for the caller to submit once the lock is released). Lock held."""
+        if op._state is not _READY:
+            return False
+        if self._failures and op._kind != _BULK:  # a segment's members check their own
+            skipped = self._skip_locked(op)
+            if skipped is not None:
+                todo.extend(skipped)
+                return False
+        op._state = _RUNNING
+        return True
+
+    @staticmethod
+    def _execute(op: Operation[Any], rctx: RunContext) -> None:
+        """Start ``op`` and run its function on a worker thread: every executor's runner.
+
+        A static method, so that executors, whose threads outlive their last operation, keep
+        no reference to the engine (which can then be collected and warn if never closed).
+
+        An operation that ``op``'s completion made ready on the same pool runs next on this
+        thread, without a trip through the pool's queue (MXNet continues on the completing
+        thread too), even if queued work has a higher priority (priority orders the queue, as
+        in MXNet, and is a hint); the others are submitted as usual. Failing that, the thread
+        takes the best operation queued on its pool.
+        """
+        # A failure's traceback reaches this frame (f_back), whose locals it keeps as they are
+        # when it returns: so hold no operation by then.
+        self = op._engine
+        if rctx.ctx.device_type is _GPU:
+            gpu = self._gpu  # set before its first executor existed
+            assert gpu is not None
+            gpu.execute(op, rctx)
+            del op
+            return
+        nxt = self._execute_one(op, rctx)
+        del op
+        while nxt is not None:
+            nxt = self._execute_one(nxt, rctx, True)
+
+    def _execute_one(
+        self,
+        op: Operation[Any],
+        rctx: RunContext | None,
+        claimed: bool = False,
+        more: bool = True,
+    ) -> Operation[Any] | None:
+        """Run ``op`` (see :meth:`_execute`); return a successor this thread claimed to run.
+
+        ``rctx`` is None on the loop thread. ``claimed``: ``op`` is already RUNNING
+        (:meth:`_finish_and_continue` or :meth:`_claim_loop_op_locked` started it).
+        ``more``: whether to claim a successor at all.
+        """
+        if not claimed:
+            todo: list[Operation[Any]] = []
+            self._lock_acquire()
+            try:
+                started = self._start_locked(op, todo)
+            finally:
+                self._lock_release()
+            if not started:
+                if todo:
+                    self._submit(todo)
+                return None
+        kind = op._kind
+        if self._instruments and kind != _BULK:  # a segment's members are reported instead
+            self._notify_start(op)
+        ctx = op._ctx
+        if rctx is None:
+            if ctx is not self._loop_ctx:  # by identity: Context hashes in Python
+                self._loop_rctx = self._run_context(ctx)
+                self._loop_ctx = ctx
+            rctx = self._loop_rctx
+            assert rctx is not None
+        elif rctx.ctx is not ctx:  # e.g. the shared CPU priority pool
+            rctx = self._run_context(ctx) if rctx.stream is None else RunContext(ctx, rctx.stream)
+        fn = op._fn
+        if kind == _SYNC:
+            assert fn is not None
+            try:
+                result = _context_run(op._context, fn, rctx)
+            except BaseException as exc:
+                # Drop this frame from the traceback: the recorded failure must not keep the
+                # operation (and through it its Vars) alive until someone throws it.
+                trim_traceback(exc)
+                self._finish(op, _FAILED, None, exc)
+                # The failure's frames reach this frame through f_back: hold no operation.
+                del op, fn
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)) and rctx is self._loop_rctx:
+                    raise  # inline on the loop thread: recorded, and the loop still stops
+                return None
+            if type(result) in _COROUTINE_TYPES:
+                self._finish(op, _FAILED, None, self._awaitable_result(op, result))
+            elif more:
+                return self._finish_and_continue(op, result)
+            else:
+                self._finish(op, _DONE, result, None)
+        elif kind == _CORO:
+            assert fn is not None
+            self._start_task(op, fn, rctx)
+        elif kind == _BULK:
+            return self._run_segment(op, more)
+        else:
+            assert fn is not None
+            token = OnComplete(op)
+            try:
+                result = _context_run(op._context, fn, rctx, token)
+            except BaseException as exc:
+                trim_traceback(exc)
+                self._callback_raised(op, token, exc)
+                del op, fn, token  # as above: the failure's frames reach this frame
+                return None
+            if type(result) in _COROUTINE_TYPES:
+                self._callback_raised(op, token, self._awaitable_result(op, result))
+        return None
+
+    def _bulk_enter(self) -> None:
+        self._bulk_scopes += 1
+
+    def _bulk_exit(self) -> None:
+        """A bulk scope ended: close the open segment, so its members queue now (loop thread)."""
+        self._bulk_scopes -= 1
+        self._flush_segment()
+
+    def _flush_segment(self) -> None:
+        """Close the open segment, if any (any thread): something is about to wait."""
+        if self._segment is not None:
+            with self._lock:
+                if self._segment is not None:
+                    self._flush_segment_locked()
+
+    def _flush_segment_soon(self) -> None:
+        """The loop's next iteration after a segment opened: close it (loop thread)."""
+        with self._lock:
+            self._segment_flush_scheduled = False
+            if self._segment is not None:
+                self._flush_segment_locked()
+
+    def _join_segment_locked(self, op: Operation[Any], size: int) -> None:
+        """Add ``op`` (PENDING, numbered) to the open segment, opening one if needed, and close
+        it once it holds ``size`` operations (loop thread, lock held)."""
+        seg = self._segment
+        if seg is None:
+            seg = self._segment = new_operation(
+                self, None, _BULK, _CPU0, (), (), _NORMAL, 0, "bulk segment"
+            )
+            members: list[Operation[Any]] = [op]
+            seg._result = members
+            if not self._segment_flush_scheduled:
+                self._segment_flush_scheduled = True
+                assert self._loop is not None
+                self._loop.call_soon(self._flush_segment_soon)
+        else:
+            members = seg._result
+            members.append(op)
+        op._segment = seg
+        if len(members) >= size:
+            self._flush_segment_locked()
+
+    def _flush_segment_locked(self) -> None:
+        """Queue the open segment on the union of its members' Vars (lock held).
+
+        It takes the next sequence number, as a push does: nothing else was pushed since its
+        first member (the invariant at ``_segment``), so the Vars' queues stay in push order.
+        A segment whose members were all cancelled before it closed is dropped.
+        """
+        seg = self._segment
+        assert seg is not None
+        self._segment = None
+        members: list[Operation[Any]] = seg._result
+        reads: dict[Var, None] = {}
+        writes: dict[Var, None] = {}
+        priority = None
+        for op in members:
+            if op._state is _PENDING:  # else cancelled already; it needs no Var
+                vars_ = op._vars  # its reads, then its writes
+                for k in range(op._nreads):
+                    reads[vars_[k]] = None
+                for k in range(op._nreads, len(vars_)):
+                    writes[vars_[k]] = None
+                if priority is None or op._priority > priority:
+                    priority = op._priority
+        if priority is None:
+            return
+        # written by another member; a list, not a generator: a cpdef method when compiled
+        const = tuple([v for v in reads if v not in writes])
+        mutate = tuple(writes)
+        seg._vars = const + mutate
+        seg._nreads = len(const)
+        seg._priority = priority
+        seg.name = f"bulk segment ({len(members)} operations from {members[0].name!r})"
+        self._seq += 1
+        seg._seq = seq = self._seq
+        seg._key = seq - (priority << 64) if priority else seq
+        wait = append_all(seg, const, mutate)
+        sequencer = self._sequencer
+        if sequencer is not None and not sequencer._append(seg, True):
+            wait += 1
+        if wait:
+            seg._wait = wait
+        elif self._gpu is not None:
+            self._settle([seg])  # it may have to wait for GPU fences; it runs on the loop
+        else:
+            seg._state = _READY
+            self._enqueue_loop(seg)
+
+    def _run_segment(self, seg: Operation[Any], more: bool) -> Operation[Any] | None:
+        """Run a segment's members in push order, then release its Vars (loop thread).
+
+        Each member starts (unless cancelled, or skipped because an input carries a failure,
+        which an earlier member may have written) and finishes under the lock as an operation
+        of its own; only holding and releasing the Vars is the segment's. A member that
+        returned is completed in the critical section that starts the next one: one lock
+        round trip per member. Returns the loop operation claimed next, as
+        :meth:`_finish_and_continue` does.
+        """
+        members: list[Operation[Any]] = seg._result
+        seg._result = None
+        n = len(members)
+        i = 0
+        done: Operation[Any] | None = None  # returned `result`; completed with the next start
+        result: object = None
+        try:
+            while True:
+                self._lock_acquire()
+                try:
+                    if done is not None:
+                        done._state = _DONE
+                        done._result = result
+                        box = done._inherited  # a NO_SKIP member passes an inherited failure on
+                        vars_ = done._vars
+                        for k in range(done._nreads, len(vars_)):  # its writes
+                            v = vars_[k]
+                            v._version += 1
+                            if box is not None:
+                                v._failure = box
+                        done._fn = None
+                        done._inherited = None
+                        self._complete_locked(done, _DONE)
+                        done = None
+                    while i < n:
+                        op = members[i]
+                        i += 1
+                        if op._state is not _PENDING:
+                            pass  # cancelled while it waited
+                        elif self._failures and self._skip_locked(op) is not None:
+                            pass  # skipped (it releases nothing: the segment holds its Vars)
+                        else:
+                            op._state = _RUNNING
+                            break
+                    else:
+                        op = None
+                finally:
+                    self._lock_release()
+                if op is None:
+                    break
+                if self._instruments:
+                    self._notify_start(op)
+                ctx = op._ctx
+                if ctx is not self._loop_ctx:  # by identity, as in _execute_one: Context
+                    self._loop_rctx = self._run_context(ctx)  # hashes in Python
+                    self._loop_ctx = ctx
+                rctx = self._loop_rctx
+                fn = op._fn
+                assert fn is not None
+                try:
+                    result = _context_run(op._context, fn, rctx)
+                except BaseException as exc:
+                    trim_traceback(exc)
+                    self._finish(op, _FAILED, None, exc)
+                    del op, fn  # the failure's frames reach this frame: see _execute_one
+                    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                        raise  # recorded; the members after it wait for the loop (below)
+                    continue
+                if type(result) in _COROUTINE_TYPES:
+                    self._finish(op, _FAILED, None, self._awaitable_result(op, result))
+                    continue
+                done = op
+        except BaseException:
+            # KeyboardInterrupt or SystemExit from a member, re-raised as an inline
+            # operation's is: the members after it run (or are skipped) when the loop runs
+            # again, as inline operations queued behind that one would. So the segment keeps
+            # its Vars and goes back to the loop queue with them.
+            with self._lock:
+                rest = seg._result = members[i:]
+                if rest:
+                    seg._state = _READY
+                    self._enqueue_loop(seg)
+            members.clear()
+            if not rest:
+                self._finish_segment(seg, False)
+            raise
+        # Hold nothing of a member once this frame returns: a failure's frames reach it
+        # (f_back), and keep its locals as they are then (see _execute).
+        members.clear()
+        op = fn = result = v = box = vars_ = None  # type: ignore[assignment]
+        return self._finish_segment(seg, more)
+
+    def _finish_segment(self, seg: Operation[Any], more: bool) -> Operation[Any] | None:
+        """Release a segment's Vars; claim the next loop operation if ``more`` (loop thread)."""
+        ready: list[Any] = []
+        nxt = None
+        self._lock_acquire()
+        try:
+            seg._state = _DONE
+            # False: its members counted their own writes as they finished.
+            release_all(seg._vars, seg._nreads, ready, False)
+            if self._sequencer is not None:
+                self._sequencer._release(True, ready, True)
+            self._complete_locked(seg, _DONE)
+            todo = self._settle(ready) if ready else ready
+            if more:
+                nxt = self._claim_loop_op_locked(todo)
+        finally:
+            self._lock_release()
+        if todo:
+            self._submit(todo)
+        return nxt
+
+    def _run_context(self, ctx: Context) -> RunContext:
+        rctx = self._rctx_cache.get(ctx)
+        if rctx is None:
+            rctx = self._rctx_cache[ctx] = RunContext(ctx)
+        return rctx
+
+    def _skip_locked(self, op: Operation[Any]) -> list[Operation[Any]] | None:
+        """Inherit an input's failure at start; skip ``op`` unless it is NO_SKIP.
+
+        Called with the lock held when some failure is recorded. As in MXNet, the failure is
+        taken at start (when every earlier writer of the inputs has finished), from the first
+        const Var carrying one, else the first mutated Var. Returns None when ``op`` should
+        run; when it was skipped, the operations its release made ready, for the caller to
+        submit once the lock is released.
+        """
+        for v in op._vars:
+            box = v._failure
+            if box is not None and box.exc is not None:
+                op._inherited = box
+                if op._prop in _NO_SKIP:
+                    return None
+                err = DependencyError(
+                    f"operation {op.name!r} was skipped: {v.name!r} carries a failure "
+                    f"({summary(box.exc)})"
+                )
+                err.__cause__ = box.exc
+                ready: list[Any] = []
+                self._finish_locked(op, _SKIPPED, None, err, ready)
+                return self._settle(ready) if ready else []
+        return None
+
+    @staticmethod
+    def _awaitable_result(op: Operation[Any], result: object) -> TypeError:
+        close = getattr(result, "close", None)
+        if callable(close):
+            close()  # a never-awaited coroutine would warn
+        return TypeError(
+            f"{op.name!r} returned a coroutine; declare it 'async def' and push it with "
+            "push_async()"
+        )
+
+    def _start_task(self, op: Operation[Any], fn: Callable[..., Any], rctx: RunContext) -> None:
+        """Create the task of coroutine operation ``op`` (loop thread; ``op`` is RUNNING)."""
+        loop = self._loop
+        assert loop is not None
+        coro = run_coroutine(op, fn, rctx)
+        # Up to its hand-off now, in op's context (it sets current_op there): from here on
+        # a cancellation of the task reaches its try statement.
+        _context_run(op._context, coro.send, None)
+        task = loop.create_task(coro, name=op.name, context=op._context)
+        # The engine tracks this task through its operation (dump(), statistics()); when the
+        # loop closes with it pending (asyncio.run ending while operations are queued behind
+        # a cancelled one), the operation is simply never finished, which is not worth a
+        # "Task was destroyed but it is pending!" on stderr at interpreter exit.
+        task._log_destroy_pending = False  # type: ignore[attr-defined]
+        op._task = task  # read on the loop thread only (_cancel hands off to it), so no lock
+
+    def _callback_raised(self, op: Operation[Any], token: OnComplete, exc: BaseException) -> None:
+        """A callback-style function raised: fail the op, or report if already completed."""
+        with self._lock:
+            already = token._called
+            if not already:
+                token._called = exc
+        if not already:
+            self._finish(op, _FAILED, None, exc)
+            return
+        self._report(
+            f"{op.name!r} raised after calling on_complete(); the exception is reported here",
+            exc,
+        )
+
+    def _on_complete_called(self, token: OnComplete, exc: BaseException | None) -> None:
+        op = token._op
+        with self._lock:
+            called = token._called
+            if called is True:
+                raise RuntimeError(f"on_complete() for {op.name!r} was already called")
+            if called is not False:
+                raise RuntimeError(
+                    f"on_complete() for {op.name!r} came after its function raised "
+                    f"{summary(called)}: the operation failed with that exception"
+                )
+            token._called = True
+        if exc is None:
+            self._finish(op, _DONE, None, None)
+        elif isinstance(exc, asyncio.CancelledError):
+            self._finish(op, _CANCELLED, _cancel_message(exc), None)
+        else:
+            self._finish(op, _FAILED, None, exc)
+
+    def _report(self, message: str, exc: BaseException) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            context = {"message": message, "exception": exc}
+            if _get_ident() == self._loop_thread:
+                loop.call_exception_handler(context)
+            else:
+                loop.call_soon_threadsafe(loop.call_exception_handler, context)
+        else:
+            logger.error(message, exc_info=exc)
+
+    def _finish(
+        self, op: Operation[Any], state: OpState, result: object, exc: BaseException | None
+    ) -> None:
+        """Record ``op``'s outcome, release its Vars, dispatch what became ready."""
+        if state is _FAILED and isinstance(exc, asyncio.CancelledError):
+            # The function ended itself with CancelledError: the operation reports
+            # cancelled, with that error's message (as a task's does).
+            state, result, exc = _CANCELLED, _cancel_message(exc), None
+        ready: list[Any] = []
+        self._lock_acquire()
+        try:
+            if state is _DONE:
+                self._done_locked(op, result, ready)
+            else:
+                self._finish_locked(op, state, result, exc, ready)
+            todo = self._settle(ready) if ready else ready
+        finally:
+            self._lock_release()
+        if todo:
+            self._submit(todo)
+
+    def _finish_and_continue(self, op: Operation[Any], result: object) -> Operation[Any] | None:
+        """:meth:`_finish` a sync ``op`` that returned; start its successor on this thread.
+
+        On a worker, the successor is an operation of the same pool that this completion
+        made ready, else the best one queued on the pool; with a failure recorded the start
+        must check for skips, so none is claimed then. On the loop thread it is the best one
+        of the loop queue (:meth:`_claim_loop_op_locked`, which checks for skips). It is
+        marked RUNNING in the same critical section as ``op``'s completion (one lock round
+        trip per operation, not two) and the caller runs it on its own thread: READY and in
+        no queue (or just taken from one), nobody else can.
+        """
+        target = op._target
+        ready: list[Any] = []
+        nxt = None
+        self._lock_acquire()
+        try:
+            self._done_locked(op, result, ready)
+            if (
+                target is None
+                and len(ready) == 1
+                and self._loop_head == len(self._loop_fifo)  # the loop queue is empty
+                and not self._loop_heap
+                and not self._failures
+                and self._gpu is None
+            ):
+                only: Operation[Any] = ready[0]
+                if only._target is None and only._kind != _WAIT:
+                    # The one operation made ready runs on the loop too and nothing else
+                    # waits there: it is the best of the loop queue without going through it.
+                    # (_settle's other checks do not apply: no failure to inherit, no GPU
+                    # fence to wait for, and a wait marker is not run but completed.)
+                    only._state = _RUNNING
+                    return only
+            todo = self._settle(ready) if ready else ready
+            if target is None:
+                nxt = self._claim_loop_op_locked(todo)
+            # Abandoned (interpreter exit): this worker must return to its pool and stop.
+            elif not self._failures and not target.abandoned:
+                for i, candidate in enumerate(todo):
+                    if candidate._target is target:
+                        nxt = todo.pop(i)
+                        break
+                else:
+                    while (nxt := target.take()) is not None and nxt._state is not _READY:
+                        pass  # cancelled while queued: its queue entry is dropped
+                if nxt is not None:
+                    nxt._state = _RUNNING
+        finally:
+            self._lock_release()
+        if nxt is None or target is None:
+            if todo:
+                self._submit(todo)  # a worker returns to its pool and pops one of them
+            return nxt
+        if todo:
+            # This worker goes on with nxt: wake others for every operation queued here.
+            for other in todo:
+                if other._target is target:
+                    if not target.submit(other, other._key, False):
+                        self._not_submitted(other)
+                else:
+                    self._submit_one(other._target, other)
+            target.wake(caller_pops=False)
+        return nxt
+
+    def _done_locked(self, op: Operation[Any], result: object, ready: list[Any]) -> None:
+        """:meth:`_finish_locked` for an operation whose function returned ``result`` (lock
+        held): every operation's path, so the release is inlined unless a failure is to be
+        recorded (an input's, inherited by a NO_SKIP operation)."""
+        op._state = _DONE
+        op._result = result
+        if op._inherited is None:
+            release_all(op._vars, op._nreads, ready, True)
+            if self._sequencer is not None:
+                self._sequencer._release(True, ready, True)
+            op._fn = None
+        else:
+            self._release_locked(op, _DONE, None, ready)
+        self._complete_locked(op, _DONE)
+
+    def _finish_locked(
+        self,
+        op: Operation[Any],
+        state: OpState,
+        result: object,
+        exc: BaseException | None,
+        ready: list[Any],
+        box: _Failure | None = None,
+    ) -> None:
+        """The bookkeeping of :meth:`_finish` (lock held; no user code runs here).
+
+        ``box``: the failure record to share, for a failure that many operations have in
+        common (a failed GPU); by default a FAILED state records a new one.
+        """
+        op._state = state
+        op._result = result
+        op._exception = exc
+        self._release_locked(op, state, exc, ready, box)
+        self._complete_locked(op, state)
+
+    def _release_locked(
+        self,
+        op: Operation[Any],
+        state: OpState,
+        exc: BaseException | None,
+        ready: list[Any],
+        box: _Failure | None = None,
+    ) -> None:
+        """Record ``op``'s failure on what it mutates and release its Vars (lock held).
+
+        A GPU operation does this once enqueued and completes later (:meth:`_complete_locked`).
+        :meth:`_done_locked` inlines the common case (a successful operation with no failure
+        to record).
+        """
+        if state is not _CANCELLED:
+            if box is None:
+                box = op._inherited
+                if state is _FAILED:
+                    assert exc is not None
+                    box = _Failure(exc)
+                    self._failures[box] = None
+            if box is not None:
+                for v in op._mutate:
+                    v._failure = box
+        if op._segment is not None:
+            # A bulk segment's member: the segment holds its Vars and releases them after its
+            # last member; the member counts its own writes (Var.version).
+            if state is not _CANCELLED:
+                for v in op._mutate:
+                    v._version += 1
+            op._fn = None
+            op._inherited = None
+            return
+        completed = state is not _CANCELLED and op._kind != _WAIT
+        if op._wait:  # cancelled before its turn on some Vars: see _withdraw_locked
+            self._withdraw_locked(op, completed, ready)
+        else:
+            release_all(op._vars, op._nreads, ready, completed)
+            if self._sequencer is not None and op._kind != _WAIT:
+                self._sequencer._release(True, ready, completed)
+        op._fn = None
+        op._inherited = None
+
+    def _withdraw_locked(self, op: Operation[Any], completed: bool, ready: list[Any]) -> None:
+        """Release the granted requests of an operation cancelled before all its Vars'
+        turns came; its other requests become tombstones (``op`` is CANCELLED already)."""
+        assert op._state is _CANCELLED, op
+        for write, vars_ in ((False, op._const), (True, op._mutate)):
+            for v in vars_:
+                if v._holds(op):
+                    v._release(write, ready, completed)
+                else:
+                    v._withdraw(ready)
+        sequencer = self._sequencer
+        if sequencer is not None and op._kind != _WAIT:
+            if sequencer._holds(op):
+                sequencer._release(True, ready, completed)
+            else:
+                sequencer._withdraw(ready)
+        op._wait = 0
+
+    def _complete_locked(self, op: Operation[Any], state: OpState) -> None:
+        """Make ``op`` final: counters, ``wait_for_all``, awaiters and callbacks (lock held)."""
+        if self._instruments and op._kind < _WAIT:
+            self._notify_locked("on_finish", op)
+        if _COMPILED:  # back in the cycle collector, with its Var tuple (collector.py)
+            _show(op)  # noqa: F821  (scheduler.pxd: compiled only)
+        # A finished operation keeps no Var alive (its failure's traceback may keep it).
+        op._vars = ()
+        op._nreads = 0
+        if op._kind < _WAIT:
+            del self._live[op._seq]
+            self._finished[op._target][state] += 1  # statistics()
+            if self._capacity_waiters:
+                if _get_ident() == self._loop_thread:
+                    self._wake_capacity_waiters()
+                else:
+                    self._capacity_due = True
+                    self._post()
+            if not self._live and self._idle_waiters:
+                if _get_ident() == self._loop_thread:
+                    self._wake_idle_waiters()
+                else:
+                    self._idle_due = True
+                    self._post()
+        if op._waiters is not None or op._callbacks is not None:
+            if _get_ident() == self._loop_thread:
+                self._wake(op)
+            else:
+                self._inbox.append(op)
+                self._post()
+
+    def _show_live(self) -> None:
+        """Show the cycle collector every live operation again (collector.py).
+
+        Called before a full collection, on whichever thread collects, which may hold the
+        lock: so it takes none. It runs no Python code, so no other thread runs meanwhile.
+        """
+        if _COMPILED:
+            for op in list(self._live.values()):
+                _show(op)  # noqa: F821  (scheduler.pxd: compiled only)
+
+    def _post(self) -> None:
+        """Make sure a ``_drain_inbox`` is scheduled on the loop (lock held)."""
+        if not self._inbox_scheduled:
+            self._inbox_scheduled = True
+            self._call_soon(self._drain_inbox)
+
+    def _drain_inbox(self) -> None:
+        with self._lock:
+            ops = self._inbox
+            self._inbox = []
+            idle = self._idle_due
+            self._idle_due = False
+            if self._capacity_due:
+                self._capacity_due = False
+                self._wake_capacity_waiters()
+            self._inbox_scheduled = False
+            for op in ops:
+                self._wake(op)
+            if idle and not self._live:
+                self._wake_idle_waiters()
+
+    def _wake(self, op: Operation[Any]) -> None:
+        """Schedule ``op``'s callbacks, then resolve its awaiters (loop thread, lock held).
+
+        In that order, so that a callback added before ``await op`` has run when the await
+        returns, as with an asyncio.Future (resolving a waiter schedules its task's step).
+        """
+        callbacks = op._callbacks
+        if callbacks is not None:
+            op._callbacks = None
+            loop = self._loop
+            assert loop is not None
+            for fn, context in callbacks:
+                loop.call_soon(fn, op, context=context)
+        waiters = op._waiters
+        if waiters is not None:
+            op._waiters = None
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    def _wake_capacity_waiters(self) -> None:
+        """Wake every push_*_wait caller; each re-checks the bound (loop thread, lock held)."""
+        limit = self._settings.max_pending
+        if limit is not None and len(self._live) >= limit:
+            return
+        waiters = self._capacity_waiters
+        self._capacity_waiters = []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    def _wake_idle_waiters(self) -> None:
+        waiters = self._idle_waiters
+        self._idle_waiters = []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    def _cancel(self, op: Operation[Any], msg: object) -> bool:
+        self._check_fork()  # the parent's operations cannot be cancelled in a forked child
+        ready: list[Any] = []
+        with self._lock:
+            state = op._state
+            if state >= _DONE:
+                return False
+            if state is not _RUNNING:  # the message is kept in _result (result() raises it)
+                if op._prop is FnProperty.DELETE_VAR:
+                    for v in op._mutate:  # (finishing forgets them)
+                        if v._deleted is op:
+                            v._deleted = False  # a deletion cancelled did not happen
+                self._finish_locked(op, _CANCELLED, msg, None, ready)
+                todo = self._settle(ready) if ready else ready
+            elif op._kind != _CORO:
+                return False  # a running thread cannot be interrupted
+            else:
+                todo = None
+        if todo is not None:
+            if todo:
+                self._submit(todo)
+            return True
+        # A running coroutine: cancel its task on the loop thread.
+        loop = self._loop
+        assert loop is not None
+        if _get_ident() == self._loop_thread:
+            task = op._task
+            return task.cancel(msg) if task is not None else False
+        if loop.is_closed():
+            return False
+        loop.call_soon_threadsafe(self._cancel_task, op, msg)
+        return True
+
+    def _cancel_task(self, op: Operation[Any], msg: object) -> None:
+        task = op._task
+        if task is not None:
+            task.cancel(msg)
+
+    def _add_done_callback(
+        self,
+        op: Operation[Any],
+        fn: Callable[[Operation[Any]], object],
+        context: contextvars.Context,
+    ) -> None:
+        loop = self._loop
+        if loop is None:
+            loop = self._require_loop()
+        with self._lock:
+            if op._state < _DONE:
+                if op._callbacks is None:
+                    op._callbacks = []
+                op._callbacks.append((fn, context))
+                return
+            if op._callbacks is not None:
+                # Finished off the loop, its callbacks not scheduled yet (_drain_inbox will):
+                # this one goes after them, in the order they were added.
+                op._callbacks.append((fn, context))
+                return
+        if _get_ident() == self._loop_thread:
+            loop.call_soon(fn, op, context=context)
+        else:
+            loop.call_soon_threadsafe(fn, op, context=context)
+
+    def _remove_done_callback(
+        self, op: Operation[Any], fn: Callable[[Operation[Any]], object]
+    ) -> int:
+        with self._lock:
+            callbacks = op._callbacks
+            if not callbacks or op._state >= _DONE:
+                return 0  # none, or due already: as asyncio.Future's, they will run
+            kept = [(f, c) for f, c in callbacks if f != fn]
+            op._callbacks = kept or None
+            return len(callbacks) - len(kept)
+
+    def _op_waiter(self, op: Operation[Any]) -> asyncio.Future[None] | None:
+        """A loop future resolved when ``op`` finishes; None if it already has."""
+        loop = self._bind()
+        if loop is None or _get_running_loop() is not loop:
+            raise RuntimeError(f"await {op!r} from a coroutine on the engine's event loop")
+        if op._segment is not None and op._segment is self._segment:
+            self._flush_segment()  # do not wait for the loop's next iteration to queue it
+        current = self._running_op()
+        if current is not None and op._seq >= current._seq:
+            self._check_await_inside(current, op)
+        fut = loop.create_future()
+        with self._lock:
+            if op._state >= _DONE:
+                return None
+            if op._waiters is None:
+                op._waiters = []
+            op._waiters.append(fut)
+        return fut
+
+    def _check_await_inside(self, current: Operation[Any], op: Operation[Any]) -> None:
+        """Refuse an await of ``op`` inside coroutine operation ``current`` (pushed no later
+        than ``op``) that could only deadlock: ``op`` waits for ``current`` to finish."""
+        if op is current:
+            raise RuntimeError(f"{current.name!r} awaits itself: this would deadlock")
+        # A bulk segment's member waits for what its segment waits for, on all its Vars.
+        waits = op if op._segment is None else op._segment
+        if self._settings.serial:
+            raise RuntimeError(
+                f"{current.name!r} awaits {op.name!r}, which serial mode runs only after it: "
+                "this would deadlock; await it outside the operation"
+            )
+        # Pushed later and in conflict on a Var that current holds: queued behind it there.
+        held_writes = current._mutate
+        for v in waits._mutate:
+            if v in held_writes or v in current._const:
+                break
+        else:
+            for v in waits._const:
+                if v in held_writes:
+                    break
+            else:
+                # Or queued behind an operation queued behind current, on other Vars.
+                with self._lock:
+                    if waits._state is not _PENDING or waits not in queued_behind(current, waits):
+                        return
+                raise RuntimeError(
+                    f"{current.name!r} awaits {op.name!r}, which was pushed after it and waits "
+                    "for it through the operations queued behind it: this would deadlock; "
+                    "await it outside the operation"
+                )
+        raise RuntimeError(
+            f"{current.name!r} awaits {op.name!r}, which was pushed after it and waits for it "
+            f"on {v.name!r}: this would deadlock; await it outside the operation"
+        )
+
+    def _discard_op_waiter(self, op: Operation[Any], fut: asyncio.Future[None]) -> None:
+        with self._lock:
+            if op._waiters is not None and fut in op._waiters:
+                op._waiters.remove(fut)
+
+    def _running_op(self) -> Operation[Any] | None:
+        """The running coroutine operation of this engine the caller is inside, if any."""
+        ref = current_op.get()
+        current = ref() if ref is not None else None
+        if current is None or current._engine is not self or current._state is not _RUNNING:
+            return None
+        return current
+
+    def _take_failure_locked(self, var: Var, box: _Failure | None) -> BaseException | None:
+        """Claim the exception of ``box``, the failure ``var`` carried at a wait's turn, and
+        clear it everywhere (lock held): under the lock, so two waits never both throw it.
+        ``var`` keeps a later operation's failure that replaced ``box``."""
+        if box is None:
+            return None
+        if var._failure is box:
+            var._failure = None
+        self._failures.pop(box, None)
+        exc, box.exc = box.exc, None
+        return exc
+
+    def _cancel_marker(self, marker: Operation[None]) -> None:
+        ready: list[Any] = []
+        with self._lock:
+            if marker._state < _DONE:
+                self._finish_locked(marker, _CANCELLED, None, None, ready)
+            todo = self._settle(ready) if ready else ready
+        if todo:
+            self._submit(todo)
+
+    def _take_failures(self) -> list[BaseException]:
+        with self._lock:
+            boxes = list(self._failures)
+            self._failures.clear()
+            errors = []
+            for box in boxes:
+                if box.exc is not None:
+                    errors.append(box.exc)
+                    box.exc = None
+        return errors
