@@ -2,9 +2,9 @@
 
 aioengine is pure Python. A wheel built here also compiles ``scheduler.py``, ``engine.py``,
 ``operation.py``, ``var.py`` and ``bulk.py`` with Cython, typed by the ``.pxd`` files beside
-them: the same source, with the hot path's attribute accesses made C struct reads. It halves the
-engine's own cost per operation (docs/performance.md). The compiled modules are skipped, and the pure-Python
-modules used, when:
+them: the same source, with the hot path's attribute accesses made C struct reads. It halves
+the engine's own cost per operation (docs/performance.md). The compiled modules are skipped,
+and the pure-Python modules used, when:
 
 - ``AIOENGINE_NO_EXTENSIONS`` is set to a non-empty value other than ``0``;
 - the interpreter is not CPython;
