@@ -535,7 +535,7 @@ class Engine:
             )
         mutate = self._writes(mutate_vars)
         const = self._reads(const_vars, mutate)
-        return self._core._push(fn, _SYNC, ctx, const, mutate, prop, priority, name, None)
+        return self._core._push(self, fn, _SYNC, ctx, const, mutate, prop, priority, name, None)
 
     @overload
     def push_async(
@@ -595,7 +595,7 @@ class Engine:
         kind = async_kind(fn)
         mutate = self._writes(mutate_vars)
         const = self._reads(const_vars, mutate)
-        return self._core._push(fn, kind, ctx, const, mutate, prop, priority, name, None)
+        return self._core._push(self, fn, kind, ctx, const, mutate, prop, priority, name, None)
 
     def push(
         self, handle: OprHandle[T], ctx: Context = _CPU0, *, priority: int = 0
@@ -615,6 +615,7 @@ class Engine:
         if handle._deleted:
             raise OperatorDeletedError(f"{handle!r} was deleted; build a new one")
         op: Operation[T] = self._core._push(
+            self,
             handle._fn,
             handle._kind,
             ctx,
@@ -687,7 +688,7 @@ class Engine:
         fn = delete_fn if delete_fn is not None else _noop
         name = f"delete_var({var.name})"
         op: Operation[None] = self._core._push(
-            fn, _SYNC, ctx, (), mutate, FnProperty.DELETE_VAR, 0, name, var
+            self, fn, _SYNC, ctx, (), mutate, FnProperty.DELETE_VAR, 0, name, var
         )
         return op
 
@@ -905,6 +906,7 @@ class Engine:
             if not var._is_idle() or (self._core._gpu is not None and has_pending(var)):
                 marker = new_operation(
                     self._core,
+                    self,
                     None,
                     _WAIT,
                     _CPU0,

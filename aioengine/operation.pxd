@@ -17,6 +17,7 @@ cdef class _OperationCore:
     cdef public object _key
     cdef public int _kind
     cdef public Py_ssize_t _nreads
+    cdef public object _owner
     cdef public object _priority
     cdef public object _prop
     cdef public object _result
@@ -33,5 +34,5 @@ cdef class _OperationCore:
 
 # The engine calls it as a C function on every push; its stores are C struct writes.
 @cython.locals(op=_OperationCore, cls=type)
-cpdef new_operation(engine, fn, int kind, ctx, tuple const, tuple mutate, prop, priority,
+cpdef new_operation(engine, owner, fn, int kind, ctx, tuple const, tuple mutate, prop, priority,
                     str name, target=*)

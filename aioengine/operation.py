@@ -86,6 +86,7 @@ class _OperationCore:
         "_key",
         "_kind",
         "_nreads",
+        "_owner",
         "_priority",
         "_prop",
         "_result",
@@ -102,6 +103,7 @@ class _OperationCore:
     # The fields' types, for type checkers; new_operation() sets every one of them.
     name: str
     _engine: Scheduler
+    _owner: Engine
     _fn: Callable[..., Any] | None
     _kind: int
     _ctx: Context
@@ -293,6 +295,7 @@ class OnComplete:
 
 def new_operation(
     engine: Scheduler,
+    owner: Engine,
     fn: Callable[..., Any] | None,
     kind: int,
     ctx: Context,
@@ -313,6 +316,9 @@ def new_operation(
     op = cls.__new__(cls)  # is called directly, as a C function
     op.name = name
     op._engine = engine
+    # The façade: an engine with live operations stays alive, so it is never finalized by a
+    # reference that the scheduler drops inside a critical section (its __del__ takes the lock).
+    op._owner = owner
     op._fn = fn  # dropped when the operation finishes, so its closure is freed
     op._kind = kind
     op._ctx = ctx

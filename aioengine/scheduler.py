@@ -125,6 +125,7 @@ from .var import (
 )
 
 if TYPE_CHECKING:
+    from .engine import Engine
     from .gpu_sync import GpuSync
 
 __all__ = ("Scheduler", "State")
@@ -447,6 +448,7 @@ class Scheduler:
 
     def _push(
         self,
+        owner: Engine,
         fn: Callable[..., Any],
         kind: int,
         ctx: Context,
@@ -458,7 +460,10 @@ class Scheduler:
         deleting: Var | None,
         handle: OprHandle[Any] | None = None,
     ) -> Operation[Any]:
-        """Validate the rest, append the requests atomically and dispatch if ready."""
+        """Validate the rest, append the requests atomically and dispatch if ready.
+
+        ``owner`` is the façade pushing: the operation holds it (see ``Operation._owner``).
+        """
         loop = self._loop
         # On the bound loop's thread while it runs (the usual case), the full check is not
         # needed; it asks the running loop, which costs a getpid() system call.
@@ -507,7 +512,7 @@ class Scheduler:
             and _get_ident() == self._loop_thread
         ):
             bulk = _bulk_size_for(self)
-        op = new_operation(self, fn, kind, ctx, const, mutate, prop, priority, name, target)
+        op = new_operation(self, owner, fn, kind, ctx, const, mutate, prop, priority, name, target)
         if _COMPILED:  # out of the cycle collector's passes until it completes (collector.py)
             _hide(op)  # noqa: F821  (scheduler.pxd: compiled only)
         sequencer = self._sequencer
@@ -997,7 +1002,7 @@ class Scheduler:
         seg = self._segment
         if seg is None:
             seg = self._segment = new_operation(
-                self, None, _BULK, _CPU0, (), (), _NORMAL, 0, "bulk segment"
+                self, op._owner, None, _BULK, _CPU0, (), (), _NORMAL, 0, "bulk segment"
             )
             members: list[Operation[Any]] = [op]
             seg._result = members

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 import aioengine as ae
-from aioengine import dump as dump_module
+from aioengine.observe import dump as dump_module
 
 SERIAL = "<serial>"  # the hidden Var every operation writes in serial mode
 

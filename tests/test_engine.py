@@ -424,7 +424,16 @@ class TestPriority:
                 for p, step in zip(priorities, steps, strict=True):
                     seq += step
                     op = new_operation(
-                        engine, None, _SYNC, ae.cpu(), (), (), ae.FnProperty.ASYNC, p, "op"
+                        engine._core,
+                        engine,
+                        None,
+                        _SYNC,
+                        ae.cpu(),
+                        (),
+                        (),
+                        ae.FnProperty.ASYNC,
+                        p,
+                        "op",
                     )
                     op._seq = seq
                     op._key = seq - (p << 64) if p else seq

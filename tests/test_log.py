@@ -38,7 +38,7 @@ class TestDebugLog:
 
     def test_not_installed_without_debug(self, caplog: pytest.LogCaptureFixture) -> None:
         caplog.set_level(logging.INFO, logger="aioengine")
-        assert ae.Engine()._instruments == ()
+        assert ae.Engine()._core._instruments == ()
 
     async def test_quiet_when_debug_is_turned_off_later(
         self, caplog: pytest.LogCaptureFixture

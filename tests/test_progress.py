@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import aioengine as ae
-from aioengine import progress
+from aioengine.observe import progress
 
 from .conftest import execute_notebook
 

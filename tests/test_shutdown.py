@@ -207,7 +207,7 @@ class TestCloseRaces:
     """Closing while other threads push or complete operations, or from inside one."""
 
     @staticmethod
-    def hold_hand_off(engine: ae.Engine, method: str) -> tuple[threading.Event, threading.Event]:
+    def hold_hand_off(engine: Any, method: str) -> tuple[threading.Event, threading.Event]:
         """Pause thread "T" where it hands READY operations to their pool (the lock is free
         there): it signals ``in_window`` and goes on when ``go`` is set."""
         in_window, go = threading.Event(), threading.Event()
@@ -225,7 +225,7 @@ class TestCloseRaces:
     async def test_a_push_from_a_thread_cancelled_by_aclose_before_its_hand_off(self) -> None:
         engine = ae.Engine(cpu_workers=2)
         await engine.push_sync(lambda r: None)  # the pool exists
-        in_window, go = self.hold_hand_off(engine, "_submit_one")
+        in_window, go = self.hold_hand_off(engine._core, "_submit_one")
         pushed: list[ae.Operation[Any]] = []
         thread = threading.Thread(
             target=lambda: pushed.append(engine.push_sync(lambda r: pytest.fail("ran"))),
@@ -253,7 +253,7 @@ class TestCloseRaces:
         first = engine.push_async(callback, mutate_vars=[x])
         second = engine.push_sync(lambda r: pytest.fail("ran"), mutate_vars=[x])
         assert await asyncio.to_thread(started.wait, 10)
-        in_window, go = self.hold_hand_off(engine, "_submit")
+        in_window, go = self.hold_hand_off(engine._core, "_submit")
         errors: list[BaseException] = []
 
         def complete() -> None:

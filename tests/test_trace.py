@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import aioengine as ae
-from aioengine import trace as trace_module
+from aioengine.observe import trace as trace_module
 from aioengine.observe.history import DepTracker
 from aioengine.observe.trace import Tracer
 from aioengine.var import Var

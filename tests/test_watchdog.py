@@ -13,7 +13,7 @@ from typing import ClassVar
 import pytest
 
 import aioengine as ae
-from aioengine import watchdog
+from aioengine.observe import watchdog
 from aioengine.observe.history import Recorder
 
 from .test_dump import Hang
@@ -56,6 +56,8 @@ def run_watchdog(
         _live: ClassVar[dict[int, None]] = {}
         closed = False
         finished = 0
+
+    Stub._core = Stub  # type: ignore[attr-defined]  # the core's read-only fields, above
 
     last = max(script)
 
