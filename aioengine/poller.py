@@ -11,7 +11,7 @@ it stops polling, and its thread exits after :attr:`Poller.linger` seconds: an i
 costs no timer, no task and no query.
 
 No CUDA host callbacks (``launch_host_func``): they take the GIL on a driver thread and can
-deadlock (see ``reference/gpu-design.md`` §4).
+deadlock (see ``docs/gpu-design.md``, section "Observing completion: the poller").
 
 Settled events and keepalives are handed back to the poller (:meth:`Poller.release`), which
 drops them on its own thread: destroying an event (``cudaEventDestroy``) or freeing pool memory
