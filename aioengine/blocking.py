@@ -32,7 +32,6 @@ uvloop's) in the calling thread and returns its result.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures
 import contextlib
 import functools
@@ -46,6 +45,7 @@ from typing import Any, TypeVar
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from . import ergonomic as _ergonomic
+from . import lifecycle
 from ._blocking_generated import BlockingMethods
 from .engine import Engine
 from .errors import EngineClosedError
@@ -57,13 +57,13 @@ __all__ = ("BlockingEngine", "run")
 
 T = TypeVar("T")
 
-# Every BlockingEngine entered and not closed yet, so that interpreter exit can stop them.
-_open: weakref.WeakSet[BlockingEngine] = weakref.WeakSet()
+# Every BlockingEngine entered and not closed yet is registered in lifecycle.portals_at_exit
+# (so that interpreter exit can stop it) and lifecycle.portals_after_fork.
 
 
-def _abandon_all() -> None:
-    """At interpreter exit (atexit: once the non-daemon threads have finished, before the
-    daemon ones are frozen): stop every unclosed loop thread.
+def _abandon_at_exit(engine: BlockingEngine) -> None:
+    """At interpreter exit (lifecycle.portals_at_exit, atexit: once the non-daemon threads
+    have finished, before the daemon ones are frozen): stop an unclosed loop thread.
 
     Without this, a BlockingEngine that was never closed hangs the interpreter: its
     ``start_blocking_portal`` context is finalized after the (daemon) loop thread has been
@@ -71,11 +71,12 @@ def _abandon_all() -> None:
     using the engine (Python joins those threads first). As for an unclosed :class:`Engine`,
     coroutine operations are cancelled, queued operations cancelled and running ones finish.
     """
-    for engine in list(_open):
-        engine._abandon()
+    engine._abandon()
 
 
-atexit.register(_abandon_all)
+def _forget_in_child(engine: BlockingEngine) -> None:
+    """In a forked child (lifecycle.portals_after_fork): the loop thread is the parent's."""
+    engine._forget_loop()
 
 
 # Guards every _OpFuture's _cancelling flag: cancels are rare, and a lock per future (one per
@@ -179,6 +180,7 @@ class BlockingEngine(BlockingMethods):
         self._loop_thread: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._forked = False  # this is a forked child of the process that entered it
         # The futures handed out, so that close() settles any whose operation finished
         # while its done callback could no longer reach the loop (a push racing the close).
         self._futures: weakref.WeakSet[_OpFuture[Any]] = weakref.WeakSet()
@@ -195,6 +197,8 @@ class BlockingEngine(BlockingMethods):
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running" if self._portal else "not started"
+        if self._forked and not self._closed:
+            state = "unusable after os.fork()"
         return f"<aioengine.BlockingEngine {state} {self._engine!r}>"
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -218,7 +222,8 @@ class BlockingEngine(BlockingMethods):
                 stack.close()
                 raise
             self._stack, self._portal = stack, portal
-            _open.add(self)
+            lifecycle.portals_at_exit.add(self, _abandon_at_exit)
+            lifecycle.portals_after_fork.add(self, _forget_in_child)
         return self
 
     def __exit__(
@@ -263,7 +268,7 @@ class BlockingEngine(BlockingMethods):
                 if not interrupted:
                     self._closed = True
                     self._stack = self._portal = None
-                    _open.discard(self)
+                    self._unregister()
                     stack.close()
                     self._settle_stranded()
 
@@ -274,15 +279,20 @@ class BlockingEngine(BlockingMethods):
             if not fut.done() and fut.operation.done():
                 _settle(fut, fut.operation)
 
+    def _unregister(self) -> None:
+        lifecycle.portals_at_exit.discard(self)
+        lifecycle.portals_after_fork.discard(self)
+
     def _abandon(self) -> None:
-        """Stop the loop thread without draining (interpreter exit; see :func:`_abandon_all`)."""
+        """Stop the loop thread without draining (interpreter exit; see
+        :func:`_abandon_at_exit`)."""
         if not self._lock.acquire(blocking=False):  # pragma: no cover - a close() is under way
             return
         try:
             stack, portal = self._stack, self._portal
             self._closed = True
             self._stack = self._portal = None
-            _open.discard(self)
+            self._unregister()
             if stack is None or portal is None:
                 return
             with contextlib.suppress(RuntimeError):  # the portal has stopped already
@@ -291,9 +301,34 @@ class BlockingEngine(BlockingMethods):
         finally:
             self._lock.release()
 
+    def _forget_loop(self) -> None:
+        """In a forked child: forget the loop thread, which is the parent's; every later use
+        raises (see :meth:`_portal_or_raise`), and exit does not wait for that thread.
+
+        The lock may have been copied held, so it is replaced. The portal is marked stopped,
+        as :meth:`BlockingPortal.stop` marks it (which the child cannot call: no thread runs
+        its loop here), so that finalizing its context calls nothing on the loop and only
+        joins the loop thread, which the child's threading module knows has stopped.
+        """
+        self._lock = threading.Lock()
+        self._forked = True
+        self._loop_thread = None
+        portal, stack = self._portal, self._stack
+        self._stack = self._portal = None
+        self._unregister()
+        if portal is not None:
+            portal._event_loop_thread_id = None
+        del portal, stack  # finalized here, at once, calling nothing on the loop
+
     def _portal_or_raise(self, what: str) -> BlockingPortal:
         portal = self._portal
         if portal is None:
+            if self._forked:
+                raise RuntimeError(
+                    f"{what}: {self!r} was entered in the parent process and cannot be used "
+                    "after os.fork(): its loop thread does not exist here. Create a new "
+                    "BlockingEngine in the child (or use multiprocessing's 'spawn' start method)"
+                )
             if self._closed:
                 raise EngineClosedError(f"{what}: {self!r} is closed; create a new one")
             raise RuntimeError(
