@@ -81,9 +81,9 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def mypy(session: nox.Session) -> None:
-    """Type-check the package (strict) and this noxfile."""
+    """Type-check the package and tools/ (strict), and this noxfile."""
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "lint"))
-    session.run("mypy", "--strict", "aioengine", "tests/test_typing.py")
+    session.run("mypy", "--strict", "aioengine", "tests/test_typing.py", "tools/gen_blocking.py")
     session.run("mypy", "noxfile.py")
 
 

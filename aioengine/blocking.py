@@ -6,6 +6,11 @@ The methods are the Engine's: pushes return :class:`concurrent.futures.Future` o
 ``wait_for_var`` / ``wait_for_all`` / ``get`` block the calling thread (with ``timeout=``).
 Every method is safe from any number of threads at once.
 
+The methods shared with Engine are not written here: ``BlockingMethods``
+(``_blocking_generated.py``) has them, generated from Engine's signatures and overloads by
+``python tools/gen_blocking.py`` (rerun it after changing one of them). Each calls one of the
+helpers below (:meth:`BlockingEngine._bridge`, ``_wait``, ``_decorator``) in one line.
+
 Threads, and why nothing here deadlocks quietly:
 
 * Pushes are made directly on the calling thread (the engine's pushes are thread-safe and
@@ -27,40 +32,38 @@ uvloop's) in the calling thread and returns its result.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures
 import contextlib
 import functools
 import inspect
 import threading
 import weakref
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from . import ergonomic as _ergonomic
-from .context import Context, RunContext, cpu
+from . import lifecycle
+from ._blocking_generated import BlockingMethods
 from .engine import Engine
 from .errors import EngineClosedError
-from .operation import FnProperty, OnComplete, Operation, OprHandle, OpState
-from .var import NO_VALUE, Var
+from .operation import Operation, OpState
+from .typing_support import OpDecorator
+from .var import Var
 
 __all__ = ("BlockingEngine", "run")
 
 T = TypeVar("T")
 
-_CPU0 = cpu(0)
-_NORMAL = FnProperty.NORMAL
-
-# Every BlockingEngine entered and not closed yet, so that interpreter exit can stop them.
-_open: weakref.WeakSet[BlockingEngine] = weakref.WeakSet()
+# Every BlockingEngine entered and not closed yet is registered in lifecycle.portals_at_exit
+# (so that interpreter exit can stop it) and lifecycle.portals_after_fork.
 
 
-def _abandon_all() -> None:
-    """At interpreter exit (atexit: once the non-daemon threads have finished, before the
-    daemon ones are frozen): stop every unclosed loop thread.
+def _abandon_at_exit(engine: BlockingEngine) -> None:
+    """At interpreter exit (lifecycle.portals_at_exit, atexit: once the non-daemon threads
+    have finished, before the daemon ones are frozen): stop an unclosed loop thread.
 
     Without this, a BlockingEngine that was never closed hangs the interpreter: its
     ``start_blocking_portal`` context is finalized after the (daemon) loop thread has been
@@ -68,23 +71,12 @@ def _abandon_all() -> None:
     using the engine (Python joins those threads first). As for an unclosed :class:`Engine`,
     coroutine operations are cancelled, queued operations cancelled and running ones finish.
     """
-    for engine in list(_open):
-        engine._abandon()
+    engine._abandon()
 
 
-atexit.register(_abandon_all)
-
-
-class _OpDecorator(Protocol):
-    """What ``BlockingEngine.op(...)`` returns when called with options only: a decorator."""
-
-    @overload
-    def __call__(
-        self, fn: Callable[..., Coroutine[Any, Any, T]], /
-    ) -> Callable[..., concurrent.futures.Future[T]]: ...
-
-    @overload
-    def __call__(self, fn: Callable[..., T], /) -> Callable[..., concurrent.futures.Future[T]]: ...
+def _forget_in_child(engine: BlockingEngine) -> None:
+    """In a forked child (lifecycle.portals_after_fork): the loop thread is the parent's."""
+    engine._forget_loop()
 
 
 # Guards every _OpFuture's _cancelling flag: cancels are rare, and a lock per future (one per
@@ -160,7 +152,7 @@ def _settle(fut: _OpFuture[Any], op: Operation[Any]) -> None:
         pass
 
 
-class BlockingEngine:
+class BlockingEngine(BlockingMethods):
     """An :class:`~aioengine.Engine` on its own event-loop thread, for synchronous code.
 
     ``with BlockingEngine(cpu_workers=4) as engine:`` starts the loop thread (anyio's blocking
@@ -188,6 +180,7 @@ class BlockingEngine:
         self._loop_thread: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._forked = False  # this is a forked child of the process that entered it
         # The futures handed out, so that close() settles any whose operation finished
         # while its done callback could no longer reach the loop (a push racing the close).
         self._futures: weakref.WeakSet[_OpFuture[Any]] = weakref.WeakSet()
@@ -204,6 +197,8 @@ class BlockingEngine:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running" if self._portal else "not started"
+        if self._forked and not self._closed:
+            state = "unusable after os.fork()"
         return f"<aioengine.BlockingEngine {state} {self._engine!r}>"
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -227,7 +222,8 @@ class BlockingEngine:
                 stack.close()
                 raise
             self._stack, self._portal = stack, portal
-            _open.add(self)
+            lifecycle.portals_at_exit.add(self, _abandon_at_exit)
+            lifecycle.portals_after_fork.add(self, _forget_in_child)
         return self
 
     def __exit__(
@@ -272,7 +268,7 @@ class BlockingEngine:
                 if not interrupted:
                     self._closed = True
                     self._stack = self._portal = None
-                    _open.discard(self)
+                    self._unregister()
                     stack.close()
                     self._settle_stranded()
 
@@ -283,15 +279,20 @@ class BlockingEngine:
             if not fut.done() and fut.operation.done():
                 _settle(fut, fut.operation)
 
+    def _unregister(self) -> None:
+        lifecycle.portals_at_exit.discard(self)
+        lifecycle.portals_after_fork.discard(self)
+
     def _abandon(self) -> None:
-        """Stop the loop thread without draining (interpreter exit; see :func:`_abandon_all`)."""
+        """Stop the loop thread without draining (interpreter exit; see
+        :func:`_abandon_at_exit`)."""
         if not self._lock.acquire(blocking=False):  # pragma: no cover - a close() is under way
             return
         try:
             stack, portal = self._stack, self._portal
             self._closed = True
             self._stack = self._portal = None
-            _open.discard(self)
+            self._unregister()
             if stack is None or portal is None:
                 return
             with contextlib.suppress(RuntimeError):  # the portal has stopped already
@@ -300,9 +301,34 @@ class BlockingEngine:
         finally:
             self._lock.release()
 
+    def _forget_loop(self) -> None:
+        """In a forked child: forget the loop thread, which is the parent's; every later use
+        raises (see :meth:`_portal_or_raise`), and exit does not wait for that thread.
+
+        The lock may have been copied held, so it is replaced. The portal is marked stopped,
+        as :meth:`BlockingPortal.stop` marks it (which the child cannot call: no thread runs
+        its loop here), so that finalizing its context calls nothing on the loop and only
+        joins the loop thread, which the child's threading module knows has stopped.
+        """
+        self._lock = threading.Lock()
+        self._forked = True
+        self._loop_thread = None
+        portal, stack = self._portal, self._stack
+        self._stack = self._portal = None
+        self._unregister()
+        if portal is not None:
+            portal._event_loop_thread_id = None
+        del portal, stack  # finalized here, at once, calling nothing on the loop
+
     def _portal_or_raise(self, what: str) -> BlockingPortal:
         portal = self._portal
         if portal is None:
+            if self._forked:
+                raise RuntimeError(
+                    f"{what}: {self!r} was entered in the parent process and cannot be used "
+                    "after os.fork(): its loop thread does not exist here. Create a new "
+                    "BlockingEngine in the child (or use multiprocessing's 'spawn' start method)"
+                )
             if self._closed:
                 raise EngineClosedError(f"{what}: {self!r} is closed; create a new one")
             raise RuntimeError(
@@ -358,298 +384,48 @@ class BlockingEngine:
             _settle(fut, op)
         return fut
 
-    def new_var(self, name: str | None = None, *, value: object = NO_VALUE) -> Var:
-        """Create a Var (see :meth:`aioengine.Engine.new_var`)."""
-        return self._engine.new_var(name, value=value)
+    # -- the helpers of the generated methods (_blocking_generated.py) -------------------
+    #
+    # new_var ... wait_for_all are BlockingMethods' (tools/gen_blocking.py writes them from
+    # Engine's signatures); each calls the Engine or one of these in one line.
 
-    def new_operator(
-        self,
-        fn: Callable[..., Any],
-        const_vars: Iterable[Var] = (),
-        mutate_vars: Iterable[Var] = (),
-        *,
-        prop: FnProperty = _NORMAL,
-        name: str | None = None,
-        is_async: bool | None = None,
-    ) -> OprHandle[Any]:
-        """Build an operator to :meth:`push` many times (see :meth:`Engine.new_operator`)."""
-        return self._engine.new_operator(
-            fn, const_vars, mutate_vars, prop=prop, name=name, is_async=is_async
-        )
-
-    def delete_operator(self, handle: OprHandle[Any]) -> None:
-        """Retire ``handle`` (see :meth:`aioengine.Engine.delete_operator`)."""
-        self._engine.delete_operator(handle)
-
-    def push_sync(
-        self,
-        fn: Callable[[RunContext], T],
-        ctx: Context = _CPU0,
-        const_vars: Iterable[Var] = (),
-        mutate_vars: Iterable[Var] = (),
-        *,
-        prop: FnProperty = _NORMAL,
-        priority: int = 0,
-        name: str | None = None,
-    ) -> concurrent.futures.Future[T]:
-        """:meth:`aioengine.Engine.push_sync`, returning a :class:`concurrent.futures.Future`."""
-        return self._bridge(
-            lambda: self._engine.push_sync(
-                fn, ctx, const_vars, mutate_vars, prop=prop, priority=priority, name=name
-            )
-        )
-
-    @overload
-    def push_async(
-        self,
-        fn: Callable[[RunContext], Coroutine[Any, Any, T]],
-        ctx: Context = ...,
-        const_vars: Iterable[Var] = ...,
-        mutate_vars: Iterable[Var] = ...,
-        *,
-        prop: FnProperty = ...,
-        priority: int = ...,
-        name: str | None = ...,
-    ) -> concurrent.futures.Future[T]: ...
-
-    @overload
-    def push_async(
-        self,
-        fn: Callable[[RunContext, OnComplete], None],
-        ctx: Context = ...,
-        const_vars: Iterable[Var] = ...,
-        mutate_vars: Iterable[Var] = ...,
-        *,
-        prop: FnProperty = ...,
-        priority: int = ...,
-        name: str | None = ...,
-    ) -> concurrent.futures.Future[None]: ...
-
-    def push_async(
-        self,
-        fn: Callable[..., Any],
-        ctx: Context = _CPU0,
-        const_vars: Iterable[Var] = (),
-        mutate_vars: Iterable[Var] = (),
-        *,
-        prop: FnProperty = _NORMAL,
-        priority: int = 0,
-        name: str | None = None,
-    ) -> concurrent.futures.Future[Any]:
-        """:meth:`aioengine.Engine.push_async` (coroutines run on the engine's loop thread)."""
-        return self._bridge(
-            lambda: self._engine.push_async(
-                fn, ctx, const_vars, mutate_vars, prop=prop, priority=priority, name=name
-            )
-        )
-
-    def push(
-        self, handle: OprHandle[T], ctx: Context = _CPU0, *, priority: int = 0
-    ) -> concurrent.futures.Future[T]:
-        """:meth:`aioengine.Engine.push`, returning a :class:`concurrent.futures.Future`."""
-        return self._bridge(lambda: self._engine.push(handle, ctx, priority=priority))
-
-    def delete_var(
-        self,
-        var: Var,
-        delete_fn: Callable[[RunContext], object] | None = None,
-        ctx: Context = _CPU0,
-    ) -> concurrent.futures.Future[None]:
-        """:meth:`aioengine.Engine.delete_var`, returning a :class:`concurrent.futures.Future`."""
-        return self._bridge(lambda: self._engine.delete_var(var, delete_fn, ctx))
-
-    @overload
-    def submit(
-        self,
-        fn: Callable[..., Coroutine[Any, Any, T]],
-        /,
-        *args: Any,
-        reads: Iterable[Var] = ...,
-        writes: Iterable[Var] = ...,
-        out: Var | Sequence[Var] | None = ...,
-        ctx: Context = ...,
-        prop: FnProperty = ...,
-        priority: int = ...,
-        name: str | None = ...,
-        **kwargs: Any,
-    ) -> concurrent.futures.Future[T]: ...
-
-    @overload
-    def submit(
-        self,
-        fn: Callable[..., T],
-        /,
-        *args: Any,
-        reads: Iterable[Var] = ...,
-        writes: Iterable[Var] = ...,
-        out: Var | Sequence[Var] | None = ...,
-        ctx: Context = ...,
-        prop: FnProperty = ...,
-        priority: int = ...,
-        name: str | None = ...,
-        **kwargs: Any,
-    ) -> concurrent.futures.Future[T]: ...
-
-    def submit(
-        self,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        reads: Iterable[Var] = (),
-        writes: Iterable[Var] = (),
-        out: Var | Sequence[Var] | None = None,
-        ctx: Context = _CPU0,
-        prop: FnProperty = _NORMAL,
-        priority: int = 0,
-        name: str | None = None,
-        **kwargs: Any,
-    ) -> concurrent.futures.Future[Any]:
-        """:meth:`aioengine.Engine.submit`, returning a :class:`concurrent.futures.Future`.
-
-        The keywords above are submit's own and are not passed to ``fn``; a Var inside a
-        list, tuple, set or dict argument raises ``TypeError`` (see ``ergonomic.py``). To pass
-        ``fn`` a keyword of the same name, bind it with :func:`functools.partial` or use
-        :meth:`op`, whose calls pass every keyword through.
-        """
-        return self._bridge(
-            lambda: self._engine.submit(
-                fn,
-                *args,
-                reads=reads,
-                writes=writes,
-                out=out,
-                ctx=ctx,
-                prop=prop,
-                priority=priority,
-                name=name,
-                **kwargs,
-            )
-        )
-
-    @overload
-    def op(
-        self,
-        fn: Callable[..., Coroutine[Any, Any, T]],
-        /,
-        *,
-        const_vars: Iterable[Var] = ...,
-        mutate_vars: Iterable[Var] = ...,
-        out: Var | Sequence[Var] | None = ...,
-        ctx: Context = ...,
-        prop: FnProperty = ...,
-        priority: int = ...,
-        name: str | None = ...,
-    ) -> Callable[..., concurrent.futures.Future[T]]: ...
-
-    @overload
-    def op(
-        self,
-        fn: Callable[..., T],
-        /,
-        *,
-        const_vars: Iterable[Var] = ...,
-        mutate_vars: Iterable[Var] = ...,
-        out: Var | Sequence[Var] | None = ...,
-        ctx: Context = ...,
-        prop: FnProperty = ...,
-        priority: int = ...,
-        name: str | None = ...,
-    ) -> Callable[..., concurrent.futures.Future[T]]: ...
-
-    @overload
-    def op(
-        self,
-        fn: None = ...,
-        /,
-        *,
-        const_vars: Iterable[Var] = ...,
-        mutate_vars: Iterable[Var] = ...,
-        out: Var | Sequence[Var] | None = ...,
-        ctx: Context = ...,
-        prop: FnProperty = ...,
-        priority: int = ...,
-        name: str | None = ...,
-    ) -> _OpDecorator: ...
-
-    def op(
-        self,
-        fn: Callable[..., Any] | None = None,
-        /,
-        *,
-        const_vars: Iterable[Var] = (),
-        mutate_vars: Iterable[Var] = (),
-        out: Var | Sequence[Var] | None = None,
-        ctx: Context = _CPU0,
-        prop: FnProperty = _NORMAL,
-        priority: int = 0,
-        name: str | None = None,
+    def _decorator(
+        self, fn: Callable[..., Any] | None, decorator: OpDecorator[Operation[Any]]
     ) -> Any:
-        """:meth:`aioengine.Engine.op`: calls return :class:`concurrent.futures.Future` objects.
-
-        Every argument of a call goes to the function, keywords such as ``name=`` included:
-        the options are the decorator's.
-        """
-        reads, writes = tuple(const_vars), tuple(mutate_vars)
-        engine = self._engine
+        """:meth:`op`: wrap the Engine's ``decorator`` so that each call of the function it
+        decorates pushes through :meth:`_bridge` (a future); decorate ``fn`` if given."""
 
         def decorate(f: Callable[..., Any]) -> Callable[..., concurrent.futures.Future[Any]]:
-            if not callable(f):
-                raise TypeError(f"@engine.op needs a function, got {f!r}")
+            push = decorator(f)  # TypeError for a non-callable, as Engine.op
 
             @functools.wraps(f)
-            def push(*args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
-                return self._bridge(
-                    lambda: _ergonomic.submit(
-                        engine, f, args, kwargs, reads, writes, out, ctx, prop, priority, name
-                    )
-                )
+            def call(*args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+                return self._bridge(lambda: push(*args, **kwargs))
 
-            return push
+            return call
 
         return decorate(fn) if fn is not None else decorate
 
     # -- waiting -----------------------------------------------------------------------
 
-    def wait_for_var(self, var: Var, *, timeout: float | None = None) -> None:
-        """Block until every operation pushed so far on ``var`` has finished.
-
-        Then raise the failure ``var`` carries, as :meth:`aioengine.Engine.wait_for_var`.
+    def _wait(self, what: str, wait: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run ``wait()`` on the loop thread and block until it returns.
 
         Raises:
-            TimeoutError: if ``timeout`` seconds pass first.
-            RuntimeError: if called on the engine's loop thread (it would deadlock).
+            RuntimeError: on the engine's own threads (see :meth:`_check_thread`), or if the
+                BlockingEngine was not entered.
+            EngineClosedError: if it is closed, or a close() stops the loop meanwhile (not
+                the portal's own RuntimeError).
         """
-        self._check_thread("wait_for_var()")
-        self._call(
-            "wait_for_var()", functools.partial(self._engine.wait_for_var, var, timeout=timeout)
-        )
-
-    def wait_for_all(self, *, timeout: float | None = None, progress: bool = False) -> None:
-        """Block until no operation is pending, then raise every unthrown failure.
-
-        As :meth:`aioengine.Engine.wait_for_all` (``progress=True`` shows a progress bar).
-
-        Raises:
-            ExceptionGroup: of every failure recorded and not yet thrown.
-            TimeoutError: if ``timeout`` seconds pass first.
-            RuntimeError: if called on the engine's loop thread (it would deadlock).
-        """
-        self._check_thread("wait_for_all()")
-        self._call(
-            "wait_for_all()",
-            functools.partial(self._engine.wait_for_all, timeout=timeout, progress=progress),
-        )
-
-    def _call(self, what: str, wait: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        """Run ``wait`` on the loop; a close() that stops the loop meanwhile raises
-        EngineClosedError here, not the portal's own RuntimeError."""
+        self._check_thread(what)
         portal = self._portal_or_raise(what)
         try:
-            portal.call(wait)
+            result: T = portal.call(wait)
         except RuntimeError:
             if self._portal is portal:
                 raise  # the wait's own error
             raise EngineClosedError(f"{what}: {self!r} was closed meanwhile") from None
+        return result
 
     def get(self, var: Var, *, timeout: float | None = None) -> Any:
         """Block until every write to ``var`` pushed so far has run; return its value.

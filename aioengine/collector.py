@@ -14,8 +14,9 @@ One case needs the collector to see live operations: an engine dropped, without 
 closed, while operations that can never finish are pending (their loop is gone, say). The
 engine and its operations are garbage then, but the collector finds that only through the
 references between them. So before every full collection each engine shows all its live
-operations again (:func:`watch`); the full collection frees such an engine, which warns, as it
-would if nothing were hidden.
+operations again (:func:`watch`, which registers the engine in
+``lifecycle.engines_before_full_collection``: lifecycle.py owns the ``gc.callbacks`` hook);
+the full collection frees such an engine, which warns, as it would if nothing were hidden.
 
 Invariants (compiled): an operation and the Var tuple that its push built are hidden and shown
 together, in C calls that run no Python code, so no other thread runs in between; a completed
@@ -25,33 +26,27 @@ passed in by the caller, or an operator handle's, stays tracked).
 
 from __future__ import annotations
 
-import gc
-import weakref
 from typing import TYPE_CHECKING
+
+from . import lifecycle
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
 
 __all__ = ("watch",)
 
-# The engines whose live operations every full collection must see (weak: it keeps none).
-_watched: weakref.WeakSet[Scheduler] = weakref.WeakSet()
-
 
 def watch(engine: Scheduler) -> None:
     """Make every later full collection see ``engine``'s live operations first.
 
-    The compiled engine calls it when it is created; the hook it installs in
-    ``gc.callbacks`` (once per process) costs nothing until a full collection.
+    The compiled engine calls it when it is created. The registration is weak (it keeps no
+    engine alive); the ``gc.callbacks`` hook that runs it is installed (once per process)
+    with the first, and costs nothing until a full collection.
     """
-    if _before_full_collection not in gc.callbacks:
-        gc.callbacks.append(_before_full_collection)
-    _watched.add(engine)
+    lifecycle.engines_before_full_collection.add(engine, _show_live)
 
 
-def _before_full_collection(phase: str, info: dict[str, int]) -> None:
+def _show_live(engine: Scheduler) -> None:
     # Runs on the thread that collects, which may hold an engine's lock: _show_live takes
     # none, and runs no Python code.
-    if phase == "start" and info["generation"] == 2:
-        for engine in list(_watched):
-            engine._show_live()
+    engine._show_live()

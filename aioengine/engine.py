@@ -22,14 +22,12 @@ import logging
 import operator
 import os
 import warnings
-import weakref
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from types import FunctionType, TracebackType
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from . import bulk as _bulk
 from . import ergonomic as _ergonomic
-from .collector import watch as _watch_collections
 from .context import Context, RunContext, cpu
 from .errors import (
     EngineClosedError,
@@ -43,7 +41,6 @@ from .functions import async_kind, default_name, is_coroutine_function
 from .gpu_sync import open_gpu
 from .instrument import Instrument
 from .kinds import _CORO, _SYNC, _WAIT, FnProperty
-from .lock import EngineLock
 from .observe import dump as _dump
 from .observe import graph as _graph
 from .observe import progress as _progress
@@ -60,6 +57,7 @@ from .operation import (
 )
 from .scheduler import _COMPILED, Scheduler, State
 from .settings import Settings
+from .typing_support import OpDecorator
 from .var import NO_VALUE, Var, queued_behind
 
 __all__ = ("Engine",)
@@ -73,32 +71,6 @@ _CO_COROUTINE = 128  # inspect.CO_COROUTINE
 _NORMAL = FnProperty.NORMAL
 _CPU0 = cpu(0)
 _DONE_STATE = 3  # OpState.DONE: a wait marker finished
-
-
-# Every engine, so that a forked child can mark them unusable (see _after_fork_in_child).
-_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    """In a child after os.fork(): engines of the parent raise on use instead of hanging.
-
-    Their worker threads do not exist in the child and their lock may have been copied held,
-    so the lock is replaced and every later call raises a clear RuntimeError.
-    """
-    for engine in list(_engines):
-        engine._core._forked = True
-        engine._core._use_lock(EngineLock())
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def track_engine(engine: Engine) -> None:
-    """Register a new engine for the process-lifecycle hooks (fork, full collections)."""
-    _engines.add(engine)
-    if _COMPILED:
-        _watch_collections(engine._core)
 
 
 def _check_timeout(timeout: object) -> None:
@@ -119,18 +91,6 @@ def _join_executors(executors: list[Executor]) -> None:
 
 def _noop(rctx: RunContext) -> None:
     """The function of a ``delete_var`` without ``delete_fn``."""
-
-
-class _OpDecorator(Protocol):
-    """What ``Engine.op(...)`` returns when called with options only: a decorator."""
-
-    @overload
-    def __call__(
-        self, fn: Callable[..., Coroutine[Any, Any, T]], /
-    ) -> Callable[..., Operation[T]]: ...
-
-    @overload
-    def __call__(self, fn: Callable[..., T], /) -> Callable[..., Operation[T]]: ...
 
 
 class Engine:
@@ -223,7 +183,6 @@ class Engine:
             _partial(open_gpu, backend=gpu_backend),
             (OpLogger(),) if logger.isEnabledFor(logging.DEBUG) else (),
         )
-        track_engine(self)
         if self._settings.watchdog is not None:
             start_watchdog(self, self._settings.watchdog)
 
@@ -1217,7 +1176,7 @@ class Engine:
         prop: FnProperty = ...,
         priority: int = ...,
         name: str | None = ...,
-    ) -> _OpDecorator: ...
+    ) -> OpDecorator[Operation[Any]]: ...
 
     def op(
         self,

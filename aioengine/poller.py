@@ -11,7 +11,7 @@ it stops polling, and its thread exits after :attr:`Poller.linger` seconds: an i
 costs no timer, no task and no query.
 
 No CUDA host callbacks (``launch_host_func``): they take the GIL on a driver thread and can
-deadlock (see ``reference/gpu-design.md`` §4).
+deadlock (see ``docs/gpu-design.md``, section "Observing completion: the poller").
 
 Settled events and keepalives are handed back to the poller (:meth:`Poller.release`), which
 drops them on its own thread: destroying an event (``cudaEventDestroy``) or freeing pool memory
@@ -33,6 +33,7 @@ import weakref
 from collections import deque
 from typing import Any
 
+from . import lifecycle
 from .executors.device import EVENT_NOT_READY
 from .fence import Fence
 
@@ -43,6 +44,27 @@ __all__ = ("Poller", "poller_for")
 
 _pollers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Poller] = weakref.WeakKeyDictionary()
 _pollers_lock = threading.Lock()
+# What a forked child must not touch: the parent's fences, events and keepalives (freeing a
+# CUDA object of the parent's context there is undefined). Kept, never dropped.
+_parents_objects: list[object] = []
+
+
+def _after_fork_in_child(pollers: weakref.WeakKeyDictionary[Any, Poller]) -> None:
+    """In a forked child (lifecycle.pollers_after_fork): the pollers' threads are the
+    parent's and do not exist here, and a lock may have been copied held. Each poller starts
+    over, idle; the next fence watched starts a thread in the child."""
+    global _pollers_lock
+    _pollers_lock = threading.Lock()
+    for poller in list(pollers.values()):
+        _parents_objects.append((poller._fifos, poller._released))
+        poller._cond = threading.Condition(threading.Lock())
+        poller._fifos = {}
+        poller._released = []
+        poller._thread = None
+        poller._delay = 0.0
+
+
+lifecycle.pollers_after_fork.add(_pollers, _after_fork_in_child)
 
 
 def poller_for(loop: asyncio.AbstractEventLoop) -> Poller:

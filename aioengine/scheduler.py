@@ -89,7 +89,9 @@ from heapq import heappop, heappush
 from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
+from . import lifecycle
 from .bulk import size_for as _bulk_size_for
+from .collector import watch as _watch_collections
 from .context import Context, DeviceType, RunContext, cpu
 from .errors import (
     DependencyError,
@@ -165,6 +167,17 @@ class State(enum.Enum):
 
 
 _OPEN = State.OPEN
+
+
+def _after_fork_in_child(core: Scheduler) -> None:
+    """In a child after os.fork() (``lifecycle.engines_after_fork``): an engine of the parent
+    raises on use instead of hanging.
+
+    Its worker threads do not exist in the child and its lock may have been copied held, so
+    the lock is replaced and every later call raises a clear RuntimeError.
+    """
+    core._forked = True
+    core._use_lock(EngineLock())
 
 
 def check_prop(prop: object) -> None:
@@ -292,6 +305,9 @@ class Scheduler:
         # GPU collaborator, created by the first push to a gpu(i) context; while it is None
         # no fence exists and host consumers skip the fence checks (the CPU-only fast path).
         self._gpu: GpuSync | None = None
+        lifecycle.engines_after_fork.add(self, _after_fork_in_child)
+        if _COMPILED:  # live operations are hidden from the collector (collector.py)
+            _watch_collections(self)
 
     def __repr__(self) -> str:
         mode = "serial" if self._settings.serial else f"cpu_workers={self._settings.cpu_workers}"

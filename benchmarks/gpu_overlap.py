@@ -1,6 +1,6 @@
 """GPU copy/compute overlap through the engine, on a real GPU; prints one JSON object.
 
-What it measures (``reference/gpu-design.md`` §9b, items 6 and 7):
+What it measures (the real-GPU test plan in ``docs/gpu-design.md``, section "Testing"):
 
 * **overlap**: ``batches`` batches of h2d (from pinned memory) -> compute (``tanh(x @ w)``)
   -> d2h (into pinned memory), pushed through the engine with ``FnProperty.COPY_TO_GPU`` /

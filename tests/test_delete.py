@@ -1,9 +1,10 @@
 """Deleting Vars and operators, pre-built operators, and what the engine keeps alive.
 
 ``delete_var(v, delete_fn)`` is a write on ``v`` that runs after every op pushed on ``v`` so
-far, even when ``v`` carries a failure (MXNet skips it then and leaks, study §1.1); from the
-call on, naming ``v`` raises ``VarDeletedError``. ``new_operator`` builds an ``OprHandle`` once
-to ``push`` many times; ``delete_operator`` retires it after its pending pushes.
+far, even when ``v`` carries a failure (MXNet skips it then and leaks: ``docs/mxnet.md``,
+failure case 8); from the call on, naming ``v`` raises ``VarDeletedError``. ``new_operator``
+builds an ``OprHandle`` once to ``push`` many times; ``delete_operator`` retires it after its
+pending pushes.
 """
 
 from __future__ import annotations

@@ -64,8 +64,8 @@ def test_readme_opens_with_the_two_commands() -> None:
 
 
 # Every call of MXNet's engine API (include/mxnet/engine.h, its C API and Python module, and
-# the settings that change the engine), as listed in the MXNet engine study: docs/mxnet.md
-# must map each of them to its aioengine equivalent (or say there is none).
+# the settings that change the engine): docs/mxnet.md must map each of them to its aioengine
+# equivalent (or say there is none).
 MXNET_CALLS = [
     "Engine::Get()",
     "_GetSharedRef",

@@ -1,11 +1,12 @@
 """Failures: an exception raised by a fn is recorded on the Vars it mutates and propagates.
 
-The semantics are MXNet's (>= 1.5, ``reference/mxnet-engine-study.md`` §1.6): a failed op's
-exception is attached to every Var it *mutates*; later ops that read or mutate such a Var are
-skipped (``DependencyError`` caused by the original exception) and pass it on to their own
-mutated Vars; ``wait_for_var`` throws it once and clears it everywhere; ``wait_for_all`` throws
-every recorded failure in an ``ExceptionGroup`` and clears them all. The MXNet tests T15-T20
-(``test_exc_handling.py``) and the probe table of §1.6 are ported in ``TestMXNetScenarios``.
+The semantics are MXNet's (>= 1.5; ``docs/mxnet.md``, section "Failures, as MXNet has them"):
+a failed op's exception is attached to every Var it *mutates*; later ops that read or mutate
+such a Var are skipped (``DependencyError`` caused by the original exception) and pass it on
+to their own mutated Vars; ``wait_for_var`` throws it once and clears it everywhere;
+``wait_for_all`` throws every recorded failure in an ``ExceptionGroup`` and clears them all.
+MXNet's own tests (``test_exc_handling.py``) and the numbered cases of that section are ported
+in ``TestMXNetScenarios``.
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ class TestSkip:
         assert trace == ["fail"]
 
     async def test_overwrite_of_a_failed_var_is_skipped(self, engine: ae.Engine) -> None:
-        """A pure write does not heal the Var: it is skipped too (MXNet §1.6 row 3)."""
+        """A pure write does not heal the Var: it is skipped too (MXNet failure case 3)."""
         exc = Boom()
         x = engine.new_var("x")
         trace: list[str] = []
@@ -635,7 +636,7 @@ class TestVersion:
 
 
 class TestMXNetScenarios:
-    """MXNet's exception tests (study §3, T15-T20) and probe table (§1.6), on Vars."""
+    """MXNet's exception tests (``test_exc_handling.py``) and failure cases, on Vars."""
 
     async def test_t15_no_raise_without_sync(self, engine: ae.Engine) -> None:
         """test_exc_imperative: pushing a failing op and its consumer raises nothing."""
@@ -699,7 +700,7 @@ class TestMXNetScenarios:
         assert trace == []
 
     async def test_t20_second_waitall_does_not_raise(self, engine: ae.Engine) -> None:
-        """test_multiple_waitalls, and §1.6: waitall twice, then wait x: only the first raises."""
+        """test_multiple_waitalls, and case 5: waitall twice, then wait x: only the first raises."""
         exc = Boom()
         x = engine.new_var("x")
         push_failing(engine, exc, mutate=[x])
@@ -708,7 +709,7 @@ class TestMXNetScenarios:
         await engine.wait_for_var(x)
 
     async def test_dependent_wait_then_source_wait(self, engine: ae.Engine) -> None:
-        """§1.6: x fails; op reads x writes y; wait y raises; then wait x does not."""
+        """Cases 1 and 2: x fails; op reads x writes y; wait y raises; then wait x does not."""
         exc = Boom()
         x, y = engine.new_var("x"), engine.new_var("y")
         trace: list[str] = []
@@ -721,7 +722,7 @@ class TestMXNetScenarios:
         assert trace == []
 
     async def test_waitall_then_both_vars_are_clean(self, engine: ae.Engine) -> None:
-        """§1.6: x1, x2 fail; waitall raises once (both); wait x1, x2 do not raise."""
+        """Case 6: x1, x2 fail; waitall raises once (both); wait x1, x2 do not raise."""
         e1, e2 = Boom("x1"), Boom("x2")
         x1, x2 = engine.new_var("x1"), engine.new_var("x2")
         with pytest.raises(Boom):

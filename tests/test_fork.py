@@ -133,6 +133,86 @@ class TestFork:
         assert "'spawn'" in message
 
 
+# The parent's BlockingEngine is open when it forks: in the child it raises on use, a new one
+# works, and the child's exit does not wait for the parent's loop thread (it used to hang).
+FORK_WITH_BLOCKING_ENGINE = """
+import os, sys, warnings
+import aioengine as ae
+warnings.simplefilter("ignore", DeprecationWarning)
+be = ae.BlockingEngine(cpu_workers=1).__enter__()
+assert be.submit(sum, [1, 2]).result(10) == 3
+pid = os.fork()
+if pid == 0:
+    results = []
+    for label, call in [("push", lambda: be.push_sync(lambda r: None)),
+                        ("wait", lambda: be.wait_for_all(timeout=10))]:
+        try:
+            call()
+        except RuntimeError as exc:
+            results.append(label + ":" + ("ok" if "os.fork()" in str(exc) else repr(exc)))
+        else:
+            results.append(label + ":no error")
+    with ae.BlockingEngine(cpu_workers=1) as mine:
+        results.append("own:" + repr(mine.submit(sum, [3, 4]).result(10)))
+    print(" ".join(results), flush=True)
+    sys.exit(0)  # a normal exit: atexit runs in the child
+_, status = os.waitpid(pid, 0)
+assert be.submit(sum, [5, 6]).result(10) == 11
+be.close()
+print("parent:ok", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+# The parent forks while another thread holds a fence poller's lock and the poller registry's
+# lock, and the poller's thread is alive: in the child, the poller starts over.
+FORK_WITH_POLLER = """
+import asyncio, os, threading, time, warnings
+from aioengine import poller as poller_module
+warnings.simplefilter("ignore", DeprecationWarning)
+loop = asyncio.new_event_loop()
+p = poller_module.poller_for(loop)
+p.release([])  # starts its thread, which lingers
+held, done = threading.Event(), threading.Event()
+def hold():
+    with poller_module._pollers_lock, p._cond:
+        held.set()
+        done.wait(30)
+threading.Thread(target=hold).start()
+held.wait(30)
+assert p.alive
+pid = os.fork()
+if pid == 0:
+    same = poller_module.poller_for(loop) is p
+    forgot = not p.alive
+    p.release([object()])  # takes the lock, starts a thread of the child's
+    deadline = time.monotonic() + 30
+    while p.alive and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print(f"same:{same} forgot:{forgot} ended:{not p.alive}", flush=True)
+    os._exit(0)
+done.set()
+_, status = os.waitpid(pid, 0)
+print("parent:ok", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+class TestForkFrontEnds:
+    @needs_fork
+    def test_a_blocking_engine_raises_in_the_child_which_exits(self) -> None:
+        proc = run_script(textwrap.dedent(FORK_WITH_BLOCKING_ENGINE))
+        assert proc.returncode == 0, proc.stderr
+        child, parent = proc.stdout.splitlines()
+        assert child.split() == ["push:ok", "wait:ok", "own:7"]
+        assert parent == "parent:ok 0"
+
+    @needs_fork
+    def test_a_poller_starts_over_in_the_child(self) -> None:
+        proc = run_script(textwrap.dedent(FORK_WITH_POLLER))
+        assert proc.returncode == 0, proc.stderr
+        child, parent = proc.stdout.splitlines()
+        assert child == "same:True forgot:True ended:True"
+        assert parent == "parent:ok 0"
+
+
 def spawned_job(n: int) -> list[int]:
     """Run in a spawned process: an Engine of its own computes a running sum."""
 

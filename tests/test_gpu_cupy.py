@@ -1,10 +1,11 @@
 """Real-GPU tests: the CuPy backend, fences and the poller on an NVIDIA GPU.
 
-These are the tests of ``reference/gpu-design.md`` §9b that need a device. They are marked
-``gpu``: ``conftest.py`` skips them unless ``aioengine.gpu_available()`` (CuPy installed and a
-CUDA device usable). They use plain ``asyncio.run`` (no pytest-asyncio), so on a GPU machine
-``python -m pytest -m gpu -x --timeout=300 tests/test_gpu_cupy.py`` runs them with plain pytest.
-CuPy is imported inside the tests and fixtures only: this file imports without it.
+These are the tests that need a device (``docs/gpu-design.md``, section "Testing"). They
+are marked ``gpu``: ``conftest.py`` skips them unless ``aioengine.gpu_available()`` (CuPy
+installed and a CUDA device usable). They use plain ``asyncio.run`` (no pytest-asyncio), so on
+a GPU machine ``python -m pytest -m gpu -x --timeout=300 tests/test_gpu_cupy.py`` runs them with
+plain pytest. CuPy is imported inside the tests and fixtures only: this file imports without
+it.
 
 Most tests time a *spin kernel*: a ``cupy.RawKernel`` that loops on ``clock64()`` for a number
 of cycles calibrated to wall time on this GPU (the ``spin`` fixture), so a kernel runs about

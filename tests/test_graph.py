@@ -54,6 +54,37 @@ class TestGraph:
         await engine.wait_for_all()
         assert engine.graph().nodes == ()  # nothing recorded: finished operations are gone
 
+    async def test_an_empty_graph_says_why_and_how_to_record(self, engine: ae.Engine) -> None:
+        """Nothing pending and no history: every rendering says so, instead of an empty
+        digraph, and names the call that records finished operations."""
+        await engine.push_sync(lambda r: None, name="gone")
+        graph = engine.graph()
+        assert (graph.nodes, graph.edges) == ((), ())
+        assert graph.note.startswith("no operations pending and no history recorded")
+        hint = "call engine.record_history() to see finished operations"
+        renderings = {
+            "str": str(graph),
+            "repr": repr(graph),
+            "dot": graph.to_dot(),
+            "mermaid": graph.to_mermaid(),
+            "notebook": graph._repr_mimebundle_()["text/plain"],
+        }
+        assert [name for name, text in renderings.items() if hint not in text] == []
+        assert str(graph) == f"aioengine graph: {graph.note}"
+
+        engine.record_history()  # recording, but nothing finished since: a different note
+        recorded = engine.graph()
+        assert recorded.nodes == ()
+        assert recorded.note
+        assert "record_history" not in recorded.note
+        assert recorded.note in recorded.to_dot()
+        await engine.push_sync(lambda r: None, name="seen")
+        drawn = engine.graph()
+        assert [n.name for n in drawn.nodes] == ["seen"]
+        assert drawn.note == ""
+        assert "empty" not in drawn.to_dot()
+        assert "empty" not in drawn.to_mermaid()
+
     async def test_history_keeps_finished_ops_and_their_edges(self, engine: ae.Engine) -> None:
         engine.record_history(100)
         gate = asyncio.Event()

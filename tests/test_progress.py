@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import pathlib
 import sys
 
@@ -12,6 +13,17 @@ import aioengine as ae
 from aioengine.observe import progress
 
 from .conftest import execute_notebook
+
+
+class Stderr(io.StringIO):
+    """A stand-in for ``sys.stderr`` that is, or is not, a terminal."""
+
+    def __init__(self, *, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
 
 
 async def run(engine: ae.Engine) -> None:
@@ -39,17 +51,32 @@ class TestProgress:
         assert "aioengine:" in err
         assert "4/4" in err
 
-    async def test_text_fallback_without_tqdm(
-        self,
-        threaded_engine: ae.Engine,
-        capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch,
+    async def test_text_fallback_in_a_terminal_rewrites_one_line(
+        self, threaded_engine: ae.Engine, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+        err = Stderr(tty=True)
+        monkeypatch.setattr(sys, "stderr", err)
         await run(threaded_engine)
-        err = capsys.readouterr().err
-        assert "aioengine: 0/4 operations" in err
-        assert err.endswith("\raioengine: 4/4 operations\n")
+        out = err.getvalue()
+        assert out.startswith("\raioengine: 0/4 operations\r")
+        assert out.endswith("\raioengine: 4/4 operations\n")
+        assert out.count("\n") == 1  # one line, rewritten, ended when the bar closes
+
+    async def test_text_fallback_elsewhere_writes_a_line_per_refresh(
+        self, threaded_engine: ae.Engine, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+        err = Stderr(tty=False)  # a log file, a pipe, CI output
+        monkeypatch.setattr(sys, "stderr", err)
+        await run(threaded_engine)
+        out = err.getvalue()
+        assert "\r" not in out
+        assert out.endswith("\n")
+        lines = out.splitlines()
+        assert lines[0] == "aioengine: 0/4 operations"
+        assert lines[-1] == "aioengine: 4/4 operations"
+        assert len(lines) == len(set(lines))  # a refresh that changed nothing wrote nothing
 
     async def test_nothing_pending_shows_no_bar(
         self, threaded_engine: ae.Engine, capsys: pytest.CaptureFixture[str]

@@ -1,6 +1,7 @@
 """The CuPy device backend: real GPUs through CuPy streams and events.
 
-Facts this relies on (``reference/gpu-design.md``, checked against CuPy 13/14):
+Facts this relies on (``docs/gpu-design.md``, sections "Streams per FnProperty", "The
+launch path" and "Observing completion: the poller"; checked against CuPy 13/14):
 
 - CuPy's current device and stream are thread-local, so each GPU worker thread binds its
   device and its own ``non_blocking`` stream once (:meth:`CupyBackend.bind_worker`) and every

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import heapq
 import logging
-import os
 import threading
-import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .. import lifecycle
 from ..context import Context, RunContext
 from . import Run
 
@@ -30,40 +29,31 @@ __all__ = ("ThreadExecutor",)
 
 logger = logging.getLogger("aioengine")
 
-# Every executor with threads, so the interpreter's exit and os.fork() can reach them.
-_executors: weakref.WeakSet[ThreadExecutor] = weakref.WeakSet()
 
-
-def _abandon_all() -> None:
-    """At interpreter exit (before threads are joined): stop every worker loop.
+def _abandon_at_exit(executor: ThreadExecutor) -> None:
+    """At interpreter exit (lifecycle.pools_at_exit: before threads are joined): stop the
+    worker loops.
 
     Without this, an engine that was never closed would keep its workers waiting for work and
     the interpreter would hang joining them. Running operations finish; queued ones are
     cancelled, so that a thread still waiting for one (a non-daemon thread, which Python joins
     after this) wakes instead of hanging the exit.
     """
-    for executor in list(_executors):
-        for item in executor._abandon():
-            item.cancel()
+    for item in executor._abandon():
+        item.cancel()
 
 
-def _reset_all_in_child() -> None:
-    """After os.fork(), in the child: the workers do not exist there and a lock may be held."""
-    for executor in list(_executors):
-        executor._lock = threading.Lock()
-        executor._cond = threading.Condition(executor._lock)
-        executor._heap.clear()
-        executor._items.clear()
-        executor._threads = executor._idle = 0
-        executor._workers.clear()
-        executor._pool = None
-        executor._closing = executor._abandoned = True
-
-
-# Private but stable since 3.9: concurrent.futures uses it to stop its own workers at exit.
-threading._register_atexit(_abandon_all)  # type: ignore[attr-defined]
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_all_in_child)
+def _reset_in_child(executor: ThreadExecutor) -> None:
+    """After os.fork(), in the child (lifecycle.pools_after_fork): the workers do not exist
+    there and a lock may be held."""
+    executor._lock = threading.Lock()
+    executor._cond = threading.Condition(executor._lock)
+    executor._heap.clear()
+    executor._items.clear()
+    executor._threads = executor._idle = 0
+    executor._workers.clear()
+    executor._pool = None
+    executor._closing = executor._abandoned = True
 
 
 class ThreadExecutor:
@@ -176,7 +166,9 @@ class ThreadExecutor:
             self._threads += 1
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._max, thread_name_prefix=self._name)
-                _executors.add(self)
+                # An executor with threads: the interpreter's exit and os.fork() must reach it.
+                lifecycle.pools_at_exit.add(self, _abandon_at_exit)
+                lifecycle.pools_after_fork.add(self, _reset_in_child)
             self._pool.submit(self._work)
             want -= 1
 

@@ -81,10 +81,14 @@ class Graph:
     Attributes:
         nodes: operations in push order.
         edges: dependencies, sorted by ``(dst, src, var)``.
+        note: why there is nothing to draw, when there is nothing (for example "no operations
+            pending and no history recorded; call engine.record_history() to see finished
+            operations"); every rendering shows it. Empty when the graph has nodes.
     """
 
     nodes: tuple[Node, ...]
     edges: tuple[Edge, ...]
+    note: str = ""
 
     def node(self, seq: int) -> Node:
         """The node of the operation pushed as number ``seq`` (KeyError if absent)."""
@@ -111,6 +115,8 @@ class Graph:
             lines.append(f'  op{n.seq} [label="{label}", fillcolor="{_FILL[n.state]}"];')
         for e in self.edges:
             lines.append(f'  op{e.src} -> op{e.dst} [label="{_dot_escape(e.var)}"];')
+        if self.note:
+            lines.append(f'  empty [shape=plaintext, style="", label="{_dot_escape(self.note)}"];')
         lines.append("}")
         return "\n".join(lines) + "\n"
 
@@ -122,6 +128,8 @@ class Graph:
             lines.append(f'  op{n.seq}["{label}<br/>{n.state.name.lower()}"]:::{n.state.name}')
         for e in self.edges:
             lines.append(f'  op{e.src} -->|"{_mermaid_escape(e.var)}"| op{e.dst}')
+        if self.note:
+            lines.append(f'  empty["{_mermaid_escape(self.note)}"]')
         for state, fill in _FILL.items():
             lines.append(f"  classDef {state.name} fill:{fill},stroke:#555")
         return "\n".join(lines) + "\n"
@@ -152,7 +160,7 @@ class Graph:
 
     def __str__(self) -> str:
         if not self.nodes:
-            return "aioengine graph: no operations"
+            return f"aioengine graph: {self.note or 'no operations'}"
         waits: dict[int, list[str]] = {}
         names = {n.seq: n.label for n in self.nodes}
         for e in self.edges:
@@ -165,7 +173,8 @@ class Graph:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"<aioengine.Graph nodes={len(self.nodes)} edges={len(self.edges)}>"
+        note = f" note={self.note!r}" if self.note else ""
+        return f"<aioengine.Graph nodes={len(self.nodes)} edges={len(self.edges)}{note}>"
 
 
 # What neither format can carry (control characters, lone surrogates as os.fsdecode makes of
@@ -207,7 +216,18 @@ def build_graph(engine: Engine) -> Graph:
         for src, var in r.deps:
             if src in nodes:
                 edges.add(Edge(src, r.seq, var))
+    note = ""
+    if not nodes:  # say why, and how to see more, instead of drawing an empty digraph
+        note = _NO_HISTORY if recorder is None else _NOTHING_RECORDED
     return Graph(
         tuple(nodes[s] for s in sorted(nodes)),
         tuple(sorted(edges, key=lambda e: (e.dst, e.src, e.var))),
+        note,
     )
+
+
+_NO_HISTORY = (
+    "no operations pending and no history recorded; "
+    "call engine.record_history() to see finished operations"
+)
+_NOTHING_RECORDED = "no operations pending, and none finished since history recording started"

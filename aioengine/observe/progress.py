@@ -1,9 +1,9 @@
 """``await engine.wait_for_all(progress=True)``: a progress bar of finished vs pushed operations.
 
-The bar is ``tqdm.auto.tqdm`` (a widget in Jupyter, text in a terminal) when tqdm is installed
-(``pip install 'aioengine[progress]'``); without it a plain ``done/total`` line is rewritten
-on stderr. Its total is the number of operations pending when the wait started plus those
-pushed while it runs, so it grows when more work arrives. It is refreshed every
+The bar is ``tqdm.auto.tqdm`` (a widget in Jupyter, text in a terminal); tqdm is a dependency
+of aioengine, and where it is missing anyway a plain ``done/total`` line goes to stderr
+(:class:`_TextBar`). Its total is the number of operations pending when the wait started plus
+those pushed while it runs, so it grows when more work arrives. It is refreshed every
 :data:`INTERVAL` seconds from the engine's counters; the operations themselves pay nothing.
 """
 
@@ -32,20 +32,46 @@ class _Bar(Protocol):
 
 
 class _TextBar:
-    """The fallback without tqdm: ``aioengine: 3/10 operations`` rewritten on stderr."""
+    """The fallback without tqdm: ``aioengine: 3/10 operations`` on stderr.
+
+    In a terminal the line is rewritten in place: each refresh starts with a carriage return,
+    and closing ends the line. Anywhere else (a log file, a pipe, CI output) carriage returns
+    would pile every refresh onto one line, so each refresh is a line of its own, ending with
+    a newline; a refresh that would repeat the previous line writes nothing, so a long wait
+    does not fill the log with copies.
+    """
 
     def __init__(self, total: int) -> None:
         self.total = total
         self.n = 0
+        self._stream = sys.stderr
+        self._tty = _isatty(self._stream)
+        self._last: str | None = None  # the line written last (not a terminal)
 
     def refresh(self) -> None:
-        sys.stderr.write(f"\raioengine: {self.n}/{self.total} operations")
-        sys.stderr.flush()
+        line = f"aioengine: {self.n}/{self.total} operations"
+        if self._tty:
+            self._stream.write(f"\r{line}")
+        elif line != self._last:
+            self._last = line
+            self._stream.write(f"{line}\n")
+        else:
+            return
+        self._stream.flush()
 
     def close(self) -> None:
         self.refresh()
-        sys.stderr.write("\n")
-        sys.stderr.flush()
+        if self._tty:
+            self._stream.write("\n")
+            self._stream.flush()
+
+
+def _isatty(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal (False for a stream without ``isatty`` or closed)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def _make_bar(total: int) -> _Bar:
