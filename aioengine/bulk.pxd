@@ -1,7 +1,12 @@
 # Declarations for the optional compiled core (setup.py): Cython compiles bulk.py with these
-# types, and the compiled engine calls size_for, which every push inside a bulk() block asks,
-# as a C function.
+# types: the compiled scheduler calls the methods of Segments, its part that runs segments
+# (size_for among them, which every push inside a bulk() block asks), as C functions. Segments takes the
+# scheduler as a typed argument: scheduler.pxd and this file cimport each other.
 cimport cython
+
+from .operation cimport _OperationCore, new_operation
+from .scheduler cimport Scheduler
+from .var cimport Var as _VarType, append_all, release_all
 
 
 @cython.final
@@ -15,5 +20,25 @@ cdef class Bulk:
     cdef public object size  # any int the pure class takes: a C size would overflow
 
 
-@cython.locals(scope=Bulk)
-cpdef size_for(engine)
+@cython.final
+cdef class Segments:
+    cdef public bint flush_scheduled
+    cdef public object open
+    cdef public Py_ssize_t scopes
+
+    @cython.locals(scope=Bulk)
+    cpdef size_for(self, Scheduler core)
+    cpdef enter(self)
+    cpdef exit(self, Scheduler core)
+    cpdef flush(self, Scheduler core)
+    cpdef flush_soon(self, Scheduler core)
+    @cython.locals(op=_OperationCore, seg=_OperationCore)
+    cpdef join_locked(self, Scheduler core, op, size)
+    @cython.locals(seg=_OperationCore, op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType,
+                   vars_=tuple, k=Py_ssize_t)
+    cpdef flush_locked(self, Scheduler core)
+    @cython.locals(seg=_OperationCore, op=_OperationCore, done=_OperationCore, i=Py_ssize_t,
+                   n=Py_ssize_t, vars_=tuple, k=Py_ssize_t, v=_VarType)
+    cpdef run(self, Scheduler core, seg, bint more)
+    @cython.locals(seg=_OperationCore)
+    cpdef release(self, Scheduler core, seg, bint more)

@@ -33,34 +33,34 @@ import asyncio
 import contextvars
 import threading
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .errors import EngineClosedError
+from . import instrument as _instrument
+from .context import cpu
+from .errors import EngineClosedError, trim_traceback
+from .kinds import _BULK, FnProperty, OpState
+from .operation import _COROUTINE_TYPES, Operation, new_operation
+from .var import Var, append_all, release_all
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
 
-__all__ = ("Bulk",)
+__all__ = ("Bulk", "Segments")
+
+_PENDING = OpState.PENDING
+_READY = OpState.READY
+_RUNNING = OpState.RUNNING
+_DONE = OpState.DONE
+_FAILED = OpState.FAILED
+_NORMAL = FnProperty.NORMAL
+_CPU0 = cpu(0)
+# Unbound, so that the compiled core calls it without a method lookup per member.
+_context_run = contextvars.Context.run
 
 #: The innermost active bulk scope of the current context (task or thread).
 _current: contextvars.ContextVar[Bulk | None] = contextvars.ContextVar(
     "aioengine_bulk", default=None
 )
-
-
-def size_for(engine: Scheduler) -> int:
-    """The segment size for a push to ``engine`` from the current context; 0: do not group
-    (no scope, an ended one, or size 1)."""
-    scope = _current.get()
-    while scope is not None:
-        if scope._engine is engine:
-            if not scope._active or scope.size < 2:
-                return 0
-            # The engine's loop named: current_task() would ask for the running loop, which
-            # costs a getpid() system call on every push.
-            return scope.size if asyncio.current_task(engine._loop) is scope._task else 0
-        scope = scope._outer
-    return 0
 
 
 class Bulk:
@@ -111,7 +111,7 @@ class Bulk:
         self._outer = _current.get()
         self._token = _current.set(self)
         self._active = True
-        engine._bulk_enter()
+        engine._segments.enter()
         return self
 
     def __exit__(
@@ -128,4 +128,249 @@ class Bulk:
             _current.reset(token)
         except ValueError:  # exited in another context than entered: nothing to restore
             pass
-        self._engine._bulk_exit()
+        self._engine._segments.exit(self._engine)
+
+
+class Segments:
+    """The bulk segments of one scheduler: the open one, and running a queued one.
+
+    A collaborator of :class:`~aioengine.scheduler.Scheduler` inside the core (the scheduler
+    holds one as ``_segments`` and passes itself to every call: no reference back). Its
+    methods are the scheduler's own cycle for a segment: join, close (queue on the Vars), run
+    the members, release.
+
+    State, guarded by the scheduler's lock (``core._lock``) unless said otherwise:
+
+    - ``scopes``: active ``bulk()`` scopes; a push asks its context for one only while this is
+      nonzero. Written on the loop thread only; other threads' pushes read it unlocked,
+      harmlessly: a push off the loop thread never joins a segment.
+    - ``open``: the open segment, collecting members (its ``_result`` holds them until it
+      runs). Opened on the loop thread, closed from any thread (a push that does not join it,
+      a wait, ``dump()``); an unlocked read is only a hint, re-checked under the lock.
+      Invariant: while it is open no other push takes a sequence number; :meth:`flush_locked`
+      queues it on its Vars first, so every Var's queue stays in push order.
+    - ``flush_scheduled``: True while a :meth:`flush_soon` call is scheduled and has not run.
+    """
+
+    def __init__(self) -> None:
+        self.scopes = 0
+        self.open: Operation[Any] | None = None
+        self.flush_scheduled = False
+
+    def size_for(self, core: Scheduler) -> int:
+        """The segment size for a push to ``core`` from the current context; 0: do not group
+        (no scope, an ended one, or size 1)."""
+        scope = _current.get()
+        while scope is not None:
+            if scope._engine is core:
+                if not scope._active or scope.size < 2:
+                    return 0
+                # The core's loop named: current_task() would ask for the running loop, which
+                # costs a getpid() system call on every push.
+                return scope.size if asyncio.current_task(core._loop) is scope._task else 0
+            scope = scope._outer
+        return 0
+
+    def enter(self) -> None:
+        """A bulk scope was entered (loop thread)."""
+        self.scopes += 1
+
+    def exit(self, core: Scheduler) -> None:
+        """A bulk scope ended: close the open segment, so its members queue now (loop thread)."""
+        self.scopes -= 1
+        self.flush(core)
+
+    def flush(self, core: Scheduler) -> None:
+        """Close the open segment, if any (any thread): something is about to wait."""
+        if self.open is not None:
+            with core._lock:
+                if self.open is not None:
+                    self.flush_locked(core)
+
+    def flush_soon(self, core: Scheduler) -> None:
+        """The loop's next iteration after a segment opened: close it (loop thread)."""
+        with core._lock:
+            self.flush_scheduled = False
+            if self.open is not None:
+                self.flush_locked(core)
+
+    def join_locked(self, core: Scheduler, op: Operation[Any], size: int) -> None:
+        """Add ``op`` (PENDING, numbered) to the open segment, opening one if needed, and close
+        it once it holds ``size`` operations (loop thread, lock held)."""
+        seg = self.open
+        if seg is None:
+            seg = self.open = new_operation(
+                core, op._owner, None, _BULK, _CPU0, (), (), _NORMAL, 0, "bulk segment"
+            )
+            members: list[Operation[Any]] = [op]
+            seg._result = members
+            if not self.flush_scheduled:
+                self.flush_scheduled = True
+                assert core._loop is not None
+                core._loop.call_soon(self.flush_soon, core)
+        else:
+            members = seg._result
+            members.append(op)
+        op._segment = seg
+        if len(members) >= size:
+            self.flush_locked(core)
+
+    def flush_locked(self, core: Scheduler) -> None:
+        """Queue the open segment on the union of its members' Vars (lock held).
+
+        It takes the next sequence number, as a push does: nothing else was pushed since its
+        first member (the invariant at ``open``), so the Vars' queues stay in push order.
+        A segment whose members were all cancelled before it closed is dropped.
+        """
+        seg = self.open
+        assert seg is not None
+        self.open = None
+        members: list[Operation[Any]] = seg._result
+        reads: dict[Var, None] = {}
+        writes: dict[Var, None] = {}
+        priority = None
+        for op in members:
+            if op._state is _PENDING:  # else cancelled already; it needs no Var
+                vars_ = op._vars  # its reads, then its writes
+                for k in range(op._nreads):
+                    reads[vars_[k]] = None
+                for k in range(op._nreads, len(vars_)):
+                    writes[vars_[k]] = None
+                if priority is None or op._priority > priority:
+                    priority = op._priority
+        if priority is None:
+            return
+        # written by another member; a list, not a generator: a cpdef method when compiled
+        const = tuple([v for v in reads if v not in writes])
+        mutate = tuple(writes)
+        seg._vars = const + mutate
+        seg._nreads = len(const)
+        seg._priority = priority
+        seg.name = f"bulk segment ({len(members)} operations from {members[0].name!r})"
+        core._seq += 1
+        seg._seq = seq = core._seq
+        seg._key = seq - (priority << 64) if priority else seq
+        wait = append_all(seg, const, mutate)
+        sequencer = core._sequencer
+        if sequencer is not None and not sequencer._append(seg, True):
+            wait += 1
+        if wait:
+            seg._wait = wait
+        elif core._gpu is not None:
+            core._settle([seg])  # it may have to wait for GPU fences; it runs on the loop
+        else:
+            seg._state = _READY
+            core._enqueue_loop(seg)
+
+    def run(self, core: Scheduler, seg: Operation[Any], more: bool) -> Operation[Any] | None:
+        """Run a segment's members in push order, then release its Vars (loop thread).
+
+        Each member starts (unless cancelled, or skipped because an input carries a failure,
+        which an earlier member may have written) and finishes under the lock as an operation
+        of its own; only holding and releasing the Vars is the segment's. A member that
+        returned is completed in the critical section that starts the next one: one lock
+        round trip per member. Returns the loop operation claimed next, as
+        :meth:`_finish_and_continue` does.
+        """
+        members: list[Operation[Any]] = seg._result
+        seg._result = None
+        n = len(members)
+        i = 0
+        done: Operation[Any] | None = None  # returned `result`; completed with the next start
+        result: object = None
+        try:
+            while True:
+                core._lock_acquire()
+                try:
+                    if done is not None:
+                        done._state = _DONE
+                        done._result = result
+                        box = done._inherited  # a NO_SKIP member passes an inherited failure on
+                        vars_ = done._vars
+                        for k in range(done._nreads, len(vars_)):  # its writes
+                            v = vars_[k]
+                            v._version += 1
+                            if box is not None:
+                                v._failure = box
+                        done._fn = None
+                        done._inherited = None
+                        core._complete_locked(done, _DONE)
+                        done = None
+                    while i < n:
+                        op = members[i]
+                        i += 1
+                        if op._state is not _PENDING:
+                            pass  # cancelled while it waited
+                        elif core._failures and core._skip_locked(op) is not None:
+                            pass  # skipped (it releases nothing: the segment holds its Vars)
+                        else:
+                            op._state = _RUNNING
+                            break
+                    else:
+                        op = None
+                finally:
+                    core._lock_release()
+                if op is None:
+                    break
+                if core._instruments:
+                    _instrument.notify_start(core, op)
+                ctx = op._ctx
+                if ctx is not core._loop_ctx:  # by identity, as in _execute_one: Context
+                    core._loop_rctx = core._run_context(ctx)  # hashes in Python
+                    core._loop_ctx = ctx
+                rctx = core._loop_rctx
+                fn = op._fn
+                assert fn is not None
+                try:
+                    result = _context_run(op._context, fn, rctx)
+                except BaseException as exc:
+                    trim_traceback(exc)
+                    core._finish(op, _FAILED, None, exc)
+                    del op, fn  # the failure's frames reach this frame: see _execute_one
+                    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                        raise  # recorded; the members after it wait for the loop (below)
+                    continue
+                if type(result) in _COROUTINE_TYPES:
+                    core._finish(op, _FAILED, None, core._awaitable_result(op, result))
+                    continue
+                done = op
+        except BaseException:
+            # KeyboardInterrupt or SystemExit from a member, re-raised as an inline
+            # operation's is: the members after it run (or are skipped) when the loop runs
+            # again, as inline operations queued behind that one would. So the segment keeps
+            # its Vars and goes back to the loop queue with them.
+            with core._lock:
+                rest = seg._result = members[i:]
+                if rest:
+                    seg._state = _READY
+                    core._enqueue_loop(seg)
+            members.clear()
+            if not rest:
+                self.release(core, seg, False)
+            raise
+        # Hold nothing of a member once this frame returns: a failure's frames reach it
+        # (f_back), and keep its locals as they are then (see _execute).
+        members.clear()
+        op = fn = result = v = box = vars_ = None  # type: ignore[assignment]
+        return self.release(core, seg, more)
+
+    def release(self, core: Scheduler, seg: Operation[Any], more: bool) -> Operation[Any] | None:
+        """Release a segment's Vars; claim the next loop operation if ``more`` (loop thread)."""
+        ready: list[Any] = []
+        nxt = None
+        core._lock_acquire()
+        try:
+            seg._state = _DONE
+            # False: its members counted their own writes as they finished.
+            release_all(seg._vars, seg._nreads, ready, False)
+            if core._sequencer is not None:
+                core._sequencer._release(True, ready, True)
+            core._complete_locked(seg, _DONE)
+            todo = core._settle(ready) if ready else ready
+            if more:
+                nxt = core._claim_loop_op_locked(todo)
+        finally:
+            core._lock_release()
+        if todo:
+            core._submit(todo)
+        return nxt

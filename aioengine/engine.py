@@ -28,6 +28,7 @@ from typing import Any, TypeVar, overload
 
 from . import bulk as _bulk
 from . import ergonomic as _ergonomic
+from . import instrument as _instrument
 from .context import Context, RunContext, cpu
 from .errors import (
     EngineClosedError,
@@ -219,14 +220,14 @@ class Engine:
         if not isinstance(instrument, Instrument):
             raise TypeError(f"instrument must be an aioengine Instrument, got {instrument!r}")
         with self._core._lock:
-            self._core._add_instrument_locked(instrument)
+            _instrument.install_locked(self._core, instrument)
 
     def remove_instrument(self, instrument: Instrument) -> None:
         """Uninstall ``instrument`` (ValueError if it is not installed)."""
         with self._core._lock:
             if instrument not in self._core._instruments:
                 raise ValueError(f"{instrument!r} is not installed on {self!r}")
-            self._core._remove_instrument_locked(instrument)
+            _instrument.uninstall_locked(self._core, instrument)
 
     async def __aenter__(self) -> Engine:
         self._core._require_loop()
@@ -834,9 +835,9 @@ class Engine:
         with self._core._lock:
             if var._deleted:
                 raise VarDeletedError(f"{var!r} was deleted; nothing to wait for")
-            if self._core._segment is not None:
+            if self._core._segments.open is not None:
                 # Its members may use var: the marker goes behind them.
-                self._core._flush_segment_locked()
+                self._core._segments.flush_locked(self._core)
             if current is not None and (
                 var in current._const
                 or var in current._mutate
@@ -955,7 +956,7 @@ class Engine:
 
     async def _drained(self, timeout: float | None) -> None:  # noqa: ASYNC109
         loop = self._core._require_loop()
-        self._core._flush_segment()
+        self._core._segments.flush(self._core)
         async with asyncio.timeout(timeout):
             while True:
                 with self._core._lock:
@@ -993,7 +994,7 @@ class Engine:
         with core._lock:  # looking and installing: one critical section
             if _trace.tracer_of(core._instruments) is not None:
                 raise RuntimeError(f"{self!r} is already tracing; call stop_trace() first")
-            core._add_instrument_locked(_trace.Tracer(self))
+            _instrument.install_locked(core, _trace.Tracer(self))
 
     def stop_trace(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         """Stop the trace; return its Chrome trace-event JSON object, also written to ``path``.
@@ -1010,7 +1011,7 @@ class Engine:
             tracer = _trace.tracer_of(core._instruments)
             if tracer is None:
                 raise RuntimeError(f"{self!r} is not tracing; call start_trace() first")
-            core._remove_instrument_locked(tracer)
+            _instrument.uninstall_locked(core, tracer)
             live = list(core._live.values())
         return _trace.finish_trace(tracer, live, path)
 
@@ -1032,7 +1033,7 @@ class Engine:
             if current is not None:
                 current.resize(n)
             else:
-                core._add_instrument_locked(Recorder(n))
+                _instrument.install_locked(core, Recorder(n))
 
     def graph(self) -> _graph.Graph:
         """The dependency graph of pending (and, with :meth:`record_history`, recent) ops.
@@ -1040,7 +1041,7 @@ class Engine:
         Edges run from an operation to the ones that waited for it, labelled with the Var.
         Render it with ``to_dot()`` / ``to_mermaid()``; notebooks display it inline.
         """
-        self._core._flush_segment()
+        self._core._segments.flush(self._core)
         return _graph.build_graph(self)
 
     def dump(self) -> _dump.Dump:
@@ -1052,7 +1053,7 @@ class Engine:
         2 s (a ``signal.signal()`` handler that interrupted the engine inside it), the dump
         is empty and its ``note`` says why.
         """
-        self._core._flush_segment()  # its members queue on their Vars, to be shown
+        self._core._segments.flush(self._core)  # its members queue on their Vars, to be shown
         return _dump.build_dump(self)
 
     def statistics(self) -> EngineStatistics:

@@ -38,6 +38,7 @@ import contextvars
 import functools
 from typing import Any
 
+from . import instrument as _instrument
 from .context import Context, RunContext
 from .errors import DeviceFailedError, DeviceUnavailableError, trim_traceback
 from .executors import Executor
@@ -204,7 +205,7 @@ class GpuSync(GpuDevices):
             self._fail_on_device(op, device, broken)
             return
         if self._core._instruments:
-            self._core._notify_start(op)
+            _instrument.notify_start(self._core, op)
         backend = self.backend
         # The in-flight bound: may wait (this worker only) for completions.
         if not self.acquire(device):  # the device failed, or the interpreter is exiting

@@ -1,7 +1,10 @@
 """Instruments: how tracing, hang dumps and statistics observe the engine.
 
 An :class:`Instrument` is told when an operation is pushed, starts and finishes. The engine
-keeps a tuple of instruments; with none installed the cost on the hot path is one truth test.
+keeps a tuple of instruments (``Scheduler._instruments``, replaced whole, never mutated, under
+its lock: a hook called without the lock iterates the tuple it read, unchanged); with none
+installed the cost on the hot path is one truth test. The functions below are the
+scheduler's plumbing for them: calling the hooks, and uninstalling one that raised.
 
 Threading contract: ``on_push`` and ``on_finish`` are called with the engine lock held (on the
 pushing, resp. finishing thread), so they must be quick and must not call back into the
@@ -10,13 +13,17 @@ engine; ``on_start`` is called without the lock, on the thread about to run the 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .operation import Operation
+    from .scheduler import Scheduler
 
 __all__ = ("Instrument",)
+
+logger = logging.getLogger("aioengine")
 
 
 class Instrument:
@@ -38,3 +45,52 @@ class Instrument:
     ) -> Coroutine[Any, Any, Any]:
         """Return the coroutine to run for coroutine operation ``op`` (default: ``coro``)."""
         return coro
+
+
+def notify_locked(core: Scheduler, hook: str, op: Operation[Any]) -> None:
+    """Call the ``hook`` method (``"on_push"`` or ``"on_finish"``) of every instrument (lock
+    held). One that raises is uninstalled and reported: a broken observer must not strand the
+    operations it observes (the bookkeeping around the hook goes on)."""
+    for inst in core._instruments:
+        try:
+            getattr(inst, hook)(op)
+        except Exception as exc:
+            failed_locked(core, inst, hook, exc)
+
+
+def notify_start(core: Scheduler, op: Operation[Any]) -> None:
+    """:func:`notify_locked` for ``Instrument.on_start`` (called without the lock)."""
+    for inst in core._instruments:
+        try:
+            inst.on_start(op)
+        except Exception as exc:
+            failed(core, inst, "on_start", exc)
+
+
+def failed(core: Scheduler, inst: Instrument, hook: str, exc: Exception) -> None:
+    """:func:`failed_locked` from a hook called without the lock."""
+    with core._lock:
+        failed_locked(core, inst, hook, exc)
+
+
+def failed_locked(core: Scheduler, inst: Instrument, hook: str, exc: Exception) -> None:
+    """Uninstall ``inst``, whose ``hook`` raised ``exc``, and report it (lock held)."""
+    uninstall_locked(core, inst)
+    message = f"aioengine: {type(inst).__name__}.{hook} raised; the instrument was removed"
+    loop = core._loop
+    if loop is not None and not loop.is_closed():  # the handler runs later, not locked
+        loop.call_soon_threadsafe(
+            loop.call_exception_handler, {"message": message, "exception": exc}
+        )
+    else:
+        logger.error(message, exc_info=exc)
+
+
+def install_locked(core: Scheduler, instrument: Instrument) -> None:
+    """Install ``instrument`` (lock held)."""
+    core._instruments = (*core._instruments, instrument)
+
+
+def uninstall_locked(core: Scheduler, instrument: Instrument) -> None:
+    """Uninstall ``instrument`` if installed (lock held)."""
+    core._instruments = tuple(i for i in core._instruments if i is not instrument)

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 from collections.abc import Callable, Generator
 from contextvars import copy_context
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from .errors import summary
 from .kinds import FnProperty, OpState
+from .var import queued_behind
 
 if TYPE_CHECKING:
     from .context import Context
@@ -59,6 +62,7 @@ _COROUTINE_TYPES = _coroutine_types()
 
 # The states read on every operation's path, bound once: an attribute of an Enum class is
 # looked up through its metaclass each time.
+_get_ident = threading.get_ident
 _PENDING = OpState.PENDING
 _DONE = OpState.DONE
 _CANCELLED = OpState.CANCELLED
@@ -235,13 +239,37 @@ class Operation(_OperationCore, Generic[T]):
         """
         if not callable(fn):
             raise TypeError(f"add_done_callback() needs a callable, got {fn!r}")
-        self._engine._add_done_callback(
-            self, fn, context if context is not None else copy_context()
-        )
+        if context is None:
+            context = copy_context()
+        core = self._engine
+        loop = core._loop
+        if loop is None:
+            loop = core._require_loop()
+        with core._lock:
+            if self._state < _DONE:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append((fn, context))
+                return
+            if self._callbacks is not None:
+                # Finished off the loop, its callbacks not scheduled yet (the inbox will):
+                # this one goes after them, in the order they were added.
+                self._callbacks.append((fn, context))
+                return
+        if _get_ident() == core._loop_thread:
+            loop.call_soon(fn, self, context=context)
+        else:
+            loop.call_soon_threadsafe(fn, self, context=context)
 
     def remove_done_callback(self, fn: Callable[[Operation[T]], object]) -> int:
         """Remove every registration of ``fn``; return how many were removed."""
-        return self._engine._remove_done_callback(self, fn)
+        with self._engine._lock:
+            callbacks = self._callbacks
+            if not callbacks or self._state >= _DONE:
+                return 0  # none, or due already: as asyncio.Future's, they will run
+            kept = [(f, c) for f, c in callbacks if f != fn]
+            self._callbacks = kept or None
+            return len(callbacks) - len(kept)
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
         """Return the event loop the engine is bound to.
@@ -253,14 +281,36 @@ class Operation(_OperationCore, Generic[T]):
 
     def __await__(self) -> Generator[Any, None, T]:
         if self._state < _DONE:
-            fut = self._engine._op_waiter(self)
+            fut = self._waiter()
             if fut is not None:
                 try:
                     yield from fut
                 except asyncio.CancelledError:
-                    self._engine._discard_op_waiter(self, fut)
+                    with self._engine._lock:
+                        if self._waiters is not None and fut in self._waiters:
+                            self._waiters.remove(fut)
                     raise
         return self.result()
+
+    def _waiter(self) -> asyncio.Future[None] | None:
+        """A loop future resolved when this operation finishes; None if it already has."""
+        core = self._engine
+        loop = core._bind()
+        if loop is None or asyncio._get_running_loop() is not loop:
+            raise RuntimeError(f"await {self!r} from a coroutine on the engine's event loop")
+        if self._segment is not None and self._segment is core._segments.open:
+            core._segments.flush(core)  # do not wait for the loop's next iteration to queue it
+        current = core._running_op()
+        if current is not None and self._seq >= current._seq:
+            _check_await_inside(core, current, self)
+        fut = loop.create_future()
+        with core._lock:
+            if self._state >= _DONE:
+                return None
+            if self._waiters is None:
+                self._waiters = []
+            self._waiters.append(fut)
+        return fut
 
     def __repr__(self) -> str:
         return f"<Operation {self.name!r} {self._state.name.lower()} on {self._ctx!r}>"
@@ -285,12 +335,66 @@ class OnComplete:
     def __call__(self, exc: BaseException | None = None) -> None:
         if exc is not None and not isinstance(exc, BaseException):
             raise TypeError(f"on_complete() takes an exception or None, not {exc!r}")
-        self._op._engine._on_complete_called(self, exc)
+        op = self._op
+        core = op._engine
+        with core._lock:
+            called = self._called
+            if called is True:
+                raise RuntimeError(f"on_complete() for {op.name!r} was already called")
+            if called is not False:
+                raise RuntimeError(
+                    f"on_complete() for {op.name!r} came after its function raised "
+                    f"{summary(called)}: the operation failed with that exception"
+                )
+            self._called = True
+        if exc is None:
+            core._finish(op, _DONE, None, None)
+        elif isinstance(exc, asyncio.CancelledError):  # cancelled, with that error's message
+            core._finish(op, _CANCELLED, exc.args[0] if exc.args else None, None)
+        else:
+            core._finish(op, OpState.FAILED, None, exc)
 
     def __repr__(self) -> str:
         called = self._called
         state = "pending" if called is False else "called" if called is True else "raised"
         return f"<OnComplete for {self._op.name!r} {state}>"
+
+
+def _check_await_inside(core: Scheduler, current: Operation[Any], op: Operation[Any]) -> None:
+    """Refuse an await of ``op`` inside coroutine operation ``current`` (pushed no later
+    than ``op``) that could only deadlock: ``op`` waits for ``current`` to finish."""
+    if op is current:
+        raise RuntimeError(f"{current.name!r} awaits itself: this would deadlock")
+    # A bulk segment's member waits for what its segment waits for, on all its Vars.
+    waits = op if op._segment is None else op._segment
+    if core._settings.serial:
+        raise RuntimeError(
+            f"{current.name!r} awaits {op.name!r}, which serial mode runs only after it: "
+            "this would deadlock; await it outside the operation"
+        )
+    # Pushed later and in conflict on a Var that current holds: queued behind it there.
+    held_writes = current._mutate
+    for v in waits._mutate:
+        if v in held_writes or v in current._const:
+            break
+    else:
+        for v in waits._const:
+            if v in held_writes:
+                break
+        else:
+            # Or queued behind an operation queued behind current, on other Vars.
+            with core._lock:
+                if waits._state is not _PENDING or waits not in queued_behind(current, waits):
+                    return
+            raise RuntimeError(
+                f"{current.name!r} awaits {op.name!r}, which was pushed after it and waits "
+                "for it through the operations queued behind it: this would deadlock; "
+                "await it outside the operation"
+            )
+    raise RuntimeError(
+        f"{current.name!r} awaits {op.name!r}, which was pushed after it and waits for it "
+        f"on {v.name!r}: this would deadlock; await it outside the operation"
+    )
 
 
 def new_operation(

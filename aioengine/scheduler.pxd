@@ -5,7 +5,7 @@
 # checks that the two list the same fields).
 cimport cython
 
-from .bulk cimport size_for as _bulk_size_for
+from .bulk cimport Segments
 from .collector cimport hide as _hide, show as _show
 from .operation cimport _OperationCore, new_operation
 # Cimported, so that the scheduler calls them as C functions, not through Python calls. The
@@ -18,7 +18,6 @@ from .var cimport Var as _VarType, append_all, drop_consumed, release_all
 cdef class Scheduler:
     cdef dict __dict__
     cdef object __weakref__
-    cdef public Py_ssize_t _bulk_scopes
     cdef public bint _capacity_due
     cdef public list _capacity_waiters
     cdef public bint _deleted_vars
@@ -52,8 +51,7 @@ cdef class Scheduler:
     cdef public object _pid
     cdef public dict _rctx_cache
     cdef public dict _routes
-    cdef public object _segment
-    cdef public bint _segment_flush_scheduled
+    cdef public Segments _segments
     cdef public object _seq
     cdef public _VarType _sequencer  # serial mode's Var, else None
     cdef public object _settings
@@ -88,14 +86,3 @@ cdef class Scheduler:
     cpdef _show_live(self)
     @cython.locals(op=_OperationCore, i=Py_ssize_t)
     cpdef list _settle(self, list ready)
-    # Bulk segments (bulk.py): joining, queueing and running one.
-    @cython.locals(op=_OperationCore, seg=_OperationCore)
-    cpdef _join_segment_locked(self, op, size)
-    @cython.locals(seg=_OperationCore, op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType,
-                   vars_=tuple, k=Py_ssize_t)
-    cpdef _flush_segment_locked(self)
-    @cython.locals(seg=_OperationCore, op=_OperationCore, done=_OperationCore, i=Py_ssize_t,
-                   n=Py_ssize_t, vars_=tuple, k=Py_ssize_t, v=_VarType)
-    cpdef _run_segment(self, seg, bint more)
-    @cython.locals(seg=_OperationCore)
-    cpdef _finish_segment(self, seg, bint more)

@@ -18,8 +18,8 @@ waits, and calls in here for the cycle every operation goes through:
 4. *Finish and release* (:meth:`_finish`, :meth:`_finish_and_continue`): under ``_lock`` the
    outcome is recorded, the Vars are released and whatever became ready is dispatched, on the
    thread that finished (MXNet continues on the completing thread too).
-5. *Cancel* (:meth:`_cancel`) and *bulk segments* (``_join_segment_locked`` and the methods
-   after it; ``bulk.py`` has the user's scope).
+5. *Cancel* (:meth:`_cancel`) and *bulk segments* (``bulk.py``: :class:`~aioengine.bulk.Segments`,
+   the core's part that joins, queues and runs them, beside the user's scope).
 
 Nothing touches the event loop unless someone waits: loop futures exist only for awaiters of
 an operation, of ``wait_for_var`` and of ``wait_for_all``. Worker threads hand such wake-ups to
@@ -61,12 +61,12 @@ the invariants):
 - ``_instruments``: installed observers (a tuple, replaced under the lock).
 - ``_finished``: finished operations by executor and OpState (``statistics()``).
 - ``_sequencer``: serial mode's hidden Var that every operation writes, else None.
-- ``_bulk_scopes``, ``_segment``, ``_segment_flush_scheduled``: bulk execution.
+- ``_segments``: bulk execution (the open segment and the active scopes; ``bulk.py``).
 - ``_gpu``, ``_open_gpu``: the GPU collaborator (None until the first GPU push) and the
   façade's function that creates it.
 
 Read-only API for observers (``observe/``, the façade's waits): they may take ``_lock`` to
-read a consistent snapshot of ``_live``, ``_finished``, ``_instruments``, ``_segment`` and
+read a consistent snapshot of ``_live``, ``_finished``, ``_instruments``, ``_segments.open`` and
 the Vars and operations reachable from them, and read ``_loop_thread`` and ``_forked``;
 they never assign a field or call a method of this class. Installing an instrument goes
 through ``Engine.add_instrument`` and closing an open bulk segment through the façade's
@@ -89,8 +89,9 @@ from heapq import heappop, heappush
 from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
+from . import instrument as _instrument
 from . import lifecycle
-from .bulk import size_for as _bulk_size_for
+from .bulk import Segments
 from .collector import watch as _watch_collections
 from .context import Context, DeviceType, RunContext, cpu
 from .errors import (
@@ -122,7 +123,6 @@ from .var import (
     _Failure,
     append_all,
     drop_consumed,
-    queued_behind,
     release_all,
 )
 
@@ -283,25 +283,13 @@ class Scheduler:
         self._loop_heap_ops: dict[int, Operation[Any]] = {}
         self._loop_queue_scheduled = False
         self._wakes: list[Executor] = []
-        # Replaced, never mutated, under the lock (_add/_remove_instrument_locked): a hook
+        # Replaced, never mutated, under the lock (instrument.install_locked): a hook
         # called without the lock iterates the tuple it read, unchanged.
         self._instruments: tuple[Instrument, ...] = instruments
         self._finished: defaultdict[Executor | None, list[int]] = defaultdict(_zeros)
         # Serial mode: every operation also writes this hidden Var, so they run one at a time.
         self._sequencer: Var | None = Var(self, "<serial>") if settings.serial else None
-        # Active bulk scopes: a push asks its context for one only while this is nonzero.
-        # Written on the loop thread only; other threads' pushes read it unlocked,
-        # harmlessly: a push off the loop thread never joins a segment.
-        self._bulk_scopes = 0
-        # The open segment, collecting members (its _result holds them until it runs).
-        # Guarded by _lock: opened on the loop thread, closed from any thread (a push that
-        # does not join it, a wait, dump()); an unlocked read is only a hint, re-checked under
-        # the lock. Invariant: while it is open no other push takes a sequence number;
-        # _flush_segment_locked queues it on its Vars first, so every Var's queue stays in
-        # push order.
-        self._segment: Operation[Any] | None = None
-        # Under _lock: True while a _flush_segment_soon call is scheduled and has not run.
-        self._segment_flush_scheduled = False
+        self._segments = Segments()  # bulk execution: its state is documented there
         # GPU collaborator, created by the first push to a gpu(i) context; while it is None
         # no fence exists and host consumers skip the fence checks (the CPU-only fast path).
         self._gpu: GpuSync | None = None
@@ -339,51 +327,9 @@ class Scheduler:
                 assert op._seq == seq, (seq, op)
                 assert op._state < _DONE, op
                 assert op._kind < _WAIT, op
-            assert self._segment is None or self._segment._kind == _BULK
+            seg = self._segments.open
+            assert seg is None or seg._kind == _BULK, seg
             assert not self._inbox or self._inbox_scheduled, "inbox not scheduled"
-
-    def _notify_locked(self, hook: str, op: Operation[Any]) -> None:
-        """Call the ``hook`` method (``"on_push"`` or ``"on_finish"``) of every instrument (lock
-        held). One that raises is uninstalled and reported: a broken observer must not
-        strand the operations it observes (the bookkeeping around the hook goes on)."""
-        for inst in self._instruments:
-            try:
-                getattr(inst, hook)(op)
-            except Exception as exc:
-                self._instrument_failed_locked(inst, hook, exc)
-
-    def _notify_start(self, op: Operation[Any]) -> None:
-        """:meth:`_notify_locked` for ``Instrument.on_start`` (called without the lock)."""
-        for inst in self._instruments:
-            try:
-                inst.on_start(op)
-            except Exception as exc:
-                self._instrument_failed(inst, "on_start", exc)
-
-    def _instrument_failed(self, inst: Instrument, hook: str, exc: Exception) -> None:
-        """:meth:`_instrument_failed_locked` from a hook called without the lock."""
-        with self._lock:
-            self._instrument_failed_locked(inst, hook, exc)
-
-    def _instrument_failed_locked(self, inst: Instrument, hook: str, exc: Exception) -> None:
-        """Uninstall ``inst``, whose ``hook`` raised ``exc``, and report it (lock held)."""
-        self._remove_instrument_locked(inst)
-        message = f"aioengine: {type(inst).__name__}.{hook} raised; the instrument was removed"
-        loop = self._loop
-        if loop is not None and not loop.is_closed():  # the handler runs later, not locked
-            loop.call_soon_threadsafe(
-                loop.call_exception_handler, {"message": message, "exception": exc}
-            )
-        else:
-            logger.error(message, exc_info=exc)
-
-    def _add_instrument_locked(self, instrument: Instrument) -> None:
-        """Install ``instrument`` (lock held)."""
-        self._instruments = (*self._instruments, instrument)
-
-    def _remove_instrument_locked(self, instrument: Instrument) -> None:
-        """Uninstall ``instrument`` if installed (lock held)."""
-        self._instruments = tuple(i for i in self._instruments if i is not instrument)
 
     def _use_lock(self, lock: EngineLock | threading.Lock) -> None:
         """Make ``lock`` the engine lock, keeping the calls that take and give it back bound,
@@ -454,8 +400,8 @@ class Scheduler:
     def _cancel_not_started(self) -> None:
         ready: list[Any] = []
         with self._lock:
-            if self._segment is not None:
-                self._flush_segment_locked()
+            if self._segments.open is not None:
+                self._segments.flush_locked(self)
             for op in list(self._live.values()):
                 if op._state is _PENDING or op._state is _READY:
                     self._finish_locked(op, _CANCELLED, None, None, ready)
@@ -519,7 +465,7 @@ class Scheduler:
             )
         bulk = 0  # the segment size, when this operation joins a bulk segment (bulk.py)
         if (
-            self._bulk_scopes
+            self._segments.scopes
             and target is None
             and kind == _SYNC
             and handle is None
@@ -527,7 +473,7 @@ class Scheduler:
             and ctx.device_type is _CPU
             and _get_ident() == self._loop_thread
         ):
-            bulk = _bulk_size_for(self)
+            bulk = self._segments.size_for(self)
         op = new_operation(self, owner, fn, kind, ctx, const, mutate, prop, priority, name, target)
         if _COMPILED:  # out of the cycle collector's passes until it completes (collector.py)
             _hide(op)  # noqa: F821  (scheduler.pxd: compiled only)
@@ -544,16 +490,16 @@ class Scheduler:
                         raise VarDeletedError(
                             f"{v!r} was deleted; operation {name!r} cannot use it"
                         )
-            if self._segment is not None and not bulk:
-                self._flush_segment_locked()  # it queues on its Vars before this operation
+            if self._segments.open is not None and not bulk:
+                self._segments.flush_locked(self)  # it queues on its Vars before this operation
             self._seq += 1
             op._seq = seq = self._seq
             op._key = seq - (priority << 64) if priority else seq
             self._live[seq] = op
             if self._instruments:
-                self._notify_locked("on_push", op)
+                _instrument.notify_locked(self, "on_push", op)
             if bulk:
-                self._join_segment_locked(op, bulk)
+                self._segments.join_locked(self, op, bulk)
                 return op
             # Appending is what a push promises to do atomically across its Vars, in the
             # critical section that gave it its sequence number: so every Var's queue is in
@@ -940,7 +886,7 @@ class Scheduler:
                 return None
         kind = op._kind
         if self._instruments and kind != _BULK:  # a segment's members are reported instead
-            self._notify_start(op)
+            _instrument.notify_start(self, op)
         ctx = op._ctx
         if rctx is None:
             if ctx is not self._loop_ctx:  # by identity: Context hashes in Python
@@ -975,7 +921,7 @@ class Scheduler:
             assert fn is not None
             self._start_task(op, fn, rctx)
         elif kind == _BULK:
-            return self._run_segment(op, more)
+            return self._segments.run(self, op, more)
         else:
             assert fn is not None
             token = OnComplete(op)
@@ -989,209 +935,6 @@ class Scheduler:
             if type(result) in _COROUTINE_TYPES:
                 self._callback_raised(op, token, self._awaitable_result(op, result))
         return None
-
-    def _bulk_enter(self) -> None:
-        self._bulk_scopes += 1
-
-    def _bulk_exit(self) -> None:
-        """A bulk scope ended: close the open segment, so its members queue now (loop thread)."""
-        self._bulk_scopes -= 1
-        self._flush_segment()
-
-    def _flush_segment(self) -> None:
-        """Close the open segment, if any (any thread): something is about to wait."""
-        if self._segment is not None:
-            with self._lock:
-                if self._segment is not None:
-                    self._flush_segment_locked()
-
-    def _flush_segment_soon(self) -> None:
-        """The loop's next iteration after a segment opened: close it (loop thread)."""
-        with self._lock:
-            self._segment_flush_scheduled = False
-            if self._segment is not None:
-                self._flush_segment_locked()
-
-    def _join_segment_locked(self, op: Operation[Any], size: int) -> None:
-        """Add ``op`` (PENDING, numbered) to the open segment, opening one if needed, and close
-        it once it holds ``size`` operations (loop thread, lock held)."""
-        seg = self._segment
-        if seg is None:
-            seg = self._segment = new_operation(
-                self, op._owner, None, _BULK, _CPU0, (), (), _NORMAL, 0, "bulk segment"
-            )
-            members: list[Operation[Any]] = [op]
-            seg._result = members
-            if not self._segment_flush_scheduled:
-                self._segment_flush_scheduled = True
-                assert self._loop is not None
-                self._loop.call_soon(self._flush_segment_soon)
-        else:
-            members = seg._result
-            members.append(op)
-        op._segment = seg
-        if len(members) >= size:
-            self._flush_segment_locked()
-
-    def _flush_segment_locked(self) -> None:
-        """Queue the open segment on the union of its members' Vars (lock held).
-
-        It takes the next sequence number, as a push does: nothing else was pushed since its
-        first member (the invariant at ``_segment``), so the Vars' queues stay in push order.
-        A segment whose members were all cancelled before it closed is dropped.
-        """
-        seg = self._segment
-        assert seg is not None
-        self._segment = None
-        members: list[Operation[Any]] = seg._result
-        reads: dict[Var, None] = {}
-        writes: dict[Var, None] = {}
-        priority = None
-        for op in members:
-            if op._state is _PENDING:  # else cancelled already; it needs no Var
-                vars_ = op._vars  # its reads, then its writes
-                for k in range(op._nreads):
-                    reads[vars_[k]] = None
-                for k in range(op._nreads, len(vars_)):
-                    writes[vars_[k]] = None
-                if priority is None or op._priority > priority:
-                    priority = op._priority
-        if priority is None:
-            return
-        # written by another member; a list, not a generator: a cpdef method when compiled
-        const = tuple([v for v in reads if v not in writes])
-        mutate = tuple(writes)
-        seg._vars = const + mutate
-        seg._nreads = len(const)
-        seg._priority = priority
-        seg.name = f"bulk segment ({len(members)} operations from {members[0].name!r})"
-        self._seq += 1
-        seg._seq = seq = self._seq
-        seg._key = seq - (priority << 64) if priority else seq
-        wait = append_all(seg, const, mutate)
-        sequencer = self._sequencer
-        if sequencer is not None and not sequencer._append(seg, True):
-            wait += 1
-        if wait:
-            seg._wait = wait
-        elif self._gpu is not None:
-            self._settle([seg])  # it may have to wait for GPU fences; it runs on the loop
-        else:
-            seg._state = _READY
-            self._enqueue_loop(seg)
-
-    def _run_segment(self, seg: Operation[Any], more: bool) -> Operation[Any] | None:
-        """Run a segment's members in push order, then release its Vars (loop thread).
-
-        Each member starts (unless cancelled, or skipped because an input carries a failure,
-        which an earlier member may have written) and finishes under the lock as an operation
-        of its own; only holding and releasing the Vars is the segment's. A member that
-        returned is completed in the critical section that starts the next one: one lock
-        round trip per member. Returns the loop operation claimed next, as
-        :meth:`_finish_and_continue` does.
-        """
-        members: list[Operation[Any]] = seg._result
-        seg._result = None
-        n = len(members)
-        i = 0
-        done: Operation[Any] | None = None  # returned `result`; completed with the next start
-        result: object = None
-        try:
-            while True:
-                self._lock_acquire()
-                try:
-                    if done is not None:
-                        done._state = _DONE
-                        done._result = result
-                        box = done._inherited  # a NO_SKIP member passes an inherited failure on
-                        vars_ = done._vars
-                        for k in range(done._nreads, len(vars_)):  # its writes
-                            v = vars_[k]
-                            v._version += 1
-                            if box is not None:
-                                v._failure = box
-                        done._fn = None
-                        done._inherited = None
-                        self._complete_locked(done, _DONE)
-                        done = None
-                    while i < n:
-                        op = members[i]
-                        i += 1
-                        if op._state is not _PENDING:
-                            pass  # cancelled while it waited
-                        elif self._failures and self._skip_locked(op) is not None:
-                            pass  # skipped (it releases nothing: the segment holds its Vars)
-                        else:
-                            op._state = _RUNNING
-                            break
-                    else:
-                        op = None
-                finally:
-                    self._lock_release()
-                if op is None:
-                    break
-                if self._instruments:
-                    self._notify_start(op)
-                ctx = op._ctx
-                if ctx is not self._loop_ctx:  # by identity, as in _execute_one: Context
-                    self._loop_rctx = self._run_context(ctx)  # hashes in Python
-                    self._loop_ctx = ctx
-                rctx = self._loop_rctx
-                fn = op._fn
-                assert fn is not None
-                try:
-                    result = _context_run(op._context, fn, rctx)
-                except BaseException as exc:
-                    trim_traceback(exc)
-                    self._finish(op, _FAILED, None, exc)
-                    del op, fn  # the failure's frames reach this frame: see _execute_one
-                    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                        raise  # recorded; the members after it wait for the loop (below)
-                    continue
-                if type(result) in _COROUTINE_TYPES:
-                    self._finish(op, _FAILED, None, self._awaitable_result(op, result))
-                    continue
-                done = op
-        except BaseException:
-            # KeyboardInterrupt or SystemExit from a member, re-raised as an inline
-            # operation's is: the members after it run (or are skipped) when the loop runs
-            # again, as inline operations queued behind that one would. So the segment keeps
-            # its Vars and goes back to the loop queue with them.
-            with self._lock:
-                rest = seg._result = members[i:]
-                if rest:
-                    seg._state = _READY
-                    self._enqueue_loop(seg)
-            members.clear()
-            if not rest:
-                self._finish_segment(seg, False)
-            raise
-        # Hold nothing of a member once this frame returns: a failure's frames reach it
-        # (f_back), and keep its locals as they are then (see _execute).
-        members.clear()
-        op = fn = result = v = box = vars_ = None  # type: ignore[assignment]
-        return self._finish_segment(seg, more)
-
-    def _finish_segment(self, seg: Operation[Any], more: bool) -> Operation[Any] | None:
-        """Release a segment's Vars; claim the next loop operation if ``more`` (loop thread)."""
-        ready: list[Any] = []
-        nxt = None
-        self._lock_acquire()
-        try:
-            seg._state = _DONE
-            # False: its members counted their own writes as they finished.
-            release_all(seg._vars, seg._nreads, ready, False)
-            if self._sequencer is not None:
-                self._sequencer._release(True, ready, True)
-            self._complete_locked(seg, _DONE)
-            todo = self._settle(ready) if ready else ready
-            if more:
-                nxt = self._claim_loop_op_locked(todo)
-        finally:
-            self._lock_release()
-        if todo:
-            self._submit(todo)
-        return nxt
 
     def _run_context(self, ctx: Context) -> RunContext:
         rctx = self._rctx_cache.get(ctx)
@@ -1263,25 +1006,6 @@ class Scheduler:
             f"{op.name!r} raised after calling on_complete(); the exception is reported here",
             exc,
         )
-
-    def _on_complete_called(self, token: OnComplete, exc: BaseException | None) -> None:
-        op = token._op
-        with self._lock:
-            called = token._called
-            if called is True:
-                raise RuntimeError(f"on_complete() for {op.name!r} was already called")
-            if called is not False:
-                raise RuntimeError(
-                    f"on_complete() for {op.name!r} came after its function raised "
-                    f"{summary(called)}: the operation failed with that exception"
-                )
-            token._called = True
-        if exc is None:
-            self._finish(op, _DONE, None, None)
-        elif isinstance(exc, asyncio.CancelledError):
-            self._finish(op, _CANCELLED, _cancel_message(exc), None)
-        else:
-            self._finish(op, _FAILED, None, exc)
 
     def _report(self, message: str, exc: BaseException) -> None:
         loop = self._loop
@@ -1478,7 +1202,7 @@ class Scheduler:
     def _complete_locked(self, op: Operation[Any], state: OpState) -> None:
         """Make ``op`` final: counters, ``wait_for_all``, awaiters and callbacks (lock held)."""
         if self._instruments and op._kind < _WAIT:
-            self._notify_locked("on_finish", op)
+            _instrument.notify_locked(self, "on_finish", op)
         if _COMPILED:  # back in the cycle collector, with its Var tuple (collector.py)
             _show(op)  # noqa: F821  (scheduler.pxd: compiled only)
         # A finished operation keeps no Var alive (its failure's traceback may keep it).
@@ -1612,102 +1336,6 @@ class Scheduler:
         task = op._task
         if task is not None:
             task.cancel(msg)
-
-    def _add_done_callback(
-        self,
-        op: Operation[Any],
-        fn: Callable[[Operation[Any]], object],
-        context: contextvars.Context,
-    ) -> None:
-        loop = self._loop
-        if loop is None:
-            loop = self._require_loop()
-        with self._lock:
-            if op._state < _DONE:
-                if op._callbacks is None:
-                    op._callbacks = []
-                op._callbacks.append((fn, context))
-                return
-            if op._callbacks is not None:
-                # Finished off the loop, its callbacks not scheduled yet (_drain_inbox will):
-                # this one goes after them, in the order they were added.
-                op._callbacks.append((fn, context))
-                return
-        if _get_ident() == self._loop_thread:
-            loop.call_soon(fn, op, context=context)
-        else:
-            loop.call_soon_threadsafe(fn, op, context=context)
-
-    def _remove_done_callback(
-        self, op: Operation[Any], fn: Callable[[Operation[Any]], object]
-    ) -> int:
-        with self._lock:
-            callbacks = op._callbacks
-            if not callbacks or op._state >= _DONE:
-                return 0  # none, or due already: as asyncio.Future's, they will run
-            kept = [(f, c) for f, c in callbacks if f != fn]
-            op._callbacks = kept or None
-            return len(callbacks) - len(kept)
-
-    def _op_waiter(self, op: Operation[Any]) -> asyncio.Future[None] | None:
-        """A loop future resolved when ``op`` finishes; None if it already has."""
-        loop = self._bind()
-        if loop is None or _get_running_loop() is not loop:
-            raise RuntimeError(f"await {op!r} from a coroutine on the engine's event loop")
-        if op._segment is not None and op._segment is self._segment:
-            self._flush_segment()  # do not wait for the loop's next iteration to queue it
-        current = self._running_op()
-        if current is not None and op._seq >= current._seq:
-            self._check_await_inside(current, op)
-        fut = loop.create_future()
-        with self._lock:
-            if op._state >= _DONE:
-                return None
-            if op._waiters is None:
-                op._waiters = []
-            op._waiters.append(fut)
-        return fut
-
-    def _check_await_inside(self, current: Operation[Any], op: Operation[Any]) -> None:
-        """Refuse an await of ``op`` inside coroutine operation ``current`` (pushed no later
-        than ``op``) that could only deadlock: ``op`` waits for ``current`` to finish."""
-        if op is current:
-            raise RuntimeError(f"{current.name!r} awaits itself: this would deadlock")
-        # A bulk segment's member waits for what its segment waits for, on all its Vars.
-        waits = op if op._segment is None else op._segment
-        if self._settings.serial:
-            raise RuntimeError(
-                f"{current.name!r} awaits {op.name!r}, which serial mode runs only after it: "
-                "this would deadlock; await it outside the operation"
-            )
-        # Pushed later and in conflict on a Var that current holds: queued behind it there.
-        held_writes = current._mutate
-        for v in waits._mutate:
-            if v in held_writes or v in current._const:
-                break
-        else:
-            for v in waits._const:
-                if v in held_writes:
-                    break
-            else:
-                # Or queued behind an operation queued behind current, on other Vars.
-                with self._lock:
-                    if waits._state is not _PENDING or waits not in queued_behind(current, waits):
-                        return
-                raise RuntimeError(
-                    f"{current.name!r} awaits {op.name!r}, which was pushed after it and waits "
-                    "for it through the operations queued behind it: this would deadlock; "
-                    "await it outside the operation"
-                )
-        raise RuntimeError(
-            f"{current.name!r} awaits {op.name!r}, which was pushed after it and waits for it "
-            f"on {v.name!r}: this would deadlock; await it outside the operation"
-        )
-
-    def _discard_op_waiter(self, op: Operation[Any], fut: asyncio.Future[None]) -> None:
-        with self._lock:
-            if op._waiters is not None and fut in op._waiters:
-                op._waiters.remove(fut)
 
     def _running_op(self) -> Operation[Any] | None:
         """The running coroutine operation of this engine the caller is inside, if any."""

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Generator
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import instrument as _instrument
 from .errors import trim_traceback
 from .kinds import OpState
 
@@ -66,7 +67,7 @@ async def run_coroutine(op: Operation[Any], fn: Callable[..., Any], rctx: RunCon
             try:
                 awaitable = inst.wrap_coroutine(op, awaitable)
             except Exception as exc:  # uninstalled and reported, as for the other hooks
-                engine._instrument_failed(inst, "wrap_coroutine", exc)
+                _instrument.failed(engine, inst, "wrap_coroutine", exc)
         result = await awaitable
     except GeneratorExit:  # closed unfinished (its loop was closed): it never finishes
         raise
