@@ -1,10 +1,10 @@
 """Build aioengine's optional compiled core.
 
 aioengine is pure Python. A wheel built here also compiles ``scheduler.py``, ``engine.py``,
-``operation.py``, ``var.py`` and ``bulk.py`` with Cython, typed by the ``.pxd`` files beside
-them: the same source, with the hot path's attribute accesses made C struct reads. It halves
-the engine's own cost per operation (docs/performance.md). The compiled modules are skipped,
-and the pure-Python modules used, when:
+``operation.py``, ``var.py``, ``bulk.py`` and ``loopqueue.py`` with Cython, typed by the
+``.pxd`` files beside them: the same source, with the hot path's attribute accesses made C
+struct reads. It halves the engine's own cost per operation (docs/performance.md). The compiled
+modules are skipped, and the pure-Python modules used, when:
 
 - ``AIOENGINE_NO_EXTENSIONS`` is set to a non-empty value other than ``0``;
 - the interpreter is not CPython;
@@ -30,6 +30,7 @@ COMPILED = (
     "aioengine.var",
     "aioengine.operation",
     "aioengine.bulk",
+    "aioengine.loopqueue",
     "aioengine.scheduler",
     "aioengine.engine",
 )

@@ -56,10 +56,10 @@ from .operation import (
     OprHandle,
     new_operation,
 )
-from .scheduler import _COMPILED, Scheduler, State
+from .scheduler import _COMPILED, Scheduler, State, check_prop
 from .settings import Settings
 from .typing_support import OpDecorator
-from .var import NO_VALUE, Var, queued_behind
+from .var import NO_VALUE, Var, checked_reads, checked_writes, queued_behind
 
 __all__ = ("Engine",)
 
@@ -425,11 +425,11 @@ class Engine:
             kind = _SYNC
         else:
             raise TypeError(f"is_async must be True, False or None, got {is_async!r}")
-        self._check_prop(prop)
+        check_prop(prop)
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {name!r}")
-        mutate = self._writes(mutate_vars)
-        const = self._reads(const_vars, mutate)
+        mutate = checked_writes(self, mutate_vars)
+        const = checked_reads(self, const_vars, mutate)
         for v in (*const, *mutate):
             if v._deleted:
                 raise VarDeletedError(f"{v!r} was deleted; create a new Var")
@@ -493,8 +493,8 @@ class Engine:
             raise TypeError(
                 f"{default_name(fn)} is a coroutine function; push it with push_async()"
             )
-        mutate = self._writes(mutate_vars)
-        const = self._reads(const_vars, mutate)
+        mutate = checked_writes(self, mutate_vars)
+        const = checked_reads(self, const_vars, mutate)
         return self._core._push(self, fn, _SYNC, ctx, const, mutate, prop, priority, name, None)
 
     @overload
@@ -553,8 +553,8 @@ class Engine:
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
         kind = async_kind(fn)
-        mutate = self._writes(mutate_vars)
-        const = self._reads(const_vars, mutate)
+        mutate = checked_writes(self, mutate_vars)
+        const = checked_reads(self, const_vars, mutate)
         return self._core._push(self, fn, kind, ctx, const, mutate, prop, priority, name, None)
 
     def push(
@@ -728,85 +728,6 @@ class Engine:
         self._core._check_fork()
         if self._core._state is not State.OPEN:
             raise EngineClosedError(f"{self!r} is {self._core._state.value}; create a new Engine")
-
-    @staticmethod
-    def _check_prop(prop: object) -> None:
-        if not isinstance(prop, FnProperty):
-            raise TypeError(f"prop must be an aioengine.FnProperty, got {prop!r}")
-
-    def _writes(self, mutate_vars: Iterable[Var]) -> tuple[Var, ...]:
-        """Check ``mutate_vars`` (checked first, then ``const_vars`` by :meth:`_reads`) and
-        deduplicate it. Two calls, not one returning both tuples: no pair to build per push."""
-        m: Sequence[Var] = (
-            mutate_vars
-            if type(mutate_vars) is list or type(mutate_vars) is tuple
-            else self._listed("mutate_vars", mutate_vars)
-        )
-        # A Var's owner is read through `var`, which the compiled core types as Var (a C
-        # struct read) once the exact type is checked.
-        for v in m:
-            if type(v) is not Var:
-                self._bad_var("mutate_vars", m)
-            var: Var = v
-            if var._owner is not self:
-                self._bad_var("mutate_vars", m)
-        # Short lists (the usual case) are deduplicated without building dicts or sets, by
-        # identity: Var has no __eq__, so `is` decides what `==` would, without its calls.
-        nm = len(m)
-        if nm < 2 or (nm == 2 and m[0] is not m[1]):
-            return tuple(m)
-        return tuple(dict.fromkeys(m))
-
-    def _reads(self, const_vars: Iterable[Var], mutate: tuple[Var, ...]) -> tuple[Var, ...]:
-        """Check ``const_vars`` and deduplicate it, less the Vars in ``mutate`` (the
-        deduplicated writes): a Var in both lists counts as mutated."""
-        c: Sequence[Var] = (
-            const_vars
-            if type(const_vars) is list or type(const_vars) is tuple
-            else self._listed("const_vars", const_vars)
-        )
-        for v in c:
-            if type(v) is not Var:
-                self._bad_var("const_vars", c)
-            var: Var = v
-            if var._owner is not self:
-                self._bad_var("const_vars", c)
-        nc = len(c)
-        if not nc:
-            return ()
-        if (
-            nc == 1
-            or (nc == 2 and c[0] is not c[1])
-            or (nc == 3 and c[0] is not c[1] and c[0] is not c[2] and c[1] is not c[2])
-        ):
-            const = tuple(c)
-        else:
-            const = tuple(dict.fromkeys(c))
-        # Below, tuple([...]) rather than a generator: the compiled core (engine.pxd) makes
-        # this a cpdef method, in which Cython does not support closures.
-        if len(mutate) > 8:  # long lists: a set, not nc * nm comparisons
-            written = set(mutate)
-            return tuple([v for v in const if v not in written])
-        for v in const:
-            for w in mutate:
-                if v is w:  # in both lists: mutated
-                    return tuple([v for v in const if v not in mutate])
-        return const
-
-    @staticmethod
-    def _listed(arg: str, vars_: object) -> list[Var]:
-        if isinstance(vars_, Var):
-            raise TypeError(f"{arg} must be a list of Vars, not a single Var; use [{vars_.name}]")
-        if isinstance(vars_, (str, bytes)) or not isinstance(vars_, Iterable):
-            raise TypeError(f"{arg} must be an iterable of aioengine.Var, got {vars_!r}")
-        return list(vars_)
-
-    def _bad_var(self, arg: str, vars_: Iterable[object]) -> None:
-        for i, v in enumerate(vars_):
-            if type(v) is not Var:
-                raise TypeError(f"{arg}[{i}] is {v!r}, not an aioengine.Var")
-            if v._owner is not self:
-                raise ValueError(f"{arg}[{i}] {v!r} belongs to another Engine")
 
     async def wait_for_var(self, var: Var, *, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Wait until every operation pushed so far that reads or mutates ``var`` finished.

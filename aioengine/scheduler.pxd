@@ -6,12 +6,13 @@
 cimport cython
 
 from .bulk cimport Segments
+from .loopqueue cimport LoopQueue
 from .collector cimport hide as _hide, show as _show
 from .operation cimport _OperationCore, new_operation
 # Cimported, so that the scheduler calls them as C functions, not through Python calls. The
 # Var type only under another name, for typed locals: a cimported name is no module global,
 # and typing.get_type_hints() on the scheduler's methods must find Var there.
-from .var cimport Var as _VarType, append_all, drop_consumed, release_all
+from .var cimport Var as _VarType, append_all, release_all
 
 
 @cython.final
@@ -37,16 +38,11 @@ cdef class Scheduler:
     cdef public object _lock_acquire
     cdef public object _lock_release
     cdef public object _loop
-    cdef public Py_ssize_t _loop_base
     cdef public object _loop_ctx
-    cdef public list _loop_fifo
-    cdef public Py_ssize_t _loop_head
-    cdef public list _loop_heap
-    cdef public dict _loop_heap_ops
     cdef public object _loop_is_running
-    cdef public bint _loop_queue_scheduled
     cdef public object _loop_rctx
     cdef public object _loop_thread
+    cdef public LoopQueue _loop_queue
     cdef public object _open_gpu
     cdef public object _pid
     cdef public dict _rctx_cache
@@ -64,13 +60,9 @@ cdef class Scheduler:
                 deleting, handle=*)
     @cython.locals(op=_OperationCore)
     cpdef _enqueue_loop(self, op)
-    @cython.locals(op=_OperationCore, fifo=list, n=Py_ssize_t, seq=Py_ssize_t, i=Py_ssize_t,
-                   gap=Py_ssize_t)
-    cpdef bint _fifo_put(self, op) except -1
     @cython.locals(op=_OperationCore, budget=Py_ssize_t)
     cpdef _run_loop_queue(self)
-    @cython.locals(op=_OperationCore, first=_OperationCore, fifo=list, heap=list, head=Py_ssize_t,
-                   n=Py_ssize_t, kept=Py_ssize_t)
+    @cython.locals(op=_OperationCore, queue=LoopQueue)
     cpdef _claim_loop_op_locked(self, list todo)
     @cython.locals(op=_OperationCore)
     cpdef bint _start_locked(self, op, list todo) except -1

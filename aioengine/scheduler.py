@@ -51,8 +51,7 @@ the invariants):
 - ``_idle_waiters``, ``_capacity_waiters``: loop futures of ``wait_for_all`` and of the
   backpressured pushes; ``_idle_due``, ``_capacity_due``: they need waking (set off the loop).
 - ``_inbox``, ``_inbox_scheduled``: finished operations whose awaiters the loop must wake.
-- ``_loop_fifo``, ``_loop_head``, ``_loop_base``, ``_loop_heap``, ``_loop_heap_ops``,
-  ``_loop_queue_scheduled``: the loop queue of READY loop-thread operations (see ``__init__``).
+- ``_loop_queue``: READY operations for the loop thread, best first (``loopqueue.py``).
 - ``_wakes``: executors to wake at the end of this loop iteration (loop thread only).
 - ``_executors``, ``_routes``, ``_last_route``: thread pools by name, the route cache, and
   the last route taken.
@@ -85,7 +84,6 @@ import os
 import threading
 from collections import defaultdict
 from collections.abc import Callable
-from heapq import heappop, heappush
 from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
@@ -109,6 +107,7 @@ from .functions import default_name
 from .instrument import Instrument
 from .kinds import _BULK, _CORO, _SYNC, _WAIT, FnProperty, OpState
 from .lock import EngineLock
+from .loopqueue import LoopQueue
 from .operation import (
     _COROUTINE_TYPES,
     OnComplete,
@@ -122,7 +121,6 @@ from .var import (
     Var,
     _Failure,
     append_all,
-    drop_consumed,
     release_all,
 )
 
@@ -262,26 +260,7 @@ class Scheduler:
         self._idle_due = False
         self._capacity_due = False
         self._inbox_scheduled = False
-        # READY ops for the loop thread, guarded by _lock (any thread enqueues, the loop
-        # thread claims), by _key (smaller first), in two parts. A priority-0 op (its key is
-        # its _seq) goes to the slot of its _seq in the FIFO _loop_fifo, whose slot i holds
-        # the op with _seq == _loop_base + i, or None (an op not READY, a claimed one, or a
-        # number no loop op has). Its live part starts at _loop_head: claimed and skipped
-        # slots before it are dropped in bulk. Ops made ready in any order by completions on
-        # the loop thread have larger numbers than the one that ran, so they usually land at
-        # or after the head: a list's index and append, C operations compiled. Any other op
-        # (a priority, a number behind the head, or one so far ahead that the padding would
-        # more than double the list) goes to the min-heap _loop_heap of keys, with the op in
-        # _loop_heap_ops. The best is the smaller of the heap's head and the FIFO's first op.
-        # Invariants: a slot is filled once; the last slot is an op whenever _loop_head is
-        # below the list's length (padding only precedes a new op); _loop_heap_ops holds
-        # exactly the heap's keys. The loop queue is empty iff the FIFO and the heap are.
-        self._loop_fifo: list[Operation[Any] | None] = []
-        self._loop_head = 0
-        self._loop_base = 0
-        self._loop_heap: list[int] = []
-        self._loop_heap_ops: dict[int, Operation[Any]] = {}
-        self._loop_queue_scheduled = False
+        self._loop_queue = LoopQueue()  # READY loop-thread operations (loopqueue.py)
         self._wakes: list[Executor] = []
         # Replaced, never mutated, under the lock (instrument.install_locked): a hook
         # called without the lock iterates the tuple it read, unchanged.
@@ -313,16 +292,7 @@ class Scheduler:
             AssertionError: naming the first invariant that does not hold.
         """
         with self._lock:
-            fifo, head = self._loop_fifo, self._loop_head
-            assert 0 <= head <= len(fifo), (head, len(fifo))
-            assert head == len(fifo) or fifo[-1] is not None, "padding after the last slot"
-            for i in range(head, len(fifo)):
-                op = fifo[i]
-                assert op is None or op._seq == self._loop_base + i, (i, op)
-            assert sorted(self._loop_heap) == sorted(self._loop_heap_ops), "heap and its ops"
-            if not self._loop_queue_scheduled:
-                assert head == len(fifo), "queued but not scheduled"
-                assert not self._loop_heap, "queued but not scheduled"
+            self._loop_queue.check_invariants()
             for seq, op in self._live.items():
                 assert op._seq == seq, (seq, op)
                 assert op._state < _DONE, op
@@ -625,8 +595,7 @@ class Scheduler:
                     todo.append(op)
                 elif (
                     op._kind == _CORO
-                    and self._loop_head == len(self._loop_fifo)  # the loop queue is empty
-                    and not self._loop_heap
+                    and self._loop_queue.empty()
                     and _get_ident() == self._loop_thread
                     and self._loop is not None
                     and self._loop.get_task_factory() is None
@@ -696,40 +665,9 @@ class Scheduler:
             target.wake()
 
     def _enqueue_loop(self, op: Operation[Any]) -> None:
-        """Queue a READY operation for the loop thread (lock held)."""
-        if op._priority or not self._fifo_put(op):
-            heappush(self._loop_heap, op._key)
-            self._loop_heap_ops[op._key] = op
-        if not self._loop_queue_scheduled:
-            self._loop_queue_scheduled = True
+        """Queue a READY operation for the loop thread; run the queue soon (lock held)."""
+        if self._loop_queue.put(op):
             self._call_soon(self._run_loop_queue)
-
-    def _fifo_put(self, op: Operation[Any]) -> bool:
-        """Put priority-0 ``op`` in the slot of its number; False if that slot is behind the
-        head, or so far ahead that padding would more than double the FIFO (lock held)."""
-        fifo = self._loop_fifo
-        n = len(fifo)
-        seq: int = op._seq
-        if self._loop_head == n:  # the FIFO is empty: it starts again at this operation
-            del fifo[:]
-            self._loop_head = 0
-            self._loop_base = seq
-            fifo.append(op)
-            return True
-        i = seq - self._loop_base
-        if i < n:
-            if i < self._loop_head:
-                return False
-            fifo[i] = op
-            return True
-        gap = i - n
-        if gap > n + 64:
-            return False
-        while gap:  # padding, each slot appended once and passed once by the head
-            fifo.append(None)
-            gap -= 1
-        fifo.append(op)
-        return True
 
     def _call_soon(self, callback: Callable[[], None]) -> None:
         """Schedule ``callback`` on the engine's loop from any thread (lock held)."""
@@ -757,7 +695,7 @@ class Scheduler:
                 try:
                     op = self._claim_loop_op_locked(todo)
                     if op is None:
-                        self._loop_queue_scheduled = False
+                        self._loop_queue.scheduled = False
                 finally:
                     self._lock_release()
                 if todo:
@@ -770,7 +708,7 @@ class Scheduler:
                     op = self._execute_one(op, None, True, budget > 0)
         except BaseException:
             # KeyboardInterrupt or SystemExit from an inline operation (recorded, and the loop
-            # stops): while _loop_queue_scheduled stays True nothing schedules this again.
+            # stops): while the queue stays scheduled nothing schedules this again.
             self._reschedule_loop_queue()
             raise
         self._reschedule_loop_queue()
@@ -778,10 +716,10 @@ class Scheduler:
     def _reschedule_loop_queue(self) -> None:
         """After a run of the loop queue that did not empty it: run it again soon, if needed."""
         with self._lock:
-            if self._loop_head < len(self._loop_fifo) or self._loop_heap:  # not empty
+            if not self._loop_queue.empty():
                 self._call_soon(self._run_loop_queue)
             else:
-                self._loop_queue_scheduled = False
+                self._loop_queue.scheduled = False
 
     def _claim_loop_op_locked(self, todo: list[Operation[Any]]) -> Operation[Any] | None:
         """Take the best READY operation of the loop queue and mark it RUNNING (lock held).
@@ -789,34 +727,12 @@ class Scheduler:
         Cancelled ones are dropped, skipped ones finished (what they release is appended
         to ``todo``, for the caller to submit once the lock is released).
         """
-        fifo = self._loop_fifo
-        heap = self._loop_heap
-        n = len(fifo)
-        op: Operation[Any] | None = None
+        queue = self._loop_queue
         while True:
-            # _loop_head is written back before each start: a skip's release (in
-            # _start_locked) may enqueue, and _enqueue_loop reads it.
-            head = self._loop_head
-            while head < n and fifo[head] is None:
-                head += 1  # a slot whose op is not READY yet, or never a loop op
-            self._loop_head = head
-            first = fifo[head] if head < n else None  # the FIFO's best; the heap's is heap[0]
-            if first is not None and not (heap and heap[0] < first._key):
-                op = first
-                fifo[head] = None
-                self._loop_head = head + 1
-            elif heap:
-                op = self._loop_heap_ops.pop(heappop(heap))
-            else:
+            op = queue.pop()
+            if op is None or self._start_locked(op, todo):
                 break
-            if self._start_locked(op, todo):
-                break
-            op = None
-            n = len(fifo)  # the skip's release may have enqueued
-        head = self._loop_head
-        kept = drop_consumed(fifo, head)
-        self._loop_base += head - kept
-        self._loop_head = kept
+        queue.compact()
         return op
 
     def _start_locked(self, op: Operation[Any], todo: list[Operation[Any]]) -> bool:
@@ -1059,8 +975,7 @@ class Scheduler:
             if (
                 target is None
                 and len(ready) == 1
-                and self._loop_head == len(self._loop_fifo)  # the loop queue is empty
-                and not self._loop_heap
+                and self._loop_queue.empty()
                 and not self._failures
                 and self._gpu is None
             ):

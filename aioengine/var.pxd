@@ -39,3 +39,9 @@ cpdef append_all(op, tuple reads, tuple writes)
 cpdef release_all(tuple vars_, Py_ssize_t nreads, list ready, bint completed)
 
 cpdef Py_ssize_t drop_consumed(list items, Py_ssize_t head) except -1
+
+# Every push checks and deduplicates its Var lists (engine.py): C calls, typed.
+@cython.locals(nm=Py_ssize_t, var=Var)
+cpdef tuple checked_writes(owner, mutate_vars)
+@cython.locals(nc=Py_ssize_t, var=Var, const=tuple)
+cpdef tuple checked_reads(owner, const_vars, tuple mutate)

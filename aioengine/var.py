@@ -34,6 +34,7 @@ from any thread; no method here runs user code or blocks.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
@@ -472,3 +473,86 @@ def queued_behind(first: Any, target: Any = None) -> set[Any]:
 
 def _identity(value: T) -> T:
     return value
+
+
+# -- the Var lists of a push: checked and deduplicated (every push calls both) -------------
+
+
+def checked_writes(owner: object, mutate_vars: Iterable[Var]) -> tuple[Var, ...]:
+    """Check ``mutate_vars`` of a push to ``owner`` (checked first, then ``const_vars`` by
+    :func:`checked_reads`) and deduplicate it. Two calls, not one returning both tuples: no
+    pair to build per push."""
+    m: Sequence[Var] = (
+        mutate_vars
+        if type(mutate_vars) is list or type(mutate_vars) is tuple
+        else _listed("mutate_vars", mutate_vars)
+    )
+    # A Var's owner is read through `var`, which the compiled core types as Var (a C
+    # struct read) once the exact type is checked.
+    for v in m:
+        if type(v) is not Var:
+            _bad_var(owner, "mutate_vars", m)
+        var: Var = v
+        if var._owner is not owner:
+            _bad_var(owner, "mutate_vars", m)
+    # Short lists (the usual case) are deduplicated without building dicts or sets, by
+    # identity: Var has no __eq__, so `is` decides what `==` would, without its calls.
+    nm = len(m)
+    if nm < 2 or (nm == 2 and m[0] is not m[1]):
+        return tuple(m)
+    return tuple(dict.fromkeys(m))
+
+
+def checked_reads(
+    owner: object, const_vars: Iterable[Var], mutate: tuple[Var, ...]
+) -> tuple[Var, ...]:
+    """Check ``const_vars`` and deduplicate it, less the Vars in ``mutate`` (the
+    deduplicated writes): a Var in both lists counts as mutated."""
+    c: Sequence[Var] = (
+        const_vars
+        if type(const_vars) is list or type(const_vars) is tuple
+        else _listed("const_vars", const_vars)
+    )
+    for v in c:
+        if type(v) is not Var:
+            _bad_var(owner, "const_vars", c)
+        var: Var = v
+        if var._owner is not owner:
+            _bad_var(owner, "const_vars", c)
+    nc = len(c)
+    if not nc:
+        return ()
+    if (
+        nc == 1
+        or (nc == 2 and c[0] is not c[1])
+        or (nc == 3 and c[0] is not c[1] and c[0] is not c[2] and c[1] is not c[2])
+    ):
+        const = tuple(c)
+    else:
+        const = tuple(dict.fromkeys(c))
+    # Below, tuple([...]) rather than a generator: the compiled core (engine.pxd) makes
+    # this a cpdef method, in which Cython does not support closures.
+    if len(mutate) > 8:  # long lists: a set, not nc * nm comparisons
+        written = set(mutate)
+        return tuple([v for v in const if v not in written])
+    for v in const:
+        for w in mutate:
+            if v is w:  # in both lists: mutated
+                return tuple([v for v in const if v not in mutate])
+    return const
+
+
+def _listed(arg: str, vars_: object) -> list[Var]:
+    if isinstance(vars_, Var):
+        raise TypeError(f"{arg} must be a list of Vars, not a single Var; use [{vars_.name}]")
+    if isinstance(vars_, (str, bytes)) or not isinstance(vars_, Iterable):
+        raise TypeError(f"{arg} must be an iterable of aioengine.Var, got {vars_!r}")
+    return list(vars_)
+
+
+def _bad_var(owner: object, arg: str, vars_: Iterable[object]) -> None:
+    for i, v in enumerate(vars_):
+        if type(v) is not Var:
+            raise TypeError(f"{arg}[{i}] is {v!r}, not an aioengine.Var")
+        if v._owner is not owner:
+            raise ValueError(f"{arg}[{i}] {v!r} belongs to another Engine")

@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import aioengine as ae
+from aioengine.var import checked_reads, checked_writes
 
 from .conftest import Monitor
 
@@ -150,8 +151,8 @@ class TestTheRule:
             for reads in itertools.product(pool[:3], repeat=nc):
                 for nm in range(3):
                     for writes in itertools.product(pool[1:], repeat=nm):
-                        mutate = engine._writes(list(writes))
-                        const = engine._reads(list(reads), mutate)
+                        mutate = checked_writes(engine, list(writes))
+                        const = checked_reads(engine, list(reads), mutate)
                         want_mutate = tuple(dict.fromkeys(writes))
                         want_const = tuple(v for v in dict.fromkeys(reads) if v not in writes)
                         assert (const, mutate) == (want_const, want_mutate), (reads, writes)
@@ -418,7 +419,7 @@ class TestPriority:
 
         async def main() -> None:
             async with ae.Engine() as engine:
-                engine._core._loop_queue_scheduled = True  # claimed here, not by the loop
+                engine._core._loop_queue.scheduled = True  # claimed here, not by the loop
                 ops = []
                 seq = 0
                 for p, step in zip(priorities, steps, strict=True):
@@ -458,20 +459,20 @@ class TestPriority:
                             victim = data.draw(st.sampled_from(sorted(model, key=model.get)))
                             victim._state = OpState.CANCELLED
                             del model[victim]
-                        fifo, head = engine._core._loop_fifo, engine._core._loop_head
-                        assert sorted(engine._core._loop_heap) == sorted(
-                            engine._core._loop_heap_ops
+                        fifo, head = engine._core._loop_queue.fifo, engine._core._loop_queue.head
+                        assert sorted(engine._core._loop_queue.heap) == sorted(
+                            engine._core._loop_queue.heap_ops
                         )
                         assert head == len(fifo) or fifo[-1] is not None
                         for j, op in enumerate(fifo[head:], head):
-                            assert op is None or op._seq == engine._core._loop_base + j
+                            assert op is None or op._seq == engine._core._loop_queue.base + j
                 with engine._core._lock:
                     while model:
                         claim()
                     claim()  # None: empty
-                assert engine._core._loop_head == len(engine._core._loop_fifo)
-                assert not engine._core._loop_heap
-                assert not engine._core._loop_heap_ops
+                assert engine._core._loop_queue.head == len(engine._core._loop_queue.fifo)
+                assert not engine._core._loop_queue.heap
+                assert not engine._core._loop_queue.heap_ops
 
         asyncio.run(main())
 
