@@ -96,7 +96,7 @@ class _OpFuture(concurrent.futures.Future[T]):
         super().__init__()
         self.operation = op
         self._owner = owner
-        # cancel() on any thread and _settle on the loop thread may both find the operation
+        # cancel() on any thread and _resolve on the loop thread may both find the operation
         # cancelled; the first to set this (under _CANCEL_LOCK) cancels the future and
         # notifies its waiters (a second notify would raise, and log at CRITICAL level).
         self._cancelling = False
@@ -137,7 +137,7 @@ class _OpFuture(concurrent.futures.Future[T]):
         return super().exception(timeout)
 
 
-def _settle(fut: _OpFuture[Any], op: Operation[Any]) -> None:
+def _resolve(fut: _OpFuture[Any], op: Operation[Any]) -> None:
     """Copy ``op``'s outcome into ``fut`` (a done callback, on the loop thread)."""
     if fut.done():  # cancelled through the future already
         return
@@ -181,7 +181,7 @@ class BlockingEngine(BlockingMethods):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._forked = False  # this is a forked child of the process that entered it
-        # The futures handed out, so that close() settles any whose operation finished
+        # The futures handed out, so that close() resolves any whose operation finished
         # while its done callback could no longer reach the loop (a push racing the close).
         self._futures: weakref.WeakSet[_OpFuture[Any]] = weakref.WeakSet()
 
@@ -270,14 +270,14 @@ class BlockingEngine(BlockingMethods):
                     self._stack = self._portal = None
                     self._unregister()
                     stack.close()
-                    self._settle_stranded()
+                    self._resolve_stranded()
 
-    def _settle_stranded(self) -> None:
+    def _resolve_stranded(self) -> None:
         """Settle the futures of finished operations whose done callback never ran (the loop
         is closed now; see :meth:`_bridge`)."""
         for fut in list(self._futures):
             if not fut.done() and fut.operation.done():
-                _settle(fut, fut.operation)
+                _resolve(fut, fut.operation)
 
     def _unregister(self) -> None:
         lifecycle.portals_at_exit.discard(self)
@@ -375,13 +375,13 @@ class BlockingEngine(BlockingMethods):
         fut: _OpFuture[T] = _OpFuture(op, self)
         self._futures.add(fut)
         try:
-            op.add_done_callback(functools.partial(_settle, fut))
+            op.add_done_callback(functools.partial(_resolve, fut))
         except RuntimeError:
             # The push was accepted, then close() ran to its end before this: the operation
             # is final (drained or cancelled) and the loop closed. Settle it from here.
             if not op.done():
                 raise
-            _settle(fut, op)
+            _resolve(fut, op)
         return fut
 
     # -- the helpers of the generated methods (_blocking_generated.py) -------------------

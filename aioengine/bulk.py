@@ -257,10 +257,10 @@ class Segments:
         if wait:
             seg._wait = wait
         elif core._gpu is not None:
-            core._settle([seg])  # it may have to wait for GPU fences; it runs on the loop
+            core._dispatch_locked([seg])  # it may have to wait for GPU fences; it runs on the loop
         else:
             seg._state = _READY
-            core._enqueue_loop(seg)
+            core._enqueue_loop_locked(seg)
 
     def run(self, core: Scheduler, seg: Operation[Any], more: bool) -> Operation[Any] | None:
         """Run a segment's members in push order, then release its Vars (loop thread).
@@ -343,7 +343,7 @@ class Segments:
                 rest = seg._result = members[i:]
                 if rest:
                     seg._state = _READY
-                    core._enqueue_loop(seg)
+                    core._enqueue_loop_locked(seg)
             members.clear()
             if not rest:
                 self.release(core, seg, False)
@@ -366,7 +366,7 @@ class Segments:
             if core._sequencer is not None:
                 core._sequencer._release(True, ready, True)
             core._complete_locked(seg, _DONE)
-            todo = core._settle(ready) if ready else ready
+            todo = core._dispatch_locked(ready) if ready else ready
             if more:
                 nxt = core._claim_loop_op_locked(todo)
         finally:

@@ -802,8 +802,9 @@ class Engine:
                 self._core._seq += 1  # a marker's request takes its place in the queue's push order
                 marker._seq = marker._key = self._core._seq
                 if var._append(marker, True):
-                    # Idle, but GPU work on it may be pending: _settle waits for its fences.
-                    todo = self._core._settle([marker])
+                    # Idle, but GPU work on it may be pending: _dispatch_locked waits for
+                    # its fences.
+                    todo = self._core._dispatch_locked([marker])
                 else:
                     marker._wait = 1
             else:
@@ -825,7 +826,8 @@ class Engine:
                     ) from None
                 raise
             with self._core._lock:
-                failure = self._core._take_failure_locked(var, marker._result)  # see _settle
+                # Its result: the failure var carried at its turn (see _dispatch_locked).
+                failure = self._core._take_failure_locked(var, marker._result)
         if failure is not None:
             raise failure
 

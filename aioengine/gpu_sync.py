@@ -245,7 +245,7 @@ class GpuSync(GpuDevices):
             self.keep_forever((fn, keep, before, tuple(v._value for v in op._mutate)))
             err = self.fail(device, exc)
             with self._core._lock:
-                self._core._call_soon(functools.partial(self._fail_device_fences, device))
+                self._core._call_soon_locked(functools.partial(self._fail_device_fences, device))
             self._fail_on_device(op, device, err)
             del op, fn, exc  # the failure's frames reach this frame
             return
@@ -275,7 +275,7 @@ class GpuSync(GpuDevices):
             # wait that never passes, or on a dead device.
             if poisoned or fence.stream_id in self._stuck_streams or self.dead(device):
                 self._fail_devices_locked([fence], ready)
-            todo = self._core._settle(ready) if ready else ready
+            todo = self._core._dispatch_locked(ready) if ready else ready
         loop = self._core._loop
         assert loop is not None
         poller_for(loop).watch(fence)
@@ -289,7 +289,7 @@ class GpuSync(GpuDevices):
         with self._core._lock:
             box = self._device_box_locked(device, err)
             self._core._finish_locked(op, _FAILED, None, err, ready, box)
-            todo = self._core._settle(ready) if ready else ready
+            todo = self._core._dispatch_locked(ready) if ready else ready
         if todo:
             self._core._submit(todo)
 
@@ -302,7 +302,7 @@ class GpuSync(GpuDevices):
                 if fence.device_id == device:
                     failed.extend(self._settle_fence_locked(fence, _DEVICE_FAILED, ready))
             self._fail_devices_locked(failed, ready)
-            todo = self._core._settle(ready) if ready else ready
+            todo = self._core._dispatch_locked(ready) if ready else ready
         if todo:
             self._core._submit(todo)
 
@@ -316,7 +316,7 @@ class GpuSync(GpuDevices):
                     failed.extend(self._settle_fence_locked(fence, status, ready))
             if failed:
                 self._fail_devices_locked(failed, ready)
-            todo = self._core._settle(ready) if ready else ready
+            todo = self._core._dispatch_locked(ready) if ready else ready
         if todo:
             self._core._submit(todo)
 
@@ -328,7 +328,7 @@ class GpuSync(GpuDevices):
         nothing recorded on that stream from then on completes: those fences fail, and so,
         in turn, do the fences that wait on them (cross-device chains). Their device takes
         no new work; what it queued earlier on that stream or on its other streams still
-        runs, and the poller settles it as usual, so that no host consumer of that work
+        runs, and the poller reports it as usual, so that no host consumer of that work
         starts before the device is done with its memory.
         """
         while waiting:

@@ -17,12 +17,12 @@ cdef class LoopQueue:
     cdef public bint scheduled
 
     @cython.locals(op=_OperationCore)
-    cpdef bint put(self, op) except -1
+    cpdef bint put_locked(self, op) except -1
     @cython.locals(op=_OperationCore, fifo=list, n=Py_ssize_t, seq=Py_ssize_t, i=Py_ssize_t,
                    gap=Py_ssize_t)
     cpdef bint _fifo_put(self, op) except -1
     @cython.locals(first=_OperationCore, fifo=list, heap=list, head=Py_ssize_t, n=Py_ssize_t)
-    cpdef pop(self)
+    cpdef pop_locked(self)
     @cython.locals(head=Py_ssize_t, kept=Py_ssize_t)
-    cpdef compact(self)
-    cpdef bint empty(self) except -1
+    cpdef compact_locked(self)
+    cpdef bint empty_locked(self) except -1

@@ -9,12 +9,12 @@ The queue is two structures. A priority-0 operation (its key is its ``_seq``) go
 of its ``_seq`` in the FIFO ``fifo``, whose slot ``i`` holds the operation with ``_seq ==
 base + i``, or None (an operation not READY, a claimed one, or a number no loop operation
 has). Its live part starts at ``head``: claimed and skipped slots before it are dropped in
-bulk (:meth:`LoopQueue.compact`). Operations made ready in any order by completions on the loop
-thread have larger numbers than the one that ran, so they usually land at or after the head:
-a list's index and append, C operations compiled. Any other operation (a priority, a number
-behind the head, or one so far ahead that the padding would more than double the list) goes
-to the min-heap ``heap`` of keys, with the operation in ``heap_ops``. The best is the smaller
-of the heap's head and the FIFO's first operation.
+bulk (:meth:`LoopQueue.compact_locked`). Operations made ready in any order by completions on
+the loop thread have larger numbers than the one that ran, so they usually land at or after
+the head: a list's index and append, C operations compiled. Any other operation (a priority,
+a number behind the head, or one so far ahead that the padding would more than double the
+list) goes to the min-heap ``heap`` of keys, with the operation in ``heap_ops``. The best is
+the smaller of the heap's head and the FIFO's first operation.
 
 State (guarded by the engine lock):
 
@@ -52,7 +52,7 @@ class LoopQueue:
         self.heap_ops: dict[int, Operation[Any]] = {}
         self.scheduled = False
 
-    def put(self, op: Operation[Any]) -> bool:
+    def put_locked(self, op: Operation[Any]) -> bool:
         """Queue READY ``op``; return True if the caller must schedule a run of the queue
         (none was scheduled), False if one is (lock held)."""
         if op._priority or not self._fifo_put(op):
@@ -90,11 +90,11 @@ class LoopQueue:
         fifo.append(op)
         return True
 
-    def pop(self) -> Operation[Any] | None:
+    def pop_locked(self) -> Operation[Any] | None:
         """Take the best queued operation out of the queue; None if it is empty (lock held).
 
         ``head`` is written back before the caller starts the operation: a skip's release
-        may put more, and :meth:`put` reads it.
+        may put more, and :meth:`put_locked` reads it.
         """
         fifo = self.fifo
         heap = self.heap
@@ -112,14 +112,14 @@ class LoopQueue:
             return self.heap_ops.pop(heappop(heap))
         return None
 
-    def compact(self) -> None:
+    def compact_locked(self) -> None:
         """Drop the FIFO's consumed prefix (lock held)."""
         head = self.head
         kept = drop_consumed(self.fifo, head)
         self.base += head - kept
         self.head = kept
 
-    def empty(self) -> bool:
+    def empty_locked(self) -> bool:
         """Whether no operation is queued (lock held)."""
         return self.head == len(self.fifo) and not self.heap
 
@@ -133,4 +133,4 @@ class LoopQueue:
             assert op is None or op._seq == self.base + i, (i, op)
         assert sorted(self.heap) == sorted(self.heap_ops), "heap and its ops"
         if not self.scheduled:
-            assert self.empty(), "queued but not scheduled"
+            assert self.empty_locked(), "queued but not scheduled"

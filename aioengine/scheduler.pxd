@@ -59,7 +59,7 @@ cdef class Scheduler:
     cpdef _push(self, owner, fn, int kind, ctx, tuple reads, tuple writes, prop, priority, name,
                 deleting, handle=*)
     @cython.locals(op=_OperationCore)
-    cpdef _enqueue_loop(self, op)
+    cpdef _enqueue_loop_locked(self, op)
     @cython.locals(op=_OperationCore, budget=Py_ssize_t)
     cpdef _run_loop_queue(self)
     @cython.locals(op=_OperationCore, queue=LoopQueue)
@@ -77,4 +77,4 @@ cdef class Scheduler:
     @cython.locals(op=_OperationCore)
     cpdef _show_live(self)
     @cython.locals(op=_OperationCore, i=Py_ssize_t)
-    cpdef list _settle(self, list ready)
+    cpdef list _dispatch_locked(self, list ready)

@@ -9,8 +9,8 @@ waits, and calls in here for the cycle every operation goes through:
    sequence number and appends one request per Var to the Vars' queues (``var.py``, where the
    grant rule lives). A push is atomic across all of its Vars, so two threads pushing on the
    same Vars in opposite orders cannot build a cycle (MXNet 1.9.1 deadlocks there).
-2. *Grant and dispatch* (:meth:`_settle`, :meth:`_submit`): when an operation's last request is
-   granted it is READY and goes to its executor: the thread pool of its context
+2. *Grant and dispatch* (:meth:`_dispatch_locked`, :meth:`_submit`): when an operation's last
+   request is granted it is READY and goes to its executor: the thread pool of its context
    (``executors/``), or the loop queue for coroutine functions, ``FnProperty.ASYNC`` functions
    and serial mode.
 3. *Run* (:meth:`_execute`, :meth:`_execute_one`): the executor starts the operation (or skips
@@ -375,7 +375,7 @@ class Scheduler:
             for op in list(self._live.values()):
                 if op._state is _PENDING or op._state is _READY:
                     self._finish_locked(op, _CANCELLED, None, None, ready)
-            todo = self._settle(ready)
+            todo = self._dispatch_locked(ready)
         self._submit(todo)
 
     def _push(
@@ -484,11 +484,11 @@ class Scheduler:
                 op._wait = wait
                 return op
             if self._gpu is not None:  # it may have to wait for GPU fences
-                todo = self._settle([op])
+                todo = self._dispatch_locked([op])
             else:
                 op._state = _READY
                 if target is None:
-                    self._enqueue_loop(op)
+                    self._enqueue_loop_locked(op)
                     return op
                 todo = None
         finally:
@@ -559,7 +559,7 @@ class Scheduler:
                 self._executors[key] = executor
             return executor
 
-    def _settle(self, ready: list[Any]) -> list[Operation[Any]]:
+    def _dispatch_locked(self, ready: list[Any]) -> list[Operation[Any]]:
         """Mark newly ready operations READY (lock held).
 
         Host consumers of pending GPU work wait for its fences first. Wait markers complete
@@ -595,19 +595,19 @@ class Scheduler:
                     todo.append(op)
                 elif (
                     op._kind == _CORO
-                    and self._loop_queue.empty()
+                    and self._loop_queue.empty_locked()
                     and _get_ident() == self._loop_thread
                     and self._loop is not None
                     and self._loop.get_task_factory() is None
                 ):
                     todo.append(op)  # started at once by _submit
                 else:
-                    self._enqueue_loop(op)
+                    self._enqueue_loop_locked(op)
         return todo
 
     def _submit(self, todo: list[Operation[Any]]) -> None:
         """Hand READY operations to their executors, or start them on the loop thread (see
-        :meth:`_settle`); lock not held."""
+        :meth:`_dispatch_locked`); lock not held."""
         if len(todo) > 1:
             todo.sort(key=_run_order)  # the loop's ones start in this order
         for op in todo:
@@ -652,7 +652,7 @@ class Scheduler:
                 for op in dropped:
                     if op._state is _READY:
                         self._finish_locked(op, _CANCELLED, None, None, ready)
-                todo = self._settle(ready) if ready else ready
+                todo = self._dispatch_locked(ready) if ready else ready
             dropped = [o for o in todo if o._target is not None and o._target.abandoned]
             if len(dropped) < len(todo):
                 self._submit([o for o in todo if o._target is None or not o._target.abandoned])
@@ -664,12 +664,12 @@ class Scheduler:
         for target in wakes:
             target.wake()
 
-    def _enqueue_loop(self, op: Operation[Any]) -> None:
+    def _enqueue_loop_locked(self, op: Operation[Any]) -> None:
         """Queue a READY operation for the loop thread; run the queue soon (lock held)."""
-        if self._loop_queue.put(op):
-            self._call_soon(self._run_loop_queue)
+        if self._loop_queue.put_locked(op):
+            self._call_soon_locked(self._run_loop_queue)
 
-    def _call_soon(self, callback: Callable[[], None]) -> None:
+    def _call_soon_locked(self, callback: Callable[[], None]) -> None:
         """Schedule ``callback`` on the engine's loop from any thread (lock held)."""
         loop = self._loop
         assert loop is not None
@@ -716,8 +716,8 @@ class Scheduler:
     def _reschedule_loop_queue(self) -> None:
         """After a run of the loop queue that did not empty it: run it again soon, if needed."""
         with self._lock:
-            if not self._loop_queue.empty():
-                self._call_soon(self._run_loop_queue)
+            if not self._loop_queue.empty_locked():
+                self._call_soon_locked(self._run_loop_queue)
             else:
                 self._loop_queue.scheduled = False
 
@@ -729,10 +729,10 @@ class Scheduler:
         """
         queue = self._loop_queue
         while True:
-            op = queue.pop()
+            op = queue.pop_locked()
             if op is None or self._start_locked(op, todo):
                 break
-        queue.compact()
+        queue.compact_locked()
         return op
 
     def _start_locked(self, op: Operation[Any], todo: list[Operation[Any]]) -> bool:
@@ -880,7 +880,7 @@ class Scheduler:
                 err.__cause__ = box.exc
                 ready: list[Any] = []
                 self._finish_locked(op, _SKIPPED, None, err, ready)
-                return self._settle(ready) if ready else []
+                return self._dispatch_locked(ready) if ready else []
         return None
 
     @staticmethod
@@ -949,7 +949,7 @@ class Scheduler:
                 self._done_locked(op, result, ready)
             else:
                 self._finish_locked(op, state, result, exc, ready)
-            todo = self._settle(ready) if ready else ready
+            todo = self._dispatch_locked(ready) if ready else ready
         finally:
             self._lock_release()
         if todo:
@@ -975,7 +975,7 @@ class Scheduler:
             if (
                 target is None
                 and len(ready) == 1
-                and self._loop_queue.empty()
+                and self._loop_queue.empty_locked()
                 and not self._failures
                 and self._gpu is None
             ):
@@ -983,11 +983,11 @@ class Scheduler:
                 if only._target is None and only._kind != _WAIT:
                     # The one operation made ready runs on the loop too and nothing else
                     # waits there: it is the best of the loop queue without going through it.
-                    # (_settle's other checks do not apply: no failure to inherit, no GPU
+                    # (_dispatch_locked's other checks do not apply: no failure to inherit, no GPU
                     # fence to wait for, and a wait marker is not run but completed.)
                     only._state = _RUNNING
                     return only
-            todo = self._settle(ready) if ready else ready
+            todo = self._dispatch_locked(ready) if ready else ready
             if target is None:
                 nxt = self._claim_loop_op_locked(todo)
             # Abandoned (interpreter exit): this worker must return to its pool and stop.
@@ -1128,22 +1128,22 @@ class Scheduler:
             self._finished[op._target][state] += 1  # statistics()
             if self._capacity_waiters:
                 if _get_ident() == self._loop_thread:
-                    self._wake_capacity_waiters()
+                    self._wake_capacity_waiters_locked()
                 else:
                     self._capacity_due = True
-                    self._post()
+                    self._post_locked()
             if not self._live and self._idle_waiters:
                 if _get_ident() == self._loop_thread:
-                    self._wake_idle_waiters()
+                    self._wake_idle_waiters_locked()
                 else:
                     self._idle_due = True
-                    self._post()
+                    self._post_locked()
         if op._waiters is not None or op._callbacks is not None:
             if _get_ident() == self._loop_thread:
-                self._wake(op)
+                self._wake_locked(op)
             else:
                 self._inbox.append(op)
-                self._post()
+                self._post_locked()
 
     def _show_live(self) -> None:
         """Show the cycle collector every live operation again (collector.py).
@@ -1155,11 +1155,11 @@ class Scheduler:
             for op in list(self._live.values()):
                 _show(op)  # noqa: F821  (scheduler.pxd: compiled only)
 
-    def _post(self) -> None:
+    def _post_locked(self) -> None:
         """Make sure a ``_drain_inbox`` is scheduled on the loop (lock held)."""
         if not self._inbox_scheduled:
             self._inbox_scheduled = True
-            self._call_soon(self._drain_inbox)
+            self._call_soon_locked(self._drain_inbox)
 
     def _drain_inbox(self) -> None:
         with self._lock:
@@ -1169,14 +1169,14 @@ class Scheduler:
             self._idle_due = False
             if self._capacity_due:
                 self._capacity_due = False
-                self._wake_capacity_waiters()
+                self._wake_capacity_waiters_locked()
             self._inbox_scheduled = False
             for op in ops:
-                self._wake(op)
+                self._wake_locked(op)
             if idle and not self._live:
-                self._wake_idle_waiters()
+                self._wake_idle_waiters_locked()
 
-    def _wake(self, op: Operation[Any]) -> None:
+    def _wake_locked(self, op: Operation[Any]) -> None:
         """Schedule ``op``'s callbacks, then resolve its awaiters (loop thread, lock held).
 
         In that order, so that a callback added before ``await op`` has run when the await
@@ -1196,7 +1196,7 @@ class Scheduler:
                 if not fut.done():
                     fut.set_result(None)
 
-    def _wake_capacity_waiters(self) -> None:
+    def _wake_capacity_waiters_locked(self) -> None:
         """Wake every push_*_wait caller; each re-checks the bound (loop thread, lock held)."""
         limit = self._settings.max_pending
         if limit is not None and len(self._live) >= limit:
@@ -1207,7 +1207,7 @@ class Scheduler:
             if not fut.done():
                 fut.set_result(None)
 
-    def _wake_idle_waiters(self) -> None:
+    def _wake_idle_waiters_locked(self) -> None:
         waiters = self._idle_waiters
         self._idle_waiters = []
         for fut in waiters:
@@ -1227,7 +1227,7 @@ class Scheduler:
                         if v._deleted is op:
                             v._deleted = False  # a deletion cancelled did not happen
                 self._finish_locked(op, _CANCELLED, msg, None, ready)
-                todo = self._settle(ready) if ready else ready
+                todo = self._dispatch_locked(ready) if ready else ready
             elif op._kind != _CORO:
                 return False  # a running thread cannot be interrupted
             else:
@@ -1277,7 +1277,7 @@ class Scheduler:
         with self._lock:
             if marker._state < _DONE:
                 self._finish_locked(marker, _CANCELLED, None, None, ready)
-            todo = self._settle(ready) if ready else ready
+            todo = self._dispatch_locked(ready) if ready else ready
         if todo:
             self._submit(todo)
 

@@ -451,7 +451,7 @@ class TestPriority:
                 for i, then in zip(order, after, strict=True):
                     with engine._core._lock:
                         ops[i]._state = OpState.READY
-                        engine._core._enqueue_loop(ops[i])
+                        engine._core._enqueue_loop_locked(ops[i])
                         model[ops[i]] = ops[i]._key
                         if then == "c":
                             claim()
