@@ -17,9 +17,9 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .context import Context, RunContext, cpu
+from .ergonomic import OpDecorator
 from .kinds import FnProperty
 from .operation import OnComplete, Operation, OprHandle
-from .typing_support import OpDecorator
 from .var import NO_VALUE, Var
 
 if TYPE_CHECKING:

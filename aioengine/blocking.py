@@ -48,9 +48,9 @@ from . import ergonomic as _ergonomic
 from . import lifecycle
 from ._blocking_generated import BlockingMethods
 from .engine import Engine
+from .ergonomic import OpDecorator
 from .errors import EngineClosedError
 from .operation import Operation, OpState
-from .typing_support import OpDecorator
 from .var import Var
 
 __all__ = ("BlockingEngine", "run")

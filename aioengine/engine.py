@@ -30,6 +30,7 @@ from . import bulk as _bulk
 from . import ergonomic as _ergonomic
 from . import instrument as _instrument
 from .context import Context, RunContext, cpu
+from .ergonomic import OpDecorator
 from .errors import (
     EngineClosedError,
     OperatorDeletedError,
@@ -58,7 +59,6 @@ from .operation import (
 )
 from .scheduler import _COMPILED, Scheduler, State, check_prop
 from .settings import Settings
-from .typing_support import OpDecorator
 from .var import NO_VALUE, Var, checked_reads, checked_writes, queued_behind
 
 __all__ = ("Engine",)

@@ -36,19 +36,90 @@ not know this module exists.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from typing import Any, Protocol, TypeVar, overload
 
 from .context import Context, RunContext, cpu
+from .functions import default_name
 from .operation import _COROUTINE_TYPES, FnProperty, Operation
 from .var import NO_VALUE, Var
 
-if TYPE_CHECKING:
-    from .engine import Engine
+__all__ = ("OpDecorator", "Pusher", "checked", "get", "op", "read", "submit")
 
-__all__ = ("checked", "get", "op", "read", "submit")
+T = TypeVar("T")
+
+
+class Pusher(Protocol):
+    """What this layer needs of the engine it pushes to (:class:`~aioengine.Engine` is one).
+
+    A protocol, not the façade's class: the ergonomic layer sits below the façade and uses only
+    its public pushes.
+    """
+
+    def push_sync(
+        self,
+        fn: Callable[[RunContext], Any],
+        ctx: Context = ...,
+        const_vars: Iterable[Var] = ...,
+        mutate_vars: Iterable[Var] = ...,
+        *,
+        prop: FnProperty = ...,
+        priority: int = ...,
+        name: str | None = ...,
+    ) -> Operation[Any]: ...
+
+    def push_async(
+        self,
+        fn: Callable[..., Any],
+        ctx: Context = ...,
+        const_vars: Iterable[Var] = ...,
+        mutate_vars: Iterable[Var] = ...,
+        *,
+        prop: FnProperty = ...,
+        priority: int = ...,
+        name: str | None = ...,
+    ) -> Operation[Any]: ...
+
+
+# The result type the decorated function's calls return, with Any for its own parameter:
+# Operation[Any] or concurrent.futures.Future[Any]. Only the overloads read it.
+R = TypeVar("R", covariant=True)
+
+
+class OpDecorator(Protocol[R]):
+    """What ``op(...)`` returns when called with options only: a decorator.
+
+    Decorating a coroutine function or a plain one returns a function whose calls return the
+    operation (``OpDecorator[Operation[Any]]``: :meth:`aioengine.Engine.op`) or a future
+    (``OpDecorator[concurrent.futures.Future[Any]]``: :meth:`aioengine.BlockingEngine.op`)
+    of the function's result.
+    """
+
+    @overload
+    def __call__(
+        self: OpDecorator[Operation[Any]], fn: Callable[..., Coroutine[Any, Any, T]], /
+    ) -> Callable[..., Operation[T]]: ...
+
+    @overload
+    def __call__(
+        self: OpDecorator[Operation[Any]], fn: Callable[..., T], /
+    ) -> Callable[..., Operation[T]]: ...
+
+    @overload
+    def __call__(
+        self: OpDecorator[concurrent.futures.Future[Any]],
+        fn: Callable[..., Coroutine[Any, Any, T]],
+        /,
+    ) -> Callable[..., concurrent.futures.Future[T]]: ...
+
+    @overload
+    def __call__(
+        self: OpDecorator[concurrent.futures.Future[Any]], fn: Callable[..., T], /
+    ) -> Callable[..., concurrent.futures.Future[T]]: ...
+
 
 _CPU0 = cpu(0)
 _ASYNC = FnProperty.ASYNC
@@ -113,7 +184,7 @@ def _nested_error(label: str, arg: object, var: Var) -> TypeError:
     )
 
 
-def read(engine: Engine, var: Var) -> Operation[Any]:
+def read(engine: Pusher, var: Var) -> Operation[Any]:
     """Push the read behind :meth:`Var.get` and :meth:`BlockingEngine.get`.
 
     Its result is ``(value,)``, ``var``'s value in a 1-tuple (a value that is a coroutine
@@ -144,7 +215,7 @@ def checked(var: Var, result: Any) -> Any:
     return result[0]
 
 
-async def get(engine: Engine, var: Var) -> Any:
+async def get(engine: Pusher, var: Var) -> Any:
     """:meth:`Var.get`: :func:`read`, awaited, then :func:`checked`."""
     return checked(var, await read(engine, var))
 
@@ -161,7 +232,7 @@ def _out_vars(out: Var | Sequence[Var] | None) -> tuple[Var, ...]:
     raise TypeError(f"out must be a Var, a non-empty list or tuple of Vars, or None; got {out!r}")
 
 
-def _var_list(engine: Engine, arg: str, vars_: object) -> list[Var]:
+def _var_list(engine: Pusher, arg: str, vars_: object) -> list[Var]:
     """``reads`` or ``writes`` as a list, checked here so that errors name the argument."""
     if type(vars_) is Var:
         raise TypeError(f"{arg} must be a list of Vars, not a single Var; use [{vars_.name}]")
@@ -173,7 +244,7 @@ def _var_list(engine: Engine, arg: str, vars_: object) -> list[Var]:
     return listed
 
 
-def _check_var(engine: Engine, label: str, var: object) -> None:
+def _check_var(engine: Pusher, label: str, var: object) -> None:
     if type(var) is not Var:
         raise TypeError(f"{label} is {var!r}, not an aioengine.Var")
     if var._owner is not engine:
@@ -195,7 +266,7 @@ def _store(outs: tuple[Var, ...], single: bool, result: Any) -> None:
 
 
 def submit(
-    engine: Engine,
+    engine: Pusher,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -228,9 +299,7 @@ def submit(
     ]
     mutate = [*_var_list(engine, "writes", writes), *outs]  # in both: written (engine rule)
     if name is None:
-        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
-        if not isinstance(name, str):
-            name = type(fn).__name__
+        name = default_name(fn)
 
     def bind() -> tuple[list[Any], dict[str, Any]]:
         call_args = list(args)
@@ -268,7 +337,7 @@ def submit(
 
 
 def op(
-    engine: Engine,
+    engine: Pusher,
     fn: Callable[..., Any] | None,
     const_vars: Iterable[Var],
     mutate_vars: Iterable[Var],

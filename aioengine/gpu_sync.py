@@ -85,16 +85,17 @@ def open_gpu(core: Scheduler, ctx: Context, backend: DeviceBackend | None) -> Gp
     backend.check(ctx.device_id)
     settings = core._settings
     with core._lock:
-        gpu = core._gpu
-        if gpu is None:
-            gpu = core._gpu = GpuSync(
-                core,
-                backend,
-                workers=settings.gpu_workers,
-                copy_workers=settings.gpu_copy_workers,
-                host_sync=settings.gpu_sync == "host" or settings.serial,
-                max_inflight=settings.gpu_max_inflight,
-            )
+        current = core._gpu
+        if isinstance(current, GpuSync):  # another thread opened it first
+            return current
+        gpu = core._gpu = GpuSync(
+            core,
+            backend,
+            workers=settings.gpu_workers,
+            copy_workers=settings.gpu_copy_workers,
+            host_sync=settings.gpu_sync == "host" or settings.serial,
+            max_inflight=settings.gpu_max_inflight,
+        )
     return gpu
 
 

@@ -35,7 +35,6 @@ from .var import queued_behind
 
 if TYPE_CHECKING:
     from .context import Context
-    from .engine import Engine
     from .scheduler import Scheduler
     from .var import Var, _Failure
 
@@ -107,7 +106,7 @@ class _OperationCore:
     # The fields' types, for type checkers; new_operation() sets every one of them.
     name: str
     _engine: Scheduler
-    _owner: Engine
+    _owner: object
     _fn: Callable[..., Any] | None
     _kind: int
     _ctx: Context
@@ -399,7 +398,7 @@ def _check_await_inside(core: Scheduler, current: Operation[Any], op: Operation[
 
 def new_operation(
     engine: Scheduler,
-    owner: Engine,
+    owner: object,
     fn: Callable[..., Any] | None,
     kind: int,
     ctx: Context,
@@ -470,7 +469,7 @@ class OprHandle(Generic[T]):
 
     def __init__(
         self,
-        engine: Engine,
+        engine: object,
         fn: Callable[..., Any],
         kind: int,
         const: tuple[Var, ...],

@@ -85,7 +85,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 from types import FunctionType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import instrument as _instrument
 from . import lifecycle
@@ -123,10 +123,6 @@ from .var import (
     append_all,
     release_all,
 )
-
-if TYPE_CHECKING:
-    from .engine import Engine
-    from .gpu_sync import GpuSync
 
 __all__ = ("Scheduler", "State")
 
@@ -210,6 +206,26 @@ _hide: Callable[[Operation[Any]], None]
 _show: Callable[[Operation[Any]], None]
 
 
+class GpuSeam(Protocol):
+    """What the scheduler calls of its GPU collaborator (``gpu_sync.GpuSync``), behind its one
+    ``self._gpu is not None`` test; it never imports the collaborator."""
+
+    def route(self, ctx: Context, prop: FnProperty, kind: int) -> Executor | None:
+        """The executor of an operation on a GPU context (None: the loop thread)."""
+
+    def devices_for(self, ctx: Context) -> object:
+        """Raise if ``ctx``'s device cannot be used now."""
+
+    def hold_for_fences_locked(self, op: Operation[Any]) -> bool:
+        """Make a host consumer wait for the pending fences on its Vars; False if none."""
+
+    def execute(self, op: Operation[Any], rctx: RunContext) -> None:
+        """Launch GPU ``op`` on this worker's stream (a GPU worker thread)."""
+
+    def shutdown(self) -> None:
+        """Stop the device workers (``aclose``)."""
+
+
 class Scheduler:
     """The per-operation cycle of one engine: admission, grant, dispatch, run, finish.
 
@@ -221,7 +237,7 @@ class Scheduler:
     def __init__(
         self,
         settings: Settings,
-        open_gpu: Callable[[Scheduler, Context], GpuSync],
+        open_gpu: Callable[[Scheduler, Context], GpuSeam],
         instruments: tuple[Instrument, ...],
     ) -> None:
         self._settings = settings
@@ -271,7 +287,7 @@ class Scheduler:
         self._segments = Segments()  # bulk execution: its state is documented there
         # GPU collaborator, created by the first push to a gpu(i) context; while it is None
         # no fence exists and host consumers skip the fence checks (the CPU-only fast path).
-        self._gpu: GpuSync | None = None
+        self._gpu: GpuSeam | None = None
         lifecycle.engines_after_fork.add(self, _after_fork_in_child)
         if _COMPILED:  # live operations are hidden from the collector (collector.py)
             _watch_collections(self)
@@ -380,7 +396,7 @@ class Scheduler:
 
     def _push(
         self,
-        owner: Engine,
+        owner: object,
         fn: Callable[..., Any],
         kind: int,
         ctx: Context,
@@ -500,7 +516,7 @@ class Scheduler:
             self._submit(todo)
         return op
 
-    def _gpu_for(self, ctx: Context) -> GpuSync:
+    def _gpu_for(self, ctx: Context) -> GpuSeam:
         """The GPU collaborator, opened (by the façade's opener) on the first GPU push."""
         gpu = self._gpu
         if gpu is None:

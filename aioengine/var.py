@@ -43,10 +43,7 @@ from .kinds import FnProperty, OpState
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .engine import Engine
-    from .fence import Fence
     from .operation import Operation
-    from .scheduler import Scheduler
 
 _ASYNC = FnProperty.ASYNC
 _CANCELLED = OpState.CANCELLED
@@ -148,7 +145,7 @@ class Var:
         "name",
     )
 
-    def __init__(self, owner: Engine | Scheduler | None, name: str) -> None:
+    def __init__(self, owner: object, name: str) -> None:
         self.name = name
         self._owner = owner  # the engine whose lock guards the fields below
         # Ungranted requests in push order, flattened: op, write, op, write, ... from index
@@ -173,8 +170,9 @@ class Var:
         self._value: object = NO_VALUE  # the data it carries (ergonomic.py); guarded by its turn
         # GPU sync state (fence.py): the fence of the last GPU writer, and the newest GPU reader
         # fence per stream (by id) since that write. Completed fences stay until replaced.
-        self._gpu_writer: Fence | None = None
-        self._gpu_readers: dict[int, Fence] | None = None
+        # (fence.Fence objects: the GPU collaborator's, which this module does not import.)
+        self._gpu_writer: Any = None
+        self._gpu_readers: dict[int, Any] | None = None
 
     @property
     def version(self) -> int:
@@ -360,11 +358,22 @@ class Var:
         fn: Callable[[], T] = functools.partial(_identity, value)
         return self._engine().submit(fn, out=self, prop=_ASYNC, name=f"set({self.name})")
 
-    def _engine(self) -> Engine:
+    def _engine(self) -> _ValueOwner:
         owner = self._owner
         if owner is None or not hasattr(owner, "submit"):  # none, or the serial sequencer's
             raise RuntimeError(f"{self!r} belongs to no Engine")
-        return cast("Engine", owner)
+        return cast(_ValueOwner, owner)
+
+
+class _ValueOwner(Protocol):
+    """What :meth:`Var.get` and :meth:`Var.set` use of the engine a Var belongs to (its
+    façade, which delegates to the ergonomic layer): the core imports neither."""
+
+    async def _get_value(self, var: Var) -> Any: ...
+
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, out: Var, prop: FnProperty, name: str
+    ) -> Operation[T]: ...
 
 
 def append_all(op: _Waiter, reads: tuple[Var, ...], writes: tuple[Var, ...]) -> int:

@@ -72,7 +72,7 @@ def test_a_changed_engine_signature_makes_it_stale(
 
 def test_either_name_of_the_decorator_type_generates_the_same_file(gen: ModuleType) -> None:
     """engine.py may annotate op's decorator overload with its own name for the protocol
-    (``_OpDecorator``) or with ``OpDecorator[Operation[Any]]`` (typing_support.py): the
+    (``_OpDecorator``) or with ``OpDecorator[Operation[Any]]`` (ergonomic.py): the
     generator reads both as the one protocol, so either edit leaves the file current."""
     source = gen.SOURCE.read_text()
     alias, direct = "    ) -> _OpDecorator: ...\n", "    ) -> OpDecorator[Operation[Any]]: ...\n"

@@ -138,14 +138,14 @@ MIRRORED: dict[str, Mirror] = {
 # The result types a "push" or "decorator" method returns instead of the Engine's: an
 # ``Operation[X]`` becomes a ``concurrent.futures.Future[X]`` (with the decorator type's
 # parameter). engine.py's own name for its decorator type is read as the protocol it stands
-# for, defined once in aioengine/typing_support.py.
+# for, defined once in aioengine/ergonomic.py.
 FUTURE = "concurrent.futures.Future"
 ALIASES = {"_OpDecorator": "OpDecorator[Operation[Any]]"}
 
 # Names the generated code uses that engine.py may not import: (module, level).
 OWN_IMPORTS = {
     "TYPE_CHECKING": ("typing", 0),
-    "OpDecorator": ("typing_support", 1),
+    "OpDecorator": ("ergonomic", 1),
     "Operation": ("operation", 1),
     "Any": ("typing", 0),
     "Callable": ("collections.abc", 0),

@@ -17,3 +17,36 @@ builds on another's records: the history recorder (``history``) feeds ``dump``, 
 - ``progress``: the progress bar of ``wait_for_all(progress=True)``.
 - ``watchdog``: logs a dump when nothing finishes for too long.
 """
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..scheduler import Scheduler
+
+__all__ = ("Observed",)
+
+
+class Observed(Protocol):
+    """What an observer may use of the engine it observes (:class:`~aioengine.Engine` is one).
+
+    ``_core`` is the scheduler, read only through its documented read-only API
+    (``scheduler.py``); the rest is the façade's public API. A protocol, not the façade's
+    class: observers sit below the façade and never import it.
+    """
+
+    @property
+    def _core(self) -> Scheduler: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def record_history(self, n: int = ...) -> None: ...
+
+    def start_trace(self) -> None: ...
+
+    def stop_trace(self, path: str | os.PathLike[str] | None = ...) -> dict[str, Any]: ...
+
+    async def _drained(self, timeout: float | None) -> None: ...  # noqa: ASYNC109

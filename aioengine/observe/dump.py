@@ -32,9 +32,9 @@ from ..task import run_coroutine
 from .history import Recorder, kind_name, pool_name
 
 if TYPE_CHECKING:
-    from ..engine import Engine
     from ..operation import Operation
     from ..var import Var
+    from . import Observed
 
 _GPU = DeviceType.GPU
 
@@ -254,7 +254,7 @@ _LOCK_BUSY = (
 )
 
 
-def build_dump(engine: Engine, var: Var | None = None) -> Dump:
+def build_dump(engine: Observed, var: Var | None = None) -> Dump:
     """Snapshot ``engine``; with ``var``, only what the waiters of ``var`` are stuck behind."""
     rows: dict[int, dict[str, Any]] = {}
     var_rows: dict[Var, tuple[list[tuple[int, str]], list[tuple[int, str]]]] = {}
@@ -387,11 +387,11 @@ def _blockers(
     return keep
 
 
-def describe_var(engine: Engine, var: Var) -> str:
+def describe_var(engine: Observed, var: Var) -> str:
     """The part of a dump that explains why ``var`` is busy (for timeout messages)."""
     return build_dump(engine, var).format(limit=20)
 
 
-def describe_all(engine: Engine) -> str:
+def describe_all(engine: Observed) -> str:
     """A dump limited to the first 20 operations (for wait_for_all's timeout message)."""
     return build_dump(engine).format(limit=20)

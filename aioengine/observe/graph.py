@@ -26,7 +26,7 @@ from ..kinds import OpState
 from .history import DepTracker, Recorder, kind_name, pool_name
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from . import Observed
 
 __all__ = ("Edge", "Graph", "Node", "build_graph")
 
@@ -193,7 +193,7 @@ def _mermaid_escape(text: str) -> str:
     return text.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
 
 
-def build_graph(engine: Engine) -> Graph:
+def build_graph(engine: Observed) -> Graph:
     """Snapshot ``engine``'s recorded history and pending operations as a :class:`Graph`."""
     nodes: dict[int, Node] = {}
     edges: set[Edge] = set()

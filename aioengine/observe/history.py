@@ -30,9 +30,9 @@ from ..instrument import Instrument
 from ..kinds import _CALLBACK, _CORO, OpState
 
 if TYPE_CHECKING:
-    from ..engine import Engine
     from ..operation import Operation
     from ..var import Var
+    from . import Observed
 
 __all__ = ("DepTracker", "OpRecord", "Recorder", "kind_name", "pool_name")
 
@@ -210,7 +210,7 @@ class Recorder(Instrument):
         self._deps = DepTracker()
 
     @staticmethod
-    def of(engine: Engine) -> Recorder | None:
+    def of(engine: Observed) -> Recorder | None:
         """The recorder installed on ``engine``, if any."""
         for inst in engine._core._instruments:
             if isinstance(inst, Recorder):

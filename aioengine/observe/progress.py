@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .stats import finished_total
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from . import Observed
 
 __all__ = ("INTERVAL", "drain_with_progress")
 
@@ -83,7 +83,7 @@ def _make_bar(total: int) -> _Bar:
     return bar
 
 
-async def drain_with_progress(engine: Engine, timeout: float | None) -> None:  # noqa: ASYNC109
+async def drain_with_progress(engine: Observed, timeout: float | None) -> None:  # noqa: ASYNC109
     """``engine._drained(timeout)`` while showing a progress bar."""
     core = engine._core  # read only (scheduler.py: the read-only API for observers)
     with core._lock:

@@ -19,7 +19,7 @@ from ..kinds import OpState
 from .history import Recorder, pool_name
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from . import Observed
 
 __all__ = ("EngineStatistics", "PoolStatistics", "build_statistics", "new_counters")
 
@@ -81,7 +81,7 @@ class EngineStatistics(PoolStatistics):
     pools: dict[str, PoolStatistics] = field(default_factory=dict)
 
 
-def build_statistics(engine: Engine) -> EngineStatistics:
+def build_statistics(engine: Observed) -> EngineStatistics:
     """Snapshot ``engine``'s counters and pending operations."""
     counts: dict[str, list[int]] = {}
     core = engine._core  # read only (scheduler.py: the read-only API for observers)
@@ -123,6 +123,6 @@ def build_statistics(engine: Engine) -> EngineStatistics:
     )
 
 
-def finished_total(engine: Engine) -> int:
+def finished_total(engine: Observed) -> int:
     """Operations finished since the engine was created (engine lock held by the caller)."""
     return sum(sum(row) for row in engine._core._finished.values())

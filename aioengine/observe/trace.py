@@ -55,8 +55,8 @@ from .history import DepTracker, kind_name, pool_name
 from .timeline import Timeline
 
 if TYPE_CHECKING:
-    from ..engine import Engine
     from ..operation import Operation
+    from . import Observed
 
 __all__ = ("TraceSession", "Tracer")
 
@@ -159,7 +159,7 @@ class _Started:
 class Tracer(Instrument):
     """Collects trace events while installed; :meth:`finish` turns them into the JSON object."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Observed) -> None:
         self._engine = engine
         self._mu = threading.Lock()
         self._t0 = _now()
@@ -434,7 +434,7 @@ class TraceSession:
             :meth:`timeline` to draw it.
     """
 
-    def __init__(self, engine: Engine, path: str | os.PathLike[str] | None) -> None:
+    def __init__(self, engine: Observed, path: str | os.PathLike[str] | None) -> None:
         self._engine = engine
         self.path = path
         self.trace: dict[str, Any] | None = None

@@ -24,7 +24,7 @@ from .history import Recorder
 from .stats import finished_total
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from . import Observed
 
 __all__ = ("start_watchdog",)
 
@@ -33,7 +33,7 @@ logger = logging.getLogger("aioengine")
 DEFAULT_HISTORY = 1000  # operations the watchdog's recorder keeps
 
 
-def start_watchdog(engine: Engine, seconds: float) -> threading.Thread:
+def start_watchdog(engine: Observed, seconds: float) -> threading.Thread:
     """Install a recorder on ``engine`` and start its watchdog thread."""
     if Recorder.of(engine) is None:
         engine.record_history(DEFAULT_HISTORY)
@@ -47,7 +47,7 @@ def start_watchdog(engine: Engine, seconds: float) -> threading.Thread:
     return thread
 
 
-def _watch(ref: weakref.ref[Engine], seconds: float) -> None:
+def _watch(ref: weakref.ref[Observed], seconds: float) -> None:
     interval = min(max(seconds / 4, 0.005), 1.0)
     last_done = -1
     last_change = time.monotonic()
