@@ -1,6 +1,6 @@
 """Live operations and Python's cycle collector.
 
-A pushed operation is reachable from its engine (``Engine._live``) until it completes, and it
+A pushed operation is reachable from its engine (``Scheduler._live``) until it completes, and it
 refers back to the engine: the cycle collector cannot free it in that time, yet walks it, and
 the tuple of its Vars, in each of its passes. With many operations pending (a push loop that
 runs ahead of them) those walks cost about a tenth of a no-op operation's time.

@@ -846,7 +846,7 @@ class Engine:
         Operations pushed while waiting are waited for too. Afterwards all recorded failures
         are cleared. Cancelling the wait (or the timeout) leaves the engine unchanged. With
         ``progress=True`` a progress bar of finished vs pushed operations is shown (tqdm,
-        notebook-aware, with ``pip install 'aioengine[progress]'``; a text line otherwise).
+        notebook-aware; a text line without tqdm).
 
         Raises:
             ExceptionGroup: of every failure recorded and not yet thrown (by this or by

@@ -53,6 +53,6 @@ _CALLBACK = 2  # fn(rctx, on_complete) -> None; complete when on_complete() is c
 _WAIT = 3  # no function: a marker that completes as soon as it is granted (wait_for_var);
 # its _result is the failure box its Var carried then (None if none)
 # Kinds from _WAIT up are the engine's own records, never a user's operation: not counted,
-# not shown to instruments, not in Engine._live.
+# not shown to instruments, not in Scheduler._live.
 _BULK = 4  # a bulk segment: holds its members' Vars and runs them in push order (bulk.py);
 # its _result holds the member list until it runs, its _fn stays None

@@ -51,7 +51,7 @@ async def run_coroutine(op: Operation[Any], fn: Callable[..., Any], rctx: RunCon
 
     Finishing here, at the end of the task's last step, costs no done-callback round trip
     through the loop. The engine runs this up to ``await _handoff()`` itself, before it creates
-    the task (see ``Engine._start_task``): so whatever later happens to the task, even a
+    the task (see ``Scheduler._start_task``): so whatever later happens to the task, even a
     cancellation before its first step, lands in this ``try`` and finishes ``op``.
     """
     engine = op._engine

@@ -8,6 +8,7 @@ issue with their measured ratios, the chart, and how to reproduce. Run it after
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shutil
 import sys
@@ -16,6 +17,13 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DOCS = ROOT / "docs"
+
+
+def _relative(path: str | None) -> str:
+    """``path`` relative to the checkout (the page is committed); "not run" if None."""
+    if not path:
+        return "not run"
+    return os.path.relpath(path, ROOT) if os.path.isabs(path) else path
 
 
 def _table(workload: dict[str, object]) -> list[str]:
@@ -103,7 +111,7 @@ def render(data: dict[str, object]) -> str:
         "## Machine and run",
         "",
         f"- {meta.get('cpu_count')} CPUs, {meta.get('platform')}, Python {meta.get('python')}",
-        f"- {versions}; MXNet 1.9.1 venv Python: {meta.get('mxnet_python') or 'not run'}",
+        f"- {versions}; MXNet 1.9.1 venv Python: {_relative(meta.get('mxnet_python'))}",
         f"- mode `{meta.get('mode')}`, {meta.get('reps')} repetition(s), {meta.get('date')}",
         f"- load average {meta.get('loadavg_start', 0):.2f} at start, "
         f"{meta.get('loadavg_end', 0):.2f} at end",
@@ -169,7 +177,8 @@ def render(data: dict[str, object]) -> str:
         "What made operations cheaper, in that order of effect:",
         "",
         "- **The compiled core** (`setup.py`, see [Design](design.md#the-compiled-core)):",
-        "  Cython compiles `engine.py`, `operation.py`, `var.py` and `bulk.py`, typed by",
+        "  Cython compiles the core (`scheduler.py`, `loopqueue.py`, `bulk.py`, `var.py`,",
+        "  `operation.py`) and the `engine.py` façade, typed by",
         "  `.pxd` files, so the hot path reads operations, Vars and the engine as C structs",
         "  and its methods call each other as C functions. Compiling the same modules",
         "  without the declarations gained nothing measurable: CPython 3.11's specialising",

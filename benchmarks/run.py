@@ -331,7 +331,10 @@ def ensure_mxnet(venv: Path, allow_install: bool, retry: bool) -> tuple[str | No
         return None, f"MXNet skipped: installed but unusable ({probe})"
     marker.unlink(missing_ok=True)
     took = time.perf_counter() - t0
-    return str(py), f"MXNet {probe['version']} installed into {venv} in {took:.0f} s"
+    # Paths relative to the checkout: the report is committed, and a home directory is no
+    # reader's business.
+    shown = os.path.relpath(venv, ROOT)
+    return str(py), f"MXNet {probe['version']} installed into {shown} in {took:.0f} s"
 
 
 def probe_main(env: Env) -> None:

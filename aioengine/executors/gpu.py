@@ -13,7 +13,7 @@ work. Operations, fences and Vars stay in ``engine.py`` / ``fence.py``.
 Locking: ``_cond`` guards ``_broken``, ``_dead`` and ``_inflight``; a worker waiting for an
 in-flight slot waits on it, so it is never held with the engine lock requested (lock order:
 engine lock, then ``_cond``). ``broken()`` and ``dead()`` read unlocked: a device failing just
-after the read settles its pending fences afterwards anyway (``Engine._fail_device_fences``).
+after the read settles its pending fences afterwards anyway (``GpuSync._fail_device_fences``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The recorder: what the engine itself does not keep (push sites, times, recent operations).
 
-The engine keeps only what it needs to run: pending operations (``Engine._live``) and the Var
+The engine keeps only what it needs to run: pending operations (``Scheduler._live``) and the Var
 queues. Everything the observability tools want on top of that is collected here, by an
 :class:`~aioengine.instrument.Instrument` that is installed only when something asks for it
 (:meth:`Engine.record_history`, or ``Engine(watchdog=...)``), so an engine without it pays one

@@ -1,8 +1,8 @@
 """Engine statistics (:meth:`Engine.statistics`): counts per pool, from cheap counters.
 
 The engine keeps one counter per (pool, final state), incremented once per finished operation
-under its lock (``Engine._finished``, created by :func:`new_counters`); the counts of pending
-operations are read from ``Engine._live`` when statistics are taken. So ``pushed`` is exact
+under its lock (``Scheduler._finished``); the counts of pending
+operations are read from ``Scheduler._live`` when statistics are taken. So ``pushed`` is exact
 (every push either is pending or has finished) and nothing else runs per operation. Busy time
 needs start and finish times per operation, which only the recorder takes: it is ``None``
 unless one is installed (:meth:`Engine.record_history`, ``Engine(watchdog=...)``), and covers
@@ -11,7 +11,6 @@ the operations pushed since.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -21,18 +20,13 @@ from .history import Recorder, pool_name
 if TYPE_CHECKING:
     from . import Observed
 
-__all__ = ("EngineStatistics", "PoolStatistics", "build_statistics", "new_counters")
+__all__ = ("EngineStatistics", "PoolStatistics", "build_statistics")
 
 _NSTATES = len(OpState)
 
 
 def _zeros() -> list[int]:
     return [0] * _NSTATES
-
-
-def new_counters() -> defaultdict[object, list[int]]:
-    """Finished operations by executor (None: the loop) and ``OpState`` value."""
-    return defaultdict(_zeros)
 
 
 @dataclass(frozen=True, slots=True)
