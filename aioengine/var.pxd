@@ -23,16 +23,22 @@ cdef class Var:
     cdef public bint _writing
     cdef public object name
 
+    # The grant rule: a C function inlined into _append and _grant, the only callers on the
+    # operations' path (_check_invariants, in this module too, calls it as well).
+    cdef inline bint _try_grant(self, bint write) noexcept
     # A waiter is an operation (_OperationCore): its counter and state are C struct members.
+    # _grant and _release return int, not object: no None to count references to on each C
+    # call (called from Python, they return 0).
     @cython.locals(op=_OperationCore, write=bint, queue=list, head=Py_ssize_t, end=Py_ssize_t)
-    cpdef _grant(self, list ready)
-    # Serial mode's sequencer (engine.py) queues every operation here: C calls, not Python ones.
+    cpdef int _grant(self, list ready) except -1
+    # append_all, and serial mode's sequencer (engine.py), queue every operation here: C
+    # calls, not Python ones.
     @cython.locals(queued=Py_ssize_t, queue=list)
     cpdef bint _append(self, op, bint write) except -1
-    cpdef _release(self, bint write, list ready, bint completed_write)
+    cpdef int _release(self, bint write, list ready, bint completed_write) except -1
 
 
-@cython.locals(v=Var, wait=Py_ssize_t, queue=list)
+@cython.locals(v=Var, wait=Py_ssize_t)
 cpdef append_all(op, tuple reads, tuple writes)
 
 @cython.locals(v=Var, i=Py_ssize_t)

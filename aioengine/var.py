@@ -6,10 +6,12 @@ does. Every operation makes one *request* per Var it names, in push order: a rea
 the Var's turn reaches it; an operation runs when all of its requests are granted, and releases
 them when it finishes.
 
-Grant rule (written here only): a run of READs at the head of the queue is granted together
-while no write is active; a WRITE at the head is granted once nothing is active. Nothing
-overtakes a queued request, so two operations of which at least one writes a common Var are
-granted (and so run) in push order, and readers between two writes overlap.
+The grant rule: a read request is granted while no write is held, a write request once
+nothing is held, and only at the head of the queue (nothing overtakes a queued request). So a
+run of reads at the head is granted together, two operations of which at least one writes a
+common Var are granted (and so run) in push order, and readers between two writes overlap.
+:meth:`Var._try_grant` is the one place that codes it; every grant, on a request's arrival
+(:meth:`Var._append`) or from the queue (:meth:`Var._grant`), asks it.
 
 Requests are the "futures" of the design: instead of an ``asyncio.Future`` per request, a grant
 decrements the operation's counter of ungranted requests and hands it to the engine when the
@@ -209,19 +211,36 @@ class Var:
 
     # -- the grant rule; caller holds the engine lock ------------------------------------
 
+    def _try_grant(self, write: bool) -> bool:
+        """The grant rule: grant a request for a read or (``write``) a write that is at the
+        head of the queue, or arrives at an empty one, if the rule allows it now; return
+        whether it did.
+
+        A read is granted while no write is held (so readers overlap); a write once nothing
+        is held, neither a write nor a read. A grant is only counted: ``_reads`` or
+        ``_writing``, whose invariant (a held write excludes held reads) this keeps. The
+        compiled core inlines it into its two callers.
+        """
+        if write:
+            if self._writing or self._reads:
+                return False
+            self._writing = True
+        elif self._writing:
+            return False
+        else:
+            self._reads += 1
+        return True
+
     def _append(self, op: _Waiter, write: bool) -> bool:
-        """Queue ``op``'s request behind every earlier one; return True if it is granted now.
+        """Request this Var for ``op``: grant the request now if the queue is empty and the
+        rule allows it (:meth:`_try_grant`), else queue it behind every earlier one; return
+        whether it was granted.
 
         Appending never makes another request grantable, so the caller only has to count
         this one (``op._wait``).
         """
         queued = self._queued
-        if write:
-            if not (self._writing or self._reads or queued):
-                self._writing = True
-                return True
-        elif not (self._writing or queued):
-            self._reads += 1
+        if not queued and self._try_grant(write):
             return True
         queue = self._queue
         if queue is None:
@@ -236,9 +255,13 @@ class Var:
         return not self._queued or self._queue[self._head]._seq > op._seq  # type: ignore[index]
 
     def _release(self, write: bool, ready: list[Any], completed_write: bool) -> None:
-        """Hand back a granted request and grant whatever the rule now allows.
+        """Hand back a granted request and grant whatever the rule now allows, appending the
+        operations that this leaves with no ungranted request to ``ready``.
 
-        ``completed_write`` says whether a released write counts towards :attr:`version`.
+        Only a release that leaves nothing held can let the head of the queue in: while reads
+        are held the head is a write (a read there would have been granted with them), which
+        the rule keeps out until the last of them is released. ``completed_write`` says
+        whether a released write counts towards :attr:`version`.
         """
         if write:
             self._writing = False
@@ -246,9 +269,7 @@ class Var:
                 self._version += 1
         else:
             self._reads -= 1
-            if self._reads:
-                return
-        if self._queued:
+        if self._queued and not self._reads:
             self._grant(ready)
 
     def _withdraw(self, ready: list[Any]) -> None:
@@ -258,7 +279,9 @@ class Var:
         self._grant(ready)
 
     def _grant(self, ready: list[Any]) -> None:
-        """Grant requests from the head of the queue while the rule allows; drop tombstones.
+        """Grant requests from the head of the queue while the rule (:meth:`_try_grant`)
+        allows; drop tombstones. An operation whose last request this grants is appended to
+        ``ready``.
 
         After this returns the head of the queue (if any) is live and not grantable.
         """
@@ -275,14 +298,8 @@ class Var:
                 self._dead -= 1
                 continue
             write = queue[head + 1]
-            if write:
-                if self._writing or self._reads:
-                    break
-                self._writing = True
-            else:
-                if self._writing:
-                    break
-                self._reads += 1
+            if not self._try_grant(write):
+                break
             queue[head] = None  # no reference kept to a granted request's operation
             head += 2
             self._queued -= 1
@@ -290,7 +307,7 @@ class Var:
             if not op._wait:
                 ready.append(op)
             if write and not self._dead:
-                break  # nothing behind a write can be granted, and no tombstone is queued
+                break  # the rule grants nothing beside a write, and no tombstone is queued
             # Go on after a write only to drop tombstones (the head is never a tombstone).
         self._head = drop_consumed(queue, head)
 
@@ -304,9 +321,12 @@ class Var:
         return not (self._reads or self._writing or self._queued)
 
     def _check_invariants(self) -> None:
-        """Assert the grant rule's invariants (for tests)."""
+        """Assert the grant rule's invariants (for tests): what is held is a write or reads,
+        never both; the queue is in push order; its head is live and queued only because the
+        rule (:meth:`_try_grant`) does not grant it."""
         assert self._reads >= 0, self
         assert not (self._writing and self._reads), self
+        assert 0 <= self._dead <= self._queued, self
         queue = self._queue or []
         assert self._head % 2 == 0, self
         assert 0 <= self._head <= len(queue), self
@@ -319,11 +339,12 @@ class Var:
         if requests:
             head, write = requests[0]
             assert head._state is not _CANCELLED, f"{self} has a tombstone at its head"
-            # The head is queued only because the rule forbids granting it now.
-            if write:
-                assert self._writing or self._reads, self
-            else:
-                assert self._writing, self
+            # The head is queued only because the rule forbids granting it now: ask the rule,
+            # then undo what it counted if it did grant.
+            reads, writing = self._reads, self._writing
+            granted = self._try_grant(write)
+            self._reads, self._writing = reads, writing
+            assert not granted, f"{self} keeps a grantable request queued"
 
     # -- values (the ergonomic layer, ergonomic.py): a Var may carry its data ------------
 
@@ -380,32 +401,15 @@ def append_all(op: _Waiter, reads: tuple[Var, ...], writes: tuple[Var, ...]) -> 
     """:meth:`Var._append` for every Var of a push (reads, then writes); return how many of
     ``op``'s requests were queued, not granted (caller holds the engine lock).
 
-    The grant rule, inlined: this is every push's path, and a call per Var costs more than
-    the rule itself.
+    Every push's path: in the compiled core each call is a C call to the final class's method.
     """
     wait = 0
     for v in reads:
-        if v._writing or v._queued:
-            queue = v._queue
-            if queue is None:
-                queue = v._queue = []
-            queue.append(op)
-            queue.append(False)
-            v._queued += 1
+        if not v._append(op, False):
             wait += 1
-        else:
-            v._reads += 1
     for v in writes:
-        if v._writing or v._reads or v._queued:
-            queue = v._queue
-            if queue is None:
-                queue = v._queue = []
-            queue.append(op)
-            queue.append(True)
-            v._queued += 1
+        if not v._append(op, True):
             wait += 1
-        else:
-            v._writing = True
     return wait
 
 
@@ -427,20 +431,14 @@ def drop_consumed(items: list[Any], head: int) -> int:
 
 def release_all(vars_: tuple[Var, ...], nreads: int, ready: list[Any], completed: bool) -> None:
     """:meth:`Var._release` for every request of an operation that held all of them: its
-    ``_vars``, the first ``nreads`` read (caller holds the engine lock); inlined as
-    :func:`append_all` is."""
+    ``_vars``, the first ``nreads`` read (caller holds the engine lock); C calls in the
+    compiled core, as in :func:`append_all`."""
     for i in range(nreads):
         v = vars_[i]
-        v._reads -= 1
-        if not v._reads and v._queued:
-            v._grant(ready)
+        v._release(False, ready, completed)
     for i in range(nreads, len(vars_)):
         v = vars_[i]
-        v._writing = False
-        if completed:
-            v._version += 1
-        if v._queued:
-            v._grant(ready)
+        v._release(True, ready, completed)
 
 
 def queued_behind(first: Any, target: Any = None) -> set[Any]:

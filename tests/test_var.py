@@ -243,8 +243,9 @@ class TestGrantRule:
 
 
 class TestBatchForms:
-    """append_all / release_all are the grant rule inlined for a whole operation: they must
-    grant exactly what the per-Var methods grant, in the same order."""
+    """append_all / release_all apply the per-Var methods to a whole operation: they must
+    grant exactly what those grant, in the same order (nothing of the rule may be inlined
+    there again)."""
 
     @settings(max_examples=200, deadline=None)
     @given(
