@@ -1,5 +1,5 @@
 # The compiled core's hide() and show(), which collector.py explains: C inline functions that
-# engine.pxd cimports. collector.py is not compiled; the pure-Python engine never calls these.
+# scheduler.pxd cimports. collector.py is not compiled; the pure-Python scheduler never calls these.
 from .operation cimport _OperationCore
 
 

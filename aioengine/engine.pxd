@@ -14,6 +14,5 @@ cdef class Engine:
     cdef dict __dict__
     cdef object __weakref__
     cdef public Scheduler _core
-    cdef public object _gpu_backend
     cdef public object _settings
     cdef public object _var_count

@@ -71,7 +71,6 @@ _partial = functools.partial
 _CO_COROUTINE = 128  # inspect.CO_COROUTINE
 _NORMAL = FnProperty.NORMAL
 _CPU0 = cpu(0)
-_DONE_STATE = 3  # OpState.DONE: a wait marker finished
 
 
 def _check_timeout(timeout: object) -> None:
@@ -176,12 +175,11 @@ class Engine:
                 f"gpu_backend must be a device backend (aioengine.SimulatedGPU() or "
                 f"aioengine.CupyBackend()), got {gpu_backend!r}"
             )
-        self._gpu_backend = gpu_backend
         self._var_count = 0  # Vars created (their default names), under the engine lock
         # The scheduler core: every operation's cycle and the state it needs (scheduler.py).
         self._core = Scheduler(
             self._settings,
-            _partial(open_gpu, backend=gpu_backend),
+            _partial(open_gpu, backend_box=[gpu_backend]),
             (OpLogger(),) if logger.isEnabledFor(logging.DEBUG) else (),
         )
         if self._settings.watchdog is not None:
@@ -314,7 +312,9 @@ class Engine:
             raise BaseExceptionGroup("unhandled errors in aioengine.Engine", errors)
 
     def __del__(self) -> None:
-        # __init__ may have failed before _executors existed: then there is nothing to release.
+        # __init__ may have failed before _core existed: then there is nothing to release.
+        # The last reference may be dropped inside one of the scheduler's critical sections
+        # on this very thread, so nothing here takes the engine lock.
         core = getattr(self, "_core", None)
         if core is not None and core._executors and core._state is not State.CLOSED:
             warnings.warn(
@@ -326,7 +326,7 @@ class Engine:
                 # frame when compiled (a compiled __del__ has no frame of its own).
                 stacklevel=1 if _COMPILED else 2,
             )
-            self._core._shutdown_executors(wait=False)
+            core._abandon_executors()
 
     def new_var(self, name: str | None = None, *, value: object = NO_VALUE) -> Var:
         """Create a Var of this engine; safe from any thread.
@@ -976,7 +976,16 @@ class Engine:
         2 s (a ``signal.signal()`` handler that interrupted the engine inside it), the dump
         is empty and its ``note`` says why.
         """
-        self._core._segments.flush(self._core)  # its members queue on their Vars, to be shown
+        core = self._core
+        segments = core._segments
+        # An open segment's members queue on their Vars first, to be shown; the wait for the
+        # lock is bounded as build_dump's own is (a signal handler may have interrupted it).
+        if segments.open is not None and core._lock.acquire(timeout=_dump._LOCK_WAIT):
+            try:
+                if segments.open is not None:
+                    segments.flush_locked(core)
+            finally:
+                core._lock.release()
         return _dump.build_dump(self)
 
     def statistics(self) -> EngineStatistics:

@@ -4,7 +4,7 @@ A :class:`Fence` is the event recorded on a stream after one GPU operation was e
 (MXNet's async GPU engine, RFC apache/mxnet#18951). Each :class:`~aioengine.Var` remembers the
 fence of its last GPU writer and the newest GPU reader fence per stream since that write.
 
-Ordering rules (written here only; ``engine.py`` applies them, ``var.py`` holds the state):
+Ordering rules (written here only; ``gpu_sync.py`` applies them, ``var.py`` holds the state):
 
 - A GPU operation on stream S orders itself after the fences it depends on with
   ``S.wait_event``: for a read, the Var's writer (read-after-write); for a write, the writer and

@@ -1,11 +1,11 @@
 """GPU synchronisation: the collaborator that runs operations on GPU streams and orders them.
 
-The scheduler (``scheduler.py``) knows nothing of GPUs: it reaches this module through its
+The scheduler (``scheduler.py``) knows GPUs only as executors: it reaches this module through its
 ``_gpu`` field, which stays None until the first push to a ``gpu(i)`` context, so the CPU-only
 path pays one ``is None`` test. From then on :class:`GpuSync` owns everything GPU:
 
 - routing (:meth:`GpuSync.route`): plain functions run on the device's stream workers
-  (``executors/self.py``); ``FnProperty.ASYNC``, ``DELETE_VAR`` and callback-style functions are
+  (``executors/gpu.py``); ``FnProperty.ASYNC``, ``DELETE_VAR`` and callback-style functions are
   host consumers on the loop;
 - the GPU execute path (:meth:`GpuSync.execute`, on a GPU worker thread): cross-stream waits,
   the launch, the fence (``fence.py`` has the ordering rules) and the early release of the
@@ -20,7 +20,7 @@ path pays one ``is None`` test. From then on :class:`GpuSync` owns everything GP
 Design notes, with the reasons, are in ``docs/design.md`` (section GPU).
 
 State (guarded by the engine lock, ``core._lock``; the device-level state is
-:class:`~aioengine.executors.self.GpuDevices`', which this class extends):
+:class:`~aioengine.executors.gpu.GpuDevices`', which this class extends):
 
 - ``_core``: the scheduler this collaborator serves (it calls the scheduler's ``_locked``
   bookkeeping; the scheduler never imports this module).
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import weakref
 from typing import Any
 
 from . import instrument as _instrument
@@ -63,10 +64,11 @@ _DEVICE_FAILED = -1  # the status of a fence settled because its device failed e
 _context_run = contextvars.Context.run  # unbound: no method lookup per launch
 
 
-def open_gpu(core: Scheduler, ctx: Context, backend: DeviceBackend | None) -> GpuSync:
+def open_gpu(core: Scheduler, ctx: Context, backend_box: list[DeviceBackend | None]) -> GpuSync:
     """Create ``core``'s GPU collaborator on the first push to a GPU context (any thread).
 
-    ``backend`` is the engine's ``gpu_backend`` (None: CuPy, loaded now). Raises
+    ``backend_box`` holds the engine's ``gpu_backend`` (None: CuPy, loaded now and kept there
+    for the next attempt). Raises
     :class:`~aioengine.DeviceUnavailableError` if ``ctx``'s device cannot be used, with the
     scheduler unchanged; two threads racing here make one collaborator.
     """
@@ -75,11 +77,12 @@ def open_gpu(core: Scheduler, ctx: Context, backend: DeviceBackend | None) -> Gp
             f"{core!r} is not bound to an event loop yet, and GPU operations need it (its "
             "poller observes their completion); use the engine from a coroutine first"
         )
+    backend = backend_box[0]
     if backend is None:
         from .executors.cupy_streams import CupyBackend
 
         try:
-            backend = CupyBackend()
+            backend = backend_box[0] = CupyBackend()
         except DeviceUnavailableError as exc:  # no CuPy: say which push failed
             raise DeviceUnavailableError(f"cannot run on {ctx!r}: {exc}") from None
     backend.check(ctx.device_id)
@@ -123,7 +126,10 @@ class GpuSync(GpuDevices):
             host_sync=host_sync,
             max_inflight=max_inflight,
         )
-        self._core = core
+        # Weakly: the scheduler holds this collaborator (``_gpu``), and a reference back would
+        # make a cycle that only the cycle collector frees (the operations in flight hold
+        # the scheduler while this works for them).
+        self._core: Scheduler = weakref.proxy(core)
         self._fence_seq = 0
         self._gpu_pending: dict[Fence, None] = {}
         self._stuck_streams: set[int] = set()

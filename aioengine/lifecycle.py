@@ -20,7 +20,8 @@ built on has been reset):
    workers, get new locks and drop what they queued; they accept nothing more.
 2. :data:`pollers_after_fork`: the fence pollers (``poller.py``) forget their thread (the
    parent's) and get new locks; the next fence starts a thread in the child.
-3. :data:`engines_after_fork`: engines (``engine.py``) get a new lock and raise on every use.
+3. :data:`engines_after_fork`: engines (their scheduler, ``scheduler.py``) get a new lock and
+   raise on every use.
 4. :data:`portals_after_fork`: BlockingEngines (``blocking.py``) forget their loop thread
    (the parent's), raise on use, and leave :data:`portals_at_exit`.
 

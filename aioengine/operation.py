@@ -419,8 +419,9 @@ def new_operation(
     op = cls.__new__(cls)  # is called directly, as a C function
     op.name = name
     op._engine = engine
-    # The façade: an engine with live operations stays alive, so it is never finalized by a
-    # reference that the scheduler drops inside a critical section (its __del__ takes the lock).
+    # The façade (Engine): an engine with live operations stays alive, as before the split;
+    # its finalizer takes no lock, for the scheduler may drop the last reference inside a
+    # critical section.
     op._owner = owner
     op._fn = fn  # dropped when the operation finishes, so its closure is freed
     op._kind = kind

@@ -56,7 +56,7 @@ cdef class Scheduler:
 
     # Every operation's path: push, queue, start, run, finish, release.
     @cython.locals(op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType)
-    cpdef _push(self, owner, fn, int kind, ctx, tuple reads, tuple writes, prop, priority, name,
+    cpdef _push(self, owner, fn, int kind, ctx, tuple const, tuple mutate, prop, priority, name,
                 deleting, handle=*)
     @cython.locals(op=_OperationCore)
     cpdef _enqueue_loop_locked(self, op)

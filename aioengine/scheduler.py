@@ -292,6 +292,21 @@ class Scheduler:
         if _COMPILED:  # live operations are hidden from the collector (collector.py)
             _watch_collections(self)
 
+    def _abandon_executors(self) -> None:
+        """Shut every executor down without waiting and without the lock.
+
+        For the façade's finalizer, which may run inside a critical section of this thread
+        (the engine's last reference dropped there): each step is one operation on a dict or
+        a field, atomic under the GIL, and nothing creates an executor any more (no façade is
+        left to push).
+        """
+        executors = list(self._executors.values())
+        self._executors.clear()
+        self._routes.clear()
+        self._last_route = (None, None, None)
+        for executor in executors:
+            executor.shutdown(False)
+
     def __repr__(self) -> str:
         mode = "serial" if self._settings.serial else f"cpu_workers={self._settings.cpu_workers}"
         return f"<aioengine.Engine {self._state.value} pending={len(self._live)} {mode}>"

@@ -31,7 +31,7 @@ cdef class Var:
     # call (called from Python, they return 0).
     @cython.locals(op=_OperationCore, write=bint, queue=list, head=Py_ssize_t, end=Py_ssize_t)
     cpdef int _grant(self, list ready) except -1
-    # append_all, and serial mode's sequencer (engine.py), queue every operation here: C
+    # append_all, and serial mode's sequencer (scheduler.py), queue every operation here: C
     # calls, not Python ones.
     @cython.locals(queued=Py_ssize_t, queue=list)
     cpdef bint _append(self, op, bint write) except -1
@@ -46,7 +46,7 @@ cpdef release_all(tuple vars_, Py_ssize_t nreads, list ready, bint completed)
 
 cpdef Py_ssize_t drop_consumed(list items, Py_ssize_t head) except -1
 
-# Every push checks and deduplicates its Var lists (engine.py): C calls, typed.
+# Every push checks and deduplicates its Var lists (engine.py, the façade): C calls, typed.
 @cython.locals(nm=Py_ssize_t, var=Var)
 cpdef tuple checked_writes(owner, mutate_vars)
 @cython.locals(nc=Py_ssize_t, var=Var, const=tuple)

@@ -16,7 +16,7 @@ common Var are granted (and so run) in push order, and readers between two write
 Requests are the "futures" of the design: instead of an ``asyncio.Future`` per request, a grant
 decrements the operation's counter of ungranted requests and hands it to the engine when the
 counter reaches zero (MXNet's ``wait`` counter). This keeps the observable behaviour of a FIFO of
-futures while costing no event-loop round trip per grant; see ``engine.py``.
+futures while costing no event-loop round trip per grant; see ``scheduler.py``.
 
 A request is not an object: the queue holds ``op, write, op, write, ...`` flattened into one
 list, and a granted request is only a count (``_reads``) or a flag (``_writing``). An engine
@@ -537,7 +537,7 @@ def checked_reads(
         const = tuple(c)
     else:
         const = tuple(dict.fromkeys(c))
-    # Below, tuple([...]) rather than a generator: the compiled core (engine.pxd) makes
+    # Below, tuple([...]) rather than a generator: the compiled core (var.pxd) makes
     # this a cpdef method, in which Cython does not support closures.
     if len(mutate) > 8:  # long lists: a set, not nc * nm comparisons
         written = set(mutate)

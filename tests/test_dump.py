@@ -245,3 +245,21 @@ def _lineno() -> int:
     import sys
 
     return sys._getframe(1).f_lineno
+
+
+async def test_dump_gives_up_on_a_busy_lock_with_a_bulk_segment_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same, with a bulk segment open: closing it first must not wait for the lock
+    either."""
+    monkeypatch.setattr(dump_module, "_LOCK_WAIT", 0.05)
+    async with ae.Engine() as engine:
+        x = engine.new_var("x")
+        with engine.bulk(8):
+            op = engine.push_sync(lambda r: None, mutate_vars=[x], prop=ae.FnProperty.ASYNC)
+            assert engine._core._segments.open is not None
+            with engine._core._lock:  # held, as by the code a signal handler interrupted
+                dump = engine.dump()
+            assert dump.note is not None
+            assert engine.dump().note is None  # once the lock is free
+        await op

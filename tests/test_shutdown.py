@@ -593,3 +593,58 @@ class TestGarbageCollected:
         for t in threads:
             await asyncio.to_thread(t.join, 10)
         assert [t.is_alive() for t in threads] == [False] * 3
+
+
+DROPPED_INSIDE_THE_SCHEDULER = {
+    # A loop operation skipped (its input failed on the pool) after the engine was dropped:
+    # claiming it drops the last reference to the engine with the lock held.
+    "skipped": """
+        import warnings
+        warnings.simplefilter("ignore", ResourceWarning)
+
+        def boom(rctx):
+            raise ValueError("boom")
+
+        async def main():
+            engine = ae.Engine(cpu_workers=1)
+            v = engine.new_var("v")
+            gate = threading.Event()
+            engine.push_sync(lambda r: gate.wait(), mutate_vars=[v], name="gate")
+            engine.push_sync(boom, mutate_vars=[v], name="boom")
+            engine.push_sync(lambda r: None, const_vars=[v], prop=ae.FnProperty.ASYNC)
+            del engine, v
+            gate.set()
+            for _ in range(50):
+                await asyncio.sleep(0.01)
+            print("loop alive", flush=True)
+    """,
+    # GPU work in flight when the engine is dropped: settling its fence drops the operation,
+    # and with it the last reference to the engine, with the lock held.
+    "gpu-fence": """
+        import warnings
+        warnings.simplefilter("ignore", ResourceWarning)
+
+        async def main():
+            engine = ae.Engine(gpu_backend=ae.SimulatedGPU())
+            v = engine.new_var("v")
+            engine.push_sync(lambda r: None, ae.gpu(0), mutate_vars=[v])
+            del engine, v
+            for _ in range(50):
+                await asyncio.sleep(0.01)
+            print("loop alive", flush=True)
+    """,
+}
+
+
+class TestDroppedInsideTheScheduler:
+    """An engine whose last reference goes inside one of its scheduler's critical sections is
+    finalized there: its finalizer must not wait for the lock that this thread holds."""
+
+    @pytest.mark.parametrize("case", list(DROPPED_INSIDE_THE_SCHEDULER))
+    def test_the_loop_goes_on_and_the_interpreter_exits(self, case: str) -> None:
+        body = SCRIPT_HEADER.format(loop="asyncio") + textwrap.dedent(
+            DROPPED_INSIDE_THE_SCHEDULER[case]
+        )
+        proc = run_script(body + "\nrun(main)\nprint('returned', flush=True)\n", timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == ["loop", "alive", "returned"]

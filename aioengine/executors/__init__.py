@@ -5,7 +5,7 @@ executor knows nothing about Vars, operations or failures: it is built with a ``
 (the engine's), receives opaque items with an integer key, and calls ``run(item, rctx)`` once
 per item on one of its workers, with the :class:`~aioengine.RunContext` of that worker.
 Everything else (skipping, completion, releasing Vars) happens inside ``run``. GPU and remote
-executors plug in here without touching ``var.py`` or ``engine.py``.
+executors plug in here without touching ``var.py`` or ``scheduler.py``.
 
 Ordering promise every executor keeps: among the items submitted and not started, the one with
 the smallest key starts first (the engine's keys encode priority, then push order).

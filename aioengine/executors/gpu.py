@@ -8,7 +8,7 @@ device and stream are thread-local, so this is what makes it safe).
 
 :class:`GpuDevices` is the engine's per-device GPU state: the backend, the executors, which
 devices failed (sticky: a CUDA error poisons the process), and the optional bound on in-flight
-work. Operations, fences and Vars stay in ``engine.py`` / ``fence.py``.
+work. Operations, fences and Vars stay in ``gpu_sync.py`` / ``fence.py``.
 
 Locking: ``_cond`` guards ``_broken``, ``_dead`` and ``_inflight``; a worker waiting for an
 in-flight slot waits on it, so it is never held with the engine lock requested (lock order:

@@ -246,7 +246,9 @@ def await_stack(task: asyncio.Task[Any]) -> tuple[str, ...]:
     return tuple(frames)
 
 
-_LOCK_WAIT = 2.0  # seconds: the engine's critical sections are far shorter
+#: Seconds: the bound of every wait for the engine lock here (and in Engine.dump()); the
+#: engine's critical sections are far shorter.
+_LOCK_WAIT = 2.0
 _LOCK_BUSY = (
     "(no snapshot: the engine's lock stayed busy for {} s. Called from a signal handler "
     "installed with signal.signal()? It may have interrupted the engine inside its lock: "

@@ -50,6 +50,7 @@ _INTERNAL = frozenset(
         "aioengine.ergonomic",
         "aioengine.var",
         "aioengine.blocking",
+        "aioengine._blocking_generated",
     }
 )
 
