@@ -21,8 +21,7 @@ cdef class LoopQueue:
     @cython.locals(op=_OperationCore, fifo=list, n=Py_ssize_t, seq=Py_ssize_t, i=Py_ssize_t,
                    gap=Py_ssize_t)
     cpdef bint _fifo_put(self, op) except -1
-    @cython.locals(first=_OperationCore, fifo=list, heap=list, head=Py_ssize_t, n=Py_ssize_t)
+    @cython.locals(first=_OperationCore, op=_OperationCore, fifo=list, heap=list,
+                   head=Py_ssize_t, n=Py_ssize_t, kept=Py_ssize_t)
     cpdef pop_locked(self)
-    @cython.locals(head=Py_ssize_t, kept=Py_ssize_t)
-    cpdef compact_locked(self)
     cpdef bint empty_locked(self) except -1

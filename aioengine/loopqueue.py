@@ -9,7 +9,7 @@ The queue is two structures. A priority-0 operation (its key is its ``_seq``) go
 of its ``_seq`` in the FIFO ``fifo``, whose slot ``i`` holds the operation with ``_seq ==
 base + i``, or None (an operation not READY, a claimed one, or a number no loop operation
 has). Its live part starts at ``head``: claimed and skipped slots before it are dropped in
-bulk (:meth:`LoopQueue.compact_locked`). Operations made ready in any order by completions on
+bulk (as :meth:`LoopQueue.pop_locked` goes). Operations made ready in any order by completions on
 the loop thread have larger numbers than the one that ran, so they usually land at or after
 the head: a list's index and append, C operations compiled. Any other operation (a priority,
 a number behind the head, or one so far ahead that the padding would more than double the
@@ -93,8 +93,9 @@ class LoopQueue:
     def pop_locked(self) -> Operation[Any] | None:
         """Take the best queued operation out of the queue; None if it is empty (lock held).
 
-        ``head`` is written back before the caller starts the operation: a skip's release
-        may put more, and :meth:`put_locked` reads it.
+        The FIFO's consumed prefix is dropped on the way (amortised, ``drop_consumed``), and
+        ``head`` is written back before the caller starts the operation: a skip's release may
+        put more, and :meth:`put_locked` reads it.
         """
         fifo = self.fifo
         heap = self.heap
@@ -102,22 +103,19 @@ class LoopQueue:
         head = self.head
         while head < n and fifo[head] is None:
             head += 1  # a slot whose op is not READY yet, or never a loop op
-        self.head = head
         first = fifo[head] if head < n else None  # the FIFO's best; the heap's is heap[0]
         if first is not None and not (heap and heap[0] < first._key):
             fifo[head] = None
-            self.head = head + 1
-            return first
-        if heap:
-            return self.heap_ops.pop(heappop(heap))
-        return None
-
-    def compact_locked(self) -> None:
-        """Drop the FIFO's consumed prefix (lock held)."""
-        head = self.head
-        kept = drop_consumed(self.fifo, head)
+            head += 1
+            op: Operation[Any] | None = first
+        elif heap:
+            op = self.heap_ops.pop(heappop(heap))
+        else:
+            op = None
+        kept = drop_consumed(fifo, head)
         self.base += head - kept
         self.head = kept
+        return op
 
     def empty_locked(self) -> bool:
         """Whether no operation is queued (lock held)."""

@@ -68,7 +68,8 @@ cdef class Scheduler:
     cpdef bint _start_locked(self, op, list todo) except -1
     @cython.locals(op=_OperationCore, kind=int)
     cpdef _execute_one(self, op, rctx, bint claimed=*, bint more=*)
-    @cython.locals(op=_OperationCore, only=_OperationCore, candidate=_OperationCore)
+    @cython.locals(op=_OperationCore, only=_OperationCore, candidate=_OperationCore,
+                   queue=LoopQueue)
     cpdef _finish_and_continue(self, op, result)
     @cython.locals(op=_OperationCore)
     cpdef _done_locked(self, op, result, list ready)
@@ -76,5 +77,5 @@ cdef class Scheduler:
     cpdef _complete_locked(self, op, state)
     @cython.locals(op=_OperationCore)
     cpdef _show_live(self)
-    @cython.locals(op=_OperationCore, i=Py_ssize_t)
+    @cython.locals(op=_OperationCore, i=Py_ssize_t, queue=LoopQueue)
     cpdef list _dispatch_locked(self, list ready)

@@ -519,7 +519,8 @@ class Scheduler:
             else:
                 op._state = _READY
                 if target is None:
-                    self._enqueue_loop_locked(op)
+                    if self._loop_queue.put_locked(op):  # _enqueue_loop_locked, inlined
+                        self._call_soon_locked(self._run_loop_queue)
                     return op
                 todo = None
         finally:
@@ -604,6 +605,7 @@ class Scheduler:
         eagerly, in the caller.
         """
         todo: list[Operation[Any]] = []
+        queue = self._loop_queue
         i = 0
         while i < len(ready):
             op = ready[i]
@@ -626,14 +628,15 @@ class Scheduler:
                     todo.append(op)
                 elif (
                     op._kind == _CORO
-                    and self._loop_queue.empty_locked()
+                    and queue.head == len(queue.fifo)  # queue.empty_locked(), inlined
+                    and not queue.heap
                     and _get_ident() == self._loop_thread
                     and self._loop is not None
                     and self._loop.get_task_factory() is None
                 ):
                     todo.append(op)  # started at once by _submit
-                else:
-                    self._enqueue_loop_locked(op)
+                elif queue.put_locked(op):  # _enqueue_loop_locked, inlined
+                    self._call_soon_locked(self._run_loop_queue)
         return todo
 
     def _submit(self, todo: list[Operation[Any]]) -> None:
@@ -762,9 +765,7 @@ class Scheduler:
         while True:
             op = queue.pop_locked()
             if op is None or self._start_locked(op, todo):
-                break
-        queue.compact_locked()
-        return op
+                return op
 
     def _start_locked(self, op: Operation[Any], todo: list[Operation[Any]]) -> bool:
         """Mark READY ``op`` RUNNING and return True; False if it was cancelled while queued
@@ -998,6 +999,7 @@ class Scheduler:
         no queue (or just taken from one), nobody else can.
         """
         target = op._target
+        queue = self._loop_queue
         ready: list[Any] = []
         nxt = None
         self._lock_acquire()
@@ -1006,7 +1008,8 @@ class Scheduler:
             if (
                 target is None
                 and len(ready) == 1
-                and self._loop_queue.empty_locked()
+                and queue.head == len(queue.fifo)  # queue.empty_locked(), inlined
+                and not queue.heap
                 and not self._failures
                 and self._gpu is None
             ):
