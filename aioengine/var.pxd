@@ -23,8 +23,8 @@ cdef class Var:
     cdef public bint _writing
     cdef public object name
 
-    # The grant rule: a C function inlined into _append and _grant, the only callers on the
-    # operations' path (_check_invariants, in this module too, calls it as well).
+    # The grant rule: a C function inlined into _append, append_all and _grant, its callers on
+    # the operations' path (_check_invariants, in this module too, calls it as well).
     cdef inline bint _try_grant(self, bint write) noexcept
     # A waiter is an operation (_OperationCore): its counter and state are C struct members.
     # _grant and _release return int, not object: no None to count references to on each C
@@ -33,8 +33,9 @@ cdef class Var:
     cpdef int _grant(self, list ready) except -1
     # append_all, and serial mode's sequencer (scheduler.py), queue every operation here: C
     # calls, not Python ones.
-    @cython.locals(queued=Py_ssize_t, queue=list)
     cpdef bint _append(self, op, bint write) except -1
+    @cython.locals(queue=list)
+    cdef int _enqueue(self, op, bint write) except -1
     cpdef int _release(self, bint write, list ready, bint completed_write) except -1
 
 

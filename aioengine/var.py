@@ -219,7 +219,7 @@ class Var:
         A read is granted while no write is held (so readers overlap); a write once nothing
         is held, neither a write nor a read. A grant is only counted: ``_reads`` or
         ``_writing``, whose invariant (a held write excludes held reads) this keeps. The
-        compiled core inlines it into its two callers.
+        compiled core inlines it into its callers.
         """
         if write:
             if self._writing or self._reads:
@@ -239,16 +239,19 @@ class Var:
         Appending never makes another request grantable, so the caller only has to count
         this one (``op._wait``).
         """
-        queued = self._queued
-        if not queued and self._try_grant(write):
+        if not self._queued and self._try_grant(write):
             return True
+        self._enqueue(op, write)
+        return False
+
+    def _enqueue(self, op: _Waiter, write: bool) -> None:
+        """Queue ``op``'s request behind every earlier one (not granted now)."""
         queue = self._queue
         if queue is None:
             queue = self._queue = []
         queue.append(op)
         queue.append(write)
-        self._queued = queued + 1
-        return False
+        self._queued += 1
 
     def _holds(self, op: _Waiter) -> bool:
         """Whether ``op``'s request on this Var was granted (see the module docstring)."""
@@ -401,14 +404,18 @@ def append_all(op: _Waiter, reads: tuple[Var, ...], writes: tuple[Var, ...]) -> 
     """:meth:`Var._append` for every Var of a push (reads, then writes); return how many of
     ``op``'s requests were queued, not granted (caller holds the engine lock).
 
-    Every push's path: in the compiled core each call is a C call to the final class's method.
+    Every push's path, so :meth:`Var._append` is unrolled here: one call per Var, the grant
+    rule's (:meth:`Var._try_grant`), and a second only for a request that queues; in the
+    compiled core both are C calls to the final class's methods, the first one inlined.
     """
     wait = 0
     for v in reads:
-        if not v._append(op, False):
+        if v._queued or not v._try_grant(False):
+            v._enqueue(op, False)
             wait += 1
     for v in writes:
-        if not v._append(op, True):
+        if v._queued or not v._try_grant(True):
+            v._enqueue(op, True)
             wait += 1
     return wait
 
