@@ -696,3 +696,27 @@ class TestLifecycle:
         async with ae.Engine(cpu_workers=2) as engine:
             assert repr(engine) == "<aioengine.Engine open pending=0 cpu_workers=2>"
         assert repr(ae.Engine(serial=True)) == "<aioengine.Engine open pending=0 serial>"
+
+
+class TestSchedulerState:
+    """``Scheduler.validate_state()`` (used by the model tests) sees a broken invariant."""
+
+    async def test_a_consistent_engine_passes_and_a_broken_one_fails(self) -> None:
+        async with ae.Engine() as engine:
+            x = engine.new_var("x")
+            gate = asyncio.Event()
+
+            async def hold(rctx: ae.RunContext) -> None:
+                await gate.wait()
+
+            engine.push_async(hold, mutate_vars=[x])
+            engine.push_sync(lambda r: None, const_vars=[x], prop=ae.FnProperty.ASYNC)
+            await asyncio.sleep(0)
+            core = engine._core
+            core.validate_state()
+            core._loop_queue.heap.append(7)  # a key with no operation
+            with pytest.raises(AssertionError, match="heap and its ops"):
+                core.validate_state()
+            core._loop_queue.heap.pop()
+            core.validate_state()
+            gate.set()

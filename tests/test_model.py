@@ -353,6 +353,7 @@ class Runner:
     def check_invariants(self) -> None:
         for var in self.vars:
             var._check_invariants()
+        self.engine._core.validate_state()  # the scheduler's own state (scheduler.py)
 
 
 async def raised_by(wait: Callable[[], Any]) -> tuple[BaseException, ...]:
