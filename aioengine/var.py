@@ -438,14 +438,24 @@ def drop_consumed(items: list[Any], head: int) -> int:
 
 def release_all(vars_: tuple[Var, ...], nreads: int, ready: list[Any], completed: bool) -> None:
     """:meth:`Var._release` for every request of an operation that held all of them: its
-    ``_vars``, the first ``nreads`` read (caller holds the engine lock); C calls in the
-    compiled core, as in :func:`append_all`."""
+    ``_vars``, the first ``nreads`` read (caller holds the engine lock).
+
+    Every operation's path, so :meth:`Var._release`'s bookkeeping is unrolled here (no call
+    per Var in the pure build); what it lets in is still the grant rule's, through
+    :meth:`Var._grant`, called only when requests are queued.
+    """
     for i in range(nreads):
         v = vars_[i]
-        v._release(False, ready, completed)
+        v._reads -= 1
+        if v._queued and not v._reads:
+            v._grant(ready)
     for i in range(nreads, len(vars_)):
         v = vars_[i]
-        v._release(True, ready, completed)
+        v._writing = False
+        if completed:
+            v._version += 1
+        if v._queued:
+            v._grant(ready)
 
 
 def queued_behind(first: Any, target: Any = None) -> set[Any]:
