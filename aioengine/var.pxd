@@ -33,13 +33,12 @@ cdef class Var:
     cpdef int _grant(self, list ready) except -1
     # append_all, and serial mode's sequencer (scheduler.py), queue every operation here: C
     # calls, not Python ones.
+    @cython.locals(queued=Py_ssize_t, queue=list)
     cpdef bint _append(self, op, bint write) except -1
-    @cython.locals(queue=list)
-    cdef int _enqueue(self, op, bint write) except -1
     cpdef int _release(self, bint write, list ready, bint completed_write) except -1
 
 
-@cython.locals(v=Var, wait=Py_ssize_t)
+@cython.locals(v=Var, wait=Py_ssize_t, queue=list)
 cpdef append_all(op, tuple reads, tuple writes)
 
 @cython.locals(v=Var, i=Py_ssize_t)

@@ -239,19 +239,16 @@ class Var:
         Appending never makes another request grantable, so the caller only has to count
         this one (``op._wait``).
         """
-        if not self._queued and self._try_grant(write):
+        queued = self._queued
+        if not queued and self._try_grant(write):
             return True
-        self._enqueue(op, write)
-        return False
-
-    def _enqueue(self, op: _Waiter, write: bool) -> None:
-        """Queue ``op``'s request behind every earlier one (not granted now)."""
         queue = self._queue
         if queue is None:
             queue = self._queue = []
         queue.append(op)
         queue.append(write)
-        self._queued += 1
+        self._queued = queued + 1
+        return False
 
     def _holds(self, op: _Waiter) -> bool:
         """Whether ``op``'s request on this Var was granted (see the module docstring)."""
@@ -404,18 +401,28 @@ def append_all(op: _Waiter, reads: tuple[Var, ...], writes: tuple[Var, ...]) -> 
     """:meth:`Var._append` for every Var of a push (reads, then writes); return how many of
     ``op``'s requests were queued, not granted (caller holds the engine lock).
 
-    Every push's path, so :meth:`Var._append` is unrolled here: one call per Var, the grant
-    rule's (:meth:`Var._try_grant`), and a second only for a request that queues; in the
-    compiled core both are C calls to the final class's methods, the first one inlined.
+    Every push's path, so :meth:`Var._append` is unrolled here: the grant rule is asked
+    (:meth:`Var._try_grant`, a C function inlined in the compiled core) only when nothing is
+    queued, and a request that must wait is queued in place.
     """
     wait = 0
     for v in reads:
         if v._queued or not v._try_grant(False):
-            v._enqueue(op, False)
+            queue = v._queue
+            if queue is None:
+                queue = v._queue = []
+            queue.append(op)
+            queue.append(False)
+            v._queued += 1
             wait += 1
     for v in writes:
         if v._queued or not v._try_grant(True):
-            v._enqueue(op, True)
+            queue = v._queue
+            if queue is None:
+                queue = v._queue = []
+            queue.append(op)
+            queue.append(True)
+            v._queued += 1
             wait += 1
     return wait
 
