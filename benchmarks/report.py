@@ -261,7 +261,7 @@ def render(data: dict[str, object]) -> str:
         "  the floor almost none, and the first collections of the timed region used to walk",
         "  them, a full collection among them (1.4 µs per operation on `noop/fanout`).",
         "- **Fewer Python calls per operation** (15 instead of 22 for an inline one): the",
-        "  grant rule applied to all of an operation's Vars in one call, locks taken with",
+        "  Vars of an operation appended and released in one call each, locks taken with",
         "  `acquire()`/`release()` (`with lock:` costs twice as much on CPython 3.11), no",
         "  `getpid()` system call per push on the loop's thread, enum members bound to module",
         "  constants (`OpState.PENDING` is a lookup through the Enum metaclass each time).",
