@@ -243,15 +243,15 @@ class Scheduler:
         self._settings = settings
         self._open_gpu = open_gpu
         self._pid = os.getpid()
-        self._forked = False  # set in a child process after os.fork(): every use raises
+        self._forked = False
         # The hot paths (push, start, finish) take and give back the lock in a try statement
         # ("with lock:" costs twice as much: __exit__ takes three arguments), with calls
         # that _use_lock keeps bound; an EngineLock's are one C call each (lock.py).
         self._use_lock(EngineLock())
         self._state = State.OPEN
-        self._loop: asyncio.AbstractEventLoop | None = None  # bound once, on first use
-        self._loop_thread = 0  # ident of the thread running _loop
-        # _loop's is_running, bound with it: every push on the loop's thread asks it.
+        # Bound once, in one critical section with the next two (_bind).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
         self._loop_is_running: Callable[[], bool] | None = None
         self._seq = 0
         # Set in the critical section that marks a Var deleted, so a push (which checks it
@@ -261,7 +261,7 @@ class Scheduler:
         self._failures: dict[_Failure, None] = {}
         self._idle_waiters: list[asyncio.Future[None]] = []
         self._capacity_waiters: list[asyncio.Future[None]] = []
-        self._executors: dict[str, Executor] = {}  # created on first use
+        self._executors: dict[str, Executor] = {}
         self._routes: dict[tuple[Context, FnProperty], Executor | None] = {}
         # Checked by identity first: a push loop repeats one context and property, and
         # hashing a Context or an enum runs Python code. Replaced whole (one tuple), so a
@@ -271,22 +271,21 @@ class Scheduler:
         self._loop_rctx: RunContext | None = None
         self._loop_ctx: Context | None = None  # loop thread only
         # Invariant: _inbox_scheduled is True iff a _drain_inbox call is scheduled and has
-        # not yet swapped _inbox out; the same for the loop queue.
+        # not yet swapped _inbox out (the loop queue keeps its own: LoopQueue.scheduled).
         self._inbox: list[Operation[Any]] = []
         self._idle_due = False
         self._capacity_due = False
         self._inbox_scheduled = False
-        self._loop_queue = LoopQueue()  # READY loop-thread operations (loopqueue.py)
+        self._loop_queue = LoopQueue()
         self._wakes: list[Executor] = []
         # Replaced, never mutated, under the lock (instrument.install_locked): a hook
         # called without the lock iterates the tuple it read, unchanged.
         self._instruments: tuple[Instrument, ...] = instruments
         self._finished: defaultdict[Executor | None, list[int]] = defaultdict(_zeros)
-        # Serial mode: every operation also writes this hidden Var, so they run one at a time.
         self._sequencer: Var | None = Var(self, "<serial>") if settings.serial else None
-        self._segments = Segments()  # bulk execution: its state is documented there
-        # GPU collaborator, created by the first push to a gpu(i) context; while it is None
-        # no fence exists and host consumers skip the fence checks (the CPU-only fast path).
+        self._segments = Segments()  # its own state is documented in bulk.py
+        # While None, no fence exists and host consumers skip the fence checks (the CPU-only
+        # fast path); set once, under the lock (gpu_sync.open_gpu).
         self._gpu: GpuSeam | None = None
         lifecycle.engines_after_fork.add(self, _after_fork_in_child)
         if _COMPILED:  # live operations are hidden from the collector (collector.py)
