@@ -855,7 +855,9 @@ class Scheduler:
                 self._finish(op, _FAILED, None, exc)
                 # The failure's frames reach this frame through f_back: hold no operation.
                 del op, fn
-                if isinstance(exc, (KeyboardInterrupt, SystemExit)) and rctx is self._loop_rctx:
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)) and (
+                    _get_ident() == self._loop_thread
+                ):
                     raise  # inline on the loop thread: recorded, and the loop still stops
                 return None
             if type(result) in _COROUTINE_TYPES:
@@ -878,6 +880,10 @@ class Scheduler:
                 trim_traceback(exc)
                 self._callback_raised(op, token, exc)
                 del op, fn, token  # as above: the failure's frames reach this frame
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)) and (
+                    _get_ident() == self._loop_thread
+                ):
+                    raise  # as a sync operation's, above
                 return None
             if type(result) in _COROUTINE_TYPES:
                 self._callback_raised(op, token, self._awaitable_result(op, result))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import sys
 import types
 import weakref
 from collections.abc import Awaitable, Callable, Generator
@@ -69,8 +70,12 @@ async def run_coroutine(op: Operation[Any], fn: Callable[..., Any], rctx: RunCon
             except Exception as exc:  # uninstalled and reported, as for the other hooks
                 _instrument.failed(engine, inst, "wrap_coroutine", exc)
         result = await awaitable
-    except GeneratorExit:  # closed unfinished (its loop was closed): it never finishes
-        raise
+    except GeneratorExit as exc:
+        if not _in_own_step(engine._loop, sys._getframe()):
+            raise  # thrown in by close() (its task destroyed with its loop): it never finishes
+        # Raised by fn in a step of this task: a failure like any other (below).
+        trim_traceback(exc)
+        engine._finish(op, OpState.FAILED, None, exc)
     except asyncio.CancelledError as exc:  # its message, if any, is cancel()'s
         engine._finish(op, OpState.CANCELLED, exc.args[0] if exc.args else None, None)
         raise
@@ -80,6 +85,25 @@ async def run_coroutine(op: Operation[Any], fn: Callable[..., Any], rctx: RunCon
         trim_traceback(exc)
         engine._finish(op, OpState.FAILED, None, exc)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise  # recorded, and the loop still stops
+            # Recorded, and the loop still stops, as for every operation that raises one on
+            # the loop thread (docs/guarantees.md). Raised by a loop callback, not by this
+            # task: the task ends normally, so asyncio reports nothing about the engine's
+            # own task ("Task exception was never retrieved").
+            assert engine._loop is not None
+            engine._loop.call_soon(_reraise, exc)
     else:
         engine._finish(op, OpState.DONE, result, None)
+
+
+def _in_own_step(loop: asyncio.AbstractEventLoop | None, frame: types.FrameType) -> bool:
+    """Whether ``frame``, :func:`run_coroutine`'s, runs a step of its own task: True when its
+    function raised, False when ``close()`` threw ``GeneratorExit`` into the suspended
+    coroutine (its task destroyed, its loop closed)."""
+    task = asyncio.current_task(loop) if loop is not None else None
+    return task is not None and getattr(task.get_coro(), "cr_frame", None) is frame
+
+
+def _reraise(exc: BaseException) -> None:
+    """A loop callback that raises ``exc`` (a KeyboardInterrupt or SystemExit) out of the
+    loop, as asyncio does when a task raises one."""
+    raise exc
