@@ -734,9 +734,11 @@ class Engine:
 
         Then, if ``var`` carried a failure at that point, raise it and clear it everywhere
         (the same exception is cleared from every Var carrying it and from the engine's
-        record; operations pushed afterwards run normally). A failure recorded by an
-        operation pushed after this call is left for a later wait. Returns without yielding
-        when ``var`` is idle. Cancelling the wait (or the timeout) leaves the engine unchanged.
+        record) for the operations pushed afterwards, which run normally; an operation
+        pushed before the call still sees it when it starts, and is skipped. A failure
+        recorded by an operation pushed after this call is left for a later wait. Returns
+        without yielding when ``var`` is idle. Cancelling the wait (or the timeout) leaves
+        the engine unchanged.
 
         Raises:
             TimeoutError: if ``timeout`` seconds pass first.
@@ -810,7 +812,7 @@ class Engine:
             else:
                 # Idle: its failure is the wait's now, in this critical section; once the lock
                 # is released, an operation pushed from another thread may run and fail on it.
-                failure = self._core._take_failure_locked(var, var._failure)
+                failure = self._core._take_failure_locked(var._failure)
         if todo:
             self._core._submit(todo)
         if marker is not None:
@@ -827,7 +829,7 @@ class Engine:
                 raise
             with self._core._lock:
                 # Its result: the failure var carried at its turn (see _dispatch_locked).
-                failure = self._core._take_failure_locked(var, marker._result)
+                failure = self._core._take_failure_locked(marker._result)
         if failure is not None:
             raise failure
 

@@ -158,7 +158,7 @@ class GpuSync(GpuDevices):
     def _device_box_locked(self, device_id: int, err: DeviceFailedError) -> _Failure:
         """The one failure record all operations failed by ``device_id`` share (lock held)."""
         box = self._device_boxes.get(device_id)
-        if box is None or box.exc is None:  # none yet, or thrown (and so cleared) already
+        if box is None or not box.unthrown:  # none yet, or thrown (and so cleared) already
             box = self._device_boxes[device_id] = _Failure(err)
             self._core._failures[box] = None
         return box

@@ -52,6 +52,7 @@ cdef class Scheduler:
     cdef public _VarType _sequencer  # serial mode's Var, else None
     cdef public object _settings
     cdef public object _state
+    cdef public list _thrown
     cdef public list _wakes
 
     # Every operation's path: push, queue, start, run, finish, release.

@@ -46,7 +46,12 @@ the invariants):
   ident and its bound ``is_running``.
 - ``_seq``: the sequence number of the latest operation (or marker, or segment).
 - ``_live``: operations pushed and not finished, by sequence number (so in push order).
-- ``_failures``: failures recorded and not thrown yet, in the order they happened.
+- ``_failures``: the failures an operation may still see, in the order they happened: those
+  not thrown yet, and those thrown (``_thrown``) while an operation pushed before the throw
+  is live. Empty on the fast path: a start checks for skips only when it is not.
+- ``_thrown``: the thrown failures still in ``_failures``, in the order they were thrown
+  (so by ``_Failure.cleared``); retired (``_retire_thrown_locked``) once no live operation
+  was pushed before their throw.
 - ``_deleted_vars``: some Var was deleted, so pushes must check their Vars.
 - ``_idle_waiters``, ``_capacity_waiters``: loop futures of ``wait_for_all`` and of the
   backpressured pushes; ``_idle_due``, ``_capacity_due``: they need waking (set off the loop).
@@ -259,6 +264,7 @@ class Scheduler:
         self._deleted_vars = False
         self._live: dict[int, Operation[Any]] = {}
         self._failures: dict[_Failure, None] = {}
+        self._thrown: list[_Failure] = []  # invariant: each is in _failures, cleared set
         self._idle_waiters: list[asyncio.Future[None]] = []
         self._capacity_waiters: list[asyncio.Future[None]] = []
         self._executors: dict[str, Executor] = {}
@@ -329,6 +335,13 @@ class Scheduler:
                 assert op._kind < _WAIT, op
             seg = self._segments.open
             assert seg is None or seg._kind == _BULK, seg
+            cleared = [box.cleared for box in self._thrown]
+            assert None not in cleared, cleared
+            assert cleared == sorted(cleared), cleared  # type: ignore[type-var]
+            assert all(box in self._failures for box in self._thrown), "thrown box not tracked"
+            assert all(box.cleared is not None or box.exc is not None for box in self._failures), (
+                "a retired failure is tracked"
+            )
             assert not self._inbox or self._inbox_scheduled, "inbox not scheduled"
 
     def _use_lock(self, lock: EngineLock | threading.Lock) -> None:
@@ -898,15 +911,20 @@ class Scheduler:
     def _skip_locked(self, op: Operation[Any]) -> list[Operation[Any]] | None:
         """Inherit an input's failure at start; skip ``op`` unless it is NO_SKIP.
 
-        Called with the lock held when some failure is recorded. As in MXNet, the failure is
+        Called with the lock held when ``_failures`` is not empty. As in MXNet, the failure is
         taken at start (when every earlier writer of the inputs has finished), from the first
-        const Var carrying one, else the first mutated Var. Returns None when ``op`` should
-        run; when it was skipped, the operations its release made ready, for the caller to
-        submit once the lock is released.
+        const Var carrying one that ``op`` sees (one thrown after ``op`` was pushed still
+        counts: ``_Failure.seen_by``), else the first mutated Var. Returns None when ``op``
+        should run; when it was skipped, the operations its release made ready, for the
+        caller to submit once the lock is released.
         """
+        if self._thrown:
+            self._retire_thrown_locked()
+        seq = op._seq
         for v in op._vars:
             box = v._failure
-            if box is not None and box.exc is not None:
+            if box is not None and box.seen_by(seq):
+                assert box.exc is not None
                 op._inherited = box
                 if op._prop in _NO_SKIP:
                     return None
@@ -1171,12 +1189,15 @@ class Scheduler:
                 else:
                     self._capacity_due = True
                     self._post_locked()
-            if not self._live and self._idle_waiters:
-                if _get_ident() == self._loop_thread:
-                    self._wake_idle_waiters_locked()
-                else:
-                    self._idle_due = True
-                    self._post_locked()
+            if not self._live:
+                if self._thrown:  # nothing pushed before a throw is live: retire them all
+                    self._retire_thrown_locked()
+                if self._idle_waiters:
+                    if _get_ident() == self._loop_thread:
+                        self._wake_idle_waiters_locked()
+                    else:
+                        self._idle_due = True
+                        self._post_locked()
         if op._waiters is not None or op._callbacks is not None:
             if _get_ident() == self._loop_thread:
                 self._wake_locked(op)
@@ -1299,17 +1320,37 @@ class Scheduler:
             return None
         return current
 
-    def _take_failure_locked(self, var: Var, box: _Failure | None) -> BaseException | None:
-        """Claim the exception of ``box``, the failure ``var`` carried at a wait's turn, and
-        clear it everywhere (lock held): under the lock, so two waits never both throw it.
-        ``var`` keeps a later operation's failure that replaced ``box``."""
-        if box is None:
+    def _take_failure_locked(self, box: _Failure | None) -> BaseException | None:
+        """Claim the exception of ``box``, the failure a Var carried at a wait's turn, unless
+        it was thrown already, and clear it everywhere for the operations pushed from now on
+        (lock held): under the lock, so two waits never both throw it."""
+        if box is None or not box.unthrown:
             return None
-        if var._failure is box:
-            var._failure = None
-        self._failures.pop(box, None)
-        exc, box.exc = box.exc, None
+        exc = box.exc
+        self._throw_locked(box)
+        self._retire_thrown_locked()
         return exc
+
+    def _throw_locked(self, box: _Failure) -> None:
+        """Mark ``box`` thrown now: operations pushed from now on no longer see it, the ones
+        pushed before still do (lock held). It stays in ``_failures`` until retired."""
+        box.cleared = self._seq
+        self._thrown.append(box)
+
+    def _retire_thrown_locked(self) -> None:
+        """Retire the thrown failures that no live operation sees any more (lock held): once
+        every operation pushed before a throw has finished, drop its exception and stop
+        tracking it. ``_live`` is in push order, so its first key is the oldest."""
+        thrown = self._thrown
+        oldest = next(iter(self._live), None)
+        n = 0
+        for box in thrown:
+            if oldest is not None and box.cleared >= oldest:
+                break  # an operation pushed before this throw may still see it
+            box.exc = None
+            del self._failures[box]
+            n += 1
+        del thrown[:n]
 
     def _cancel_marker(self, marker: Operation[None]) -> None:
         ready: list[Any] = []
@@ -1321,12 +1362,14 @@ class Scheduler:
             self._submit(todo)
 
     def _take_failures(self) -> list[BaseException]:
+        """Claim every failure not thrown yet, in the order they happened, and clear them
+        everywhere for the operations pushed from now on (``wait_for_all``, ``aclose``)."""
         with self._lock:
-            boxes = list(self._failures)
-            self._failures.clear()
             errors = []
-            for box in boxes:
-                if box.exc is not None:
+            for box in self._failures:
+                if box.cleared is None:
+                    assert box.exc is not None
                     errors.append(box.exc)
-                    box.exc = None
+                    self._throw_locked(box)
+            self._retire_thrown_locked()
         return errors

@@ -77,14 +77,29 @@ class _Waiter(Protocol):
 class _Failure:
     """A recorded failure, shared by every Var that carries it (MXNet's shared exception_ptr).
 
-    Clearing ``exc`` clears the failure from every Var and operation holding this box at once,
-    which is how ``wait_for_var`` throws a failure only once.
+    A wait that throws it (``wait_for_var``, ``wait_for_all``, ``aclose``) sets ``cleared``
+    to the engine's latest sequence number: the failure is cleared, at once, for every
+    operation pushed after that moment, on every Var carrying it, while every operation
+    pushed before it (:meth:`seen_by`) still sees it, however late it starts. So throwing
+    once never lets an earlier operation run on an input its failed writer never produced.
+    The engine drops ``exc`` (*retires* the box) once no operation pushed before the throw
+    is live any more: a Var that still carries the box keeps no exception alive.
     """
 
-    __slots__ = ("exc",)
+    __slots__ = ("cleared", "exc")
 
     def __init__(self, exc: BaseException) -> None:
-        self.exc: BaseException | None = exc
+        self.exc: BaseException | None = exc  # None once retired
+        self.cleared: int | None = None  # None until thrown: the sequence number at the throw
+
+    def seen_by(self, seq: int) -> bool:
+        """Whether the operation with sequence number ``seq`` sees this failure."""
+        return self.exc is not None and (self.cleared is None or seq <= self.cleared)
+
+    @property
+    def unthrown(self) -> bool:
+        """Whether a wait may still throw it (recorded, and neither thrown nor retired)."""
+        return self.cleared is None and self.exc is not None
 
 
 class _NoValue:
@@ -165,7 +180,9 @@ class Var:
         self._reads = 0  # granted read requests not yet released
         self._writing = False  # a granted write not yet released; invariant: implies _reads == 0
         self._version = 0  # completed (run or skipped) writes
-        self._failure: _Failure | None = None  # the failure this Var carries, if not thrown yet
+        # The failure this Var carries: its latest writer's (or an input's it passed on);
+        # kept when thrown, for the operations pushed before the throw (_Failure).
+        self._failure: _Failure | None = None
         # delete_var was called (the deleting operation, else False): no new request may be
         # appended. Set and cleared (when that operation is cancelled) under the engine lock.
         self._deleted: object = False
@@ -194,7 +211,7 @@ class Var:
             pending_write=self._writing,
             waiting=self._waiting(),
             version=self._version,
-            failed=box is not None and box.exc is not None,
+            failed=box is not None and box.unthrown,
         )
 
     def __repr__(self) -> str:

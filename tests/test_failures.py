@@ -469,6 +469,95 @@ class TestWaitForVar:
         assert info.value is exc
 
 
+class TestThrowOnceKeepsEarlierSkips:
+    """Throwing a failure clears it only for the operations pushed after the throw: every
+    operation pushed before it still sees the failure of the inputs it was pushed behind,
+    however late it starts (with worker threads, B below used to run on a ``y`` that A never
+    wrote). Deterministic: C holds ``z`` until the wait has thrown."""
+
+    @pytest.mark.parametrize("prop", [ae.FnProperty.NORMAL, ae.FnProperty.ASYNC], ids=str)
+    @pytest.mark.parametrize("kind", ["sync", "coroutine", "callback"])
+    async def test_an_op_pushed_before_the_wait_stays_skipped(
+        self, engine: ae.Engine, kind: str, prop: ae.FnProperty
+    ) -> None:
+        exc = Boom()
+        x, y, z, w = (engine.new_var(n) for n in "xyzw")
+        release = asyncio.Event()
+        ran: list[str] = []
+
+        def fail(rctx: ae.RunContext) -> None:
+            raise exc
+
+        async def hold(rctx: ae.RunContext) -> None:
+            await release.wait()
+
+        def note(rctx: ae.RunContext) -> None:
+            ran.append("B")
+
+        async def anote(rctx: ae.RunContext) -> None:
+            ran.append("B")
+
+        def cnote(rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+            ran.append("B")
+            on_complete()
+
+        a = engine.push_sync(fail, mutate_vars=[x, y], prop=prop, name="A")
+        engine.push_async(hold, mutate_vars=[z], name="C")
+        reads = [y, z]
+        if kind == "sync":
+            b = engine.push_sync(note, const_vars=reads, mutate_vars=[w], prop=prop, name="B")
+        elif kind == "coroutine":
+            b = engine.push_async(anote, const_vars=reads, mutate_vars=[w], name="B")
+        else:
+            b = engine.push_async(cnote, const_vars=reads, mutate_vars=[w], prop=prop, name="B")
+        with pytest.raises(Boom) as info:
+            await engine.wait_for_var(x)
+        assert info.value is exc
+        assert b.state is ae.OpState.PENDING  # still behind C on z
+        after = push_recorder(engine, ran, "after", const=[y], prop=prop)
+        release.set()
+        await assert_skipped(b, exc)
+        assert await after == "after"  # pushed after the throw: y no longer fails it
+        assert ran == ["after"]
+        await engine.wait_for_var(w)  # B's output carries the failure already thrown
+        await engine.wait_for_all()
+        assert a.exception() is exc
+        assert not y.statistics().failed
+        assert not w.statistics().failed
+
+    @pytest.mark.parametrize("prop", [ae.FnProperty.NORMAL, ae.FnProperty.ASYNC], ids=str)
+    async def test_a_failure_passed_on_after_the_throw(
+        self, engine: ae.Engine, prop: ae.FnProperty
+    ) -> None:
+        """A NO_SKIP op pushed before the throw runs after it and passes the failure on to
+        its output: the readers of that output pushed before the throw are skipped, those
+        pushed after it run. (MXNet's test_exc_symbolic shape: forward, a failing op, then
+        the backward ops, one output waited for in between.)"""
+        exc = Boom()
+        x, h, z, out, grad = (engine.new_var(n) for n in ("x", "h", "z", "out", "grad"))
+        release = asyncio.Event()
+        trace: list[str] = []
+
+        async def hold(rctx: ae.RunContext) -> None:
+            await release.wait()
+
+        push_failing(engine, exc, mutate=[x, h], name="fwd")
+        engine.push_async(hold, mutate_vars=[z], name="held")
+        keep = push_recorder(
+            engine, trace, "keep", const=[h, z], mutate=[out], prop=ae.FnProperty.NO_SKIP
+        )
+        bwd = push_recorder(engine, trace, "bwd", const=[out], mutate=[grad], prop=prop)
+        with pytest.raises(Boom):
+            await engine.wait_for_var(x)
+        later = push_recorder(engine, trace, "later", const=[out], prop=prop)
+        release.set()
+        assert await keep == "keep"
+        await assert_skipped(bwd, exc)
+        assert await later == "later"
+        assert trace == ["keep", "later"]
+        await engine.wait_for_all()  # thrown once
+
+
 class AfterRelease:
     """A lock that runs ``hook`` on a thread once, right after the first release by the
     thread that made it (the loop's): an interleaving a thread switch could produce."""
