@@ -42,7 +42,7 @@ from .fence import has_pending
 from .functions import async_kind, default_name, is_coroutine_function
 from .gpu_sync import open_gpu
 from .instrument import Instrument
-from .kinds import _CORO, _SYNC, _WAIT, FnProperty
+from .kinds import _BULK, _CORO, _SYNC, _WAIT, FnProperty, OpState
 from .observe import dump as _dump
 from .observe import graph as _graph
 from .observe import progress as _progress
@@ -661,15 +661,29 @@ class Engine:
         """Wait until fewer than ``max_pending`` operations are pending (at once if unbounded).
 
         Returns without yielding when there is room. Only meaningful on the loop thread.
+
+        Raises:
+            RuntimeError: inside one of this engine's operations, when the room could only
+                come from that operation itself (it and the operations waiting for it fill
+                the bound): waiting would deadlock.
         """
+        await self._wait_for_capacity("wait_for_capacity()")
+
+    async def _wait_for_capacity(self, what: str) -> None:
+        """:meth:`wait_for_capacity`, for the call named ``what`` (in its error message)."""
         limit = self._settings.max_pending
         if limit is None or len(self._core._live) < limit:
             return
         loop = self._core._require_loop()
+        current = self._core._running_op()
         while True:
             with self._core._lock:
                 if len(self._core._live) < limit:
                     return
+                if current is not None:
+                    # Checked again after each wake-up: meanwhile other pushes may have
+                    # queued behind current what would have made room.
+                    _check_room_inside_locked(self._core, current, limit, what)
                 fut: asyncio.Future[None] = loop.create_future()
                 self._core._capacity_waiters.append(fut)
             try:
@@ -693,9 +707,10 @@ class Engine:
     ) -> Operation[T]:
         """:meth:`push_sync` after :meth:`wait_for_capacity`: backpressure for producers.
 
-        Returns the :class:`Operation` once it is pushed (not when it finishes).
+        Returns the :class:`Operation` once it is pushed (not when it finishes). Raises
+        ``RuntimeError`` where :meth:`wait_for_capacity` would deadlock.
         """
-        await self.wait_for_capacity()
+        await self._wait_for_capacity("push_sync_wait()")
         return self.push_sync(
             fn, ctx, const_vars, mutate_vars, prop=prop, priority=priority, name=name
         )
@@ -712,7 +727,7 @@ class Engine:
         name: str | None = None,
     ) -> Operation[Any]:
         """:meth:`push_async` after :meth:`wait_for_capacity`: backpressure for producers."""
-        await self.wait_for_capacity()
+        await self._wait_for_capacity("push_async_wait()")
         return self.push_async(
             fn, ctx, const_vars, mutate_vars, prop=prop, priority=priority, name=name
         )
@@ -721,7 +736,7 @@ class Engine:
         self, handle: OprHandle[T], ctx: Context = _CPU0, *, priority: int = 0
     ) -> Operation[T]:
         """:meth:`push` after :meth:`wait_for_capacity`: backpressure for producers."""
-        await self.wait_for_capacity()
+        await self._wait_for_capacity("push_wait()")
         return self.push(handle, ctx, priority=priority)
 
     def _check_open(self) -> None:
@@ -1135,3 +1150,35 @@ class Engine:
         the options are the decorator's.
         """
         return _ergonomic.op(self, fn, const_vars, mutate_vars, out, ctx, prop, priority, name)
+
+
+def _check_room_inside_locked(
+    core: Scheduler, current: Operation[Any], limit: int, what: str
+) -> None:
+    """Refuse a wait for room below ``max_pending`` (``limit``) inside running operation
+    ``current`` that only ``current`` could make (lock held).
+
+    The operations that cannot finish before ``current`` does are ``current`` itself and
+    those queued behind it on some Var (directly or through others: ``queued_behind``), in
+    serial mode every pending one. Once the others have finished these are still pending:
+    if they fill the bound, the wait could only end after ``current`` ends, which waits.
+    """
+    if core._segments.open is not None:
+        core._segments.flush_locked(core)  # its members queue on their Vars, to be counted
+    if core._settings.serial:
+        stuck = len(core._live)
+    else:
+        stuck = 0
+        for op in queued_behind(current):
+            if op._kind == _BULK:  # a segment: its members wait behind current
+                stuck += sum(1 for member in op._result or () if member._state < OpState.DONE)
+            elif op._kind < _WAIT:
+                stuck += 1
+    if stuck >= limit:
+        raise RuntimeError(
+            f"{what} inside operation {current.name!r} would wait for room that only that "
+            f"operation can make: max_pending={limit}, and {stuck} pending operation(s) (it "
+            "and those queued behind it) cannot finish before it does; this would deadlock. "
+            "Push without waiting there (push_sync, push_async, push) or wait outside the "
+            "operation"
+        )

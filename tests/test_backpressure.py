@@ -167,6 +167,76 @@ class TestCancelledProducer:
             assert engine.pending == 0
 
 
+class TestWaitingForItself:
+    """A wait for room inside an operation that only that operation could make raises
+    RuntimeError at once (a silent deadlock before), as ``wait_for_var`` on a Var the
+    operation holds does; a wait that others can end still waits."""
+
+    @pytest.mark.parametrize("how", ["push_sync_wait", "push_async_wait", "push_wait", "wait"])
+    async def test_the_only_pending_operation(self, serial: bool, how: str) -> None:
+        async with ae.Engine(cpu_workers=2, serial=serial, max_pending=1) as engine:
+            handle = engine.new_operator(lambda r: "pushed")
+            pushed: list[ae.Operation[Any]] = []
+
+            async def produce(rctx: ae.RunContext) -> None:
+                if how == "push_sync_wait":
+                    pushed.append(await engine.push_sync_wait(lambda r: "pushed"))
+                elif how == "push_async_wait":
+                    pushed.append(await engine.push_async_wait(lambda r, done: done()))
+                elif how == "push_wait":
+                    pushed.append(await engine.push_wait(handle))
+                else:
+                    await engine.wait_for_capacity()
+
+            op = engine.push_async(produce, name="producer")
+            name = "wait_for_capacity" if how == "wait" else how
+            with pytest.raises(RuntimeError, match=rf"^{name}\(\) inside operation 'producer'"):
+                await asyncio.wait_for(op, 10)
+            assert pushed == []
+            assert "max_pending=1" in str(op.exception())
+            with pytest.raises(ExceptionGroup):  # the producer's failure, recorded
+                await engine.wait_for_all()
+
+    async def test_operations_queued_behind_it_fill_the_bound(self, serial: bool) -> None:
+        """Pending ops that wait for the producer (on its Var, or through another op) do not
+        count as room to come."""
+        async with ae.Engine(cpu_workers=2, serial=serial, max_pending=3) as engine:
+            x, y = engine.new_var("x"), engine.new_var("y")
+            started = asyncio.Event()
+
+            async def produce(rctx: ae.RunContext) -> None:
+                started.set()
+                await asyncio.sleep(0)
+                await engine.push_sync_wait(lambda r: None)
+
+            op = engine.push_async(produce, mutate_vars=[x], name="producer")
+            await started.wait()
+            engine.push_sync(lambda r: None, const_vars=[x], mutate_vars=[y])  # behind it on x
+            engine.push_sync(lambda r: None, const_vars=[y])  # behind that one on y
+            with pytest.raises(RuntimeError, match=r"3 pending operation\(s\)"):
+                await asyncio.wait_for(op, 10)
+            with pytest.raises(ExceptionGroup):
+                await engine.wait_for_all()
+
+    async def test_room_others_can_make_is_waited_for(self) -> None:
+        """An independent pending operation will finish: the producer waits for it."""
+        async with ae.Engine(cpu_workers=2, max_pending=2) as engine:
+            gate = asyncio.Event()
+
+            async def independent(rctx: ae.RunContext) -> None:
+                await gate.wait()
+
+            async def produce(rctx: ae.RunContext) -> str:
+                waiting = asyncio.ensure_future(engine.push_sync_wait(lambda r: "pushed"))
+                await asyncio.sleep(0.01)
+                assert not waiting.done()  # at the bound: waits for independent
+                gate.set()
+                return await (await waiting)
+
+            engine.push_async(independent, mutate_vars=[engine.new_var("x")])
+            assert await asyncio.wait_for(engine.push_async(produce), 10) == "pushed"
+
+
 class TestSetting:
     def test_environment_variable(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("AIOENGINE_MAX_PENDING", "7")
