@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import numbers
 import operator
 import os
 import warnings
@@ -77,8 +78,13 @@ def _check_timeout(timeout: object) -> None:
     """``timeout`` must be None or a number of seconds (NaN is refused: it never expires)."""
     if timeout is None:
         return
-    if type(timeout) not in (int, float):
-        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
+    if type(timeout) not in (int, float) and (
+        isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
+    ):
+        raise TypeError(
+            f"timeout must be a number of seconds or None, got {timeout!r} "
+            f"({type(timeout).__name__})"
+        )
     if timeout != timeout:
         raise ValueError("timeout must be a number of seconds or None, got nan")
 
@@ -202,8 +208,41 @@ class Engine:
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`aclose` has finished."""
+        """Whether :meth:`aclose` has finished, or was left unfinished (timed out or
+        cancelled) on an event loop that has closed since."""
+        self._close_if_loop_closed()
         return self._core._state is State.CLOSED
+
+    def _close_if_loop_closed(self) -> None:
+        """Close an engine left closing on a loop that has closed since.
+
+        An :meth:`aclose` that timed out (or was cancelled) leaves the engine closing, to be
+        called again; once its loop is closed nothing can drain it any more, so it is closed
+        now: its pools shut down without waiting (running functions finish, nothing new
+        starts) and the operations left unfinished, which never will be (their loop is
+        gone), are logged. The TimeoutError of that aclose() reported them first.
+        """
+        core = self._core
+        loop = core._loop
+        if loop is None or not loop.is_closed():
+            return
+        with core._lock:
+            if core._state is not State.CLOSING:
+                return
+            core._state = State.CLOSED
+            unfinished = len(core._live)
+            names = [op.name for op in list(core._live.values())[:10]]
+        if core._gpu is not None:
+            core._gpu.shutdown()
+        core._abandon_executors()
+        if unfinished:
+            logger.warning(
+                "%r was closing when its event loop closed: closed with %d operation(s) "
+                "unfinished, first: %s",
+                self,
+                unfinished,
+                ", ".join(map(repr, names)),
+            )
 
     @property
     def pending(self) -> int:
@@ -259,7 +298,8 @@ class Engine:
         ``cancel`` every pending operation runs; with ``cancel=True`` those that have not
         started are cancelled and running ones are waited for. Closing twice is harmless. If
         the await is cancelled or times out, the engine stays consistent (still closing, its
-        pools running); call again. The worker threads are joined off the event loop.
+        pools running); call again. Once the event loop has closed, an engine left closing
+        so is closed (:attr:`closed`). The worker threads are joined off the event loop.
 
         Raises:
             ExceptionGroup: of every failure recorded and not thrown yet, as
@@ -269,8 +309,11 @@ class Engine:
                 callback-style operation whose ``on_complete`` is never called); the message
                 names them.
         """
-        self._core._require_loop()
+        self._core._check_fork()
         _check_timeout(timeout)
+        if self.closed:  # (which closes it if its loop has closed)
+            return  # even from another loop: closing twice is harmless
+        self._core._require_loop()
         current = self._core._running_op()
         if current is not None:
             raise RuntimeError(
@@ -317,6 +360,9 @@ class Engine:
         # on this very thread, so nothing here takes the engine lock.
         core = getattr(self, "_core", None)
         if core is not None and core._executors and core._state is not State.CLOSED:
+            if core._state is State.CLOSING:  # aclose() was called, and interrupted
+                core._abandon_executors()
+                return
             warnings.warn(
                 f"{self!r} was garbage collected without being closed; use "
                 "'async with Engine()' or 'await engine.aclose()'",

@@ -84,6 +84,7 @@ import contextvars
 import enum
 import functools
 import logging
+import numbers
 import operator
 import os
 import threading
@@ -183,6 +184,14 @@ def check_prop(prop: object) -> None:
     """Raise TypeError unless ``prop`` is a :class:`~aioengine.FnProperty`."""
     if not isinstance(prop, FnProperty):
         raise TypeError(f"prop must be an aioengine.FnProperty, got {prop!r}")
+
+
+def check_priority(priority: object) -> int:
+    """Return ``priority`` as an int: any integer (``numbers.Integral``, NumPy's included)
+    but a bool; else raise TypeError naming its type."""
+    if type(priority) is not bool and isinstance(priority, numbers.Integral):
+        return int(priority)
+    raise TypeError(f"priority must be an int, got {priority!r} ({type(priority).__name__})")
 
 
 def _cancel_message(exc: BaseException) -> object:
@@ -454,7 +463,7 @@ class Scheduler:
         if type(prop) is not FnProperty:
             check_prop(prop)
         if type(priority) is not int:
-            raise TypeError(f"priority must be an int, got {priority!r}")
+            priority = check_priority(priority)
         if name is None:
             if type(fn) is FunctionType:
                 name = fn.__qualname__

@@ -7,6 +7,7 @@ worker.
 
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import dataclass
 
@@ -36,7 +37,12 @@ def _positive_int(value: object, arg: str, env: str, default: int) -> int:
             raise ValueError(f"environment variable {env}={raw!r} must be >= 1")
         return value
     if type(value) is not int:
-        raise ValueError(f"{arg} must be an int >= 1 or None, got {value!r}")
+        # Any integer (NumPy's included), but not a bool.
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(
+                f"{arg} must be an int >= 1 or None, got {value!r} ({type(value).__name__})"
+            )
+        value = int(value)
     if value < 1:
         raise ValueError(f"{arg} must be >= 1, got {value}")
     return value
@@ -63,10 +69,12 @@ def _optional_seconds(value: object, arg: str, env: str) -> float | None:
         if not seconds > 0 or seconds == float("inf"):
             raise ValueError(f"environment variable {env}={raw!r} must be a finite number > 0")
         return seconds
-    if type(value) not in (int, float):
-        raise ValueError(f"{arg} must be a number of seconds > 0 or None, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(
+            f"{arg} must be a number of seconds > 0 or None, got {value!r} ({type(value).__name__})"
+        )
     try:
-        seconds = float(value)  # type: ignore[arg-type]
+        seconds = float(value)
     except OverflowError:  # an int too large for a float
         seconds = float("inf")
     if not seconds > 0 or seconds == float("inf"):

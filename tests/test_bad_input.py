@@ -212,19 +212,19 @@ ENGINE_CASES = [
         "push_sync-priority-float",
         lambda w: w.engine.push_sync(noop, mutate_vars=[w.a], priority=1.5),
         TypeError,
-        r"^priority must be an int, got 1\.5$",
+        r"^priority must be an int, got 1\.5 \(float\)$",
     ),
     case(
         "push_sync-priority-str",
         lambda w: w.engine.push_sync(noop, mutate_vars=[w.a], priority="high"),
         TypeError,
-        r"^priority must be an int, got 'high'$",
+        r"^priority must be an int, got 'high' \(str\)$",
     ),
     case(
         "push_sync-priority-none",
         lambda w: w.engine.push_sync(noop, mutate_vars=[w.a], priority=None),
         TypeError,
-        r"^priority must be an int, got None$",
+        r"^priority must be an int, got None \(NoneType\)$",
     ),
     case(
         "push_sync-name-int",
@@ -287,7 +287,7 @@ ENGINE_CASES = [
         "push_async-priority-float",
         lambda w: w.engine.push_async(anoop, priority=0.0),
         TypeError,
-        r"^priority must be an int, got 0\.0$",
+        r"^priority must be an int, got 0\.0 \(float\)$",
     ),
     case(
         "push_async-name-bytes",
@@ -416,7 +416,7 @@ ENGINE_CASES = [
         "push-handle-priority-str",
         lambda w: w.engine.push(w.handle, priority="1"),
         TypeError,
-        r"^priority must be an int, got '1'$",
+        r"^priority must be an int, got '1' \(str\)$",
     ),
     case(
         "push-handle-closed-engine",
@@ -546,13 +546,13 @@ ENGINE_CASES = [
         "wait_for_var-str-timeout",
         lambda w: w.engine.wait_for_var(w.b, timeout="1"),  # b is idle: it would return
         TypeError,
-        r"^timeout must be a number of seconds or None, got '1'$",
+        r"^timeout must be a number of seconds or None, got '1' \(str\)$",
     ),
     case(
         "wait_for_all-str-timeout",
         lambda w: w.engine.wait_for_all(timeout="1"),
         TypeError,
-        r"^timeout must be a number of seconds or None, got '1'$",
+        r"^timeout must be a number of seconds or None, got '1' \(str\)$",
     ),
     case(
         "wait_for_all-nan-timeout",
@@ -564,7 +564,7 @@ ENGINE_CASES = [
         "aclose-bool-timeout",
         lambda w: w.engine.aclose(timeout=True),
         TypeError,
-        r"^timeout must be a number of seconds or None, got True$",
+        r"^timeout must be a number of seconds or None, got True \(bool\)$",
     ),
 ]
 
@@ -664,12 +664,12 @@ class TestEngineSettings:
             ),
             pytest.param(
                 {"cpu_workers": "2"},
-                r"^cpu_workers must be an int >= 1 or None, got '2'$",
+                r"^cpu_workers must be an int >= 1 or None, got '2' \(str\)$",
                 id="workers-str",
             ),
             pytest.param(
                 {"cpu_workers": 2.0},
-                r"^cpu_workers must be an int >= 1 or None, got 2\.0$",
+                r"^cpu_workers must be an int >= 1 or None, got 2\.0 \(float\)$",
                 id="workers-float",
             ),
             pytest.param(
@@ -679,7 +679,7 @@ class TestEngineSettings:
             ),
             pytest.param(
                 {"cpu_priority_workers": "four"},
-                r"^cpu_priority_workers must be an int >= 1 or None, got 'four'$",
+                r"^cpu_priority_workers must be an int >= 1 or None, got 'four' \(str\)$",
                 id="priority-workers-str",
             ),
             pytest.param(

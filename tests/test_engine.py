@@ -11,6 +11,7 @@ import time
 import warnings
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -514,6 +515,45 @@ class TestPriority:
         assert len(trace) == 1001
         assert 0 < trace.index("callback") < 1000
         assert [t for t in trace if t != "callback"] == [f"op{i}" for i in range(1000)]
+
+    async def test_any_integer_is_a_priority(self, serial: bool) -> None:
+        """NumPy's integers too (numbers.Integral), on every kind of push; the queue orders
+        them as ints."""
+        async with ae.Engine(cpu_workers=1, serial=serial) as engine:
+            trace: list[int] = []
+            gate = asyncio.Event()
+
+            async def hold(rctx: ae.RunContext) -> None:
+                await gate.wait()
+
+            blocker = engine.new_var("blocker")
+            engine.push_async(hold, mutate_vars=[blocker])  # the others queue behind it
+            handle = engine.new_operator(lambda r: trace.append(2), [blocker])
+            ops = [
+                engine.push_sync(
+                    lambda r: trace.append(1), const_vars=[blocker], priority=np.int8(1)
+                ),
+                engine.push(handle, priority=np.int64(2)),
+                engine.submit(lambda: trace.append(3), reads=[blocker], priority=np.uint16(3)),
+                engine.push_sync(
+                    lambda r: trace.append(0), const_vars=[blocker], priority=np.int32(0)
+                ),
+            ]
+            assert [type(op._priority) for op in ops] == [int] * 4
+            gate.set()
+            await engine.wait_for_all()
+        # Serial mode runs in push order: priority orders only what is ready together.
+        assert trace == ([1, 2, 3, 0] if serial else [3, 2, 1, 0])
+
+    @pytest.mark.parametrize(
+        ("priority", "type_name"), [(True, "bool"), (np.float64(1.0), "float64"), (1.0, "float")]
+    )
+    async def test_a_bad_priority_names_its_type(
+        self, engine: ae.Engine, priority: object, type_name: str
+    ) -> None:
+        with pytest.raises(TypeError, match=rf"^priority must be an int, got .* \({type_name}\)$"):
+            engine.push_sync(lambda r: None, priority=priority)  # type: ignore[arg-type]
+        assert engine.pending == 0
 
     async def test_priority_never_reorders_across_dependencies(self, engine: ae.Engine) -> None:
         x = engine.new_var("x")

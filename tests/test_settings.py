@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 import aioengine as ae
@@ -72,3 +73,49 @@ class TestSettings:
     def test_bad_argument_names_it(self, kwargs: dict[str, object], match: str) -> None:
         with pytest.raises(ValueError, match=match):
             ae.Engine(**kwargs)  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize(
+        ("kwargs", "match"),
+        [
+            (
+                {"cpu_workers": True},
+                r"^cpu_workers must be an int >= 1 or None, got True \(bool\)$",
+            ),
+            (
+                {"max_pending": 2.0},
+                r"^max_pending must be an int >= 1 or None, got 2\.0 \(float\)$",
+            ),
+            (
+                {"watchdog": "5"},
+                r"^watchdog must be a number of seconds > 0 or None, got '5' \(str\)$",
+            ),
+        ],
+    )
+    def test_bad_type_is_named(self, kwargs: dict[str, object], match: str) -> None:
+        with pytest.raises(ValueError, match=match):
+            ae.Engine(**kwargs)  # type: ignore[arg-type]
+
+
+class TestNumpyNumbers:
+    """Any integer (``numbers.Integral``: NumPy's too, never a bool) is an integer setting,
+    and any real number (``numbers.Real``) a number of seconds."""
+
+    def test_integer_settings(self) -> None:
+        engine = ae.Engine(
+            cpu_workers=np.int64(3),
+            cpu_priority_workers=np.uint8(2),
+            max_pending=np.int32(5),
+            gpu_max_inflight=np.int16(4),
+        )
+        assert (engine.cpu_workers, engine.cpu_priority_workers, engine.max_pending) == (3, 2, 5)
+        assert type(engine.cpu_workers) is int
+        assert type(engine.max_pending) is int
+
+    def test_seconds(self) -> None:
+        settings = ae.Engine(watchdog=np.float64(2.5))._settings
+        assert settings.watchdog == 2.5
+        assert type(settings.watchdog) is float
+
+    def test_numpy_bool_is_not_an_integer(self) -> None:
+        with pytest.raises(ValueError, match=r"^cpu_workers must be an int >= 1 or None, got "):
+            ae.Engine(cpu_workers=np.bool_(True))  # type: ignore[arg-type]

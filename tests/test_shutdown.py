@@ -140,6 +140,54 @@ class TestAclose:
         assert trace == ["gate:start", "gate:end", "sync", "coro", "callback"]
 
 
+class TestTimedOutCloseOnAClosedLoop:
+    """An aclose() that timed out leaves the engine closing, to be called again; once its
+    loop has closed nothing can drain it any more, so the engine ends closed (it used to stay
+    "closing" for ever), the operations left unfinished logged, and closing again is
+    harmless, from any loop."""
+
+    @pytest.mark.parametrize("cancel", [True, False], ids=["cancel", "drain"])
+    @pytest.mark.parametrize("serial", [False, True], ids=["threaded", "serial"])
+    def test_it_ends_closed(
+        self, cancel: bool, serial: bool, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        engine = ae.Engine(serial=serial)
+        completions: list[ae.OnComplete] = []
+        started: list[Callable[[], None]] = []
+
+        def never(rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+            completions.append(on_complete)  # and never called
+            started[0]()
+
+        async def main() -> None:
+            running = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            started.append(lambda: loop.call_soon_threadsafe(running.set))
+            x = engine.new_var("x")
+            engine.push_async(never, mutate_vars=[x], name="never")
+            await asyncio.wait_for(running.wait(), 10)  # running: aclose cannot cancel it
+            behind = engine.push_sync(lambda r: None, mutate_vars=[x], name="behind")
+            with pytest.raises(TimeoutError, match=r"^aclose\(\) timed out after 0\.05 s"):
+                await engine.aclose(cancel=cancel, timeout=0.05)
+            assert behind.cancelled() is cancel
+            assert not engine.closed  # still closing: aclose() may be called again
+            assert repr(engine).startswith("<aioengine.Engine closing ")
+
+        asyncio.run(main())
+        assert completions  # it ran
+        with caplog.at_level("WARNING", logger="aioengine"):
+            assert engine.closed
+        unfinished = 1 if cancel else 2
+        assert f"closed with {unfinished} operation(s) unfinished, first: 'never'" in caplog.text
+        assert repr(engine).startswith("<aioengine.Engine closed ")
+        asyncio.run(engine.aclose())  # harmless, on another loop
+        with pytest.raises(RuntimeError, match=r"create a new Engine$"):
+            engine.push_sync(lambda r: None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # closed: its finalizer warns of nothing
+            engine.__del__()
+
+
 class TestAcloseCancel:
     """``aclose(cancel=True)``: not-started ops report cancelled, running ones finish."""
 
