@@ -11,9 +11,10 @@ cdef extern from "Python.h":
 
 cdef inline void hide(_OperationCore op) noexcept:
     # Untracking an untracked object is allowed: a Var tuple that another pending operation
-    # hid already (the caller's, shared), or the empty tuple.
+    # hid already (the caller's, shared). The empty tuple is left alone, as show() leaves it.
     PyObject_GC_UnTrack(op)
-    PyObject_GC_UnTrack(op._vars)
+    if op._vars:
+        PyObject_GC_UnTrack(op._vars)
     PyObject_GC_UnTrack(op._context)
 
 
