@@ -9,23 +9,25 @@ cdef extern from "Python.h":
     bint PyObject_GC_IsTracked(object)
 
 
-# Built by the push from both a read and a write tuple (operation.py's new_operation):
-# the operation's own, no caller's. (Reads or writes alone are a tuple the caller may hold.)
-cdef inline bint _own_vars(_OperationCore op) noexcept:
-    return 0 < op._nreads < len(op._vars)
-
-
 cdef inline void hide(_OperationCore op) noexcept:
+    # Untracking an untracked object is allowed: a Var tuple that another pending operation
+    # hid already (the caller's, shared). The empty tuple is left alone, as show() leaves it.
     PyObject_GC_UnTrack(op)
-    if _own_vars(op):
+    if op._vars:
         PyObject_GC_UnTrack(op._vars)
+    PyObject_GC_UnTrack(op._context)
 
 
 cdef inline void show(_OperationCore op) noexcept:
-    # Tracking a tracked object is a fatal error: both checks come first. No Python code
+    # Tracking a tracked object is a fatal error: every check comes first. No Python code
     # runs in here, so no other thread can track them in between (the GIL is held).
-    if PyObject_GC_IsTracked(op):
-        return  # never hidden (a bulk segment, a wait marker), or shown already
-    PyObject_GC_Track(op)
-    if _own_vars(op) and not PyObject_GC_IsTracked(op._vars):
+    if not PyObject_GC_IsTracked(op):
+        PyObject_GC_Track(op)
+    # Its Var tuple may be the caller's, shown already by another operation that held it;
+    # the empty tuple is never tracked.
+    if op._vars and not PyObject_GC_IsTracked(op._vars):
         PyObject_GC_Track(op._vars)
+    # A Context's dealloc unlinks it from the collector's lists without a check: it must be
+    # tracked again before its last reference goes (collector.py).
+    if not PyObject_GC_IsTracked(op._context):
+        PyObject_GC_Track(op._context)

@@ -497,11 +497,11 @@ class Scheduler:
         ):
             bulk = self._segments.size_for(self)
         op = new_operation(self, owner, fn, kind, ctx, const, mutate, prop, priority, name, target)
-        if _COMPILED:  # out of the cycle collector's passes until it completes (collector.py)
-            _hide(op)  # noqa: F821  (scheduler.pxd: compiled only)
         sequencer = self._sequencer
         self._lock_acquire()
         try:
+            if _COMPILED:  # out of the cycle collector's passes until it completes (collector.py)
+                _hide(op)  # noqa: F821  (scheduler.pxd: compiled only)
             if self._state is not _OPEN:
                 raise EngineClosedError(f"{self!r} is {self._state.value}; create a new Engine")
             if handle is not None and handle._deleted:
@@ -544,6 +544,10 @@ class Scheduler:
                         self._call_soon_locked(self._run_loop_queue)
                     return op
                 todo = None
+        except BaseException:
+            if _COMPILED:  # refused: its snapshot must be tracked before it is freed
+                _show(op)  # noqa: F821  (scheduler.pxd: compiled only)
+            raise
         finally:
             self._lock_release()
         if todo is None:

@@ -51,16 +51,29 @@ N_CPU = os.cpu_count() or 1
 MXNET_REQS = ("mxnet==1.9.1", "numpy<1.24")
 
 
+def _program(spec: WorkloadSpec) -> bool:
+    return "program" in spec.tags
+
+
 def _sync(spec: WorkloadSpec) -> bool:
-    return not spec.is_coro and "memory" not in spec.tags
+    return not spec.is_coro and "memory" not in spec.tags and not _program(spec)
 
 
 def _coro(spec: WorkloadSpec) -> bool:
+    return spec.is_coro and not _program(spec)
+
+
+# The program workloads (workloads.is_program) run on the peers that their targets compare.
+def _sync_or_prog(spec: WorkloadSpec) -> bool:
+    return _sync(spec) or (_program(spec) and not spec.is_coro)
+
+
+def _coro_or_prog(spec: WorkloadSpec) -> bool:
     return spec.is_coro
 
 
 def _coro_independent(spec: WorkloadSpec) -> bool:
-    return spec.is_coro and spec.shape == "independent"
+    return spec.is_coro and spec.shape == "independent" and not _program(spec)
 
 
 def _memory(spec: WorkloadSpec) -> bool:
@@ -85,32 +98,32 @@ class Peer:
 
 
 PEERS: tuple[Peer, ...] = (
-    Peer("mxnet-perdevice-1", "peers.mxnet_engine", "mxnet", _sync, "mxnet", "perdevice-1"),
-    Peer("mxnet-perdevice-N", "peers.mxnet_engine", "mxnet", _sync, "mxnet", "perdevice-N"),
-    Peer("mxnet-threaded", "peers.mxnet_engine", "mxnet", _sync, "mxnet", "threaded"),
-    Peer("mxnet-naive", "peers.mxnet_engine", "mxnet", _sync, "mxnet", "naive"),
+    Peer("mxnet-perdevice-1", "peers.mxnet_engine", "mxnet", _sync_or_prog, "mxnet", "perdevice-1"),
+    Peer("mxnet-perdevice-N", "peers.mxnet_engine", "mxnet", _sync_or_prog, "mxnet", "perdevice-N"),
+    Peer("mxnet-threaded", "peers.mxnet_engine", "mxnet", _sync_or_prog, "mxnet", "threaded"),
+    Peer("mxnet-naive", "peers.mxnet_engine", "mxnet", _sync_or_prog, "mxnet", "naive"),
     Peer("dask-N", "peers.dask_threaded", "dask", _sync),
-    Peer("floor-inline", "peers.asyncio_floor", "floor", _sync),
-    Peer("floor-inline-uvloop", "peers.asyncio_floor", "floor", _sync),
+    Peer("floor-inline", "peers.asyncio_floor", "floor", _sync_or_prog),
+    Peer("floor-inline-uvloop", "peers.asyncio_floor", "floor", _sync_or_prog),
     Peer("floor-pool", "peers.asyncio_floor", "floor", _sync),
     Peer("floor-cb", "peers.asyncio_floor", "floor", _coro),
-    Peer("floor-task", "peers.asyncio_floor", "floor", _coro),
-    Peer("floor-task-uvloop", "peers.asyncio_floor", "floor", _coro),
+    Peer("floor-task", "peers.asyncio_floor", "floor", _coro_or_prog),
+    Peer("floor-task-uvloop", "peers.asyncio_floor", "floor", _coro_or_prog),
     Peer("gather", "peers.asyncio_floor", "floor", _coro_independent),
     Peer("gather-uvloop", "peers.asyncio_floor", "floor", _coro_independent),
-    Peer("aio-threaded", "peers.aioengine_runner", "aio", _sync),
-    Peer("aio-threaded-uvloop", "peers.aioengine_runner", "aio", _sync),
-    Peer("aio-inline", "peers.aioengine_runner", "aio", _sync),
-    Peer("aio-inline-uvloop", "peers.aioengine_runner", "aio", _sync),
-    Peer("aio-serial", "peers.aioengine_runner", "aio", _sync),
+    Peer("aio-threaded", "peers.aioengine_runner", "aio", _sync_or_prog),
+    Peer("aio-threaded-uvloop", "peers.aioengine_runner", "aio", _sync_or_prog),
+    Peer("aio-inline", "peers.aioengine_runner", "aio", _sync_or_prog),
+    Peer("aio-inline-uvloop", "peers.aioengine_runner", "aio", _sync_or_prog),
+    Peer("aio-serial", "peers.aioengine_runner", "aio", _sync_or_prog),
     Peer("aio-traced", "peers.aioengine_runner", "aio", _sync),
-    Peer("aio-serial-uvloop", "peers.aioengine_runner", "aio", _sync),
+    Peer("aio-serial-uvloop", "peers.aioengine_runner", "aio", _sync_or_prog),
     Peer("aio-inline-bulk", "peers.aioengine_runner", "aio", _sync),
     Peer("aio-inline-bulk-uvloop", "peers.aioengine_runner", "aio", _sync),
     Peer("aio-serial-bulk", "peers.aioengine_runner", "aio", _sync),
     Peer("aio-serial-bulk-uvloop", "peers.aioengine_runner", "aio", _sync),
-    Peer("aio-async", "peers.aioengine_runner", "aio", _coro),
-    Peer("aio-async-uvloop", "peers.aioengine_runner", "aio", _coro),
+    Peer("aio-async", "peers.aioengine_runner", "aio", _coro_or_prog),
+    Peer("aio-async-uvloop", "peers.aioengine_runner", "aio", _coro_or_prog),
     Peer("aio-mem", "peers.aioengine_runner", "aio", _memory),
 )
 
@@ -180,6 +193,26 @@ TARGETS: tuple[Target, ...] = (
     Target("sleep >= 0.95x MXNet N workers", "sleep/", "aio-threaded", (MX_N,), 0.95),
     Target("numpy >= 0.95x MXNet N workers", "numpy/", "aio-threaded", (MX_N,), 0.95),
     Target("no-op >= 5x dask threaded", "noop/", "aio-threaded", ("dask-N",), 5.0),
+    # What a user's program pays (workloads.is_program): the collector on, a heap of 200,000
+    # objects, closures, no collection before the clock.
+    Target("program: inline >= NaiveEngine", "program/noop/", "aio-inline", ("mxnet-naive",), 1.0),
+    Target("program: serial >= NaiveEngine", "program/noop/", "aio-serial", ("mxnet-naive",), 1.0),
+    Target(
+        "program: sync no-op, CPU pool vs MXNet best threaded",
+        "program/noop/",
+        "aio-threaded",
+        ("mxnet-perdevice-1", "mxnet-perdevice-N", "mxnet-threaded"),
+        0.0,
+        informational=True,
+    ),
+    Target(
+        "program: coro ops vs task-per-op floor",
+        "program/coro-yield/",
+        "aio-async",
+        ("floor-task",),
+        0.0,
+        informational=True,
+    ),
     # The cost of tracing (issue 5: "measured in the benchmark"): a ratio, with no target.
     Target(
         "traced no-op vs untraced (cost of tracing)",

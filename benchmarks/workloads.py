@@ -141,6 +141,56 @@ class Checker:
         self.body: SyncBody = self._make_sync_body()
         self.cbody: CoroBody = self._make_coro_body()
 
+    def closures(self) -> list[SyncBody]:
+        """One closure per op, over its index, with the no-op body's code: the per-op callables
+        of a ``program`` workload, as a user's program builds them (no ``functools.partial``).
+        Each accepts and ignores extra positional arguments, as :attr:`body` does."""
+        touch, writes, off = self.touch, self.writes, self.off
+        ver, out = self.ver, self.out
+
+        def make(i: int) -> SyncBody:
+            def op(*_: object) -> None:
+                o = off[i]
+                for v in touch[i]:
+                    out[o] = ver[v]
+                    o += 1
+                for v in writes[i]:
+                    ver[v] += 1
+                for v in touch[i]:
+                    out[o] = ver[v]
+                    o += 1
+                for v in writes[i]:
+                    ver[v] += 1
+
+            return op
+
+        return [make(i) for i in range(len(self.prog))]
+
+    def coro_closures(self) -> list[CoroBody]:
+        """As :meth:`closures`, coroutine functions with the ``yield`` body's code."""
+        touch, writes, off = self.touch, self.writes, self.off
+        ver, out = self.ver, self.out
+        sleep = asyncio.sleep
+
+        def make(i: int) -> CoroBody:
+            async def op(*_: object) -> None:
+                o = off[i]
+                for v in touch[i]:
+                    out[o] = ver[v]
+                    o += 1
+                for v in writes[i]:
+                    ver[v] += 1
+                await sleep(0)
+                for v in touch[i]:
+                    out[o] = ver[v]
+                    o += 1
+                for v in writes[i]:
+                    ver[v] += 1
+
+            return op
+
+        return [make(i) for i in range(len(self.prog))]
+
     def reset(self) -> None:
         """Clear versions and records in place (the bodies keep referring to the same lists)."""
         self.ver[:] = [0] * self.n_vars
@@ -273,15 +323,40 @@ def make_work(spec: WorkloadSpec) -> Callable[[], None]:
     raise ValueError(f"unknown sync body {kind!r}")
 
 
-def start_clock() -> float:
+def start_clock(spec: WorkloadSpec | None = None) -> float:
     """Collect garbage, then return ``time.perf_counter()``: every runner's timed region starts
     here, after its setup (program, Vars, bodies, engine), so that no runner's collections of
     its own setup's objects are charged to its operations. Python's collector is
     generational: the first young collections of the timed region would otherwise walk
     whatever the setup left young, which differs from runner to runner.
+
+    A ``program`` workload (:func:`is_program`) measures what a user's program pays, its
+    collections included: its clock starts without one.
     """
-    gc.collect()
+    if spec is None or not is_program(spec):
+        gc.collect()
     return time.perf_counter()
+
+
+#: Live objects that a ``program`` workload's process holds as its own heap (lists, which the
+#: collector always tracks): every full collection walks them, as it walks a user's data.
+PROGRAM_HEAP = 200_000
+
+
+def is_program(spec: WorkloadSpec) -> bool:
+    """Whether ``spec`` is a ``program`` workload: measured as a user's program runs it, with
+    the collector on, no collection before the clock, a heap of its own (:func:`user_heap`)
+    and per-op closures (:meth:`Checker.closures`)."""
+    return "program" in spec.tags
+
+
+def user_heap(spec: WorkloadSpec) -> list[Any]:
+    """The program's own heap for ``spec`` (:data:`PROGRAM_HEAP` live lists), or an empty
+    list for other workloads. A runner builds it before its warm-up and holds it until its
+    measurement ends."""
+    if not is_program(spec):
+        return []
+    return [[k] for k in range(PROGRAM_HEAP)]
 
 
 def calibrate_body_us(spec: WorkloadSpec, reps: int = 20) -> float:
@@ -343,6 +418,14 @@ def standard_workloads(quick: bool = False) -> list[WorkloadSpec]:
     for shape in SHAPES:
         specs.append(WorkloadSpec(f"coro-yield/{shape}", shape, "yield", n_coro))
     specs.append(WorkloadSpec("coro-io/independent", "independent", "io", n_io))
+    # What a user's program pays (is_program): the no-op and yield shapes again.
+    program = ("program",)
+    for shape in SHAPES:
+        specs.append(WorkloadSpec(f"program/noop/{shape}", shape, "noop", n_noop, tags=program))
+    for shape in SHAPES:
+        specs.append(
+            WorkloadSpec(f"program/coro-yield/{shape}", shape, "yield", n_coro, tags=program)
+        )
     return specs
 
 

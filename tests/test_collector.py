@@ -9,7 +9,9 @@ objects are hidden, and when they come back.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
+import random
 import threading
 import warnings
 import weakref
@@ -132,23 +134,30 @@ async def held() -> AsyncIterator[Held]:
 
 @compiled_only
 async def test_a_pending_operation_is_hidden_until_it_completes(held: Held) -> None:
+    """The operation, its context snapshot and its Var tuple, the caller's included."""
     engine, x, y, release = held
     both = engine.push_sync(lambda r: 1, const_vars=[y], mutate_vars=[x])
     own = both._vars  # built by the push: reads, then writes
     mine = (x,)
     writes = engine.push_sync(lambda r: 2, mutate_vars=mine)
     assert writes._vars is mine
+    again = engine.push_sync(lambda r: 3, mutate_vars=mine)  # two operations share it
+    snapshots = [op._context for op in (both, writes, again)]
+    assert len({id(c) for c in snapshots}) == 3  # one each
     assert not gc.is_tracked(both)
     assert not gc.is_tracked(own)
     assert not gc.is_tracked(writes)
-    assert gc.is_tracked(mine)  # the caller's tuple is never hidden
+    assert not gc.is_tracked(mine)  # the caller's tuple too, while operations hold it
+    assert not any(gc.is_tracked(c) for c in snapshots)
     release()
     assert await both == 1
     assert await writes == 2
+    assert await again == 3
     assert gc.is_tracked(both)
     assert gc.is_tracked(own)
     assert gc.is_tracked(writes)
     assert gc.is_tracked(mine)
+    assert all(gc.is_tracked(c) for c in snapshots)
 
 
 @compiled_only
@@ -162,6 +171,7 @@ async def test_a_full_collection_shows_live_operations_and_a_young_one_does_not(
     gc.collect()
     assert gc.is_tracked(op)
     assert gc.is_tracked(op._vars)
+    assert gc.is_tracked(op._context)
     release()
     assert await op == 3  # shown already: completing it tracks nothing twice
     assert gc.is_tracked(op)
@@ -203,3 +213,118 @@ async def test_full_collections_on_another_thread_while_operations_run(serial: b
     # Each Var's writers ran one at a time, in push order.
     assert [op.result() for op in ops] == [i // n_vars + 1 for i in range(n_ops)]
     assert all(gc.is_tracked(op) for op in ops)
+
+
+@compiled_only
+async def test_pending_operations_leave_the_collector_almost_nothing_to_walk(held: Held) -> None:
+    """20,000 operations that cannot run yet (all wait on ``x``): the objects their pushes
+    leave in the collector's lists, per operation. Their Vars' queues are lists (one per
+    Var, 0.05 per operation here); the operation, its context snapshot and its Var tuple are
+    hidden until it completes."""
+    engine, x, _, release = held
+    rng = random.Random(26)
+    vs = [engine.new_var(f"v{k}") for k in range(1000)]
+    n = 20_000
+    seen: list[int] = []
+
+    def closure(i: int) -> Callable[[ae.RunContext], None]:
+        def body(r: ae.RunContext) -> None:
+            seen.append(i)
+
+        return body
+
+    fns = [closure(i) for i in range(n)]
+    args = []
+    for _ in range(n):
+        picked = rng.sample(vs, rng.randint(1, 5))
+        k = rng.randint(0, min(3, len(picked) - 1))
+        args.append((picked[:k], [x, *picked[k:]]))  # the Var tuples are the push's own
+    push = engine.push_sync
+    async_ = ae.FnProperty.ASYNC
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        ops = [
+            push(fns[i], const_vars=c, mutate_vars=m, prop=async_) for i, (c, m) in enumerate(args)
+        ]
+        after = len(gc.get_objects())
+    finally:
+        gc.enable()
+    tracked = after - before - 1  # the list `ops`
+    assert 0 <= tracked / n <= 0.1, tracked
+    release()
+    await engine.wait_for_all()
+    assert seen == list(range(n))
+    assert all(gc.is_tracked(op) and gc.is_tracked(op._context) for op in ops)
+
+
+async def test_each_operation_runs_in_the_context_of_its_push(serial: bool) -> None:
+    """A ContextVar set between pushes, on the loop and on other threads, while the pushed
+    operations wait: each sees the value at its own push, and what one sets stays its own."""
+    var: contextvars.ContextVar[int] = contextvars.ContextVar("var", default=-1)
+    seen: dict[tuple[str, int], int] = {}
+
+    def look(key: tuple[str, int], r: ae.RunContext) -> None:
+        seen[key] = var.get()
+        var.set(-2)  # inside the operation's own snapshot: no other operation sees it
+
+    async def look_async(key: tuple[str, int], r: ae.RunContext) -> None:
+        seen[key] = var.get()
+        var.set(-3)
+        await asyncio.sleep(0)
+        assert var.get() == -3
+
+    async with ae.Engine(cpu_workers=2, serial=serial) as engine:
+        gate = engine.new_var("gate")
+        opened = asyncio.Event()
+
+        async def hold(r: ae.RunContext) -> None:
+            await opened.wait()
+
+        engine.push_async(hold, mutate_vars=[gate])
+        props = (ae.FnProperty.NORMAL, ae.FnProperty.ASYNC)
+
+        def pushes(who: str) -> None:
+            for i in range(60):
+                if i % 3:
+                    var.set(i)  # in the pusher's context: unchanged since the last push if not
+                key = (who, i)
+                if i % 5 == 4:
+                    engine.push_async(partial(look_async, key), const_vars=[gate])
+                else:
+                    engine.push_sync(partial(look, key), const_vars=[gate], prop=props[i % 2])
+
+        threads = [threading.Thread(target=pushes, args=(f"t{k}",)) for k in range(3)]
+        for t in threads:
+            t.start()
+        pushes("loop")
+        for t in threads:
+            await asyncio.to_thread(t.join, 30)
+        var.set(1000)
+        opened.set()
+        await engine.wait_for_all()
+    want = -1
+    expected = {}
+    for i in range(60):
+        want = i if i % 3 else want
+        expected[i] = want
+    for who in ("loop", "t0", "t1", "t2"):
+        assert {i: seen[who, i] for i in range(60)} == expected, who
+    assert var.get() == 1000
+
+
+@compiled_only
+async def test_a_refused_push_frees_its_hidden_snapshot() -> None:
+    """A push refused after it hid its operation (closed engine, deleted Var): what it hid
+    is shown again before it is freed (a Context freed untracked would crash)."""
+    engine = ae.Engine(cpu_workers=1)
+    x, z = engine.new_var("x"), engine.new_var("z")
+    await engine.push_sync(lambda r: None, mutate_vars=[x])
+    engine.delete_var(x)
+    with pytest.raises(ae.VarDeletedError):
+        engine.push_sync(lambda r: None, const_vars=[engine.new_var("y")], mutate_vars=[x])
+    await engine.aclose()
+    for _ in range(3):
+        with pytest.raises(ae.EngineClosedError):
+            engine.push_sync(lambda r: None, mutate_vars=[z])
+    gc.collect()

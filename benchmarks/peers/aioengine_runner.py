@@ -13,9 +13,9 @@ asyncio loop):
 ``aio-mem``       memory benchmarks (workloads tagged ``memory``): bytes per pending op
                   (tracemalloc) and RSS growth over many ops (``/proc/self/statm`` or psutil)
 
-Per-op arguments (the var lists and ``functools.partial(body, i)``) are built before the clock
-starts, as the other runners prepare theirs (MXNet: ctypes arrays); the timed region is the
-push loop plus ``await engine.wait_for_all()``.
+Per-op arguments (the var lists and ``functools.partial(body, i)``; closures for a ``program``
+workload) are built before the clock starts, as the other runners prepare theirs (MXNet: ctypes
+arrays); the timed region is the push loop plus ``await engine.wait_for_all()``.
 """
 
 from __future__ import annotations
@@ -35,11 +35,13 @@ from workloads import (
     Program,
     WorkloadSpec,
     generate,
+    is_program,
     make_runner,
     result_record,
     run_cli,
     split_loop,
     start_clock,
+    user_heap,
 )
 
 if TYPE_CHECKING:
@@ -81,38 +83,41 @@ async def _run_program(
     if kind == "aio-async":
         if not spec.is_coro:
             raise ValueError("aio-async runs coroutine bodies only")
-        cfns = [partial(check.cbody, i) for i in range(n)]
+        if is_program(spec):
+            cfns = check.coro_closures()
+        else:
+            cfns = [partial(check.cbody, i) for i in range(n)]
         push_async = engine.push_async
-        t0 = start_clock()
+        t0 = start_clock(spec)
         for i in range(n):
             push_async(cfns[i], ctx, cvs[i], mvs[i])
         await engine.wait_for_all()
         return time.perf_counter() - t0, check, prog
     if spec.is_coro:
         raise ValueError(f"{kind} runs sync bodies only")
-    fns = [partial(check.body, i) for i in range(n)]
+    fns = check.closures() if is_program(spec) else [partial(check.body, i) for i in range(n)]
     push_sync = engine.push_sync
     if kind == "aio-inline":
         prop = ae.FnProperty.ASYNC
-        t0 = start_clock()
+        t0 = start_clock(spec)
         for i in range(n):
             push_sync(fns[i], ctx, const_vars=cvs[i], mutate_vars=mvs[i], prop=prop)
         await engine.wait_for_all()
     elif kind == "aio-inline-bulk":
         prop = ae.FnProperty.ASYNC
-        t0 = start_clock()
+        t0 = start_clock(spec)
         with engine.bulk(BULK_SIZE):
             for i in range(n):
                 push_sync(fns[i], ctx, const_vars=cvs[i], mutate_vars=mvs[i], prop=prop)
         await engine.wait_for_all()
     elif kind == "aio-serial-bulk":
-        t0 = start_clock()
+        t0 = start_clock(spec)
         with engine.bulk(BULK_SIZE):
             for i in range(n):
                 push_sync(fns[i], ctx, const_vars=cvs[i], mutate_vars=mvs[i])
         await engine.wait_for_all()
     else:
-        t0 = start_clock()
+        t0 = start_clock(spec)
         for i in range(n):
             push_sync(fns[i], ctx, const_vars=cvs[i], mutate_vars=mvs[i])
         await engine.wait_for_all()
@@ -272,8 +277,10 @@ def run_workload(spec: WorkloadSpec, config: str) -> dict[str, Any]:
         return run_memory(spec, config)
     if kind not in (*SYNC_KINDS, "aio-async"):
         raise ValueError(f"unknown aioengine config {config!r}")
+    heap = user_heap(spec)  # a program workload's own heap, held until it is measured
     with make_runner(loop_kind) as runner:
         dt, check, prog = runner.run(_measure(spec, kind))
+    del heap
     return result_record(
         spec,
         config,

@@ -35,11 +35,13 @@ from workloads import (
     Program,
     WorkloadSpec,
     generate,
+    is_program,
     make_runner,
     result_record,
     run_cli,
     split_loop,
     start_clock,
+    user_heap,
 )
 
 
@@ -118,7 +120,17 @@ async def _run_counter(
     body, cbody = check.body, check.cbody
     sched: CounterScheduler
 
-    if mode == "inline":
+    if mode == "inline" and is_program(spec):
+        fns = check.closures()
+
+        def run_inline(op: _Op) -> None:
+            fns[op.i]()
+            sched.complete(op)
+
+        def dispatch(op: _Op) -> None:
+            loop.call_soon(run_inline, op)
+
+    elif mode == "inline":
 
         def run_inline(op: _Op) -> None:
             body(op.i)
@@ -150,7 +162,7 @@ async def _run_counter(
 
     sched = CounterScheduler(n_vars, dispatch)
     push = sched.push
-    t0 = start_clock()
+    t0 = start_clock(spec)
     for i, (reads, writes) in enumerate(prog):
         push(i, reads, writes)
     await sched.wait_all()
@@ -164,6 +176,9 @@ async def _run_tasks(spec: WorkloadSpec) -> tuple[float, Checker, Program]:
     create_task = loop.create_task
     is_coro = spec.is_coro
     body, cbody = check.body, check.cbody
+    # A program workload's per-op closures, each called without arguments.
+    fns = check.closures() if is_program(spec) and not is_coro else None
+    cfns = check.coro_closures() if is_program(spec) and is_coro else None
     state = {"inflight": 0}
     done: asyncio.Future[None] = loop.create_future()
 
@@ -171,7 +186,11 @@ async def _run_tasks(spec: WorkloadSpec) -> tuple[float, Checker, Program]:
         for d in deps:
             if not d.done():
                 await d
-        if is_coro:
+        if cfns is not None:
+            await cfns[i]()
+        elif fns is not None:
+            fns[i]()
+        elif is_coro:
             await cbody(i)
         else:
             body(i)
@@ -181,7 +200,7 @@ async def _run_tasks(spec: WorkloadSpec) -> tuple[float, Checker, Program]:
 
     last_writer: list[asyncio.Task[None] | None] = [None] * n_vars
     readers: list[list[asyncio.Task[None]]] = [[] for _ in range(n_vars)]
-    t0 = start_clock()
+    t0 = start_clock(spec)
     for i, (reads, writes) in enumerate(prog):
         deps: list[asyncio.Task[None]] = []
         for v in reads:
@@ -211,7 +230,7 @@ async def _run_gather(spec: WorkloadSpec) -> tuple[float, Checker, Program]:
     prog, n_vars = generate(spec)
     check = Checker(spec, prog, n_vars)
     cbody = check.cbody
-    t0 = start_clock()
+    t0 = start_clock(spec)
     await asyncio.gather(*[cbody(i) for i in range(len(prog))])
     return time.perf_counter() - t0, check, prog
 
@@ -237,6 +256,7 @@ async def _measure(spec: WorkloadSpec, kind: str) -> tuple[float, Checker, Progr
 def run_workload(spec: WorkloadSpec, config: str) -> dict[str, Any]:
     """Run one workload with the floor *config*; return the result record."""
     kind, loop_kind = split_loop(config)
+    heap = user_heap(spec)  # a program workload's own heap, held until it is measured
     with make_runner(loop_kind) as runner:
         if kind not in ("floor-pool", "gather"):
             warm = WARMUP
@@ -244,6 +264,7 @@ def run_workload(spec: WorkloadSpec, config: str) -> dict[str, Any]:
                 warm = WorkloadSpec("warmup", "random", "yield", 500, n_vars=16, seed=99)
             runner.run(_measure(warm, kind))
         dt, check, prog = runner.run(_measure(spec, kind))
+    del heap
     return result_record(spec, config, dt, check, prog, extra={"loop": loop_kind})
 
 

@@ -36,9 +36,11 @@ from workloads import (
     Checker,
     WorkloadSpec,
     generate,
+    is_program,
     result_record,
     run_cli,
     start_clock,
+    user_heap,
 )
 
 ENGINE_TYPES = {
@@ -222,16 +224,23 @@ def _run_program(mx: MXNet, spec: WorkloadSpec) -> tuple[float, Checker, Any]:
                 len(writes),
             )
         )
-    body = check.body
+    if is_program(spec):
+        fns = check.closures()
 
-    def trampoline(_rctx: int, i: int) -> None:
-        body(i)
+        def trampoline(_rctx: int, i: int) -> None:
+            fns[i]()
+
+    else:
+        body = check.body
+
+        def trampoline(_rctx: int, i: int) -> None:
+            body(i)
 
     cb = SyncFunc(trampoline)  # one callback object, alive for the whole run
     push = mx.lib.MXEnginePushSyncND
     ctx = mx.ctx_p
     mx.wait_all()
-    t0 = start_clock()
+    t0 = start_clock(spec)
     for i in range(len(prog)):
         c, nc, m, nm = args[i]
         if push(cb, i, None, ctx, c, nc, m, nm, None, 0, None):
@@ -248,8 +257,10 @@ def run_workload(spec: WorkloadSpec, config: str) -> dict[str, Any]:
     if spec.is_coro:
         raise ValueError("coroutine workloads do not apply to MXNet")
     mx = _mx(config)
+    heap = user_heap(spec)  # a program workload's own heap, held until it is measured
     _run_program(mx, WARMUP)
     dt, check, prog = _run_program(mx, spec)
+    del heap
     return result_record(
         spec,
         "mxnet-" + config,
