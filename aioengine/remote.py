@@ -472,7 +472,7 @@ class RemoteBackend:
                 raise await self._error(future)
         except asyncio.CancelledError as exc:
             if future is not None:
-                self._cancel_future(future)
+                await self._cancel_future(future)
             core._finish(op, _FAILED, None, exc)  # reported as cancelled, with its message
         except Exception as exc:
             core._finish(op, _FAILED, None, exc)
@@ -491,18 +491,17 @@ class RemoteBackend:
         distributed = _distributed()
         return distributed.client.FutureCancelledError(future.key, "cancelled")  # type: ignore[no-any-return]
 
-    def _cancel_future(self, future: DaskFuture) -> None:
-        """Cancel ``future``'s task (not started: it never runs; running: its result is
-        dropped), without waiting."""
+    async def _cancel_future(self, future: DaskFuture) -> None:
+        """Cancel ``future``'s task: not started, it never runs; running, it runs to its end
+        and its result is dropped. Dask sends the cancellation in its next batch, so a task
+        may still start on a worker that frees a thread in between (best effort)."""
         client = self._client
-        if client is None or self._loop.is_closed():
+        if client is None:
             return
-        coro = client.cancel([future], asynchronous=True)
-        if self._on_loop:
-            task = self._loop.create_task(coro)
-            task.add_done_callback(_quiet)
-        else:
-            asyncio.run_coroutine_threadsafe(coro, client.loop.asyncio_loop)
+        try:
+            await self._call(client.cancel([future], asynchronous=True))
+        except (asyncio.CancelledError, Exception):
+            pass  # cancelled again, or the client is closing: the key goes with it
 
     async def _remote_arg(self, client: DaskClient, var: Var, deps: list[RemoteVersion]) -> Any:
         """What a Var argument becomes on the worker: the future of its version."""
@@ -604,7 +603,7 @@ class RemoteBackend:
             await self._finished(future)
         except asyncio.CancelledError as exc:
             if future is not None:
-                self._cancel_future(future)
+                await self._cancel_future(future)
             await self._settle(op, versions, released, _FAILED, None, exc, None)
             return
         except Exception as exc:
@@ -615,7 +614,7 @@ class RemoteBackend:
         try:
             state, result, failure, box = await self._outcome(op, client, future, deps, versions)
         except asyncio.CancelledError as cancel:  # a holding operation, cancelled while it ran
-            self._cancel_future(future)
+            await self._cancel_future(future)
             state, result, failure, box = _FAILED, None, cancel, None
         except Exception as error:
             state, result, failure, box = _FAILED, None, error, _Failure(error)

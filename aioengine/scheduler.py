@@ -243,6 +243,9 @@ class RemoteSeam(Protocol):
         versions its Vars carry have settled (and, for a reader, are gathered); False if
         none is pending. Lock held."""
 
+    def key_of(self, op: Operation[Any]) -> str | None:
+        """The Dask key of a remote operation, None for a local one (observers: ``dump()``)."""
+
 
 class Scheduler:
     """The per-operation cycle of one engine: admission, grant, dispatch, run, finish.
