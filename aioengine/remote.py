@@ -93,7 +93,6 @@ _SKIPPED = OpState.SKIPPED
 _CANCELLED = OpState.CANCELLED
 _PENDING = OpState.PENDING
 _DELETE_VAR = FnProperty.DELETE_VAR
-_NO_SKIP = FnProperty.NO_SKIP
 _context_run = contextvars.Context.run
 
 INSTALL = (
@@ -338,8 +337,10 @@ class RemoteBackend:
             if not value.settled:
                 value.waiters.append(op)
                 return True
-            if not gather or (var._failure is not None and op._prop is not _NO_SKIP):
-                continue  # it needs no value (or is skipped at start)
+            if not gather:
+                continue  # it needs no value
+            # (Gathered even if the Var carries a failure: until the operation starts, the
+            # failure may be thrown, and then it runs.)
             value.waiters.append(op)
             if not value.gathering:
                 value.gathering = True
@@ -376,7 +377,7 @@ class RemoteBackend:
             if cluster == "local":
                 self._own_cluster = target = await distributed.LocalCluster(
                     processes=False,
-                    dashboard_address=None,
+                    dashboard_address=":0",
                     asynchronous=True,
                     security=self._security,
                 )
@@ -428,11 +429,18 @@ class RemoteBackend:
                 run = self._run_value if type(op._fn) is ValueCall else self._run_effect
                 task = self._loop.create_task(run(op), name=op.name, context=op._context)
                 task._log_destroy_pending = False  # type: ignore[attr-defined]
+                task.add_done_callback(functools.partial(self._task_done, op))
                 op._task = task
         if todo:
             core._submit(todo)
         if started and core._instruments:
             _instrument.notify_start(core, op)
+
+    def _task_done(self, op: Operation[Any], task: asyncio.Task[None]) -> None:
+        """A task cancelled before its first step never ran its body (which finishes the
+        operation in every other case): nothing was submitted, so ``op`` is cancelled."""
+        if task.cancelled() and op._state < _DONE:
+            self._core._finish(op, _CANCELLED, None, None)
 
     def _key(self, op: Operation[Any]) -> str:
         return f"{op.name}-{self._token}-{op._seq}"

@@ -6,6 +6,7 @@ one module-scoped ``processes=True`` cluster checks real pickling and a worker's
 one cluster runs over TLS.
 """
 
+# ruff: noqa: ASYNC110  (polling Dask's scheduler state, which has no events to await)
 from __future__ import annotations
 
 import asyncio
@@ -17,6 +18,8 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import aioengine as ae
 from aioengine.remote import RemoteBackend
@@ -28,12 +31,17 @@ pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
 @pytest.fixture
 async def cluster() -> AsyncIterator[Any]:
-    """One worker with two threads, in this process (fast to start: ~50 ms)."""
+    """One worker with two threads, in this process (fast to start: ~50 ms).
+
+    The loop leaves asyncio's debug mode, which makes Dask's own loop-bound work (it shares
+    this loop) several times slower; the engine's checks in debug mode are the other tests'.
+    """
+    asyncio.get_running_loop().set_debug(False)
     async with distributed.LocalCluster(
         processes=False,
         n_workers=1,
         threads_per_worker=2,
-        dashboard_address=None,
+        dashboard_address=":0",
         asynchronous=True,
     ) as c:
         yield c
@@ -120,7 +128,8 @@ class TestContext:
     def test_equal_arguments_give_equal_contexts(self) -> None:
         a = ae.remote(resources={"GPU": 1}, workers=["w1"], retries=2)
         b = ae.remote(resources={"GPU": 1.0}, workers=("w1",), retries=2)
-        assert a == b and hash(a) == hash(b)
+        assert a == b
+        assert hash(a) == hash(b)
         assert a.device_type is ae.DeviceType.REMOTE
         assert ae.remote() != a
         assert ae.remote() == ae.remote()
@@ -241,12 +250,12 @@ class TestSideEffectOperations:
             x = engine.new_var("x")
             bad = engine.push_sync(boom, ae.remote(), [], [x])
             after = engine.push_sync(lambda rctx: 1, ae.remote(), [x], [])
-            with pytest.raises(ValueError, match="^on the worker$"):
+            with pytest.raises(ValueError, match=r"^on the worker$"):
                 await bad
             with pytest.raises(ae.DependencyError) as info:
                 await after
             assert isinstance(info.value.__cause__, ValueError)
-            with pytest.raises(ValueError, match="^on the worker$"):
+            with pytest.raises(ValueError, match=r"^on the worker$"):
                 await engine.wait_for_var(x)
 
     async def test_cancel_before_the_task_started(self, cluster: Any, gate: str) -> None:
@@ -467,7 +476,8 @@ class TestEngineFeatures:
             ops = [engine.push_sync(busy, ae.remote()) for _ in range(2)]
             waiting = asyncio.ensure_future(engine.push_sync_wait(lambda rctx: 3, ae.remote()))
             await asyncio.sleep(0.05)
-            assert not waiting.done() and engine.pending == 2
+            assert not waiting.done()
+            assert engine.pending == 2
             _GATES[gate].set()
             assert await (await waiting) == 3
             await asyncio.gather(*ops)
@@ -506,7 +516,7 @@ class TestBlocking:
     def test_blocking_client_blocking_engine_and_op_decorator(self) -> None:
         with (
             distributed.LocalCluster(
-                processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None
+                processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0"
             ) as c,
             distributed.Client(c, set_as_default=False) as client,
         ):
@@ -531,7 +541,7 @@ class TestTLS:
         async with distributed.LocalCluster(
             processes=False,
             n_workers=1,
-            dashboard_address=None,
+            dashboard_address=":0",
             asynchronous=True,
             protocol="tls://",
             security=security,
@@ -545,13 +555,13 @@ class TestTLS:
 
 @pytest.fixture(scope="module")
 def process_cluster() -> Iterator[Any]:
-    """Two worker processes (real pickling); a task whose worker dies fails at once."""
+    """A worker process (real pickling); a task whose worker dies fails at once."""
     import dask
 
     with (
         dask.config.set({"distributed.scheduler.allowed-failures": 0}),
         distributed.LocalCluster(
-            processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None
+            processes=True, n_workers=1, threads_per_worker=1, dashboard_address=":0"
         ) as c,
     ):
         yield c
@@ -567,17 +577,131 @@ def die(rctx: ae.RunContext) -> None:
 
 
 class TestProcesses:
-    async def test_functions_of_this_module_are_pickled(self, process_cluster: Any) -> None:
-        async with ae.Engine(cluster=process_cluster.scheduler_address) as engine:
-            x = engine.new_var("x", value=1)
-            pid, value = await engine.submit(where, x, ctx=ae.remote())
-            assert pid != os.getpid() and value == 2
+    """Sync tests (run once, not once per loop): worker processes are slow to start."""
 
-    async def test_a_dead_worker_fails_the_operation(self, process_cluster: Any) -> None:
-        async with ae.Engine(cluster=process_cluster.scheduler_address) as engine:
+    def test_functions_of_this_module_are_pickled(self, process_cluster: Any) -> None:
+        with ae.BlockingEngine(cluster=process_cluster.scheduler_address) as engine:
+            x = engine.new_var("x", value=1)
+            pid, value = engine.submit(where, x, ctx=ae.remote()).result(30)
+            assert pid != os.getpid()
+            assert value == 2
+
+    def test_a_dead_worker_fails_the_operation(self, process_cluster: Any) -> None:
+        with ae.BlockingEngine(cluster=process_cluster.scheduler_address) as engine:
             x = engine.new_var("x")
             op = engine.push_sync(die, ae.remote(), [], [x])
-            with pytest.raises(Exception, match="KilledWorker|died|worker") as info:
-                await asyncio.wait_for(op, 30)
+            with pytest.raises(Exception, match=r"KilledWorker|died|worker") as info:
+                op.result(30)
             with pytest.raises(type(info.value)):
-                await engine.wait_for_var(x)
+                engine.wait_for_var(x)
+
+
+# -- random programs against the sequential model -------------------------------------------
+
+
+def combine(tag: str, fails: bool, *xs: int) -> int:
+    """A value operation of the model test: the sum of its inputs plus its number."""
+    if fails:
+        raise ValueError(tag)
+    return sum(xs) + int(tag[2:])
+
+
+def effect(tag: str, fails: bool, rctx: ae.RunContext) -> str:
+    """A side-effect operation of the model test."""
+    if fails:
+        raise ValueError(tag)
+    return tag
+
+
+@st.composite
+def programs(draw: st.DrawFn) -> list[tuple[Any, ...]]:
+    """Up to 10 operations on 3 Vars: (kind, remote, reads, writes, fails, cancel)."""
+    n = draw(st.integers(1, 10))
+    ops = []
+    for _ in range(n):
+        kind = draw(st.sampled_from(["value", "effect"]))
+        reads = tuple(sorted(draw(st.sets(st.integers(0, 2), max_size=2))))
+        if kind == "value":
+            writes: tuple[int, ...] = (draw(st.integers(0, 2)),)
+        else:
+            writes = tuple(sorted(draw(st.sets(st.integers(0, 2), max_size=2))))
+        remote = draw(st.booleans())
+        fails = draw(st.integers(0, 5)) == 0
+        cancel = draw(st.integers(0, 6)) == 0
+        ops.append((kind, remote, reads, writes, fails, cancel))
+    return ops
+
+
+class TestAgainstSequentialModel:
+    @settings(
+        max_examples=12,
+        # One test per event-loop implementation (conftest.py): each example is independent.
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.differing_executors,
+        ],
+    )
+    @given(program=programs())
+    async def test_random_program_matches_model(
+        self, cluster: Any, program: list[tuple[Any, ...]]
+    ) -> None:
+        async with ae.Engine(cluster=cluster, cpu_workers=2) as engine:
+            xs = [engine.new_var(f"v{i}", value=i) for i in range(3)]
+            pushed = []
+            for k, (kind, remote, reads, writes, fails, cancel) in enumerate(program):
+                tag = f"op{k}"
+                ctx = ae.remote() if remote else ae.cpu()
+                if kind == "value":
+                    args = [xs[i] for i in reads]
+                    op = engine.submit(combine, tag, fails, *args, out=xs[writes[0]], ctx=ctx)
+                else:
+                    fn = functools.partial(effect, tag, fails)
+                    op = engine.push_sync(fn, ctx, [xs[i] for i in reads], [xs[i] for i in writes])
+                cancelled = op.cancel() if cancel else False
+                pushed.append((op, cancelled))
+            outcomes = []
+            for op, _ in pushed:
+                try:
+                    outcomes.append(("done", await op))
+                except asyncio.CancelledError:
+                    outcomes.append(("cancelled", None))
+                except ae.DependencyError:
+                    outcomes.append(("skipped", None))
+                except ValueError as exc:
+                    outcomes.append(("failed", str(exc)))
+            try:
+                await engine.wait_for_all()
+                thrown: set[str] = set()
+            except ExceptionGroup as group:
+                thrown = {str(e) for e in group.exceptions}
+            values = [await x.get() for x in xs]
+
+        # The sequential model: push order, a failed or skipped operation leaves its Vars'
+        # values as they were and records its failure on what it writes.
+        model_values = [0, 1, 2]
+        failure: list[str | None] = [None, None, None]
+        expected = []
+        for k, (kind, remote, reads, writes, fails, _) in enumerate(program):
+            tag = f"op{k}"
+            if pushed[k][1]:
+                expected.append(("cancelled", None))
+                continue
+            carried = next((failure[i] for i in (*reads, *writes) if failure[i]), None)
+            if carried is not None:
+                for i in writes:
+                    failure[i] = carried
+                expected.append(("skipped", None))
+            elif fails:
+                for i in writes:
+                    failure[i] = tag
+                expected.append(("failed", tag))
+            elif kind == "value":
+                result = sum(model_values[i] for i in reads) + k
+                model_values[writes[0]] = result
+                expected.append(("done", None if remote else result))
+            else:
+                expected.append(("done", tag))
+        assert outcomes == expected
+        assert thrown == {tag for outcome, tag in expected if outcome == "failed"}
+        assert values == model_values
