@@ -406,7 +406,17 @@ class RemoteBackend:
         )
 
     async def _finished(self, future: DaskFuture) -> None:
-        """Return once ``future`` has finished, erred or been cancelled (no data moves)."""
+        """Return once ``future`` has finished, erred or been cancelled (no data moves).
+
+        On the engine's loop, the future's own state is awaited (no thread involved; it is
+        what awaiting the future does, without the transfer of its result); otherwise a done
+        callback, which Dask runs on a thread of its own, wakes the loop.
+        """
+        state = getattr(future, "_state", None)
+        wait = getattr(state, "wait", None)
+        if self._on_loop and wait is not None:
+            await wait()
+            return
         done = self._loop.create_future()
         loop = self._loop
 
