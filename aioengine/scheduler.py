@@ -70,7 +70,8 @@ the invariants):
 Read-only API for observers (``observe/``, the façade's waits): they may take ``_lock`` to
 read a consistent snapshot of ``_live``, ``_finished``, ``_instruments``, ``_segments.open`` and
 the Vars and operations reachable from them, and read ``_loop_thread`` and ``_forked``;
-they never assign a field or call a method of this class. Installing an instrument goes
+they never assign a field or call a method of this class (a dump asks ``_remote.key_of``
+for a remote operation's Dask key). Installing an instrument goes
 through ``Engine.add_instrument`` and closing an open bulk segment through the façade's
 entry points.
 """
