@@ -76,7 +76,7 @@ from . import instrument as _instrument
 from .context import Context, RunContext, remote
 from .errors import DependencyError, DeviceUnavailableError, EngineClosedError, summary
 from .functions import ValueCall
-from .kinds import _CALLBACK, FnProperty, OpState
+from .kinds import _CALLBACK, _WAIT, FnProperty, OpState
 from .operation import Operation
 from .scheduler import Scheduler
 from .var import NO_VALUE, Var, _Failure
@@ -327,7 +327,7 @@ class RemoteBackend:
             return False  # Dask orders it by data: it gets the futures
         gather = (
             op._target is not self._executor
-            and op._kind < 3  # not a wait_for_var marker (kinds._WAIT)
+            and op._kind != _WAIT  # a wait_for_var marker needs no value
             and op._prop is not _DELETE_VAR
         )
         for var in op._vars:

@@ -336,6 +336,16 @@ class TestValueOperations:
             engine.submit(add, x, 5, out=y, ctx=ae.remote())
             assert await y.get() == expected + 5
 
+    async def test_a_bulk_segment_reads_gathered_values(self, cluster: Any) -> None:
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=1)
+            y = engine.new_var("y", value=0)
+            engine.submit(inc, x, out=x, ctx=ae.remote())
+            with engine.bulk(4):
+                for _ in range(3):
+                    engine.submit(add, x, y, out=y, prop=ae.FnProperty.ASYNC)
+            assert await y.get() == 6
+
     async def test_multiple_outs_and_keyword_vars(self, cluster: Any) -> None:
         async with ae.Engine(cluster=cluster) as engine:
             a, b = engine.new_var("a"), engine.new_var("b")
