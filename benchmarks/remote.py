@@ -163,8 +163,10 @@ async def overhead(cluster: Any, client: Any, n: int) -> dict[str, float]:
         await engine.submit(ident, 1, ctx=ae.remote())
         t0 = time.perf_counter()
         ops = [engine.submit(ident, i, out=x, ctx=ae.remote()) for i, x in enumerate(xs)]
-        # Submitted: a value operation drops its task reference once its Dask task exists.
-        while any(op.state < ae.OpState.RUNNING or op._task is not None for op in ops):  # noqa: ASYNC110
+        # Submitted: a value operation drops its task reference once its Dask task exists;
+        # independent operations are submitted in push order, so the last one is the last.
+        last = ops[-1]
+        while last.state < ae.OpState.RUNNING or last._task is not None:  # noqa: ASYNC110
             await asyncio.sleep(0)
         engine_s = time.perf_counter() - t0
         await engine.wait_for_all()
