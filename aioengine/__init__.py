@@ -14,6 +14,7 @@ from .context import DeviceType as DeviceType
 from .context import RunContext as RunContext
 from .context import cpu as cpu
 from .context import gpu as gpu
+from .context import remote as remote
 from .engine import Engine as Engine
 from .errors import DependencyError as DependencyError
 from .errors import DeviceFailedError as DeviceFailedError
@@ -77,5 +78,6 @@ __all__ = (
     "cpu",
     "gpu",
     "gpu_available",
+    "remote",
     "run",
 )

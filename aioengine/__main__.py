@@ -63,13 +63,18 @@ def _seconds(text: str) -> float:
 
 def _demo(args: argparse.Namespace) -> int:
     trace_path: str | None = args.trace_path
+    where = (
+        "the CPU worker threads"
+        if args.cluster is None
+        else f"the Dask cluster {args.cluster!r} (value operations)"
+    )
     print(
         f"aioengine {__version__} demo: {args.records} records of {args.size}x{args.size} "
         f"floats, seed {args.seed}, through\n"
         f"  {' -> '.join(STAGES)}\n"
         f"  read, upload:      coroutines on the event loop ({args.latency * 1e3:g} ms of "
         "simulated I/O each)\n"
-        "  decode, transform: NumPy on the CPU worker threads\n"
+        f"  decode, transform: NumPy on {where}\n"
         "  reduce:            inline on the loop thread, one record at a time in push order",
         flush=True,  # before the progress bar on stderr
     )
@@ -82,6 +87,7 @@ def _demo(args: argparse.Namespace) -> int:
             workers=args.workers,
             trace_path=trace_path,
             progress=not args.no_progress,
+            cluster=args.cluster,
         )
     )
     s, wall, seq_wall = report.summary, report.wall_s, report.sequential_wall_s
@@ -212,6 +218,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=IO_LATENCY,
         metavar="SECONDS",
         help=f"simulated I/O time of each read and upload (default {IO_LATENCY})",
+    )
+    demo.add_argument(
+        "--cluster",
+        default=None,
+        metavar="ADDRESS",
+        help="run the NumPy stages on a Dask cluster: a scheduler address, or 'local' for a "
+        "LocalCluster in this process (needs pip install 'aioengine[dask]')",
     )
     _add_common(demo, trace="aioengine-demo.trace.json", what="the engine run's")
     demo.set_defaults(handler=_demo, command_parser=demo)

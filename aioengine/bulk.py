@@ -256,8 +256,9 @@ class Segments:
             wait += 1
         if wait:
             seg._wait = wait
-        elif core._gpu is not None:
-            core._dispatch_locked([seg])  # it may have to wait for GPU fences; it runs on the loop
+        elif core._gpu is not None or core._remote is not None:
+            # It may have to wait for GPU fences or remote versions; it runs on the loop.
+            core._dispatch_locked([seg])
         else:
             seg._state = _READY
             core._enqueue_loop_locked(seg)

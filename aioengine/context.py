@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-__all__ = ("Context", "DeviceType", "RunContext", "cpu", "gpu")
+__all__ = ("Context", "DeviceType", "RemoteOptions", "RunContext", "cpu", "gpu", "remote")
 
 T = TypeVar("T")
 
@@ -23,6 +23,22 @@ class DeviceType(enum.Enum):
 
     CPU = "cpu"
     GPU = "gpu"
+    REMOTE = "remote"  #: a worker of the engine's Dask cluster (``Engine(cluster=...)``)
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteOptions:
+    """Where and how a :func:`remote` context's operations run on the cluster.
+
+    Attributes:
+        resources: Dask worker resources each task needs, as sorted ``(name, amount)`` pairs.
+        workers: the worker addresses (or names) allowed to run it, or None (any worker).
+        retries: how many times Dask retries a task that failed.
+    """
+
+    resources: tuple[tuple[str, float], ...] = ()
+    workers: tuple[str, ...] | None = None
+    retries: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +54,8 @@ class Context:
 
     device_type: DeviceType
     device_id: int = 0
+    #: For ``DeviceType.REMOTE`` only: the Dask task options (:func:`remote`), else None.
+    options: RemoteOptions | None = None
     _hash: int = field(init=False, repr=False, compare=False, hash=False)
 
     def __hash__(self) -> int:
@@ -53,14 +71,30 @@ class Context:
             raise TypeError(f"device_id is {self.device_id!r}, not an int")
         if self.device_id < 0:
             raise ValueError(f"device_id must be >= 0, got {self.device_id}")
-        object.__setattr__(self, "_hash", hash((self.device_type.value, self.device_id)))
+        if (self.options is not None) != (self.device_type is DeviceType.REMOTE):
+            raise ValueError("options go with DeviceType.REMOTE only; use aioengine.remote()")
+        object.__setattr__(
+            self, "_hash", hash((self.device_type.value, self.device_id, self.options))
+        )
 
     def __repr__(self) -> str:
-        return f"{self.device_type.value}({self.device_id})"
+        options = self.options
+        if options is None:
+            return f"{self.device_type.value}({self.device_id})"
+        parts = []
+        if options.resources:
+            parts.append(f"resources={dict(options.resources)!r}")
+        if options.workers is not None:
+            parts.append(f"workers={list(options.workers)!r}")
+        if options.retries:
+            parts.append(f"retries={options.retries}")
+        return f"remote({', '.join(parts)})"
 
-    def __reduce__(self) -> tuple[type[Context], tuple[DeviceType, int]]:
+    def __reduce__(
+        self,
+    ) -> tuple[type[Context], tuple[DeviceType, int, RemoteOptions | None]]:
         # Rebuilt, not copied: the hash of the device type's name differs between processes.
-        return (Context, (self.device_type, self.device_id))
+        return (Context, (self.device_type, self.device_id, self.options))
 
 
 @functools.lru_cache(maxsize=256)
@@ -82,6 +116,52 @@ def gpu(device_id: int = 0) -> Context:
     Equal calls return the same (immutable) object.
     """
     return Context(DeviceType.GPU, device_id)
+
+
+def remote(
+    *,
+    resources: dict[str, float] | None = None,
+    workers: str | Iterable[str] | None = None,
+    retries: int = 0,
+) -> Context:
+    """Return a context whose operations run on a worker of the engine's Dask cluster.
+
+    The engine needs a cluster (``Engine(cluster=...)`` or ``AIOENGINE_CLUSTER``); see
+    ``docs/howto/cluster.md``. ``resources``, ``workers`` and ``retries`` are passed to Dask's
+    ``Client.submit`` for every operation pushed to this context. Equal arguments give equal
+    (hashable) contexts.
+
+    Raises:
+        TypeError: if an argument has the wrong type.
+        ValueError: if ``retries`` is negative.
+    """
+    if resources is None:
+        pairs: tuple[tuple[str, float], ...] = ()
+    elif isinstance(resources, dict):
+        for key, amount in resources.items():
+            if type(key) is not str or isinstance(amount, bool):
+                raise TypeError(f"resources must map str to a number, got {resources!r}")
+            if not isinstance(amount, (int, float)):
+                raise TypeError(f"resources must map str to a number, got {resources!r}")
+        pairs = tuple(sorted((k, float(v)) for k, v in resources.items()))
+    else:
+        raise TypeError(f"resources must be a dict or None, got {resources!r}")
+    allowed: tuple[str, ...] | None
+    if workers is None:
+        allowed = None
+    elif isinstance(workers, str):
+        allowed = (workers,)
+    elif isinstance(workers, Iterable):
+        allowed = tuple(workers)
+        if not all(type(w) is str for w in allowed):
+            raise TypeError(f"workers must be a str or an iterable of str, got {workers!r}")
+    else:
+        raise TypeError(f"workers must be a str, an iterable of str or None, got {workers!r}")
+    if type(retries) is not int:
+        raise TypeError(f"retries must be an int, got {retries!r}")
+    if retries < 0:
+        raise ValueError(f"retries must be >= 0, got {retries}")
+    return Context(DeviceType.REMOTE, 0, RemoteOptions(pairs, allowed, retries))
 
 
 @dataclass(frozen=True, slots=True)

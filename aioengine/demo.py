@@ -89,8 +89,12 @@ async def run_pipeline_demo(
     workers: int | None = None,
     trace_path: str | os.PathLike[str] | None = None,
     progress: bool = False,
+    cluster: str | None = None,
 ) -> PipelineDemoReport:
     """Run the pipeline on a new engine, then sequentially, and report both.
+
+    With ``cluster`` (a Dask scheduler address, or ``"local"`` for a ``LocalCluster`` of the
+    engine's own), the NumPy stages run on that cluster (``Engine(cluster=...)``).
 
     The engine run has ``workers`` CPU threads (None: the engine's default), is traced to
     ``trace_path`` (Chrome trace JSON) when it is given, and shows a progress bar with
@@ -101,7 +105,7 @@ async def run_pipeline_demo(
             finite, ``seed < 0``, or ``workers`` (or ``AIOENGINE_CPU_WORKERS``) is not a
             positive number.
     """
-    async with Engine(cpu_workers=workers) as engine:
+    async with Engine(cpu_workers=workers, cluster=cluster) as engine:
         with contextlib.ExitStack() as stack:
             session = None if trace_path is None else stack.enter_context(engine.trace(trace_path))
             t0 = time.perf_counter()
@@ -112,6 +116,7 @@ async def run_pipeline_demo(
                 io_latency=io_latency,
                 seed=seed,
                 progress=progress,
+                on_cluster=cluster is not None,
             )
             wall = time.perf_counter() - t0
         # the trace is written now (on leaving the stack)

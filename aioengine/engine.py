@@ -58,8 +58,9 @@ from .operation import (
     OprHandle,
     new_operation,
 )
+from .remote import RemoteBackend, open_remote
 from .scheduler import _COMPILED, Scheduler, State, check_prop
-from .settings import Settings
+from .settings import Settings, cluster_setting
 from .var import NO_VALUE, Var, checked_reads, checked_writes, queued_behind
 
 __all__ = ("Engine",)
@@ -93,6 +94,17 @@ def _join_executors(executors: list[Executor]) -> None:
     """Join the workers of executors already shut down (on a helper thread, see aclose)."""
     for executor in executors:
         executor.shutdown(True)
+
+
+def _forgetting(
+    fn: Callable[[RunContext], object], remote: RemoteBackend, var: Var, rctx: RunContext
+) -> object:
+    """``delete_var``'s function on an engine with a cluster: ``fn``, then drop what ``var``
+    keeps on the cluster (its remote version, its scattered value)."""
+    try:
+        return fn(rctx)
+    finally:
+        remote.forget(var)
 
 
 def _noop(rctx: RunContext) -> None:
@@ -142,6 +154,16 @@ class Engine:
         gpu_max_inflight: the most enqueued, uncompleted operations per GPU; a GPU worker
             waits before launching more, so a fast producer cannot exhaust device memory
             (env ``AIOENGINE_GPU_MAX_INFLIGHT``; default: unbounded).
+        cluster: the Dask cluster that runs operations pushed to :func:`~aioengine.remote`
+            contexts: a ``distributed.Client`` (asynchronous on the engine's loop, or a
+            blocking one; used, never closed), a cluster object (e.g. ``LocalCluster``), a
+            scheduler address (``"tcp://10.0.0.5:8786"``) or ``"local"`` (the engine starts
+            a ``LocalCluster`` of its own). A client the engine makes is created on its loop
+            at the first remote push and closed by :meth:`aclose` (env
+            ``AIOENGINE_CLUSTER``: an address; default: none). Needs
+            ``pip install 'aioengine[dask]'``; see ``docs/howto/cluster.md``.
+        security: a ``distributed.security.Security`` for the client the engine makes
+            (TLS); default: none.
 
     Raises:
         ValueError: if a setting (argument or environment variable) is invalid; the message
@@ -161,6 +183,8 @@ class Engine:
         gpu_copy_workers: int | None = None,
         gpu_sync: str | None = None,
         gpu_max_inflight: int | None = None,
+        cluster: object = None,
+        security: object = None,
     ) -> None:
         self._settings = Settings.resolve(
             cpu_workers=cpu_workers,
@@ -187,6 +211,7 @@ class Engine:
             self._settings,
             _partial(open_gpu, backend_box=[gpu_backend]),
             (OpLogger(),) if logger.isEnabledFor(logging.DEBUG) else (),
+            _partial(open_remote, cluster=cluster_setting(cluster), security=security),
         )
         if self._settings.watchdog is not None:
             start_watchdog(self, self._settings.watchdog)
@@ -338,6 +363,10 @@ class Engine:
         errors = self._core._take_failures()
         if self._core._gpu is not None:
             self._core._gpu.shutdown()
+        remote = self._core._remote
+        if remote is not None:
+            assert isinstance(remote, RemoteBackend)
+            await remote.aclose()  # nothing is pending: it leaves no key of this engine
         executors = self._core._shutdown_executors(wait=False)
         if executors:
             # Joined off the loop: a callback-style operation is done once on_complete() is
@@ -692,6 +721,10 @@ class Engine:
             raise ValueError(f"{var!r} belongs to another Engine")
         mutate = (var,)
         fn = delete_fn if delete_fn is not None else _noop
+        remote = self._core._remote
+        if remote is not None:
+            assert isinstance(remote, RemoteBackend)
+            fn = _partial(_forgetting, fn, remote, var)  # its keys go with it
         name = f"delete_var({var.name})"
         op: Operation[None] = self._core._push(
             self, fn, _SYNC, ctx, (), mutate, FnProperty.DELETE_VAR, 0, name, var
@@ -847,7 +880,12 @@ class Engine:
                         "this would deadlock; wait outside the operation"
                     )
             todo: list[Operation[Any]] = []
-            if not var._is_idle() or (self._core._gpu is not None and has_pending(var)):
+            remote = self._core._remote
+            if (
+                not var._is_idle()
+                or (self._core._gpu is not None and has_pending(var))
+                or (isinstance(remote, RemoteBackend) and remote.pending(var))
+            ):
                 marker = new_operation(
                     self._core,
                     self,

@@ -42,8 +42,8 @@ import inspect
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Protocol, TypeVar, overload
 
-from .context import Context, RunContext, cpu
-from .functions import default_name
+from .context import Context, DeviceType, RunContext, cpu
+from .functions import ValueCall, default_name
 from .operation import _COROUTINE_TYPES, FnProperty, Operation
 from .var import NO_VALUE, Var
 
@@ -123,6 +123,7 @@ class OpDecorator(Protocol[R]):
 
 _CPU0 = cpu(0)
 _ASYNC = FnProperty.ASYNC
+_REMOTE = DeviceType.REMOTE
 
 
 def _no_value(var: Var) -> ValueError:
@@ -292,14 +293,20 @@ def submit(
         _check_var(engine, f"args[{i}]", var)
     for key, var in kw_vars:
         _check_var(engine, f"argument {key}", var)
+    reads_ = _var_list(engine, "reads", reads)
+    writes_ = _var_list(engine, "writes", writes)
     const = [
-        *_var_list(engine, "reads", reads),
+        *reads_,
         *(a for _, a in arg_vars),
         *(v for _, v in kw_vars),
     ]
-    mutate = [*_var_list(engine, "writes", writes), *outs]  # in both: written (engine rule)
+    mutate = [*writes_, *outs]  # in both: written (engine rule)
     if name is None:
         name = default_name(fn)
+    if type(ctx) is Context and ctx.device_type is _REMOTE:
+        # A value operation on the cluster (remote.py): its Vars' versions, not their values.
+        call = ValueCall(fn, args, kwargs, arg_vars, kw_vars, outs, single, bool(writes_))
+        return engine.push_sync(call, ctx, const, mutate, prop=prop, priority=priority, name=name)
 
     def bind() -> tuple[list[Any], dict[str, Any]]:
         call_args = list(args)

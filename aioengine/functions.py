@@ -1,8 +1,10 @@
 """What a pushed function is: its default name and the kind of operation it makes.
 
 Leaf helpers shared by the façade's pushes, the ergonomic layer and the blocking front end:
-the one derivation of an operation's default name (:func:`default_name`) and the one
-classification of a function given to ``push_async`` (:func:`async_kind`).
+the one derivation of an operation's default name (:func:`default_name`), the one
+classification of a function given to ``push_async`` (:func:`async_kind`), and
+:class:`ValueCall`, the function of a remote value operation (built by the ergonomic layer,
+run by the remote backend, which do not import each other).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from .kinds import _CALLBACK, _CORO
 
-__all__ = ("async_kind", "default_name", "is_coroutine_function")
+__all__ = ("ValueCall", "async_kind", "default_name", "is_coroutine_function")
 
 _partial = functools.partial
 _CO_COROUTINE = inspect.CO_COROUTINE
@@ -89,3 +91,49 @@ def async_kind(fn: Callable[..., Any]) -> int:
         f"{default_name(fn)} takes no positional argument; push_async needs async def fn(rctx), "
         "a function of (rctx) returning an awaitable, or a callback-style fn(rctx, on_complete)"
     )
+
+
+class ValueCall:
+    """The function of a *value operation* on a remote context (``Engine.submit(...,
+    ctx=remote())``): an ordinary function, its arguments and the Vars among them.
+
+    The ergonomic layer (``ergonomic.py``) pushes one with ``push_sync``; the remote backend
+    (``remote.py``) recognises it by its type and sends ``fn`` to the cluster with each Var
+    argument replaced by the version it must see. It is never called locally.
+
+    Attributes:
+        fn: the user's function (plain or ``async def``).
+        args, kwargs: its arguments, Vars included.
+        arg_vars, kw_vars: the Var arguments, as ``(index, var)`` / ``(keyword, var)`` pairs.
+        outs: the ``out`` Vars (empty: none); ``single``: ``out`` was one Var, not a sequence.
+        holds: whether it declared other writes (``writes=``), which it may perform as side
+            effects: then it holds its Vars until the remote task has finished.
+    """
+
+    __slots__ = ("arg_vars", "args", "fn", "holds", "kw_vars", "kwargs", "outs", "single")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        arg_vars: list[tuple[int, Any]],
+        kw_vars: list[tuple[str, Any]],
+        outs: tuple[Any, ...],
+        single: bool,
+        holds: bool,
+    ) -> None:
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.arg_vars = arg_vars
+        self.kw_vars = kw_vars
+        self.outs = outs
+        self.single = single
+        self.holds = holds
+
+    def __call__(self, rctx: object) -> Any:
+        raise RuntimeError(f"{self!r} runs on a Dask cluster, never locally")
+
+    def __repr__(self) -> str:
+        return f"<ValueCall {default_name(self.fn)}>"

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .context import cpu, remote
 from .engine import Engine
 from .operation import FnProperty
 
@@ -125,8 +126,13 @@ async def run_pipeline(
     io_latency: float = IO_LATENCY,
     seed: int = 0,
     progress: bool = False,
+    on_cluster: bool = False,
 ) -> PipelineSummary:
     """Push every record's five stages on ``engine``, wait for all of them, and summarize.
+
+    With ``on_cluster``, the NumPy stages (``decode``, ``transform``) are value operations on
+    the engine's Dask cluster (``ctx=remote()``; ``docs/howto/cluster.md``): the uploads and
+    the reduction get the gathered arrays, and the summary is the same.
 
     Pushes ``5 * records`` operations (``read``, ``decode``, ``transform``, ``upload``,
     ``reduce``), then awaits :meth:`Engine.wait_for_all`, with a progress bar when
@@ -142,13 +148,15 @@ async def run_pipeline(
     _check(records, size, io_latency, seed)
     result = _Totals()
     totals = engine.new_var("summary", value=result)
+    numpy_ctx = remote() if on_cluster else cpu()
     for i in range(records):
         raw = engine.new_var(f"raw{i}")
         array = engine.new_var(f"array{i}")
         sent = engine.new_var(f"sent{i}")
         engine.submit(_read, seed, i, size, io_latency, out=raw, name="read")
-        engine.submit(_decode, raw, size, out=array, name="decode")
-        engine.submit(_transform, array, out=array, name="transform")  # replaces the array
+        engine.submit(_decode, raw, size, out=array, name="decode", ctx=numpy_ctx)
+        # Replaces the array (a new one: a value operation must not modify its input).
+        engine.submit(_transform, array, out=array, name="transform", ctx=numpy_ctx)
         engine.submit(_upload, array, io_latency, out=sent, name="upload")
         engine.submit(
             _reduce, totals, array, sent, writes=[totals], prop=FnProperty.ASYNC, name="reduce"

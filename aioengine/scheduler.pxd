@@ -44,8 +44,10 @@ cdef class Scheduler:
     cdef public object _loop_thread
     cdef public LoopQueue _loop_queue
     cdef public object _open_gpu
+    cdef public object _open_remote
     cdef public object _pid
     cdef public dict _rctx_cache
+    cdef public object _remote
     cdef public dict _routes
     cdef public Segments _segments
     cdef public object _seq

@@ -27,8 +27,9 @@ the loop in batches through ``_inbox`` and one ``call_soon_threadsafe``.
 
 Collaborators sit above this module and are reached through one field each, behind one cheap
 test: ``_gpu`` (``gpu_sync.py``: GPU streams and fences; None until the first GPU push, so the
-CPU-only path pays one ``is None`` test) and ``_instruments`` (``observe/``: empty on the fast
-path). This module imports none of them; the façade injects the GPU opener.
+CPU-only path pays one ``is None`` test), ``_remote`` (``remote.py``: operations on a Dask
+cluster; None until the first remote push) and ``_instruments`` (``observe/``: empty on the
+fast path). This module imports none of them; the façade injects the GPU and remote openers.
 
 Lock discipline: ``_lock`` guards every mutable field below, the Vars' queues and the
 operations' fields. It is held only for bookkeeping, never while user code runs and never
@@ -68,11 +69,14 @@ the invariants):
 - ``_segments``: bulk execution (the open segment and the active scopes; ``bulk.py``).
 - ``_gpu``, ``_open_gpu``: the GPU collaborator (None until the first GPU push) and the
   façade's function that creates it.
+- ``_remote``, ``_open_remote``: the remote collaborator (None until the first remote push)
+  and the façade's function that creates it.
 
 Read-only API for observers (``observe/``, the façade's waits): they may take ``_lock`` to
 read a consistent snapshot of ``_live``, ``_finished``, ``_instruments``, ``_segments.open`` and
 the Vars and operations reachable from them, and read ``_loop_thread`` and ``_forked``;
-they never assign a field or call a method of this class. Installing an instrument goes
+they never assign a field or call a method of this class (a dump asks ``_remote.key_of``
+for a remote operation's Dask key). Installing an instrument goes
 through ``Engine.add_instrument`` and closing an open bulk segment through the façade's
 entry points.
 """
@@ -153,6 +157,7 @@ _NORMAL = FnProperty.NORMAL
 _CPU0 = cpu(0)
 _GPU = DeviceType.GPU
 _CPU = DeviceType.CPU
+_REMOTE = DeviceType.REMOTE
 _LOOP_BUDGET = 256  # inline operations run per loop callback before the loop's other work
 _run_order = operator.attrgetter("_key")  # run queues: higher priority first, then push order
 _push_order = operator.attrgetter("_seq")
@@ -240,6 +245,23 @@ class GpuSeam(Protocol):
         """Stop the device workers (``aclose``)."""
 
 
+class RemoteSeam(Protocol):
+    """What the scheduler calls of its remote collaborator (``remote.RemoteBackend``), behind
+    its one ``self._remote is not None`` test; it never imports the collaborator."""
+
+    def route(self, ctx: Context, prop: FnProperty, kind: int) -> Executor:
+        """The executor of an operation on a remote context (raises for what cannot run
+        remotely)."""
+
+    def hold_locked(self, op: Operation[Any]) -> bool:
+        """Make an operation that is not a remote value operation wait until the remote
+        versions its Vars carry have settled (and, for a reader, are gathered); False if
+        none is pending. Lock held."""
+
+    def key_of(self, op: Operation[Any]) -> str | None:
+        """The Dask key of a remote operation, None for a local one (observers: ``dump()``)."""
+
+
 class Scheduler:
     """The per-operation cycle of one engine: admission, grant, dispatch, run, finish.
 
@@ -253,9 +275,11 @@ class Scheduler:
         settings: Settings,
         open_gpu: Callable[[Scheduler, Context], GpuSeam],
         instruments: tuple[Instrument, ...],
+        open_remote: Callable[[Scheduler, Context], RemoteSeam],
     ) -> None:
         self._settings = settings
         self._open_gpu = open_gpu
+        self._open_remote = open_remote
         self._pid = os.getpid()
         self._forked = False
         # The hot paths (push, start, finish) take and give back the lock in a try statement
@@ -302,6 +326,9 @@ class Scheduler:
         # While None, no fence exists and host consumers skip the fence checks (the CPU-only
         # fast path); set once, under the lock (gpu_sync.open_gpu).
         self._gpu: GpuSeam | None = None
+        # While None, no Var carries a remote version and nothing is held for one (the
+        # local-only fast path); set once, under the lock (remote.open_remote).
+        self._remote: RemoteSeam | None = None
         lifecycle.engines_after_fork.add(self, _after_fork_in_child)
         if _COMPILED:  # live operations are hidden from the collector (collector.py)
             _watch_collections(self)
@@ -535,7 +562,7 @@ class Scheduler:
             if wait:
                 op._wait = wait
                 return op
-            if self._gpu is not None:  # it may have to wait for GPU fences
+            if self._gpu is not None or self._remote is not None:  # fences, remote versions
                 todo = self._dispatch_locked([op])
             else:
                 op._state = _READY
@@ -564,6 +591,13 @@ class Scheduler:
             gpu = self._open_gpu(self, ctx)
         return gpu
 
+    def _remote_for(self, ctx: Context) -> RemoteSeam:
+        """The remote collaborator, opened (by the façade's opener) on the first remote push."""
+        remote = self._remote
+        if remote is None:
+            remote = self._open_remote(self, ctx)
+        return remote
+
     def _check_fork(self) -> None:
         if self._forked:
             raise RuntimeError(
@@ -574,6 +608,8 @@ class Scheduler:
 
     def _route(self, ctx: Context, prop: FnProperty, kind: int) -> Executor | None:
         """Return the executor for ``(ctx, prop)``; None means the event-loop thread."""
+        if ctx.device_type is _REMOTE:
+            return self._remote_for(ctx).route(ctx, prop, kind)
         if kind == _CORO:
             if ctx.device_type is not _CPU:
                 self._gpu_for(ctx).devices_for(ctx)  # a host consumer: the device must be usable
@@ -638,6 +674,8 @@ class Scheduler:
             if op._kind == _WAIT:
                 if self._gpu is not None and self._gpu.hold_for_fences_locked(op):
                     continue
+                if self._remote is not None and self._remote.hold_locked(op):
+                    continue
                 # Its result: the failure its Var carries now that every earlier user has
                 # finished, not one that a later operation records before the waiter resumes.
                 self._finish_locked(op, _DONE, op._mutate[0]._failure, None, ready)
@@ -648,6 +686,8 @@ class Scheduler:
                     and self._gpu.hold_for_fences_locked(op)
                 ):
                     continue  # a host consumer of GPU data: it starts once the fences complete
+                if self._remote is not None and self._remote.hold_locked(op):
+                    continue  # it starts once the remote versions it uses have settled
                 op._state = _READY
                 if op._target is not None:
                     todo.append(op)
@@ -1048,6 +1088,7 @@ class Scheduler:
                 and not queue.heap
                 and not self._failures
                 and self._gpu is None
+                and self._remote is None
             ):
                 only: Operation[Any] = ready[0]
                 if only._target is None and only._kind != _WAIT:
@@ -1301,8 +1342,10 @@ class Scheduler:
                             v._deleted = False  # a deletion cancelled did not happen
                 self._finish_locked(op, _CANCELLED, msg, None, ready)
                 todo = self._dispatch_locked(ready) if ready else ready
-            elif op._kind != _CORO:
-                return False  # a running thread cannot be interrupted
+            elif op._kind != _CORO and op._task is None:
+                # A running thread cannot be interrupted (a remote operation has a task
+                # that awaits its Dask future while it holds its Vars: that one can).
+                return False
             else:
                 todo = None
         if todo is not None:

@@ -168,3 +168,21 @@ class Settings:
                 gpu_max_inflight, "gpu_max_inflight", "AIOENGINE_GPU_MAX_INFLIGHT"
             ),
         )
+
+
+def cluster_setting(cluster: object) -> object:
+    """The cluster an :class:`~aioengine.Engine` uses: ``cluster`` itself, or, when it is
+    None, the scheduler address in ``AIOENGINE_CLUSTER`` (None if that is unset or empty).
+
+    Objects (a ``distributed.Client`` or cluster) are checked when first used, by the remote
+    backend (``remote.py``); here only strings are.
+
+    Raises:
+        ValueError: if ``cluster`` is an empty string.
+    """
+    if cluster is None:
+        raw = os.environ.get("AIOENGINE_CLUSTER", "").strip()
+        return raw or None
+    if isinstance(cluster, str) and not cluster.strip():
+        raise ValueError("cluster must be a scheduler address, 'local' or a Dask object, got ''")
+    return cluster

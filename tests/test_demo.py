@@ -110,6 +110,21 @@ class TestDemo:
         assert main(["demo", *argv, "--no-trace", "--no-progress"]) == 0
         assert " s on 1 CPU worker(s)\n" in capsys.readouterr().out
 
+    def test_on_a_local_dask_cluster(
+        self,
+        capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
+        tmp_path: pathlib.Path,
+    ) -> None:
+        """``--cluster local``: the NumPy stages on the cluster, the same checksum."""
+        pytest.importorskip("distributed")
+        monkeypatch.chdir(tmp_path)
+        args = ["demo", *SMALL, "--no-trace", "--no-progress", "--cluster", "local"]
+        assert main(args) == 0
+        out = capsys.readouterr().out
+        assert "NumPy on the Dask cluster 'local'" in out
+        assert "  verified:   " in out
+
     def test_runs_as_a_module(self, tmp_path: pathlib.Path) -> None:
         done = subprocess.run(
             [sys.executable, "-m", "aioengine", "demo", *SMALL],

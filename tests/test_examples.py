@@ -23,6 +23,8 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
     if path.stem == "crawler":
         pytest.importorskip("aiohttp")
+    if path.stem == "cluster":
+        pytest.importorskip("distributed")
     env = {**os.environ, "AIOENGINE_EXAMPLE_SMALL": "1"}
     args = [str(tmp_path / "trace.json")] if path.stem == "pipeline" else []
     done = subprocess.run(
@@ -43,6 +45,8 @@ def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
         assert set(tracks) == set(STAGES)
     if path.stem == "crawler":
         assert "(politeness: 1)" in done.stdout
+    if path.stem == "cluster":
+        assert "matches the local computation" in done.stdout
     if path.stem == "gpu_pipeline":
         assert "results match NumPy" in done.stdout
         if not ae.gpu_available():
@@ -50,5 +54,5 @@ def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
 
 
 def test_the_expected_examples_exist() -> None:
-    expected = {"quickstart", "crawler", "training", "pipeline", "gpu_pipeline"}
+    expected = {"quickstart", "crawler", "training", "pipeline", "gpu_pipeline", "cluster"}
     assert expected <= {p.stem for p in EXAMPLES}

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from . import Observed
 
 _GPU = DeviceType.GPU
+_REMOTE = DeviceType.REMOTE
 
 __all__ = ("Dump", "OpInfo", "VarInfo", "await_stack", "build_dump")
 
@@ -301,7 +302,11 @@ def build_dump(engine: Observed, var: Var | None = None) -> Dump:
                 flag = f"its Vars are granted; waiting for {op._fwait} GPU fence(s) to complete"
             elif state is OpState.RUNNING and op._kind == _SYNC and op._ctx.device_type is _GPU:
                 flag = "GPU operation: completes when its fence (the event after it) does"
-            if op._task is not None and not op._task.done():
+            elif state is OpState.RUNNING and op._ctx.device_type is _REMOTE:
+                remote = core._remote
+                key = remote.key_of(op) if remote is not None else None
+                flag = f"remote operation on the Dask cluster, key {key!r}"
+            if op._task is not None and not op._task.done() and op._ctx.device_type is not _REMOTE:
                 tasks[op._seq] = op._task
             rows[op._seq] = {
                 "seq": op._seq,

@@ -140,6 +140,8 @@ def _lane_label(op: Operation[Any]) -> str | None:
         return "callback ops"
     if op._ctx.device_type is DeviceType.GPU and op._target is not None:
         return f"{pool_name(op._target)} ops"  # launched on a stream, done at its fence
+    if op._ctx.device_type is DeviceType.REMOTE:
+        return "remote ops"  # submitted to Dask, done when its task is
     return None
 
 

@@ -1,0 +1,839 @@
+"""Remote operations: the collaborator that runs operations on a Dask cluster.
+
+The scheduler (``scheduler.py``) reaches this module through its ``_remote`` field, which stays
+None until the first push to a :func:`~aioengine.remote` context, so a local-only engine pays
+one ``is None`` test. Dask distributed does the work (keys, futures as arguments, cancel,
+TLS); this module only maps the engine's rule onto it. ``docs/howto/cluster.md`` is the
+user's side of the same design.
+
+Two kinds of remote operation:
+
+- *Side-effect operations* (``push_sync`` / ``push_async`` / ``push`` on a remote context):
+  ``fn(rctx)`` runs on a worker and may touch anything, so the operation holds its Vars until
+  the Dask task has finished, exactly like a local one. A task on the engine's loop
+  (``op._task``) awaits the Dask future; cancelling it cancels the Dask task.
+- *Value operations* (``Engine.submit(..., ctx=remote())``, a
+  :class:`~aioengine.functions.ValueCall`): every write makes a new *version* of its ``out``
+  Vars, a :class:`RemoteVersion` that the Var carries as its value and whose Dask future
+  (a new key) stays on the cluster. A Var argument reaches the worker as the Dask future of
+  the version it must see (a local value is scattered once per version). Dask then orders
+  such operations by data, and the engine's rule holds without waiting: read-after-write,
+  the reader has the writer's future as an argument; write-after-read and write-after-write,
+  the writer makes a new key and the version a reader was given never changes. So a value
+  operation releases its Vars once *submitted* (as a GPU operation once enqueued), and a
+  dependent chain reaches the scheduler at once. It completes (``await op``) when its task
+  has. Two conditions, documented for users: the function must not modify its inputs in
+  place, and Dask may run it more than once. One that declares ``writes=`` (side effects),
+  and every value operation in serial mode, holds its Vars until it has finished instead.
+
+Any other operation that uses a Var whose version is still being computed (a local one, a
+side-effect one, ``wait_for_var``, ``delete_var``) is held before it starts
+(:meth:`RemoteBackend.hold_locked`, called by the scheduler's dispatch, like the GPU's fences)
+until the version has *settled*; a local reader also until the value is gathered to this
+process, once per version (the Var then carries the local value, and the scatter cache
+remembers its future, so a later remote reader sends nothing).
+
+Failures keep the local semantics. A version settles failed when its operation failed, or
+when the operation was *skipped*: one of the versions it depends on (those of the Vars it reads
+and the previous versions of those it writes) settled failed; Dask then fails it with the
+upstream exception, and the engine reports ``DependencyError`` as for a local skip, sharing the
+upstream failure record. A settled failure is recorded on the Var (``Var._failure``) if that
+version is still its latest, and the Var's value goes back to the last version that did not
+fail (a failed operation leaves its Vars' values as they were): so what starts later is
+skipped, as locally, until the failure is thrown.
+
+State (the engine lock, ``core._lock``, guards every field that another thread may read; the
+rest is loop-thread only):
+
+- ``_core``: the scheduler served (it calls the scheduler's ``_locked`` bookkeeping; the
+  scheduler never imports this module). ``_loop``: its loop, where every Dask call is made.
+- ``_cluster``, ``_security``: what ``Engine(cluster=, security=)`` (or
+  ``AIOENGINE_CLUSTER``) gave. ``_client``: the connected ``distributed.Client`` (None until
+  connected); ``_connecting``: the task that connects; ``_own_client``, ``_own_cluster``: what
+  the engine made, and so closes; ``_on_loop``: the client runs on the engine's loop (else
+  on its own thread: a blocking client).
+- ``_token``: this engine's part of every Dask key it makes (``name-token-seq``).
+- ``_scattered``: per Var, the local value last sent to the cluster and its future (a weak
+  mapping: a dropped Var drops its entry).
+- ``_holders``: the Vars that may carry a remote version (weak), released at close.
+- ``_executor``: the one :class:`RemoteExecutor` every remote context routes to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import operator
+import threading
+import uuid
+import weakref
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from . import instrument as _instrument
+from .context import Context, RunContext, remote
+from .errors import DependencyError, DeviceUnavailableError, EngineClosedError, summary
+from .functions import ValueCall
+from .kinds import _CALLBACK, _WAIT, FnProperty, OpState
+from .operation import Operation
+from .scheduler import Scheduler
+from .var import NO_VALUE, Var, _Failure
+
+# distributed is optional and only partly typed: its client and futures are Any here.
+DaskClient = Any  # a distributed.Client
+DaskFuture = Any  # a distributed.Future
+
+__all__ = ("RemoteBackend", "RemoteExecutor", "RemoteVersion", "open_remote")
+
+_DONE = OpState.DONE
+_FAILED = OpState.FAILED
+_SKIPPED = OpState.SKIPPED
+_CANCELLED = OpState.CANCELLED
+_PENDING = OpState.PENDING
+_DELETE_VAR = FnProperty.DELETE_VAR
+_context_run = contextvars.Context.run
+
+INSTALL = (
+    "remote operations need Dask distributed: pip install 'aioengine[dask]'; then give the "
+    "engine a cluster (Engine(cluster='local'), Engine(cluster='tcp://host:8786'), or the "
+    "environment variable AIOENGINE_CLUSTER=tcp://host:8786)"
+)
+
+
+def _distributed() -> Any:
+    """Import ``distributed``, or raise DeviceUnavailableError saying how to install it."""
+    try:
+        import distributed
+    except ImportError as exc:
+        raise DeviceUnavailableError(INSTALL) from exc
+    return distributed
+
+
+def open_remote(core: Scheduler, ctx: Context, cluster: object, security: object) -> RemoteBackend:
+    """Create ``core``'s remote collaborator on the first push to a remote context.
+
+    Raises:
+        DeviceUnavailableError: if no cluster is configured or ``distributed`` is missing.
+        RuntimeError: if the engine is not bound to a running loop yet.
+    """
+    if cluster is None:
+        raise DeviceUnavailableError(
+            f"{ctx!r}: no cluster is configured; create the engine with Engine(cluster=...) "
+            "(a distributed.Client, a cluster object, a scheduler address or 'local') or set "
+            "AIOENGINE_CLUSTER=tcp://host:8786. " + INSTALL.split(";")[0]
+        )
+    _distributed()
+    if core._loop is None:
+        raise RuntimeError(
+            f"{core!r} is not bound to an event loop yet, and remote operations need it (its "
+            "Dask client runs there); use the engine from a coroutine first"
+        )
+    with core._lock:
+        current = core._remote
+        if current is None:
+            backend = RemoteBackend(core, core._loop, cluster, security)
+            core._remote = backend
+            return backend
+    assert isinstance(current, RemoteBackend)
+    return current
+
+
+def _apply(fn: Callable[..., Any], n: int | None, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """A value operation's task on the worker: ``fn(*args, **kwargs)``, checked for
+    ``n`` results when ``out`` is a sequence of ``n`` Vars."""
+    return _unpack(fn(*args, **kwargs), n)
+
+
+async def _apply_async(
+    fn: Callable[..., Coroutine[Any, Any, Any]],
+    n: int | None,
+    args: list[Any],
+    kwargs: dict[str, Any],
+) -> Any:
+    """:func:`_apply` for a coroutine function: it runs on the worker's event loop."""
+    return _unpack(await fn(*args, **kwargs), n)
+
+
+def _unpack(result: Any, n: int | None) -> Any:
+    if n is None:
+        return result
+    values = tuple(result)
+    if len(values) != n:
+        raise ValueError(f"the function returned {len(values)} value(s) for out= of {n} Var(s)")
+    return values
+
+
+class RemoteVersion:
+    """One version of a Var written by a remote value operation: the value lives on the
+    cluster under the key of :attr:`future`.
+
+    A Var carries it as its value (``Var._value``) until the next write; an operation's
+    function never sees it (a remote one gets the future, a local one the gathered value).
+    Its fields are written on the loop thread under the engine lock.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "box",
+        "exc",
+        "fallback",
+        "future",
+        "gathering",
+        "name",
+        "previous",
+        "settled",
+        "var",
+        "waiters",
+        "watchers",
+    )
+
+    def __init__(self, future: DaskFuture, var: Var, previous: object) -> None:
+        self.future = future  #: the Dask future of the value
+        self.var = weakref.ref(var)  #: the Var it is a version of
+        self.name = var.name
+        #: the Var's value before this version, until it settles (then dropped, or kept in
+        #: ``fallback`` if it failed: what the Var goes back to)
+        self.previous: object = previous
+        self.fallback: object = NO_VALUE
+        self.settled = False  #: its operation finished (or was skipped)
+        self.box: _Failure | None = None  #: the failure record, if it failed
+        self.exc: BaseException | None = None  #: that failure's exception
+        self.gathering = False  #: a gather to this process is under way
+        self.waiters: list[Operation[Any]] = []  #: operations held until it settles or arrives
+        self.watchers: list[asyncio.Future[None]] = []  #: loop futures woken when it settles
+
+    def __repr__(self) -> str:
+        state = "failed" if self.exc is not None else "settled" if self.settled else "pending"
+        return f"<RemoteVersion of {self.name!r} {state} key={self.future.key!r}>"
+
+    async def wait_settled(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Return once this version has settled (loop thread)."""
+        if not self.settled:
+            fut = loop.create_future()
+            self.watchers.append(fut)
+            await fut
+
+
+class RemoteExecutor:
+    """The executor of every remote context: it hands each READY operation to the loop, where
+    :meth:`RemoteBackend.start` submits it to Dask. It runs nothing itself and has no queue
+    (Dask's scheduler is the queue, ordered by ``priority=``)."""
+
+    _name = "aioengine-remote"  # pools are named after it (statistics(), traces): "remote"
+
+    def __init__(self, backend: RemoteBackend) -> None:
+        self._backend = backend
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return "<RemoteExecutor>"
+
+    @property
+    def ctx(self) -> Context:
+        """A remote context (the executor serves every one)."""
+        return remote()
+
+    @property
+    def abandoned(self) -> bool:
+        """Never: nothing of it runs on a thread."""
+        return False
+
+    def owns_current_thread(self) -> bool:
+        """No thread is one of its workers."""
+        return False
+
+    def submit(self, item: Any, key: int, wake: bool = True) -> bool:
+        """Start ``item`` on the loop (now, on the loop thread; else soon)."""
+        if self._closed:
+            return False
+        backend = self._backend
+        loop = backend._loop
+        if backend._core._loop_thread == threading.get_ident():
+            backend.start(item)
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(backend.start, item)
+        else:
+            return False
+        return True
+
+    def take(self) -> Any:
+        """Nothing is ever queued here."""
+        return None
+
+    def wake(self, *, caller_pops: bool = True) -> None:
+        """Nothing to wake: :meth:`submit` starts at once."""
+
+    def shutdown(self, wait: bool) -> None:
+        """Take no more operations."""
+        self._closed = True
+
+
+def _priority(op: Operation[Any]) -> int:
+    """The ``priority`` an operation was pushed with (its run key encodes it)."""
+    return (op._seq - op._key) >> 64
+
+
+class RemoteBackend:
+    """The remote collaborator of one engine (created by :func:`open_remote`); its state is
+    listed in this module's docstring."""
+
+    def __init__(
+        self,
+        core: Scheduler,
+        loop: asyncio.AbstractEventLoop,
+        cluster: object,
+        security: object,
+    ) -> None:
+        self._core = core
+        self._loop = loop
+        self._cluster = cluster
+        self._security = security
+        self._client: DaskClient | None = None
+        self._connecting: asyncio.Task[DaskClient] | None = None
+        self._own_client = False
+        self._own_cluster: Any = None
+        self._on_loop = True
+        self._token = uuid.uuid4().hex[:12]
+        self._scattered: weakref.WeakKeyDictionary[Var, tuple[object, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._holders: weakref.WeakSet[Var] = weakref.WeakSet()
+        self._executor = RemoteExecutor(self)
+
+    # -- the scheduler's seam ----------------------------------------------------------
+
+    def route(self, ctx: Context, prop: FnProperty, kind: int) -> RemoteExecutor:
+        """The executor of a remote operation; callback-style functions cannot run remotely.
+
+        Raises:
+            TypeError: for a callback-style function (``fn(rctx, on_complete)``).
+            EngineClosedError: once the engine has closed its client.
+        """
+        if kind == _CALLBACK:
+            raise TypeError(
+                f"a callback-style function (fn(rctx, on_complete)) cannot run on {ctx!r}: "
+                "push a plain function (push_sync) or an 'async def fn(rctx)' (push_async)"
+            )
+        if self._executor._closed:
+            raise EngineClosedError(f"{self._core!r}: its Dask client is closed")
+        return self._executor
+
+    def hold_locked(self, op: Operation[Any]) -> bool:
+        """Hold ``op`` while a Var it uses carries a version still being computed (or, for a
+        reader, not yet gathered here); False if nothing holds it. Lock held (any thread)."""
+        if type(op._fn) is ValueCall:
+            return False  # Dask orders it by data: it gets the futures
+        gather = (
+            op._target is not self._executor
+            and op._kind != _WAIT  # a wait_for_var marker needs no value
+            and op._prop is not _DELETE_VAR
+        )
+        for var in op._vars:
+            value = var._value
+            if type(value) is not RemoteVersion:
+                continue
+            if not value.settled:
+                value.waiters.append(op)
+                return True
+            if not gather:
+                continue  # it needs no value
+            # (Gathered even if the Var carries a failure: until the operation starts, the
+            # failure may be thrown, and then it runs.)
+            value.waiters.append(op)
+            if not value.gathering:
+                value.gathering = True
+                self._core._call_soon_locked(functools.partial(self._begin_gather, value))
+            return True
+        return False
+
+    # -- connecting ----------------------------------------------------------------------
+
+    async def _ready(self) -> DaskClient:
+        """The connected client (connecting on first use, on the engine's loop)."""
+        client = self._client
+        if client is not None:
+            return client
+        if self._connecting is None:
+            self._connecting = self._loop.create_task(self._connect())
+        return await asyncio.shield(self._connecting)
+
+    async def _connect(self) -> DaskClient:
+        distributed = _distributed()
+        cluster = self._cluster
+        if isinstance(cluster, distributed.Client):
+            if cluster.asynchronous:
+                if cluster.loop.asyncio_loop is not self._loop:
+                    raise RuntimeError(
+                        f"{cluster!r} is asynchronous on another event loop; create it on the "
+                        "engine's loop (or pass a blocking Client, or an address)"
+                    )
+            else:
+                self._on_loop = False
+            client = cluster
+        else:
+            target = cluster
+            if cluster == "local":
+                self._own_cluster = target = await distributed.LocalCluster(
+                    processes=False,
+                    dashboard_address=":0",
+                    asynchronous=True,
+                    security=self._security,
+                )
+            elif not isinstance(cluster, str) and not hasattr(cluster, "scheduler_address"):
+                raise TypeError(
+                    "cluster must be a distributed.Client, a cluster object, a scheduler "
+                    f"address or 'local', got {cluster!r}"
+                )
+            kwargs: dict[str, Any] = {}
+            if self._security is not None:
+                kwargs["security"] = self._security
+            client = await distributed.Client(
+                target, asynchronous=True, set_as_default=False, **kwargs
+            )
+            self._own_client = True
+        self._client = client
+        return client
+
+    async def _call(self, awaitable: Any) -> Any:
+        """Await a coroutine of the client's (``asynchronous=True``) on the client's loop."""
+        if self._on_loop:
+            return await awaitable
+        assert self._client is not None
+        return await asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(awaitable, self._client.loop.asyncio_loop)
+        )
+
+    async def _finished(self, future: DaskFuture) -> None:
+        """Return once ``future`` has finished, erred or been cancelled (no data moves).
+
+        On the engine's loop, the future's own state is awaited (no thread involved; it is
+        what awaiting the future does, without the transfer of its result); otherwise a done
+        callback, which Dask runs on a thread of its own, wakes the loop.
+        """
+        state = getattr(future, "_state", None)
+        wait = getattr(state, "wait", None)
+        if self._on_loop and wait is not None:
+            await wait()
+            return
+        done = self._loop.create_future()
+        loop = self._loop
+
+        def settle(_: object) -> None:  # a Dask callback thread
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(_set_done, done)
+
+        future.add_done_callback(settle)
+        await done
+
+    # -- running -------------------------------------------------------------------------
+
+    def start(self, op: Operation[Any]) -> None:
+        """Start READY ``op`` (loop thread): a task submits it to Dask and awaits it."""
+        core = self._core
+        todo: list[Operation[Any]] = []
+        with core._lock:
+            started = core._start_locked(op, todo)
+            if started:
+                run = self._run_value if type(op._fn) is ValueCall else self._run_effect
+                task = self._loop.create_task(run(op), name=op.name, context=op._context)
+                task._log_destroy_pending = False  # type: ignore[attr-defined]
+                task.add_done_callback(functools.partial(self._task_done, op))
+                op._task = task
+        if todo:
+            core._submit(todo)
+        if started and core._instruments:
+            _instrument.notify_start(core, op)
+
+    def _task_done(self, op: Operation[Any], task: asyncio.Task[None]) -> None:
+        """A task cancelled before its first step never ran its body (which finishes the
+        operation in every other case): nothing was submitted, so ``op`` is cancelled."""
+        if task.cancelled() and op._state < _DONE:
+            self._core._finish(op, _CANCELLED, None, None)
+
+    def _key(self, op: Operation[Any]) -> str:
+        return f"{op.name}-{self._token}-{op._seq}"
+
+    def _options(self, ctx: Context) -> dict[str, Any]:
+        options = ctx.options
+        assert options is not None
+        kwargs: dict[str, Any] = {}
+        if options.resources:
+            kwargs["resources"] = dict(options.resources)
+        if options.workers is not None:
+            kwargs["workers"] = list(options.workers)
+        if options.retries:
+            kwargs["retries"] = options.retries
+        return kwargs
+
+    async def _run_effect(self, op: Operation[Any]) -> None:
+        """A side-effect operation: submit ``fn(rctx)``, hold the Vars until it finished."""
+        core = self._core
+        future = None
+        try:
+            client = await self._ready()
+            fn = op._fn
+            assert fn is not None
+            future = client.submit(
+                fn,
+                RunContext(op._ctx),
+                key=self._key(op),
+                pure=False,
+                priority=_priority(op),
+                **self._options(op._ctx),
+            )
+            await self._finished(future)
+            if future.status == "finished":
+                result = await self._call(client.gather(future, asynchronous=True))
+            else:
+                raise await self._error(future)
+        except asyncio.CancelledError as exc:
+            if future is not None:
+                await self._cancel_future(future)
+            core._finish(op, _FAILED, None, exc)  # reported as cancelled, with its message
+        except Exception as exc:
+            core._finish(op, _FAILED, None, exc)
+        else:
+            core._finish(op, _DONE, result, None)
+        finally:
+            if future is not None:
+                future.release()
+            del future, op
+
+    async def _error(self, future: DaskFuture) -> BaseException:
+        """The exception of a Dask future that erred or was cancelled."""
+        if future.status == "error":
+            exc: BaseException = await self._call(future.exception(asynchronous=True))
+            return exc
+        distributed = _distributed()
+        return distributed.client.FutureCancelledError(future.key, "cancelled")  # type: ignore[no-any-return]
+
+    async def _cancel_future(self, future: DaskFuture) -> None:
+        """Cancel ``future``'s task: not started, it never runs; running, it runs to its end
+        and its result is dropped. Dask sends the cancellation in its next batch, so a task
+        may still start on a worker that frees a thread in between (best effort)."""
+        client = self._client
+        if client is None:
+            return
+        try:
+            await self._call(client.cancel([future], asynchronous=True))
+        except (asyncio.CancelledError, Exception):
+            pass  # cancelled again, or the client is closing: the key goes with it
+
+    async def _remote_arg(self, client: DaskClient, var: Var, deps: list[RemoteVersion]) -> Any:
+        """What a Var argument becomes on the worker: the future of its version."""
+        value = var._value
+        if type(value) is RemoteVersion:
+            if value not in deps:
+                deps.append(value)
+            return value.future
+        if value is NO_VALUE:
+            raise ValueError(
+                f"{var!r} carries no value: create it with engine.new_var(name, value=...) or "
+                "write it first (submit(..., out=var) or var.set(value))"
+            )
+        cached = self._scattered.get(var)
+        if cached is not None and cached[0] is value:
+            pending = cached[1]
+            if isinstance(pending, asyncio.Future):
+                return await asyncio.shield(pending)
+            return pending
+        # Scattered once per version: concurrent readers of this value share the one send.
+        sent: asyncio.Future[Any] = self._loop.create_future()
+        self._scattered[var] = (value, sent)
+        self._holders.add(var)
+        key = f"{var.name}-{self._token}-v{var._version}-{uuid.uuid4().hex[:8]}"
+        try:
+            futures = await self._call(client.scatter({key: value}, asynchronous=True))
+        except BaseException as exc:
+            self._scattered.pop(var, None)
+            sent.set_exception(exc)
+            sent.exception()  # retrieved here: the readers sharing it raise their own copy
+            raise
+        future = futures[key]
+        self._scattered[var] = (value, future)
+        sent.set_result(future)
+        return future
+
+    async def _run_value(self, op: Operation[Any]) -> None:
+        """A value operation: submit it with its Vars' versions; unless it holds, release the
+        Vars at once; complete (and settle its versions) when the task has finished."""
+        core = self._core
+        call = op._fn
+        assert type(call) is ValueCall
+        versions: list[RemoteVersion] = []
+        deps: list[RemoteVersion] = []
+        future = None
+        released = False
+        try:
+            client = await self._ready()
+            args = list(call.args)
+            kwargs = dict(call.kwargs)
+            for i, var in call.arg_vars:
+                args[i] = await self._remote_arg(client, var, deps)
+            for key, var in call.kw_vars:
+                kwargs[key] = await self._remote_arg(client, var, deps)
+            for var in op._vars:  # the previous versions of what it writes, too
+                value = var._value
+                if type(value) is RemoteVersion and value not in deps:
+                    deps.append(value)
+            n = None if call.single or not call.outs else len(call.outs)
+            key = self._key(op)
+            apply = _apply_async if inspect.iscoroutinefunction(call.fn) else _apply
+            future = client.submit(
+                apply,
+                call.fn,
+                n,
+                args,
+                kwargs,
+                key=key,
+                pure=False,
+                priority=_priority(op),
+                **self._options(op._ctx),
+            )
+            if n is None:
+                parts = [future] if call.outs else []
+            else:
+                parts = [
+                    client.submit(
+                        operator.getitem, future, i, key=f"{key}-{i}", priority=_priority(op)
+                    )
+                    for i in range(n)
+                ]
+            ready: list[Any] = []
+            with core._lock:
+                for var, part in zip(call.outs, parts, strict=True):
+                    version = RemoteVersion(part, var, var._value)
+                    var._value = version
+                    versions.append(version)
+                if not call.holds and not core._settings.serial:
+                    released = True
+                    op._task = None  # submitted: too late to cancel (see Operation.cancel)
+                    core._release_locked(op, _DONE, None, ready)
+                    todo = core._dispatch_locked(ready) if ready else ready
+                else:
+                    todo = ready
+            for var in call.outs:
+                self._holders.add(var)
+            if todo:
+                core._submit(todo)
+            await self._finished(future)
+        except asyncio.CancelledError as exc:
+            if future is not None:
+                await self._cancel_future(future)
+            await self._settle(op, versions, released, _FAILED, None, exc, None)
+            return
+        except Exception as exc:
+            await self._settle(op, versions, released, _FAILED, None, exc, _Failure(exc))
+            return
+        finally:
+            del call
+        try:
+            state, result, failure, box = await self._outcome(op, client, future, deps, versions)
+        except asyncio.CancelledError as cancel:  # a holding operation, cancelled while it ran
+            await self._cancel_future(future)
+            state, result, failure, box = _FAILED, None, cancel, None
+        except Exception as error:
+            state, result, failure, box = _FAILED, None, error, _Failure(error)
+        finally:
+            if not any(version.future is future for version in versions):
+                future.release()  # (a version's future lives as long as the version)
+            del deps
+        await self._settle(op, versions, released, state, result, failure, box)
+
+    async def _outcome(
+        self,
+        op: Operation[Any],
+        client: DaskClient,
+        future: DaskFuture,
+        deps: list[RemoteVersion],
+        versions: list[RemoteVersion],
+    ) -> tuple[OpState, object, BaseException | None, _Failure | None]:
+        """How a value operation whose task has finished ends: skipped if a version it
+        depends on failed (Dask then failed it with that exception), else failed or done."""
+        for dep in deps:
+            await dep.wait_settled(self._loop)
+        failed = next((dep for dep in deps if dep.exc is not None), None)
+        if failed is not None:
+            cause = failed.exc
+            assert cause is not None
+            err = DependencyError(
+                f"operation {op.name!r} was skipped: {failed.name!r} carries a failure "
+                f"({summary(cause)})"
+            )
+            err.__cause__ = cause
+            return _SKIPPED, None, err, failed.box
+        if future.status != "finished":
+            exc = await self._error(future)
+            return _FAILED, None, exc, _Failure(exc)
+        result = None
+        if not versions:  # no out=: its result is gathered for ``await op``
+            result = await self._call(client.gather(future, asynchronous=True))
+        return _DONE, result, None, None
+
+    async def _settle(
+        self,
+        op: Operation[Any],
+        versions: list[RemoteVersion],
+        released: bool,
+        state: OpState,
+        result: object,
+        exc: BaseException | None,
+        box: _Failure | None,
+    ) -> None:
+        """Finish ``op`` and settle its versions (loop thread); wake what they held."""
+        core = self._core
+        if state is _FAILED and isinstance(exc, asyncio.CancelledError):
+            state, result, exc, box = _CANCELLED, exc.args[0] if exc.args else None, None, None
+        ready: list[Any] = []
+        watchers: list[asyncio.Future[None]] = []
+        with core._lock:
+            for version in versions:
+                version.settled = True
+                version.box = box
+                # Cancelled (a holding operation, after its submission): no data either.
+                if state is _CANCELLED:
+                    version.exc = asyncio.CancelledError()
+                elif state is _SKIPPED:  # its dependents name the root failure, as locally
+                    version.exc = exc.__cause__ if exc is not None and exc.__cause__ else exc
+                else:
+                    version.exc = exc
+                var = version.var()
+                if version.exc is not None:
+                    previous = version.previous
+                    if type(previous) is RemoteVersion and previous.exc is not None:
+                        previous = previous.fallback
+                    version.fallback = previous
+                    if var is not None and var._value is version:
+                        var._value = previous  # a failed write leaves the value as it was
+                        if box is not None:
+                            var._failure = box
+                version.previous = None
+                ready.extend(op for op in version.waiters if op._state is _PENDING)
+                version.waiters.clear()
+                watchers.extend(version.watchers)
+                version.watchers.clear()
+            if state is _FAILED and box is not None:
+                core._failures[box] = None
+            if released:
+                op._state = state
+                op._result = result
+                op._exception = exc if state is not _CANCELLED else None
+                op._fn = None
+                core._complete_locked(op, state)
+            elif state is _DONE:
+                core._finish_locked(op, state, result, None, ready)
+            else:
+                core._finish_locked(op, state, result, exc, ready, box)
+            todo = core._dispatch_locked(ready) if ready else ready
+        if todo:
+            core._submit(todo)
+        for fut in watchers:
+            _set_done(fut)
+
+    # -- local readers -------------------------------------------------------------------
+
+    def _begin_gather(self, version: RemoteVersion) -> None:
+        task = self._loop.create_task(self._gather(version))
+        task.add_done_callback(_quiet)
+
+    async def _gather(self, version: RemoteVersion) -> None:
+        """Bring a settled version's value here once, for the local readers it holds."""
+        core = self._core
+        try:
+            value = await self._call(self._ready_client().gather(version.future, asynchronous=True))
+        except Exception as exc:
+            # Lost (e.g. its worker died and it cannot be recomputed): a failure of the Var.
+            box = _Failure(exc)
+            with core._lock:
+                version.exc = exc
+                version.box = box
+                core._failures[box] = None
+                var = version.var()
+                if var is not None and var._value is version:
+                    var._failure = box
+                ready = [op for op in version.waiters if op._state is _PENDING]
+                version.waiters.clear()
+                version.gathering = False
+                todo = core._dispatch_locked(ready) if ready else ready
+        else:
+            with core._lock:
+                var = version.var()
+                if var is not None and var._value is version:
+                    var._value = value
+                    self._scattered[var] = (value, version.future)
+                ready = [op for op in version.waiters if op._state is _PENDING]
+                version.waiters.clear()
+                version.gathering = False
+                todo = core._dispatch_locked(ready) if ready else ready
+        if todo:
+            core._submit(todo)
+
+    def _ready_client(self) -> DaskClient:
+        assert self._client is not None  # a version exists only once connected
+        return self._client
+
+    # -- the façade's calls --------------------------------------------------------------
+
+    def pending(self, var: Var) -> bool:
+        """Whether ``var`` carries a version that has not settled (``wait_for_var``)."""
+        value = var._value
+        return type(value) is RemoteVersion and not value.settled
+
+    def forget(self, var: Var) -> None:
+        """Drop what ``var`` keeps on the cluster (``delete_var``, once its turn came)."""
+        if type(var._value) is RemoteVersion:
+            var._value = NO_VALUE
+        self._scattered.pop(var, None)
+
+    def statistics(self) -> dict[str, int]:
+        """Remote versions the Vars carry, and scattered values kept (``dump()``)."""
+        return {
+            "versions": sum(1 for v in list(self._holders) if type(v._value) is RemoteVersion),
+            "scattered": len(self._scattered),
+        }
+
+    def key_of(self, op: Operation[Any]) -> str | None:
+        """The Dask key of a remote operation (``dump()``), or None for a local one."""
+        if op._target is not self._executor:
+            return None
+        return self._key(op)
+
+    async def aclose(self) -> None:
+        """Release every key of this engine and close what the engine made (``aclose()``,
+        once nothing is pending). Values still on the cluster are dropped with their keys."""
+        self._executor.shutdown(False)
+        for var in list(self._holders):
+            if type(var._value) is RemoteVersion:
+                var._value = NO_VALUE
+        self._holders.clear()
+        for _, future in list(self._scattered.values()):
+            if not isinstance(future, asyncio.Future):
+                future.release()
+        self._scattered.clear()
+        connecting = self._connecting
+        if connecting is not None and not connecting.done():
+            connecting.cancel()
+            try:
+                await connecting
+            except (asyncio.CancelledError, Exception):
+                pass
+        client = self._client
+        self._client = None
+        if client is not None and self._own_client:
+            await client.close()
+        if self._own_cluster is not None:
+            cluster, self._own_cluster = self._own_cluster, None
+            await cluster.close()
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _quiet(task: asyncio.Future[Any]) -> None:
+    """Retrieve a fire-and-forget task's exception (a cancel or gather that failed at close)."""
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,717 @@
+"""Remote operations on a Dask cluster (remote.py): the same rule, across local and remote.
+
+Most tests use an in-process ``LocalCluster(processes=False)`` (workers are threads of this
+process, so a test can block a remote function on a ``threading.Event`` and see its effects);
+one module-scoped ``processes=True`` cluster checks real pickling and a worker's death, and
+one cluster runs over TLS.
+"""
+
+# ruff: noqa: ASYNC110  (polling Dask's scheduler state, which has no events to await)
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import signal
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import aioengine as ae
+from aioengine.remote import RemoteBackend
+
+distributed = pytest.importorskip("distributed")
+
+pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Any]:
+    """One worker with two threads, in this process (fast to start: ~50 ms).
+
+    The loop leaves asyncio's debug mode, which makes Dask's own loop-bound work (it shares
+    this loop) several times slower; the engine's checks in debug mode are the other tests'.
+    """
+    asyncio.get_running_loop().set_debug(False)
+    async with distributed.LocalCluster(
+        processes=False,
+        n_workers=1,
+        threads_per_worker=2,
+        dashboard_address=":0",
+        asynchronous=True,
+    ) as c:
+        yield c
+
+
+def engine_keys(cluster: Any, engine: ae.Engine) -> list[str]:
+    """The keys of ``engine`` the scheduler still knows."""
+    remote = engine._core._remote
+    assert isinstance(remote, RemoteBackend)
+    token = remote._token
+    return [str(k) for k in cluster.scheduler.tasks if token in str(k)]
+
+
+async def no_keys_left(cluster: Any, engine: ae.Engine) -> None:
+    """Wait (bounded) until the scheduler has forgotten every key of ``engine``: releases
+    reach it in batches."""
+    for _ in range(200):
+        if not engine_keys(cluster, engine):
+            return
+        await asyncio.sleep(0.01)
+    assert engine_keys(cluster, engine) == []
+
+
+def inc(x: int) -> int:
+    return x + 1
+
+
+def add(x: int, y: int) -> int:
+    return x + y
+
+
+def fail(x: int) -> int:
+    raise KeyError(f"bad {x}")
+
+
+# In-process workers call the functions of this module by reference (Dask pickles them by
+# name), so these share state with the test; a closure would be copied by value.
+_GATES: dict[str, threading.Event] = {}
+_LOGS: dict[str, list[str]] = {}
+
+
+@pytest.fixture
+def gate(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The name of a fresh Event that the functions below wait for; set at the end."""
+    name = request.node.nodeid
+    _GATES[name] = threading.Event()
+    _LOGS[name] = []
+    yield name
+    _GATES.pop(name).set()
+    _LOGS.pop(name)
+
+
+def wait_gate(name: str, *args: Any) -> None:
+    """Block (a worker thread) until the test opens gate ``name``."""
+    assert _GATES[name].wait(10)
+
+
+def log(name: str, item: str, *args: Any) -> None:
+    _LOGS[name].append(item)
+
+
+def wait_then_log(name: str, item: str, *args: Any) -> None:
+    log(name, f"{item}:start")
+    wait_gate(name)
+    log(name, f"{item}:end")
+
+
+def slow_inc(name: str, x: int) -> int:
+    wait_gate(name)
+    return x + 1
+
+
+def logged_inc(name: str, item: str, x: int) -> int:
+    log(name, item)
+    return x + 1
+
+
+def slow_copy(name: str, v: list[int]) -> list[int]:
+    wait_gate(name)
+    return list(v)
+
+
+class TestContext:
+    def test_equal_arguments_give_equal_contexts(self) -> None:
+        a = ae.remote(resources={"GPU": 1}, workers=["w1"], retries=2)
+        b = ae.remote(resources={"GPU": 1.0}, workers=("w1",), retries=2)
+        assert a == b
+        assert hash(a) == hash(b)
+        assert a.device_type is ae.DeviceType.REMOTE
+        assert ae.remote() != a
+        assert ae.remote() == ae.remote()
+        assert ae.remote() != ae.cpu(0)
+        assert repr(a) == "remote(resources={'GPU': 1.0}, workers=['w1'], retries=2)"
+
+    @pytest.mark.parametrize(
+        ("kwargs", "error"),
+        [
+            ({"resources": ["GPU"]}, TypeError),
+            ({"resources": {"GPU": "1"}}, TypeError),
+            ({"workers": 3}, TypeError),
+            ({"retries": 1.0}, TypeError),
+            ({"retries": -1}, ValueError),
+        ],
+    )
+    def test_bad_arguments(self, kwargs: dict[str, Any], error: type[Exception]) -> None:
+        with pytest.raises(error):
+            ae.remote(**kwargs)
+
+
+class TestConfiguration:
+    async def test_no_cluster_configured(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.delenv("AIOENGINE_CLUSTER", raising=False)
+        async with ae.Engine() as engine:
+            with pytest.raises(ae.DeviceUnavailableError, match=r"Engine\(cluster=\.\.\.\)") as e:
+                engine.push_sync(lambda rctx: None, ae.remote())
+            assert "AIOENGINE_CLUSTER" in str(e.value)
+
+    async def test_without_distributed(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setitem(__import__("sys").modules, "distributed", None)
+        async with ae.Engine(cluster="tcp://127.0.0.1:1") as engine:
+            with pytest.raises(ae.DeviceUnavailableError, match=r"aioengine\[dask\]"):
+                engine.submit(inc, 1, ctx=ae.remote())
+
+    async def test_callback_style_is_a_type_error(self, cluster: Any) -> None:
+        async with ae.Engine(cluster=cluster) as engine:
+
+            def callback_style(rctx: ae.RunContext, on_complete: ae.OnComplete) -> None:
+                on_complete()
+
+            with pytest.raises(TypeError, match="callback-style"):
+                engine.push_async(callback_style, ae.remote())
+
+    async def test_environment_variable(
+        self, cluster: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("AIOENGINE_CLUSTER", cluster.scheduler_address)
+        async with ae.Engine() as engine:
+            assert await engine.submit(add, 1, 2, ctx=ae.remote()) == 3
+
+    async def test_local_cluster_of_its_own(self) -> None:
+        async with ae.Engine(cluster="local") as engine:
+            x = engine.new_var("x", value=1)
+            engine.submit(inc, x, out=x, ctx=ae.remote())
+            assert await x.get() == 2
+            remote = engine._core._remote
+            assert isinstance(remote, RemoteBackend)
+            own = remote._own_cluster
+        assert own.status.name == "closed"
+
+    async def test_user_client_is_used_and_not_closed(self, cluster: Any) -> None:
+        async with distributed.Client(cluster, asynchronous=True, set_as_default=False) as client:
+            async with ae.Engine(cluster=client) as engine:
+                x = engine.new_var("x", value=10)
+                engine.submit(inc, x, out=x, ctx=ae.remote())
+                assert await x.get() == 11
+            await no_keys_left(cluster, engine)
+            assert client.status == "running"
+            assert await client.submit(inc, 1) == 2
+
+
+class TestSideEffectOperations:
+    async def test_push_sync_and_push_async_run_on_a_worker(self, cluster: Any) -> None:
+        async def coro(rctx: ae.RunContext) -> str:
+            await asyncio.sleep(0)
+            return f"async on {rctx.ctx!r}"
+
+        async with ae.Engine(cluster=cluster) as engine:
+            where = await engine.push_sync(
+                lambda rctx: (rctx.ctx, threading.current_thread().name), ae.remote(retries=1)
+            )
+            assert where[0] == ae.remote(retries=1)
+            assert not where[1].startswith("aioengine")  # a worker's thread, not the engine's
+            assert await engine.push_async(coro, ae.remote()) == "async on remote()"
+
+    async def test_closure_that_cannot_be_pickled_fails_the_operation(self, cluster: Any) -> None:
+        lock = threading.Lock()
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x")
+            with pytest.raises(TypeError, match="serialize"):
+                await engine.push_sync(lambda rctx: lock.locked(), ae.remote(), [], [x])
+            with pytest.raises(TypeError):
+                await engine.wait_for_var(x)
+
+    async def test_holds_its_vars_until_the_task_finished(self, cluster: Any, gate: str) -> None:
+        trace = _LOGS[gate]
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x")
+            first = engine.push_sync(
+                functools.partial(wait_then_log, gate, "remote"), ae.remote(), [], [x]
+            )
+            local = engine.push_sync(lambda rctx: trace.append("local"), ae.cpu(), [x], [])
+            while not trace:
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(0.05)  # the local reader had every chance to run too early
+            assert local.state is ae.OpState.PENDING
+            _GATES[gate].set()
+            await local
+            assert first.state is ae.OpState.DONE
+            assert trace == ["remote:start", "remote:end", "local"]
+
+    async def test_failure_is_unchanged_recorded_and_skips_dependents(self, cluster: Any) -> None:
+        def boom(rctx: ae.RunContext) -> None:
+            raise ValueError("on the worker")
+
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x")
+            bad = engine.push_sync(boom, ae.remote(), [], [x])
+            after = engine.push_sync(lambda rctx: 1, ae.remote(), [x], [])
+            with pytest.raises(ValueError, match=r"^on the worker$"):
+                await bad
+            with pytest.raises(ae.DependencyError) as info:
+                await after
+            assert isinstance(info.value.__cause__, ValueError)
+            with pytest.raises(ValueError, match=r"^on the worker$"):
+                await engine.wait_for_var(x)
+
+    async def test_cancel_before_the_task_started(self, cluster: Any, gate: str) -> None:
+        """The worker's two threads are busy: a cancelled operation's Dask task never runs."""
+        ran = _LOGS[gate]
+        busy = functools.partial(wait_gate, gate)
+        async with ae.Engine(cluster=cluster) as engine:
+            a, b, x = engine.new_var("a"), engine.new_var("b"), engine.new_var("x")
+            blockers = [
+                engine.push_sync(busy, ae.remote(), [], [a]),
+                engine.push_sync(busy, ae.remote(), [], [b]),
+            ]
+            victim = engine.push_sync(functools.partial(log, gate, "victim"), ae.remote(), [], [x])
+            while victim.state is not ae.OpState.RUNNING:
+                await asyncio.sleep(0.005)
+            key = engine._core._remote.key_of(victim)  # type: ignore[union-attr]
+            while key not in cluster.scheduler.tasks:
+                await asyncio.sleep(0.005)
+            assert victim.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await victim
+            # Dask sends cancellations in batches: once the worker has dropped the task, a
+            # free thread cannot start it any more.
+            (worker,) = cluster.workers.values()
+            while key in cluster.scheduler.tasks or key in worker.state.tasks:
+                await asyncio.sleep(0.005)
+            _GATES[gate].set()
+            await asyncio.gather(*blockers)
+            after = engine.push_sync(functools.partial(log, gate, "after"), ae.remote(), [], [x])
+            await after
+            assert ran == ["after"]
+
+
+class TestValueOperations:
+    async def test_chain_reaches_the_scheduler_at_once(self, cluster: Any, gate: str) -> None:
+        """Value operations release their Vars when submitted: the whole chain is RUNNING
+        (submitted to Dask) while its first operation still blocks on the worker."""
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=0)
+            first = engine.submit(slow_inc, gate, x, out=x, ctx=ae.remote())
+            chain = [engine.submit(inc, x, out=x, ctx=ae.remote()) for _ in range(20)]
+            while any(op.state is not ae.OpState.RUNNING for op in chain):
+                await asyncio.sleep(0.005)
+            assert first.state is ae.OpState.RUNNING
+            _GATES[gate].set()
+            assert await x.get() == 21
+            assert await chain[-1] is None  # with out=, the value stays on the cluster
+            assert await engine.submit(add, x, 100, ctx=ae.remote()) == 121
+
+    async def test_versions_keep_readers_consistent(self, cluster: Any, gate: str) -> None:
+        """A reader submitted before a writer sees the old version, even if it runs later."""
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=[0])
+            engine.submit(lambda v: [v[0] + 1], x, out=x, ctx=ae.remote())
+            seen = engine.new_var("seen")
+            engine.submit(slow_copy, gate, x, out=seen, ctx=ae.remote())
+            for _ in range(5):
+                engine.submit(lambda v: [v[0] + 10], x, out=x, ctx=ae.remote())
+            await asyncio.sleep(0.02)
+            _GATES[gate].set()
+            assert await seen.get() == [1]
+            assert await x.get() == [51]
+
+    async def test_local_and_remote_in_both_directions(self, cluster: Any) -> None:
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=1)
+            for i in range(12):
+                ctx = ae.remote() if i % 3 else ae.cpu()
+                engine.submit(lambda v, i=i: v * 2 + i, x, out=x, ctx=ctx)
+            expected = 1
+            for i in range(12):
+                expected = expected * 2 + i
+            assert await x.get() == expected
+            # A local writer after remote ones; a remote reader after it.
+            engine.submit(inc, x, out=x, ctx=ae.remote())
+            engine.submit(lambda v: v - 1, x, out=x)
+            y = engine.new_var("y")
+            engine.submit(add, x, 5, out=y, ctx=ae.remote())
+            assert await y.get() == expected + 5
+
+    async def test_a_bulk_segment_reads_gathered_values(self, cluster: Any) -> None:
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=1)
+            y = engine.new_var("y", value=0)
+            engine.submit(inc, x, out=x, ctx=ae.remote())
+            with engine.bulk(4):
+                for _ in range(3):
+                    engine.submit(add, x, y, out=y, prop=ae.FnProperty.ASYNC)
+            assert await y.get() == 6
+
+    async def test_multiple_outs_and_keyword_vars(self, cluster: Any) -> None:
+        async with ae.Engine(cluster=cluster) as engine:
+            a, b = engine.new_var("a"), engine.new_var("b")
+            n = engine.new_var("n", value=7)
+            engine.submit(lambda k: (k, k * 2), k=n, out=(a, b), ctx=ae.remote())
+            assert (await a.get(), await b.get()) == (7, 14)
+            bad = engine.submit(lambda: (1, 2, 3), out=(a, b), ctx=ae.remote())
+            with pytest.raises(ValueError, match=r"3 value\(s\) for out= of 2"):
+                await bad
+            with pytest.raises(ValueError):
+                await engine.wait_for_var(a)
+
+    async def test_coroutine_function_runs_on_the_worker_loop(self, cluster: Any) -> None:
+        async def double(v: int) -> int:
+            await asyncio.sleep(0)
+            return v * 2
+
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=4)
+            engine.submit(double, x, out=x, ctx=ae.remote())
+            assert await x.get() == 8
+
+    async def test_one_transfer_per_version(
+        self, cluster: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        gathers: list[object] = []
+        scatters: list[object] = []
+        original_gather = RemoteBackend._gather
+        original_arg = RemoteBackend._remote_arg
+
+        async def counting_gather(self: RemoteBackend, version: Any) -> None:
+            gathers.append(version)
+            await original_gather(self, version)
+
+        monkeypatch.setattr(RemoteBackend, "_gather", counting_gather)
+        async with distributed.Client(cluster, asynchronous=True, set_as_default=False) as client:
+            real_scatter = client.scatter
+
+            def counting_scatter(*args: Any, **kwargs: Any) -> Any:
+                scatters.append(args)
+                return real_scatter(*args, **kwargs)
+
+            monkeypatch.setattr(client, "scatter", counting_scatter)
+            async with ae.Engine(cluster=client) as engine:
+                x = engine.new_var("x", value=5)
+                outs = [engine.new_var(f"o{i}") for i in range(4)]
+                for o in outs:  # four remote readers of one local version: one scatter
+                    engine.submit(inc, x, out=o, ctx=ae.remote())
+                assert [await o.get() for o in outs] == [6] * 4
+                assert len(scatters) == 1
+                engine.submit(inc, x, out=x, ctx=ae.remote())
+                local = [engine.submit(lambda v: v, x) for _ in range(4)]
+                assert await asyncio.gather(*local) == [6] * 4
+                assert await x.get() == 6
+                gathered = len(gathers)
+                assert gathered == 5  # four o's and x: one per version
+                # Gathered: it is local now, and its future is remembered (no new scatter).
+                assert await engine.submit(inc, x, ctx=ae.remote()) == 7
+                assert len(scatters) == 1
+        assert original_arg is RemoteBackend._remote_arg
+
+    async def test_failure_through_value_operations(self, cluster: Any) -> None:
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=1)
+            y = engine.new_var("y")
+            engine.submit(inc, x, out=x, ctx=ae.remote())
+            bad = engine.submit(fail, x, out=x, ctx=ae.remote())
+            remote_after = engine.submit(inc, x, out=y, ctx=ae.remote())
+            local_after = engine.submit(inc, x)
+            with pytest.raises(KeyError, match="bad 2"):
+                await bad
+            for op in (remote_after, local_after):
+                with pytest.raises(ae.DependencyError, match="'x' carries a failure") as info:
+                    await op
+                assert isinstance(info.value.__cause__, KeyError)
+            # The skipped writer's out shares the failure (one record, thrown once).
+            with pytest.raises(KeyError):
+                await engine.wait_for_var(y)
+            await engine.wait_for_var(x)
+            assert await x.get() == 2  # the failed write left the value as it was
+
+    async def test_cancel_while_waiting_for_vars(self, cluster: Any, gate: str) -> None:
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=1)
+            blocker = engine.push_sync(functools.partial(wait_gate, gate), ae.remote(), [], [x])
+            victim = engine.submit(inc, x, out=x, ctx=ae.remote())
+            assert victim.cancel()
+            _GATES[gate].set()
+            await blocker
+            with pytest.raises(asyncio.CancelledError):
+                await victim
+            assert await x.get() == 1
+            assert not any("inc" in str(k) for k in cluster.scheduler.tasks)
+
+    async def test_delete_var_and_aclose_leave_no_key(self, cluster: Any) -> None:
+        engine = ae.Engine(cluster=cluster)
+        async with engine:
+            x = engine.new_var("x", value=1)
+            y = engine.new_var("y", value=2)
+            for _ in range(3):
+                engine.submit(add, x, y, out=x, ctx=ae.remote())
+            engine.submit(inc, y, out=y, ctx=ae.remote())
+            await engine.wait_for_all()
+            assert engine_keys(cluster, engine)
+            await engine.delete_var(x)
+            for _ in range(200):
+                keys = engine_keys(cluster, engine)
+                if not any(k.startswith(("add", "x-")) for k in keys):
+                    break
+                await asyncio.sleep(0.01)
+            assert [k for k in engine_keys(cluster, engine) if k.startswith(("add", "x-"))] == []
+            assert engine_keys(cluster, engine)  # y's are still there
+        await no_keys_left(cluster, engine)
+
+    async def test_priority_becomes_dask_priority(self, cluster: Any, gate: str) -> None:
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=1)
+            engine.push_sync(functools.partial(wait_gate, gate), ae.remote(), [], [])
+            engine.push_sync(functools.partial(wait_gate, gate), ae.remote(), [], [])
+            op = engine.submit(inc, x, out=x, ctx=ae.remote(), priority=7)
+            remote = engine._core._remote
+            assert isinstance(remote, RemoteBackend)
+            while op.state is not ae.OpState.RUNNING:
+                await asyncio.sleep(0.005)
+            key = remote.key_of(op)
+            while key not in cluster.scheduler.tasks:
+                await asyncio.sleep(0.005)
+            assert cluster.scheduler.tasks[key].priority[0] == -7
+            text = str(engine.dump())
+            assert repr(key) in text
+            _GATES[gate].set()
+
+
+class TestEngineFeatures:
+    async def test_max_pending_counts_remote_operations(self, cluster: Any, gate: str) -> None:
+        busy = functools.partial(wait_gate, gate)
+        async with ae.Engine(cluster=cluster, max_pending=2) as engine:
+            ops = [engine.push_sync(busy, ae.remote()) for _ in range(2)]
+            waiting = asyncio.ensure_future(engine.push_sync_wait(lambda rctx: 3, ae.remote()))
+            await asyncio.sleep(0.05)
+            assert not waiting.done()
+            assert engine.pending == 2
+            _GATES[gate].set()
+            assert await (await waiting) == 3
+            await asyncio.gather(*ops)
+
+    async def test_serial_mode_sends_one_at_a_time_in_push_order(
+        self, cluster: Any, gate: str
+    ) -> None:
+        trace = _LOGS[gate]
+        _GATES[gate].set()
+        async with ae.Engine(cluster=cluster, serial=True) as engine:
+            x = engine.new_var("x", value=0)
+            for i in range(4):
+                # No Vars in common: ordered by serial mode alone.
+                engine.push_sync(functools.partial(wait_then_log, gate, f"e{i}"), ae.remote())
+                engine.submit(logged_inc, gate, f"v{i}", x, out=x, ctx=ae.remote())
+            await engine.wait_for_all()
+            assert trace == [s for i in range(4) for s in (f"e{i}:start", f"e{i}:end", f"v{i}")]
+            assert await x.get() == 4
+
+    async def test_statistics_and_trace(self, cluster: Any) -> None:
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=0)
+            with engine.trace() as session:
+                for _ in range(3):
+                    engine.submit(inc, x, out=x, ctx=ae.remote())
+                engine.push_sync(lambda rctx: None, ae.remote())
+                await engine.wait_for_all()
+            stats = engine.statistics()
+            assert stats.pools["remote"].done == 4
+            events = session.trace["traceEvents"]
+            names = {e.get("args", {}).get("name") for e in events if e.get("ph") == "M"}
+            assert any(n and n.startswith("remote ops") for n in names)
+
+
+class TestBlocking:
+    def test_blocking_client_blocking_engine_and_op_decorator(self) -> None:
+        with (
+            distributed.LocalCluster(
+                processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0"
+            ) as c,
+            distributed.Client(c, set_as_default=False) as client,
+        ):
+            with ae.BlockingEngine(cluster=client) as engine:
+                x = engine.new_var("x", value=1)
+
+                @engine.op(out=x, ctx=ae.remote())
+                def double(v: int) -> int:
+                    return v * 2
+
+                for _ in range(3):
+                    double(x)
+                assert engine.get(x) == 8
+                assert engine.push_sync(lambda rctx: 5, ae.remote()).result(10) == 5
+            assert client.status == "running"
+
+
+class TestTLS:
+    async def test_over_tls(self) -> None:
+        pytest.importorskip("cryptography")
+        security = distributed.security.Security.temporary()
+        async with distributed.LocalCluster(
+            processes=False,
+            n_workers=1,
+            dashboard_address=":0",
+            asynchronous=True,
+            protocol="tls://",
+            security=security,
+        ) as c:
+            assert c.scheduler_address.startswith("tls://")
+            async with ae.Engine(cluster=c.scheduler_address, security=security) as engine:
+                x = engine.new_var("x", value=20)
+                engine.submit(inc, x, out=x, ctx=ae.remote())
+                assert await x.get() == 21
+
+
+@pytest.fixture(scope="module")
+def process_cluster() -> Iterator[Any]:
+    """A worker process (real pickling); a task whose worker dies fails at once."""
+    import dask
+
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        distributed.LocalCluster(
+            processes=True, n_workers=1, threads_per_worker=1, dashboard_address=":0"
+        ) as c,
+    ):
+        yield c
+
+
+def where(x: int) -> tuple[int, int]:
+    """A function of this module, pickled by reference to the worker processes."""
+    return os.getpid(), x + 1
+
+
+def die(rctx: ae.RunContext) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class TestProcesses:
+    """Sync tests (run once, not once per loop): worker processes are slow to start."""
+
+    def test_functions_of_this_module_are_pickled(self, process_cluster: Any) -> None:
+        with ae.BlockingEngine(cluster=process_cluster.scheduler_address) as engine:
+            x = engine.new_var("x", value=1)
+            pid, value = engine.submit(where, x, ctx=ae.remote()).result(30)
+            assert pid != os.getpid()
+            assert value == 2
+
+    def test_a_dead_worker_fails_the_operation(self, process_cluster: Any) -> None:
+        with ae.BlockingEngine(cluster=process_cluster.scheduler_address) as engine:
+            x = engine.new_var("x")
+            op = engine.push_sync(die, ae.remote(), [], [x])
+            with pytest.raises(Exception, match=r"KilledWorker|died|worker") as info:
+                op.result(30)
+            with pytest.raises(type(info.value)):
+                engine.wait_for_var(x)
+
+
+# -- random programs against the sequential model -------------------------------------------
+
+
+def combine(tag: str, fails: bool, *xs: int) -> int:
+    """A value operation of the model test: the sum of its inputs plus its number."""
+    if fails:
+        raise ValueError(tag)
+    return sum(xs) + int(tag[2:])
+
+
+def effect(tag: str, fails: bool, rctx: ae.RunContext) -> str:
+    """A side-effect operation of the model test."""
+    if fails:
+        raise ValueError(tag)
+    return tag
+
+
+@st.composite
+def programs(draw: st.DrawFn) -> list[tuple[Any, ...]]:
+    """Up to 10 operations on 3 Vars: (kind, remote, reads, writes, fails, cancel)."""
+    n = draw(st.integers(1, 10))
+    ops = []
+    for _ in range(n):
+        kind = draw(st.sampled_from(["value", "effect"]))
+        reads = tuple(sorted(draw(st.sets(st.integers(0, 2), max_size=2))))
+        if kind == "value":
+            writes: tuple[int, ...] = (draw(st.integers(0, 2)),)
+        else:
+            writes = tuple(sorted(draw(st.sets(st.integers(0, 2), max_size=2))))
+        remote = draw(st.booleans())
+        fails = draw(st.integers(0, 5)) == 0
+        cancel = draw(st.integers(0, 6)) == 0
+        ops.append((kind, remote, reads, writes, fails, cancel))
+    return ops
+
+
+class TestAgainstSequentialModel:
+    @settings(
+        max_examples=12,
+        # One test per event-loop implementation (conftest.py): each example is independent.
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.differing_executors,
+        ],
+    )
+    @given(program=programs())
+    async def test_random_program_matches_model(
+        self, cluster: Any, program: list[tuple[Any, ...]]
+    ) -> None:
+        async with ae.Engine(cluster=cluster, cpu_workers=2) as engine:
+            xs = [engine.new_var(f"v{i}", value=i) for i in range(3)]
+            pushed = []
+            for k, (kind, remote, reads, writes, fails, cancel) in enumerate(program):
+                tag = f"op{k}"
+                ctx = ae.remote() if remote else ae.cpu()
+                if kind == "value":
+                    args = [xs[i] for i in reads]
+                    op = engine.submit(combine, tag, fails, *args, out=xs[writes[0]], ctx=ctx)
+                else:
+                    fn = functools.partial(effect, tag, fails)
+                    op = engine.push_sync(fn, ctx, [xs[i] for i in reads], [xs[i] for i in writes])
+                cancelled = op.cancel() if cancel else False
+                pushed.append((op, cancelled))
+            outcomes = []
+            for op, _ in pushed:
+                try:
+                    outcomes.append(("done", await op))
+                except asyncio.CancelledError:
+                    outcomes.append(("cancelled", None))
+                except ae.DependencyError:
+                    outcomes.append(("skipped", None))
+                except ValueError as exc:
+                    outcomes.append(("failed", str(exc)))
+            try:
+                await engine.wait_for_all()
+                thrown: set[str] = set()
+            except ExceptionGroup as group:
+                thrown = {str(e) for e in group.exceptions}
+            values = [await x.get() for x in xs]
+
+        # The sequential model: push order, a failed or skipped operation leaves its Vars'
+        # values as they were and records its failure on what it writes.
+        model_values = [0, 1, 2]
+        failure: list[str | None] = [None, None, None]
+        expected = []
+        for k, (kind, remote, reads, writes, fails, _) in enumerate(program):
+            tag = f"op{k}"
+            if pushed[k][1]:
+                expected.append(("cancelled", None))
+                continue
+            carried = next((failure[i] for i in (*reads, *writes) if failure[i]), None)
+            if carried is not None:
+                for i in writes:
+                    failure[i] = carried
+                expected.append(("skipped", None))
+            elif fails:
+                for i in writes:
+                    failure[i] = tag
+                expected.append(("failed", tag))
+            elif kind == "value":
+                result = sum(model_values[i] for i in reads) + k
+                model_values[writes[0]] = result
+                expected.append(("done", None if remote else result))
+            else:
+                expected.append(("done", tag))
+        assert outcomes == expected
+        assert thrown == {tag for outcome, tag in expected if outcome == "failed"}
+        assert values == model_values
