@@ -59,7 +59,7 @@ from .operation import (
 )
 from .scheduler import _COMPILED, Scheduler, State, check_prop
 from .settings import Settings
-from .var import NO_VALUE, Var, checked_reads, checked_writes, queued_behind
+from .var import NO_VALUE, Var, checked_modes, checked_reads, checked_writes, queued_behind
 
 __all__ = ("Engine",)
 
@@ -355,6 +355,8 @@ class Engine:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         name: str | None = ...,
         is_async: bool | None = ...,
@@ -367,6 +369,8 @@ class Engine:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         name: str | None = ...,
         is_async: bool | None = ...,
@@ -379,6 +383,8 @@ class Engine:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         name: str | None = ...,
         is_async: bool | None = ...,
@@ -390,6 +396,8 @@ class Engine:
         const_vars: Iterable[Var] = (),
         mutate_vars: Iterable[Var] = (),
         *,
+        commute_vars: Iterable[Var] = (),
+        concurrent_vars: Iterable[Var] = (),
         prop: FnProperty = _NORMAL,
         name: str | None = None,
         is_async: bool | None = None,
@@ -430,10 +438,13 @@ class Engine:
             raise TypeError(f"name must be a str or None, got {name!r}")
         mutate = checked_writes(self, mutate_vars)
         const = checked_reads(self, const_vars, mutate)
+        modes = None
+        if commute_vars or concurrent_vars:
+            const, mutate, modes = checked_modes(self, const, mutate, commute_vars, concurrent_vars)
         for v in (*const, *mutate):
             if v._deleted:
                 raise VarDeletedError(f"{v!r} was deleted; create a new Var")
-        return OprHandle(self, fn, kind, const, mutate, prop, name or default_name(fn))
+        return OprHandle(self, fn, kind, const, mutate, prop, name or default_name(fn), modes)
 
     def delete_operator(self, handle: OprHandle[Any]) -> None:
         """Retire ``handle``: pushes already made still run; later pushes raise.
@@ -458,6 +469,8 @@ class Engine:
         const_vars: Iterable[Var] = (),
         mutate_vars: Iterable[Var] = (),
         *,
+        commute_vars: Iterable[Var] = (),
+        concurrent_vars: Iterable[Var] = (),
         prop: FnProperty = _NORMAL,
         priority: int = 0,
         name: str | None = None,
@@ -495,6 +508,11 @@ class Engine:
             )
         mutate = checked_writes(self, mutate_vars)
         const = checked_reads(self, const_vars, mutate)
+        if commute_vars or concurrent_vars:
+            const, mutate, modes = checked_modes(self, const, mutate, commute_vars, concurrent_vars)
+            return self._core._push(
+                self, fn, _SYNC, ctx, const, mutate, prop, priority, name, None, None, modes
+            )
         return self._core._push(self, fn, _SYNC, ctx, const, mutate, prop, priority, name, None)
 
     @overload
@@ -505,6 +523,8 @@ class Engine:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         priority: int = ...,
         name: str | None = ...,
@@ -518,6 +538,8 @@ class Engine:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         priority: int = ...,
         name: str | None = ...,
@@ -530,6 +552,8 @@ class Engine:
         const_vars: Iterable[Var] = (),
         mutate_vars: Iterable[Var] = (),
         *,
+        commute_vars: Iterable[Var] = (),
+        concurrent_vars: Iterable[Var] = (),
         prop: FnProperty = _NORMAL,
         priority: int = 0,
         name: str | None = None,
@@ -555,6 +579,11 @@ class Engine:
         kind = async_kind(fn)
         mutate = checked_writes(self, mutate_vars)
         const = checked_reads(self, const_vars, mutate)
+        if commute_vars or concurrent_vars:
+            const, mutate, modes = checked_modes(self, const, mutate, commute_vars, concurrent_vars)
+            return self._core._push(
+                self, fn, kind, ctx, const, mutate, prop, priority, name, None, None, modes
+            )
         return self._core._push(self, fn, kind, ctx, const, mutate, prop, priority, name, None)
 
     def push(
@@ -586,6 +615,7 @@ class Engine:
             handle.name,
             None,
             handle,
+            handle._modes,
         )
         return op
 

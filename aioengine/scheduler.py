@@ -121,7 +121,11 @@ from .var import (
     Var,
     _Failure,
     append_all,
+    append_modes,
     release_all,
+    release_modes,
+    take_tokens,
+    withdraw_all,
 )
 
 __all__ = ("Scheduler", "State")
@@ -421,10 +425,13 @@ class Scheduler:
         name: str | None,
         deleting: Var | None,
         handle: OprHandle[Any] | None = None,
+        modes: tuple[int, ...] | None = None,
     ) -> Operation[Any]:
         """Validate the rest, append the requests atomically and dispatch if ready.
 
         ``owner`` is the façade pushing: the operation holds it (see ``Operation._owner``).
+        ``modes``: the mode of each Var of ``mutate`` (``var.py``: WRITE, COMMUTE,
+        CONCURRENT) when some is not a write; None when all are.
         """
         loop = self._loop
         # On the bound loop's thread while it runs (the usual case), the full check is not
@@ -472,6 +479,7 @@ class Scheduler:
             and deleting is None
             and ctx.device_type is _CPU
             and _get_ident() == self._loop_thread
+            and modes is None
         ):
             bulk = self._segments.size_for(self)
         op = new_operation(self, owner, fn, kind, ctx, const, mutate, prop, priority, name, target)
@@ -504,9 +512,17 @@ class Scheduler:
             # Appending is what a push promises to do atomically across its Vars, in the
             # critical section that gave it its sequence number: so every Var's queue is in
             # push order, which Var._holds relies on.
-            wait = append_all(op, const, mutate)
-            if sequencer is not None and not sequencer._append(op, True):
-                wait += 1
+            if modes is None:
+                wait = append_all(op, const, mutate)
+                if sequencer is not None and not sequencer._append(op, True):
+                    wait += 1
+            else:
+                op._modes = modes
+                wait = append_modes(op, const, mutate, modes)
+                if sequencer is not None and not sequencer._append(op, True):
+                    wait += 1
+                if not wait and not take_tokens(op):
+                    return op  # admitted everywhere, parked for a busy commute token
             if deleting is not None:
                 deleting._deleted = op
                 self._deleted_vars = True
@@ -1057,7 +1073,7 @@ class Scheduler:
         recorded (an input's, inherited by a NO_SKIP operation)."""
         op._state = _DONE
         op._result = result
-        if op._inherited is None:
+        if op._inherited is None and op._modes is None:
             release_all(op._vars, op._nreads, ready, True)
             if self._sequencer is not None:
                 self._sequencer._release(True, ready, True)
@@ -1122,6 +1138,8 @@ class Scheduler:
         completed = state is not _CANCELLED and op._kind != _WAIT
         if op._wait:  # cancelled before its turn on some Vars: see _withdraw_locked
             self._withdraw_locked(op, completed, ready)
+        elif op._modes is not None:
+            release_modes(op, ready, completed)
         else:
             release_all(op._vars, op._nreads, ready, completed)
             if self._sequencer is not None and op._kind != _WAIT:
@@ -1131,14 +1149,12 @@ class Scheduler:
 
     def _withdraw_locked(self, op: Operation[Any], completed: bool, ready: list[Any]) -> None:
         """Release the granted requests of an operation cancelled before all its Vars'
-        turns came; its other requests become tombstones (``op`` is CANCELLED already)."""
+        turns came; its other requests become tombstones (``op`` is CANCELLED already).
+
+        Or of one cancelled while parked for a commute token (``_wait`` -1: every request
+        granted, no token taken): it leaves the contenders it waits among."""
         assert op._state is _CANCELLED, op
-        for write, vars_ in ((False, op._const), (True, op._mutate)):
-            for v in vars_:
-                if v._holds(op):
-                    v._release(write, ready, completed)
-                else:
-                    v._withdraw(ready)
+        withdraw_all(op, ready, completed)
         sequencer = self._sequencer
         if sequencer is not None and op._kind != _WAIT:
             if sequencer._holds(op):
