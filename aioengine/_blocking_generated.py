@@ -75,6 +75,8 @@ class BlockingMethods:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         name: str | None = ...,
         is_async: bool | None = ...,
@@ -87,6 +89,8 @@ class BlockingMethods:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         name: str | None = ...,
         is_async: bool | None = ...,
@@ -99,6 +103,8 @@ class BlockingMethods:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         name: str | None = ...,
         is_async: bool | None = ...,
@@ -110,6 +116,8 @@ class BlockingMethods:
         const_vars: Iterable[Var] = (),
         mutate_vars: Iterable[Var] = (),
         *,
+        commute_vars: Iterable[Var] = (),
+        concurrent_vars: Iterable[Var] = (),
         prop: FnProperty = _NORMAL,
         name: str | None = None,
         is_async: bool | None = None,
@@ -131,7 +139,14 @@ class BlockingMethods:
             VarDeletedError: if a Var was deleted.
         """
         return self._engine.new_operator(
-            fn, const_vars, mutate_vars, prop=prop, name=name, is_async=is_async
+            fn,
+            const_vars,
+            mutate_vars,
+            commute_vars=commute_vars,
+            concurrent_vars=concurrent_vars,
+            prop=prop,
+            name=name,
+            is_async=is_async,
         )
 
     def delete_operator(self, handle: OprHandle[Any]) -> None:
@@ -151,6 +166,8 @@ class BlockingMethods:
         const_vars: Iterable[Var] = (),
         mutate_vars: Iterable[Var] = (),
         *,
+        commute_vars: Iterable[Var] = (),
+        concurrent_vars: Iterable[Var] = (),
         prop: FnProperty = _NORMAL,
         priority: int = 0,
         name: str | None = None,
@@ -171,7 +188,15 @@ class BlockingMethods:
         """
         return self._bridge(
             lambda: self._engine.push_sync(
-                fn, ctx, const_vars, mutate_vars, prop=prop, priority=priority, name=name
+                fn,
+                ctx,
+                const_vars,
+                mutate_vars,
+                commute_vars=commute_vars,
+                concurrent_vars=concurrent_vars,
+                prop=prop,
+                priority=priority,
+                name=name,
             )
         )
 
@@ -183,6 +208,8 @@ class BlockingMethods:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         priority: int = ...,
         name: str | None = ...,
@@ -196,6 +223,8 @@ class BlockingMethods:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         priority: int = ...,
         name: str | None = ...,
@@ -208,6 +237,8 @@ class BlockingMethods:
         const_vars: Iterable[Var] = (),
         mutate_vars: Iterable[Var] = (),
         *,
+        commute_vars: Iterable[Var] = (),
+        concurrent_vars: Iterable[Var] = (),
         prop: FnProperty = _NORMAL,
         priority: int = 0,
         name: str | None = None,
@@ -227,7 +258,15 @@ class BlockingMethods:
         """
         return self._bridge(
             lambda: self._engine.push_async(
-                fn, ctx, const_vars, mutate_vars, prop=prop, priority=priority, name=name
+                fn,
+                ctx,
+                const_vars,
+                mutate_vars,
+                commute_vars=commute_vars,
+                concurrent_vars=concurrent_vars,
+                prop=prop,
+                priority=priority,
+                name=name,
             )
         )
 

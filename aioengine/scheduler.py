@@ -512,7 +512,9 @@ class Scheduler:
             # Appending is what a push promises to do atomically across its Vars, in the
             # critical section that gave it its sequence number: so every Var's queue is in
             # push order, which Var._holds relies on.
-            if modes is None:
+            if modes is None or ctx.device_type is not _CPU:
+                # A GPU operation's commute and concurrent Vars are written, in push order
+                # (an order those modes allow): its device work is fenced as a writer's.
                 wait = append_all(op, const, mutate)
                 if sequencer is not None and not sequencer._append(op, True):
                     wait += 1
@@ -1138,10 +1140,11 @@ class Scheduler:
         completed = state is not _CANCELLED and op._kind != _WAIT
         if op._wait:  # cancelled before its turn on some Vars: see _withdraw_locked
             self._withdraw_locked(op, completed, ready)
-        elif op._modes is not None:
-            release_modes(op, ready, completed)
         else:
-            release_all(op._vars, op._nreads, ready, completed)
+            if op._modes is None:
+                release_all(op._vars, op._nreads, ready, completed)
+            else:
+                release_modes(op, ready, completed)
             if self._sequencer is not None and op._kind != _WAIT:
                 self._sequencer._release(True, ready, completed)
         op._fn = None

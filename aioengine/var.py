@@ -71,9 +71,9 @@ __all__ = (
     "Var",
     "VarStatistics",
     "append_all",
+    "append_modes",
     "drop_consumed",
     "queued_behind",
-    "append_modes",
     "release_all",
     "release_modes",
     "take_tokens",
@@ -169,12 +169,12 @@ class Var:
 
     __slots__ = (
         "__weakref__",
+        "_contenders",
         "_dead",
         "_deleted",
         "_failure",
         "_gpu_readers",
         "_gpu_writer",
-        "_contenders",
         "_head",
         "_kind",
         "_owner",
@@ -257,7 +257,7 @@ class Var:
         modes = []
         for i in range(0, len(flat) - 1, 2):
             op, mode = flat[i], flat[i + 1]
-            if type(mode) is not bool and type(mode) is not int or not hasattr(op, "_state"):
+            if (type(mode) is not bool and type(mode) is not int) or not hasattr(op, "_state"):
                 break
             if op._state is not _CANCELLED:
                 modes.append(MODE_NAMES[mode])
@@ -301,9 +301,9 @@ class Var:
         return True
 
     def _append(self, op: _Waiter, write: int) -> bool:
-        """Request this Var for ``op`` in mode ``write`` (see :meth:`_try_grant`): grant the request now if the queue is empty and the
-        rule allows it (:meth:`_try_grant`), else queue it behind every earlier one; return
-        whether it was granted.
+        """Request this Var for ``op`` in mode ``write`` (a bool, or a mode): grant the
+        request now if the queue is empty and the rule allows it (:meth:`_try_grant`), else
+        queue it behind every earlier one; return whether it was granted.
 
         Appending never makes another request grantable, so the caller only has to count
         this one (``op._wait``).
@@ -401,13 +401,10 @@ class Var:
         this Var, or on another whose token is busy)."""
         parked = self._contenders
         assert parked is not None
-        self._contenders = None
+        self._contenders = []  # a retried one parks on another Var: this token is free
         for i, op in enumerate(parked):
             if self._token:  # taken by one of them: the rest wait for its release
-                rest = parked[i:]
-                if self._contenders:
-                    rest.extend(self._contenders)
-                self._contenders = rest
+                self._contenders = parked[i:]
                 return
             if take_tokens(op):
                 ready.append(op)
@@ -419,9 +416,10 @@ class Var:
         assert self._reads >= 0, self
         assert not (self._writing and self._reads), self
         assert not self._token or (self._kind == COMMUTE and self._reads), self
-        assert not self._contenders or self._kind == COMMUTE and self._reads, self
+        assert not self._contenders or (self._kind == COMMUTE and self._reads), self
         for op in self._contenders or ():
-            assert op._wait == -1 and self in op._vars, (self, op)
+            assert op._wait == -1, (self, op)
+            assert self in op._vars, (self, op)
         assert 0 <= self._dead <= self._queued, self
         queue = self._queue or []
         assert self._head % 2 == 0, self

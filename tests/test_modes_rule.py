@@ -188,7 +188,8 @@ class TestTokens:
         p.push("b", y="commute", x="commute")
         p.push("c", x="commute")
         assert p.ready == ["a"]
-        assert p.ops["b"]._wait == -1 and p.ops["c"]._wait == -1  # parked, holding nothing
+        assert p.ops["b"]._wait == -1
+        assert p.ops["c"]._wait == -1
         p.finish("a")
         # b parks without holding x, so c (x only) or b may go next, never both at once
         assert len(p.ready) == 2
@@ -216,9 +217,7 @@ class TestTokens:
             order = {"x": "commute", "y": "commute"} if i % 2 else {"y": "commute", "x": "commute"}
             p.push(f"o{i}", **order)
             names.append(f"o{i}")
-        while len(p.ready) < len(names) or any(
-            p.ops[n]._state is OpState.PENDING for n in p.ready
-        ):
+        while len(p.ready) < len(names) or any(p.ops[n]._state is OpState.PENDING for n in p.ready):
             running = [n for n in p.ready if p.ops[n]._state is OpState.PENDING]
             assert len(running) == 1, running  # each holds both tokens: one at a time
             p.finish(running[0])
