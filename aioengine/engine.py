@@ -23,6 +23,7 @@ import operator
 import os
 import warnings
 from collections.abc import Callable, Coroutine, Iterable, Sequence
+from operator import add
 from types import FunctionType, TracebackType
 from typing import Any, TypeVar, overload
 
@@ -1035,6 +1036,9 @@ class Engine:
         reads: Iterable[Var] = ...,
         writes: Iterable[Var] = ...,
         out: Var | Sequence[Var] | None = ...,
+        accumulate: Var | None = ...,
+        merge: Callable[[Any, Any], Any] = ...,
+        ordered: bool = ...,
         ctx: Context = ...,
         prop: FnProperty = ...,
         priority: int = ...,
@@ -1051,6 +1055,9 @@ class Engine:
         reads: Iterable[Var] = ...,
         writes: Iterable[Var] = ...,
         out: Var | Sequence[Var] | None = ...,
+        accumulate: Var | None = ...,
+        merge: Callable[[Any, Any], Any] = ...,
+        ordered: bool = ...,
         ctx: Context = ...,
         prop: FnProperty = ...,
         priority: int = ...,
@@ -1066,6 +1073,9 @@ class Engine:
         reads: Iterable[Var] = (),
         writes: Iterable[Var] = (),
         out: Var | Sequence[Var] | None = None,
+        accumulate: Var | None = None,
+        merge: Callable[[Any, Any], Any] = add,
+        ordered: bool = False,
         ctx: Context = _CPU0,
         prop: FnProperty = _NORMAL,
         priority: int = 0,
@@ -1087,14 +1097,24 @@ class Engine:
         Only a Var that is an argument itself is read: a Var inside a list, tuple, set or dict
         argument would be no dependency, and raises ``TypeError``.
 
+        A reduction: with ``accumulate=var``, ``fn`` runs without holding ``var`` (so many
+        run at once) and its return value is merged into ``var``'s value with
+        ``merge(current, result)`` (the result itself while ``var`` carries no value), as a
+        commute access of ``var``: merges run one at a time, in the order the results come.
+        ``ordered=True`` merges in push order (deterministic floating point). ``merge`` runs
+        inline on the loop: keep it cheap. Returns the merge's :class:`Operation`, whose
+        result is ``fn``'s return value; a failure of ``fn`` skips its merge and is recorded
+        on ``var``. ``out=`` cannot be combined with it.
+
         Raises:
             EngineError: ``VarDeletedError``, ``EngineClosedError`` or
                 ``DeviceUnavailableError``, as :meth:`push_sync` (and ``TypeError`` /
                 ``ValueError`` for bad arguments).
         """
         return _ergonomic.submit(
-            self, fn, args, kwargs, reads, writes, out, ctx, prop, priority, name
-        )
+            self, fn, args, kwargs, reads, writes, out, ctx, prop, priority, name,
+            accumulate, merge, ordered,
+        )  # fmt: skip
 
     @overload
     def op(
@@ -1105,6 +1125,9 @@ class Engine:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         out: Var | Sequence[Var] | None = ...,
+        accumulate: Var | None = ...,
+        merge: Callable[[Any, Any], Any] = ...,
+        ordered: bool = ...,
         ctx: Context = ...,
         prop: FnProperty = ...,
         priority: int = ...,
@@ -1120,6 +1143,9 @@ class Engine:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         out: Var | Sequence[Var] | None = ...,
+        accumulate: Var | None = ...,
+        merge: Callable[[Any, Any], Any] = ...,
+        ordered: bool = ...,
         ctx: Context = ...,
         prop: FnProperty = ...,
         priority: int = ...,
@@ -1135,6 +1161,9 @@ class Engine:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         out: Var | Sequence[Var] | None = ...,
+        accumulate: Var | None = ...,
+        merge: Callable[[Any, Any], Any] = ...,
+        ordered: bool = ...,
         ctx: Context = ...,
         prop: FnProperty = ...,
         priority: int = ...,
@@ -1149,6 +1178,9 @@ class Engine:
         const_vars: Iterable[Var] = (),
         mutate_vars: Iterable[Var] = (),
         out: Var | Sequence[Var] | None = None,
+        accumulate: Var | None = None,
+        merge: Callable[[Any, Any], Any] = add,
+        ordered: bool = False,
         ctx: Context = _CPU0,
         prop: FnProperty = _NORMAL,
         priority: int = 0,
@@ -1160,6 +1192,10 @@ class Engine:
         ``f(*args, **kwargs)`` returns an :class:`Operation` and reads ``const_vars``, writes
         ``mutate_vars`` and ``out``, and passes Var arguments by value, as :meth:`submit`.
         Every argument of a call goes to the function, keywords such as ``name=`` included:
-        the options are the decorator's.
+        the options are the decorator's. ``accumulate``, ``merge`` and ``ordered`` make each
+        call a reduction into a Var, as :meth:`submit`'s.
         """
-        return _ergonomic.op(self, fn, const_vars, mutate_vars, out, ctx, prop, priority, name)
+        return _ergonomic.op(
+            self, fn, const_vars, mutate_vars, out, ctx, prop, priority, name,
+            accumulate, merge, ordered,
+        )  # fmt: skip

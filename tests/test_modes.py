@@ -480,3 +480,76 @@ def test_random_programs_keep_group_order_exclusion_and_values(
     serial: bool, program: list[Op]
 ) -> None:
     asyncio.run(run_program(program, serial))
+
+
+# -- reductions: submit(accumulate=) ---------------------------------------------------
+
+
+def test_submit_accumulate_runs_calls_in_parallel_and_merges_each_once() -> None:
+    async def main() -> None:
+        engine = ae.Engine(cpu_workers=4)
+        total = engine.new_var("total", value=0)
+        barrier = threading.Barrier(4, timeout=10)  # the calls hold no turn on total
+
+        def part(k: int) -> int:
+            barrier.wait()
+            return k
+
+        ops = [engine.submit(part, k, accumulate=total) for k in range(1, 5)]
+        assert [await op for op in ops] == [1, 2, 3, 4]
+        assert await total.get() == 10
+        await engine.aclose()
+
+    run(main)
+
+
+def test_submit_accumulate_ordered_merges_in_push_order() -> None:
+    async def main() -> None:
+        engine = ae.Engine(cpu_workers=4)
+        gates = [asyncio.Event() for _ in range(4)]
+        log = engine.new_var("log")  # no value yet: the first merge's result is taken as is
+
+        async def part(k: int) -> list[int]:
+            await gates[k].wait()
+            return [k]
+
+        unordered = engine.new_var("unordered", value=[])
+        for k in range(4):
+            engine.submit(part, k, accumulate=log, ordered=True)
+            engine.submit(part, k, accumulate=unordered)
+        for k in (2, 0, 3, 1):
+            gates[k].set()
+            await asyncio.sleep(0.01)
+        assert await log.get() == [0, 1, 2, 3]
+        assert sorted(await unordered.get()) == [0, 1, 2, 3]
+        await engine.aclose()
+
+    run(main)
+
+
+def test_submit_accumulate_with_merge_and_op_decorator_and_failure() -> None:
+    async def main() -> None:
+        engine = ae.Engine(cpu_workers=2)
+        best = engine.new_var("best", value=0)
+
+        @engine.op(accumulate=best, merge=max)
+        def score(x: int) -> int:
+            if x < 0:
+                raise Boom(x)
+            return x * x
+
+        for x in (3, 1, 2):
+            score(x)
+        assert await best.get() == 9
+        failing = score(-1)
+        with pytest.raises(ae.DependencyError):
+            await failing  # the merge is skipped; fn's failure stays on best
+        with pytest.raises(Boom):
+            await engine.wait_for_var(best)
+        with pytest.raises(TypeError):
+            engine.submit(score, 1, accumulate=best, out=best)
+        with pytest.raises(ValueError, match="accumulate"):
+            engine.submit(lambda v: v, best, accumulate=best)
+        await engine.aclose()
+
+    run(main)
