@@ -553,3 +553,47 @@ def test_submit_accumulate_with_merge_and_op_decorator_and_failure() -> None:
         await engine.aclose()
 
     run(main)
+
+
+def test_statistics_dump_graph_and_trace_show_each_access_mode() -> None:
+    async def main() -> None:
+        engine = ae.Engine(cpu_workers=2)
+        acc, log = engine.new_var("acc"), engine.new_var("log")
+        gate = asyncio.Event()
+        engine.push_async(lambda rctx: gate.wait(), mutate_vars=[acc, log], name="blocker")
+        engine.push_sync(lambda rctx: None, commute_vars=[acc], name="c1")
+        engine.push_sync(lambda rctx: None, commute_vars=[acc], concurrent_vars=[log], name="c2")
+        engine.push_sync(lambda rctx: None, const_vars=[acc], name="r")
+        assert acc.statistics().waiting_modes == ("commute", "commute", "read")
+        dump = engine.dump()
+        waits = {op.name: op.waits for op in dump.ops}
+        assert waits["c2"] == (("acc", "commute"), ("log", "concurrent"))
+        acc_row = next(v for v in dump.vars if v.name == "acc")
+        assert [mode for _, mode in acc_row.waiters] == ["commute", "commute", "read"]
+        assert "commute" in str(dump)
+        graph = engine.graph()
+        node = next(n for n in graph.nodes if n.name == "c2")
+        assert node.modes_line == "commute: acc · concurrent: log"
+        assert "commute: acc" in graph.to_dot()
+        assert "commute: acc" in graph.to_mermaid()
+        # groups: both commute members follow the blocker, the read follows both
+        assert {("blocker", "c1", "acc"), ("blocker", "c2", "acc")} <= graph.named_edges()
+        assert {("c1", "r", "acc"), ("c2", "r", "acc")} <= graph.named_edges()
+        assert ("c1", "c2", "acc") not in graph.named_edges()
+        with pytest.raises(TimeoutError, match="commute"):
+            await engine.wait_for_var(acc, timeout=0.01)
+        async with engine.trace() as session:
+            gate.set()
+            await engine.wait_for_all()
+        args = {
+            e["args"]["name"]: e["args"]
+            for e in session.trace["traceEvents"]
+            if e.get("ph") == "X" and "args" in e and "name" in e["args"]
+        }
+        assert args["c2"]["commute_vars"] == ["acc"]
+        assert args["c2"]["concurrent_vars"] == ["log"]
+        assert args["c2"]["mutate_vars"] == []
+        assert "commute_vars" not in args["r"]
+        await engine.aclose()
+
+    run(main)
