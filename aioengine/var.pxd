@@ -13,7 +13,7 @@ cdef class Var:
     cdef public object _failure
     cdef public object _gpu_readers
     cdef public object _gpu_writer
-    cdef public list _contenders
+    cdef public object _contenders
     cdef public Py_ssize_t _head
     cdef public int _kind
     cdef public object _owner

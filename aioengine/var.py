@@ -48,6 +48,7 @@ from any thread; no method here runs user code or blocks.
 from __future__ import annotations
 
 import functools
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
@@ -210,8 +211,8 @@ class Var:
         # invariant: implies _kind == COMMUTE and _reads > 0.
         self._token = False
         # Operations admitted (every request granted) that wait for this Var's token, holding
-        # none (take_tokens); None until the first.
-        self._contenders: list[Any] | None = None
+        # none (take_tokens), first come first retried; None until the first.
+        self._contenders: deque[Any] | None = None
         self._version = 0  # completed (run or skipped) writes
         self._failure: _Failure | None = None  # the failure this Var carries, if not thrown yet
         # delete_var was called (the deleting operation, else False): no new request may be
@@ -398,15 +399,12 @@ class Var:
     def _wake_contenders(self, ready: list[Any]) -> None:
         """This Var's token was handed back: let the parked operations try again to take all
         their tokens, appending the one that does to ``ready``; the others park again (on
-        this Var, or on another whose token is busy)."""
+        another Var whose token is busy)."""
         parked = self._contenders
         assert parked is not None
-        self._contenders = []  # a retried one parks on another Var: this token is free
-        for i, op in enumerate(parked):
-            if self._token:  # taken by one of them: the rest wait for its release
-                self._contenders = parked[i:]
-                return
-            if take_tokens(op):
+        while parked and not self._token:
+            op = parked.popleft()  # O(1): many may wait for one busy accumulator
+            if take_tokens(op):  # else it parked on another Var (this token is free)
                 ready.append(op)
 
     def _check_invariants(self) -> None:
@@ -542,19 +540,22 @@ def take_tokens(op: _Waiter) -> bool:
     (caller holds the engine lock)."""
     modes = op._modes
     assert modes is not None
-    vars_ = op._vars[len(op._vars) - len(modes) :]
-    for i in range(len(modes)):
-        if modes[i] == COMMUTE and vars_[i]._token:
+    vars_ = op._vars
+    off = len(vars_) - len(modes)
+    for i, mode in enumerate(modes, off):
+        if mode == COMMUTE and vars_[i]._token:
             busy = vars_[i]
             if busy._contenders is None:
-                busy._contenders = [op]
+                busy._contenders = deque((op,))
             else:
                 busy._contenders.append(op)
             op._wait = -1  # parked: every request granted, no token taken
             return False
-    for i in range(len(modes)):
-        if modes[i] == COMMUTE:
+    i = off
+    for mode in modes:
+        if mode == COMMUTE:
             vars_[i]._token = True
+        i += 1
     op._wait = 0
     return True
 
@@ -566,11 +567,16 @@ def release_modes(op: _Waiter, ready: list[Any], completed: bool) -> None:
     modes = op._modes
     assert modes is not None
     vars_ = op._vars
-    nreads = len(vars_) - len(modes)
-    release_all(vars_[:nreads], nreads, ready, completed)
-    for i in range(len(modes)):
-        v = vars_[nreads + i]
-        mode = modes[i]
+    nreads = op._nreads
+    for i in range(nreads):  # its reads, as release_all releases them
+        v = vars_[i]
+        v._reads -= 1
+        if v._queued and not v._reads:
+            v._grant(ready)
+    i = nreads
+    for mode in modes:
+        v = vars_[i]
+        i += 1
         if mode == COMMUTE:
             v._token = False
         v._release(mode, ready, completed)
@@ -757,6 +763,17 @@ def checked_modes(
 
     Duplicates within one mode are dropped; a Var named in two different modes counts as a
     write."""
+    if (
+        (type(commute_vars) is list or type(commute_vars) is tuple)
+        and not concurrent_vars
+        and len(commute_vars) == 1
+    ):  # the usual shape: one accumulator, nothing else to merge
+        v = commute_vars[0]
+        if type(v) is Var and v._owner is owner and v not in const and v not in mutate:
+            modes = _ONE_COMMUTE.get(len(mutate))
+            if modes is None:
+                modes = (WRITE,) * len(mutate) + (COMMUTE,)
+            return const, (*mutate, v), modes
     lists: list[tuple[Var, ...]] = []
     for arg, given in (("commute_vars", commute_vars), ("concurrent_vars", concurrent_vars)):
         vs = given if type(given) is list or type(given) is tuple else _listed(arg, given)
@@ -779,6 +796,9 @@ def checked_modes(
         return const, writes, None
     modes = (WRITE,) * len(writes) + (COMMUTE,) * len(commute) + (CONCURRENT,) * len(concurrent)
     return const, writes + commute + concurrent, modes
+
+
+_ONE_COMMUTE = {n: (WRITE,) * n + (COMMUTE,) for n in range(4)}  # checked_modes' usual modes
 
 
 def _listed(arg: str, vars_: object) -> list[Var]:
