@@ -21,7 +21,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
-    if path.stem == "crawler":
+    if path.stem in ("crawler", "downloads"):
         pytest.importorskip("aiohttp")
     env = {**os.environ, "AIOENGINE_EXAMPLE_SMALL": "1"}
     args = [str(tmp_path / "trace.json")] if path.stem == "pipeline" else []
@@ -43,6 +43,8 @@ def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
         assert set(tracks) == set(STAGES)
     if path.stem == "crawler":
         assert "(politeness: 1)" in done.stdout
+    if path.stem == "downloads":
+        assert "as the sequential program's" in done.stdout
     if path.stem == "gpu_pipeline":
         assert "results match NumPy" in done.stdout
         if not ae.gpu_available():
@@ -50,5 +52,5 @@ def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
 
 
 def test_the_expected_examples_exist() -> None:
-    expected = {"quickstart", "crawler", "training", "pipeline", "gpu_pipeline"}
+    expected = {"quickstart", "crawler", "training", "pipeline", "gpu_pipeline", "downloads"}
     assert expected <= {p.stem for p in EXAMPLES}
