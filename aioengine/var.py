@@ -648,11 +648,22 @@ def queued_behind(first: Any, target: Any = None) -> set[Any]:
     ``target`` is among them. Cancelled requests (tombstones) hold nothing back.
 
     A queued request is blocked when it conflicts with a request of one of these operations
-    that is held or queued ahead of it (at least one of the two writes), or when a blocked
-    request is queued ahead of it: nothing overtakes a queued request.
+    that is held or queued ahead of it (not of the same group), or when a blocked request is
+    queued ahead of it: nothing overtakes a queued request. An operation parked for a commute
+    token that ``first`` holds is blocked too (only a running operation holds a token).
     """
     behind = {first}
     new = [first]
+    modes = first._modes
+    if modes is not None:  # what waits for a commute token that first holds is behind it
+        nreads = first._nreads
+        for i, mode in enumerate(modes):
+            v = first._vars[nreads + i]
+            if mode == COMMUTE and v._token and v._contenders:
+                for op in v._contenders:
+                    if op not in behind:
+                        behind.add(op)
+                        new.append(op)
     # Vars one of them holds (first runs and holds all its Vars; the others, what was
     # granted before they queued). Whatever is queued on such a Var is blocked by it: a
     # request of the held group's own mode, with nothing queued ahead, would have joined it.

@@ -597,3 +597,24 @@ def test_statistics_dump_graph_and_trace_show_each_access_mode() -> None:
         await engine.aclose()
 
     run(main)
+
+
+def test_wait_for_var_inside_a_commute_member_sees_a_contender_behind_it() -> None:
+    """A contender parked for the token the running member holds cannot start before it:
+    waiting inside the member for a Var that contender holds raises instead of hanging."""
+
+    async def main() -> None:
+        engine = ae.Engine()
+        acc, y = engine.new_var("acc"), engine.new_var("y")
+
+        async def member(rctx: ae.RunContext) -> None:
+            with pytest.raises(RuntimeError, match="deadlock"):
+                await engine.wait_for_var(y)
+
+        first = engine.push_async(member, commute_vars=[acc])
+        engine.push_sync(lambda rctx: None, mutate_vars=[y], commute_vars=[acc])
+        await first
+        await asyncio.wait_for(engine.wait_for_all(), 5)
+        await engine.aclose()
+
+    run(main)
