@@ -1,7 +1,9 @@
 """The scheduler: the per-operation cycle of an engine, and nothing else.
 
 The rule it keeps: two operations of which at least one mutates a common Var run in the order
-they were pushed. :class:`Scheduler` is the core behind the :class:`~aioengine.Engine` façade
+they were pushed; commute and concurrent accesses of a Var form groups whose members may run
+in any order (one at a time) or together (``var.py``, where the grant rule lives).
+:class:`Scheduler` is the core behind the :class:`~aioengine.Engine` façade
 (``engine.py``): the façade validates arguments, binds settings, runs the lifecycle and the
 waits, and calls in here for the cycle every operation goes through:
 
@@ -118,6 +120,7 @@ from .operation import (
 from .settings import Settings
 from .task import current_op, run_coroutine
 from .var import (
+    COMMUTE,
     Var,
     _Failure,
     append_all,
@@ -334,6 +337,32 @@ class Scheduler:
             seg = self._segments.open
             assert seg is None or seg._kind == _BULK, seg
             assert not self._inbox or self._inbox_scheduled, "inbox not scheduled"
+            # Groups and commute tokens (var.py): each Var's own invariants; a token is held
+            # by exactly one dispatched commute member, and a parked operation (_wait -1) is
+            # PENDING and among the contenders of one of its commute Vars.
+            holders: dict[Var, list[Operation[Any]]] = {}
+            tokens: set[Var] = set()
+            checked: set[Var] = set()
+            for op in self._live.values():
+                modes = op._modes
+                if modes is None:  # read/write only: the queues' own tests cover them
+                    continue
+                for v in op._vars:
+                    if v not in checked:
+                        checked.add(v)
+                        v._check_invariants()
+                        if v._token:
+                            tokens.add(v)
+                commute = [v for v, m in zip(op._mutate, modes, strict=True) if m == COMMUTE]
+                if op._wait == -1:
+                    assert op._state is _PENDING, op
+                    assert any(op in (v._contenders or ()) for v in commute), op
+                elif op._state is _READY or op._state is _RUNNING:
+                    for v in commute:
+                        holders.setdefault(v, []).append(op)
+            for v, ops in holders.items():
+                assert len(ops) == 1, (v, ops)
+            assert tokens == set(holders), tokens - set(holders)
 
     def _use_lock(self, lock: EngineLock | threading.Lock) -> None:
         """Make ``lock`` the engine lock, keeping the calls that take and give it back bound,

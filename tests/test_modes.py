@@ -384,9 +384,11 @@ async def run_program(program: list[Op], serial: bool) -> None:
         if op.cancel:
             pushed.cancel()
         ops.append(pushed)
+    engine._core.validate_state()  # groups admitted and queued behind the blocker
     gate.set()
     outcome: dict[int, str] = {}
     for i, pushed in enumerate(ops):
+        engine._core.validate_state()  # while members run, park and wake
         try:
             await asyncio.wait_for(asyncio.shield(pushed), 10)  # nothing hangs
             outcome[i] = "ran"
