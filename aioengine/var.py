@@ -286,19 +286,28 @@ class Var:
         A set mode (read, commute, concurrent) is granted while nothing or a group of its
         own mode is held (so a group's members are granted together); a write once nothing
         is held. A grant is only counted: ``_reads`` (with ``_kind``) or ``_writing``, whose
-        invariant (a held write excludes a held group) this keeps. A read pays one more
-        comparison than a rule of reads and writes only. The compiled core inlines it into
-        its callers.
+        invariant (a held write excludes a held group) this keeps. A read pays one more test
+        (``_kind``, 0 unless the other modes were used) than a rule of reads and writes only,
+        a write one comparison. The compiled core inlines it into its callers.
         """
+        if not mode:  # a read: as before the other modes, but after a group of another mode
+            if self._writing:
+                return False
+            if self._kind:  # the last group held was not of reads (0 for read/write programs)
+                if self._reads:
+                    return False
+                self._kind = READ
+            self._reads += 1
+            return True
         if mode == 1:
             if self._writing or self._reads:
                 return False
             self._writing = True
-        elif self._writing or (self._kind != mode and self._reads):
+            return True
+        if self._writing or (self._reads and self._kind != mode):
             return False
-        else:
-            self._kind = mode
-            self._reads += 1
+        self._kind = mode
+        self._reads += 1
         return True
 
     def _append(self, op: _Waiter, write: int) -> bool:
