@@ -120,13 +120,17 @@ def bench(session: nox.Session) -> None:
     ``nox -s bench`` runs the full matrix (about 8 minutes on 2 cores, plus a one-time MXNet
     venv install); ``nox -s bench -- --quick`` is the smoke mode. Extra arguments go to
     benchmarks/run.py (``nox -s bench -- --help``). Timings are printed, never asserted.
-    Then benchmarks/gpu_overlap.py measures GPU copy/compute overlap (JSON, ``--quick`` passed
-    on; it reports itself skipped without CuPy and a CUDA device), and benchmarks/remote.py
-    remote operations against hand-written Dask (``--quick`` passed on).
+    Then benchmarks/accumulate.py compares the commute access mode with write mode and
+    ``submit(accumulate=)``, benchmarks/gpu_overlap.py measures GPU copy/compute overlap
+    (both JSON, ``--quick`` passed on; the latter reports itself skipped without CuPy and a
+    CUDA device), and benchmarks/remote.py remote operations against hand-written Dask
+    (``--quick`` passed on).
     """
     # The wheel, with the compiled core: what a user installs.
     session.install(".", *nox.project.dependency_groups(PYPROJECT, "bench"))
     session.run("python", "benchmarks/run.py", *session.posargs)
+    # Access modes: commute vs write mode vs submit(accumulate=) (JSON, --quick passed on).
+    session.run("python", "benchmarks/accumulate.py", *{"--quick"} & set(session.posargs))
     session.run("python", "benchmarks/gpu_overlap.py", *{"--quick"} & set(session.posargs))
     # Remote operations against hand-written Dask on one LocalCluster (ratios, one run).
     session.run("python", "benchmarks/remote.py", *{"--quick"} & set(session.posargs))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Callable, Coroutine, Iterable, Sequence
+from operator import add
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .context import Context, RunContext, cpu
@@ -75,6 +76,8 @@ class BlockingMethods:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         name: str | None = ...,
         is_async: bool | None = ...,
@@ -87,6 +90,8 @@ class BlockingMethods:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         name: str | None = ...,
         is_async: bool | None = ...,
@@ -99,6 +104,8 @@ class BlockingMethods:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         name: str | None = ...,
         is_async: bool | None = ...,
@@ -110,6 +117,8 @@ class BlockingMethods:
         const_vars: Iterable[Var] = (),
         mutate_vars: Iterable[Var] = (),
         *,
+        commute_vars: Iterable[Var] = (),
+        concurrent_vars: Iterable[Var] = (),
         prop: FnProperty = _NORMAL,
         name: str | None = None,
         is_async: bool | None = None,
@@ -131,7 +140,14 @@ class BlockingMethods:
             VarDeletedError: if a Var was deleted.
         """
         return self._engine.new_operator(
-            fn, const_vars, mutate_vars, prop=prop, name=name, is_async=is_async
+            fn,
+            const_vars,
+            mutate_vars,
+            commute_vars=commute_vars,
+            concurrent_vars=concurrent_vars,
+            prop=prop,
+            name=name,
+            is_async=is_async,
         )
 
     def delete_operator(self, handle: OprHandle[Any]) -> None:
@@ -151,6 +167,8 @@ class BlockingMethods:
         const_vars: Iterable[Var] = (),
         mutate_vars: Iterable[Var] = (),
         *,
+        commute_vars: Iterable[Var] = (),
+        concurrent_vars: Iterable[Var] = (),
         prop: FnProperty = _NORMAL,
         priority: int = 0,
         name: str | None = None,
@@ -171,7 +189,15 @@ class BlockingMethods:
         """
         return self._bridge(
             lambda: self._engine.push_sync(
-                fn, ctx, const_vars, mutate_vars, prop=prop, priority=priority, name=name
+                fn,
+                ctx,
+                const_vars,
+                mutate_vars,
+                commute_vars=commute_vars,
+                concurrent_vars=concurrent_vars,
+                prop=prop,
+                priority=priority,
+                name=name,
             )
         )
 
@@ -183,6 +209,8 @@ class BlockingMethods:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         priority: int = ...,
         name: str | None = ...,
@@ -196,6 +224,8 @@ class BlockingMethods:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         priority: int = ...,
         name: str | None = ...,
@@ -208,6 +238,8 @@ class BlockingMethods:
         const_vars: Iterable[Var] = (),
         mutate_vars: Iterable[Var] = (),
         *,
+        commute_vars: Iterable[Var] = (),
+        concurrent_vars: Iterable[Var] = (),
         prop: FnProperty = _NORMAL,
         priority: int = 0,
         name: str | None = None,
@@ -227,7 +259,15 @@ class BlockingMethods:
         """
         return self._bridge(
             lambda: self._engine.push_async(
-                fn, ctx, const_vars, mutate_vars, prop=prop, priority=priority, name=name
+                fn,
+                ctx,
+                const_vars,
+                mutate_vars,
+                commute_vars=commute_vars,
+                concurrent_vars=concurrent_vars,
+                prop=prop,
+                priority=priority,
+                name=name,
             )
         )
 
@@ -275,6 +315,9 @@ class BlockingMethods:
         reads: Iterable[Var] = ...,
         writes: Iterable[Var] = ...,
         out: Var | Sequence[Var] | None = ...,
+        accumulate: Var | None = ...,
+        merge: Callable[[Any, Any], Any] = ...,
+        ordered: bool = ...,
         ctx: Context = ...,
         prop: FnProperty = ...,
         priority: int = ...,
@@ -291,6 +334,9 @@ class BlockingMethods:
         reads: Iterable[Var] = ...,
         writes: Iterable[Var] = ...,
         out: Var | Sequence[Var] | None = ...,
+        accumulate: Var | None = ...,
+        merge: Callable[[Any, Any], Any] = ...,
+        ordered: bool = ...,
         ctx: Context = ...,
         prop: FnProperty = ...,
         priority: int = ...,
@@ -306,6 +352,9 @@ class BlockingMethods:
         reads: Iterable[Var] = (),
         writes: Iterable[Var] = (),
         out: Var | Sequence[Var] | None = None,
+        accumulate: Var | None = None,
+        merge: Callable[[Any, Any], Any] = add,
+        ordered: bool = False,
         ctx: Context = _CPU0,
         prop: FnProperty = _NORMAL,
         priority: int = 0,
@@ -335,6 +384,9 @@ class BlockingMethods:
                 reads=reads,
                 writes=writes,
                 out=out,
+                accumulate=accumulate,
+                merge=merge,
+                ordered=ordered,
                 ctx=ctx,
                 prop=prop,
                 priority=priority,
@@ -352,6 +404,9 @@ class BlockingMethods:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         out: Var | Sequence[Var] | None = ...,
+        accumulate: Var | None = ...,
+        merge: Callable[[Any, Any], Any] = ...,
+        ordered: bool = ...,
         ctx: Context = ...,
         prop: FnProperty = ...,
         priority: int = ...,
@@ -367,6 +422,9 @@ class BlockingMethods:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         out: Var | Sequence[Var] | None = ...,
+        accumulate: Var | None = ...,
+        merge: Callable[[Any, Any], Any] = ...,
+        ordered: bool = ...,
         ctx: Context = ...,
         prop: FnProperty = ...,
         priority: int = ...,
@@ -382,6 +440,9 @@ class BlockingMethods:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         out: Var | Sequence[Var] | None = ...,
+        accumulate: Var | None = ...,
+        merge: Callable[[Any, Any], Any] = ...,
+        ordered: bool = ...,
         ctx: Context = ...,
         prop: FnProperty = ...,
         priority: int = ...,
@@ -396,6 +457,9 @@ class BlockingMethods:
         const_vars: Iterable[Var] = (),
         mutate_vars: Iterable[Var] = (),
         out: Var | Sequence[Var] | None = None,
+        accumulate: Var | None = None,
+        merge: Callable[[Any, Any], Any] = add,
+        ordered: bool = False,
         ctx: Context = _CPU0,
         prop: FnProperty = _NORMAL,
         priority: int = 0,
@@ -415,6 +479,9 @@ class BlockingMethods:
                 const_vars=const_vars,
                 mutate_vars=mutate_vars,
                 out=out,
+                accumulate=accumulate,
+                merge=merge,
+                ordered=ordered,
                 ctx=ctx,
                 prop=prop,
                 priority=priority,

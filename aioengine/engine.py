@@ -24,6 +24,7 @@ import operator
 import os
 import warnings
 from collections.abc import Callable, Coroutine, Iterable, Sequence
+from operator import add
 from types import FunctionType, TracebackType
 from typing import Any, TypeVar, overload
 
@@ -61,7 +62,7 @@ from .operation import (
 from .remote import RemoteBackend, open_remote
 from .scheduler import _COMPILED, Scheduler, State, check_prop
 from .settings import Settings, cluster_setting
-from .var import NO_VALUE, Var, checked_reads, checked_writes, queued_behind
+from .var import NO_VALUE, Var, checked_modes, checked_reads, checked_writes, queued_behind
 
 __all__ = ("Engine",)
 
@@ -430,6 +431,8 @@ class Engine:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         name: str | None = ...,
         is_async: bool | None = ...,
@@ -442,6 +445,8 @@ class Engine:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         name: str | None = ...,
         is_async: bool | None = ...,
@@ -454,6 +459,8 @@ class Engine:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         name: str | None = ...,
         is_async: bool | None = ...,
@@ -465,6 +472,8 @@ class Engine:
         const_vars: Iterable[Var] = (),
         mutate_vars: Iterable[Var] = (),
         *,
+        commute_vars: Iterable[Var] = (),
+        concurrent_vars: Iterable[Var] = (),
         prop: FnProperty = _NORMAL,
         name: str | None = None,
         is_async: bool | None = None,
@@ -505,10 +514,13 @@ class Engine:
             raise TypeError(f"name must be a str or None, got {name!r}")
         mutate = checked_writes(self, mutate_vars)
         const = checked_reads(self, const_vars, mutate)
+        modes = None
+        if commute_vars or concurrent_vars:
+            const, mutate, modes = checked_modes(self, const, mutate, commute_vars, concurrent_vars)
         for v in (*const, *mutate):
             if v._deleted:
                 raise VarDeletedError(f"{v!r} was deleted; create a new Var")
-        return OprHandle(self, fn, kind, const, mutate, prop, name or default_name(fn))
+        return OprHandle(self, fn, kind, const, mutate, prop, name or default_name(fn), modes)
 
     def delete_operator(self, handle: OprHandle[Any]) -> None:
         """Retire ``handle``: pushes already made still run; later pushes raise.
@@ -533,6 +545,8 @@ class Engine:
         const_vars: Iterable[Var] = (),
         mutate_vars: Iterable[Var] = (),
         *,
+        commute_vars: Iterable[Var] = (),
+        concurrent_vars: Iterable[Var] = (),
         prop: FnProperty = _NORMAL,
         priority: int = 0,
         name: str | None = None,
@@ -570,6 +584,11 @@ class Engine:
             )
         mutate = checked_writes(self, mutate_vars)
         const = checked_reads(self, const_vars, mutate)
+        if commute_vars or concurrent_vars:
+            const, mutate, modes = checked_modes(self, const, mutate, commute_vars, concurrent_vars)
+            return self._core._push(
+                self, fn, _SYNC, ctx, const, mutate, prop, priority, name, None, None, modes
+            )
         return self._core._push(self, fn, _SYNC, ctx, const, mutate, prop, priority, name, None)
 
     @overload
@@ -580,6 +599,8 @@ class Engine:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         priority: int = ...,
         name: str | None = ...,
@@ -593,6 +614,8 @@ class Engine:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
+        concurrent_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         priority: int = ...,
         name: str | None = ...,
@@ -605,6 +628,8 @@ class Engine:
         const_vars: Iterable[Var] = (),
         mutate_vars: Iterable[Var] = (),
         *,
+        commute_vars: Iterable[Var] = (),
+        concurrent_vars: Iterable[Var] = (),
         prop: FnProperty = _NORMAL,
         priority: int = 0,
         name: str | None = None,
@@ -630,6 +655,11 @@ class Engine:
         kind = async_kind(fn)
         mutate = checked_writes(self, mutate_vars)
         const = checked_reads(self, const_vars, mutate)
+        if commute_vars or concurrent_vars:
+            const, mutate, modes = checked_modes(self, const, mutate, commute_vars, concurrent_vars)
+            return self._core._push(
+                self, fn, kind, ctx, const, mutate, prop, priority, name, None, None, modes
+            )
         return self._core._push(self, fn, kind, ctx, const, mutate, prop, priority, name, None)
 
     def push(
@@ -661,6 +691,7 @@ class Engine:
             handle.name,
             None,
             handle,
+            handle._modes,
         )
         return op
 
@@ -1106,6 +1137,9 @@ class Engine:
         reads: Iterable[Var] = ...,
         writes: Iterable[Var] = ...,
         out: Var | Sequence[Var] | None = ...,
+        accumulate: Var | None = ...,
+        merge: Callable[[Any, Any], Any] = ...,
+        ordered: bool = ...,
         ctx: Context = ...,
         prop: FnProperty = ...,
         priority: int = ...,
@@ -1122,6 +1156,9 @@ class Engine:
         reads: Iterable[Var] = ...,
         writes: Iterable[Var] = ...,
         out: Var | Sequence[Var] | None = ...,
+        accumulate: Var | None = ...,
+        merge: Callable[[Any, Any], Any] = ...,
+        ordered: bool = ...,
         ctx: Context = ...,
         prop: FnProperty = ...,
         priority: int = ...,
@@ -1137,6 +1174,9 @@ class Engine:
         reads: Iterable[Var] = (),
         writes: Iterable[Var] = (),
         out: Var | Sequence[Var] | None = None,
+        accumulate: Var | None = None,
+        merge: Callable[[Any, Any], Any] = add,
+        ordered: bool = False,
         ctx: Context = _CPU0,
         prop: FnProperty = _NORMAL,
         priority: int = 0,
@@ -1158,14 +1198,24 @@ class Engine:
         Only a Var that is an argument itself is read: a Var inside a list, tuple, set or dict
         argument would be no dependency, and raises ``TypeError``.
 
+        A reduction: with ``accumulate=var``, ``fn`` runs without holding ``var`` (so many
+        run at once) and its return value is merged into ``var``'s value with
+        ``merge(current, result)`` (the result itself while ``var`` carries no value), as a
+        commute access of ``var``: merges run one at a time, in the order the results come.
+        ``ordered=True`` merges in push order (deterministic floating point). ``merge`` runs
+        inline on the loop: keep it cheap. Returns the merge's :class:`Operation`, whose
+        result is ``fn``'s return value; a failure of ``fn`` skips its merge and is recorded
+        on ``var``. ``out=`` cannot be combined with it.
+
         Raises:
             EngineError: ``VarDeletedError``, ``EngineClosedError`` or
                 ``DeviceUnavailableError``, as :meth:`push_sync` (and ``TypeError`` /
                 ``ValueError`` for bad arguments).
         """
         return _ergonomic.submit(
-            self, fn, args, kwargs, reads, writes, out, ctx, prop, priority, name
-        )
+            self, fn, args, kwargs, reads, writes, out, ctx, prop, priority, name,
+            accumulate, merge, ordered,
+        )  # fmt: skip
 
     @overload
     def op(
@@ -1176,6 +1226,9 @@ class Engine:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         out: Var | Sequence[Var] | None = ...,
+        accumulate: Var | None = ...,
+        merge: Callable[[Any, Any], Any] = ...,
+        ordered: bool = ...,
         ctx: Context = ...,
         prop: FnProperty = ...,
         priority: int = ...,
@@ -1191,6 +1244,9 @@ class Engine:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         out: Var | Sequence[Var] | None = ...,
+        accumulate: Var | None = ...,
+        merge: Callable[[Any, Any], Any] = ...,
+        ordered: bool = ...,
         ctx: Context = ...,
         prop: FnProperty = ...,
         priority: int = ...,
@@ -1206,6 +1262,9 @@ class Engine:
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         out: Var | Sequence[Var] | None = ...,
+        accumulate: Var | None = ...,
+        merge: Callable[[Any, Any], Any] = ...,
+        ordered: bool = ...,
         ctx: Context = ...,
         prop: FnProperty = ...,
         priority: int = ...,
@@ -1220,6 +1279,9 @@ class Engine:
         const_vars: Iterable[Var] = (),
         mutate_vars: Iterable[Var] = (),
         out: Var | Sequence[Var] | None = None,
+        accumulate: Var | None = None,
+        merge: Callable[[Any, Any], Any] = add,
+        ordered: bool = False,
         ctx: Context = _CPU0,
         prop: FnProperty = _NORMAL,
         priority: int = 0,
@@ -1231,9 +1293,13 @@ class Engine:
         ``f(*args, **kwargs)`` returns an :class:`Operation` and reads ``const_vars``, writes
         ``mutate_vars`` and ``out``, and passes Var arguments by value, as :meth:`submit`.
         Every argument of a call goes to the function, keywords such as ``name=`` included:
-        the options are the decorator's.
+        the options are the decorator's. ``accumulate``, ``merge`` and ``ordered`` make each
+        call a reduction into a Var, as :meth:`submit`'s.
         """
-        return _ergonomic.op(self, fn, const_vars, mutate_vars, out, ctx, prop, priority, name)
+        return _ergonomic.op(
+            self, fn, const_vars, mutate_vars, out, ctx, prop, priority, name,
+            accumulate, merge, ordered,
+        )  # fmt: skip
 
 
 def _check_room_inside_locked(

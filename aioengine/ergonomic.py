@@ -13,6 +13,12 @@ the foundation; this module only builds such a push from ordinary arguments:
   orders the operations also guards the values: no locks by hand.
 * :meth:`Engine.op <aioengine.Engine.op>` is the same as a decorator, and
   :meth:`Var.get` / :meth:`Var.set` read and replace a value from async code.
+* Reductions: ``submit(fn, *args, accumulate=var, merge=operator.add, ordered=False)`` runs
+  ``fn`` without holding ``var`` (so many run at once) and then merges its return value into
+  ``var``'s value, ``merge(current, result)``, as a *commute* access of ``var`` (in whatever
+  order the results come; ``ordered=True``: as a write, in push order). It is two pushes: the
+  call, which writes its result to a private Var, and the merge, which reads that Var and runs
+  inline on the loop (``FnProperty.ASYNC``: keep ``merge`` cheap).
 
 Two things submit cannot see (both written once here; the docstrings point to this list):
 
@@ -39,6 +45,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import inspect
+import operator
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Protocol, TypeVar, overload
 
@@ -66,10 +73,13 @@ class Pusher(Protocol):
         const_vars: Iterable[Var] = ...,
         mutate_vars: Iterable[Var] = ...,
         *,
+        commute_vars: Iterable[Var] = ...,
         prop: FnProperty = ...,
         priority: int = ...,
         name: str | None = ...,
     ) -> Operation[Any]: ...
+
+    def new_var(self, name: str | None = ..., *, value: object = ...) -> Var: ...
 
     def push_async(
         self,
@@ -278,10 +288,18 @@ def submit(
     prop: FnProperty,
     priority: int,
     name: str | None,
+    accumulate: Var | None = None,
+    merge: Callable[[Any, Any], Any] = operator.add,
+    ordered: bool = False,
 ) -> Operation[Any]:
     """Push ``fn(*args, **kwargs)``; see :meth:`aioengine.Engine.submit`."""
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {fn!r}")
+    if accumulate is not None:
+        return _reduce(
+            engine, fn, args, kwargs, reads, writes, out, ctx, prop, priority, name,
+            accumulate, merge, ordered,
+        )  # fmt: skip
     outs = _out_vars(out)
     for i, var in enumerate(outs):
         _check_var(engine, "out" if type(out) is Var else f"out[{i}]", var)
@@ -343,6 +361,63 @@ def submit(
     return engine.push_sync(run_sync, ctx, const, mutate, prop=prop, priority=priority, name=name)
 
 
+def _reduce(
+    engine: Pusher,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    reads: Iterable[Var],
+    writes: Iterable[Var],
+    out: Var | Sequence[Var] | None,
+    ctx: Context,
+    prop: FnProperty,
+    priority: int,
+    name: str | None,
+    accumulate: Var,
+    merge: Callable[[Any, Any], Any],
+    ordered: bool,
+) -> Operation[Any]:
+    """``submit(..., accumulate=var)``: the call, then its merge into ``var`` (see the
+    module docstring); returns the merge, whose result is ``fn``'s return value."""
+    _check_var(engine, "accumulate", accumulate)
+    if not callable(merge):
+        raise TypeError(f"merge must be callable, got {merge!r}")
+    if type(ordered) is not bool:
+        raise TypeError(f"ordered must be a bool, got {ordered!r}")
+    if out is not None:
+        raise TypeError("submit() takes accumulate= or out=, not both")
+    if accumulate in args or accumulate in kwargs.values():
+        raise ValueError(
+            f"{accumulate!r} is both an argument and accumulate=: fn runs without holding "
+            "the Var it accumulates into"
+        )
+    if name is None:
+        name = default_name(fn)
+    result = engine.new_var(f"{name}.result")
+    submit(engine, fn, args, kwargs, reads, writes, result, ctx, prop, priority, name)
+
+    def merge_into(rctx: RunContext) -> Any:
+        value = result._value
+        result._value = NO_VALUE  # nothing more reads it
+        current = accumulate._value
+        accumulate._value = value if current is NO_VALUE else merge(current, value)
+        return value
+
+    if ordered:
+        return engine.push_sync(
+            merge_into, _CPU0, (result,), (accumulate,), prop=_ASYNC, name=f"{name}.merge"
+        )
+    return engine.push_sync(
+        merge_into,
+        _CPU0,
+        (result,),
+        (),
+        commute_vars=(accumulate,),
+        prop=_ASYNC,
+        name=f"{name}.merge",
+    )
+
+
 def op(
     engine: Pusher,
     fn: Callable[..., Any] | None,
@@ -353,6 +428,9 @@ def op(
     prop: FnProperty,
     priority: int,
     name: str | None,
+    accumulate: Var | None = None,
+    merge: Callable[[Any, Any], Any] = operator.add,
+    ordered: bool = False,
 ) -> Any:
     """The decorator behind :meth:`aioengine.Engine.op`."""
     const = tuple(const_vars)
@@ -364,7 +442,10 @@ def op(
 
         @functools.wraps(f)
         def push(*args: Any, **kwargs: Any) -> Operation[Any]:
-            return submit(engine, f, args, kwargs, const, mutate, out, ctx, prop, priority, name)
+            return submit(
+                engine, f, args, kwargs, const, mutate, out, ctx, prop, priority, name,
+                accumulate, merge, ordered,
+            )  # fmt: skip
 
         return push
 

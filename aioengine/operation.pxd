@@ -16,6 +16,7 @@ cdef class _OperationCore:
     cdef public object _inherited
     cdef public object _key
     cdef public int _kind
+    cdef public object _modes
     cdef public Py_ssize_t _nreads
     cdef public object _owner
     cdef public object _priority

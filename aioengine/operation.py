@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .errors import summary
 from .kinds import FnProperty, OpState
-from .var import queued_behind
+from .var import COMMUTE, CONCURRENT, MODE_NAMES, WRITE, queued_behind
 
 if TYPE_CHECKING:
     from .context import Context
@@ -88,6 +88,7 @@ class _OperationCore:
         "_inherited",
         "_key",
         "_kind",
+        "_modes",
         "_nreads",
         "_owner",
         "_priority",
@@ -112,6 +113,7 @@ class _OperationCore:
     _ctx: Context
     _vars: tuple[Var, ...]
     _nreads: int
+    _modes: tuple[int, ...] | None
     _prop: FnProperty
     _priority: int
     _seq: int
@@ -142,8 +144,19 @@ class _OperationCore:
 
     @property
     def _mutate(self) -> tuple[Var, ...]:
-        """The Vars it mutates: the rest of ``_vars`` (a copy, for the cold paths)."""
+        """The Vars it mutates: the rest of ``_vars`` (a copy, for the cold paths). Commute
+        and concurrent Vars count: they are written, in an order the engine chooses."""
         return self._vars[self._nreads :]
+
+    def _accesses(self) -> list[tuple[Var, str]]:
+        """Each of its Vars with the name of its mode (``"read"``, ``"write"``,
+        ``"commute"``, ``"concurrent"``), in ``_vars`` order (for observers)."""
+        nreads = self._nreads
+        out = [(v, "read") for v in self._vars[:nreads]]
+        modes = self._modes
+        for i, v in enumerate(self._vars[nreads:]):
+            out.append((v, "write" if modes is None else MODE_NAMES[modes[i]]))
+        return out
 
 
 class Operation(_OperationCore, Generic[T]):
@@ -432,6 +445,9 @@ def new_operation(
     # from the collector with it (collector.pxd); otherwise it may be the caller's tuple.
     op._vars = const + mutate if const else mutate
     op._nreads = len(const)
+    # The modes of the Vars after the reads (var.py: WRITE, COMMUTE, CONCURRENT), set by the
+    # push when it has commute or concurrent Vars; None: all writes (the fast path's test).
+    op._modes = None
     op._prop = prop
     op._priority = priority
     # Both set by the push, under the engine lock, before anyone else sees the operation.
@@ -466,7 +482,17 @@ class OprHandle(Generic[T]):
         name: the operation name every push of this handle carries.
     """
 
-    __slots__ = ("_const", "_deleted", "_engine", "_fn", "_kind", "_mutate", "_prop", "name")
+    __slots__ = (
+        "_const",
+        "_deleted",
+        "_engine",
+        "_fn",
+        "_kind",
+        "_modes",
+        "_mutate",
+        "_prop",
+        "name",
+    )
 
     def __init__(
         self,
@@ -477,15 +503,23 @@ class OprHandle(Generic[T]):
         mutate: tuple[Var, ...],
         prop: FnProperty,
         name: str,
+        modes: tuple[int, ...] | None = None,
     ) -> None:
         self.name = name
         self._engine = engine
         self._fn = fn
         self._kind = kind
         self._const = const
-        self._mutate = mutate
+        self._mutate = mutate  # its Vars after the reads: writes, commute, concurrent
+        self._modes = modes  # their modes (var.py), None when all are writes
         self._prop = prop
         self._deleted = False  # set by delete_operator; later pushes raise
+
+    def _with_mode(self, mode: int) -> tuple[Var, ...]:
+        modes = self._modes
+        if modes is None:
+            return self._mutate if mode == WRITE else ()
+        return tuple(v for v, m in zip(self._mutate, modes, strict=True) if m == mode)
 
     @property
     def const_vars(self) -> tuple[Var, ...]:
@@ -494,8 +528,18 @@ class OprHandle(Generic[T]):
 
     @property
     def mutate_vars(self) -> tuple[Var, ...]:
-        """The Vars every push of this handle mutates."""
-        return self._mutate
+        """The Vars every push of this handle writes (a Var named in two modes included)."""
+        return self._with_mode(WRITE)
+
+    @property
+    def commute_vars(self) -> tuple[Var, ...]:
+        """The Vars every push of this handle accesses in commute mode."""
+        return self._with_mode(COMMUTE)
+
+    @property
+    def concurrent_vars(self) -> tuple[Var, ...]:
+        """The Vars every push of this handle accesses in concurrent mode."""
+        return self._with_mode(CONCURRENT)
 
     def __repr__(self) -> str:
         state = " deleted" if self._deleted else ""

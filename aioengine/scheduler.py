@@ -1,7 +1,9 @@
 """The scheduler: the per-operation cycle of an engine, and nothing else.
 
 The rule it keeps: two operations of which at least one mutates a common Var run in the order
-they were pushed. :class:`Scheduler` is the core behind the :class:`~aioengine.Engine` façade
+they were pushed; commute and concurrent accesses of a Var form groups whose members may run
+in any order (one at a time) or together (``var.py``, where the grant rule lives).
+:class:`Scheduler` is the core behind the :class:`~aioengine.Engine` façade
 (``engine.py``): the façade validates arguments, binds settings, runs the lifecycle and the
 waits, and calls in here for the cycle every operation goes through:
 
@@ -128,10 +130,15 @@ from .operation import (
 from .settings import Settings
 from .task import current_op, run_coroutine
 from .var import (
+    COMMUTE,
     Var,
     _Failure,
     append_all,
+    append_modes,
     release_all,
+    release_modes,
+    take_tokens,
+    withdraw_all,
 )
 
 __all__ = ("Scheduler", "State")
@@ -379,6 +386,32 @@ class Scheduler:
                 "a retired failure is tracked"
             )
             assert not self._inbox or self._inbox_scheduled, "inbox not scheduled"
+            # Groups and commute tokens (var.py): each Var's own invariants; a token is held
+            # by exactly one dispatched commute member, and a parked operation (_wait -1) is
+            # PENDING and among the contenders of one of its commute Vars.
+            holders: dict[Var, list[Operation[Any]]] = {}
+            tokens: set[Var] = set()
+            checked: set[Var] = set()
+            for op in self._live.values():
+                modes = op._modes
+                if modes is None:  # read/write only: the queues' own tests cover them
+                    continue
+                for v in op._vars:
+                    if v not in checked:
+                        checked.add(v)
+                        v._check_invariants()
+                        if v._token:
+                            tokens.add(v)
+                commute = [v for v, m in zip(op._mutate, modes, strict=True) if m == COMMUTE]
+                if op._wait == -1:
+                    assert op._state is _PENDING, op
+                    assert any(op in (v._contenders or ()) for v in commute), op
+                elif op._state is _READY or op._state is _RUNNING:
+                    for v in commute:
+                        holders.setdefault(v, []).append(op)
+            for v, ops in holders.items():
+                assert len(ops) == 1, (v, ops)
+            assert tokens == set(holders), tokens - set(holders)
 
     def _use_lock(self, lock: EngineLock | threading.Lock) -> None:
         """Make ``lock`` the engine lock, keeping the calls that take and give it back bound,
@@ -470,10 +503,13 @@ class Scheduler:
         name: str | None,
         deleting: Var | None,
         handle: OprHandle[Any] | None = None,
+        modes: tuple[int, ...] | None = None,
     ) -> Operation[Any]:
         """Validate the rest, append the requests atomically and dispatch if ready.
 
         ``owner`` is the façade pushing: the operation holds it (see ``Operation._owner``).
+        ``modes``: the mode of each Var of ``mutate`` (``var.py``: WRITE, COMMUTE,
+        CONCURRENT) when some is not a write; None when all are.
         """
         loop = self._loop
         # On the bound loop's thread while it runs (the usual case), the full check is not
@@ -521,6 +557,7 @@ class Scheduler:
             and deleting is None
             and ctx.device_type is _CPU
             and _get_ident() == self._loop_thread
+            and modes is None
         ):
             bulk = self._segments.size_for(self)
         op = new_operation(self, owner, fn, kind, ctx, const, mutate, prop, priority, name, target)
@@ -553,9 +590,19 @@ class Scheduler:
             # Appending is what a push promises to do atomically across its Vars, in the
             # critical section that gave it its sequence number: so every Var's queue is in
             # push order, which Var._holds relies on.
-            wait = append_all(op, const, mutate)
-            if sequencer is not None and not sequencer._append(op, True):
-                wait += 1
+            if modes is None or ctx.device_type is not _CPU:
+                # A GPU operation's commute and concurrent Vars are written, in push order
+                # (an order those modes allow): its device work is fenced as a writer's.
+                wait = append_all(op, const, mutate)
+                if sequencer is not None and not sequencer._append(op, True):
+                    wait += 1
+            else:
+                op._modes = modes
+                wait = append_modes(op, const, mutate, modes)
+                if sequencer is not None and not sequencer._append(op, True):
+                    wait += 1
+                if not wait and not take_tokens(op):
+                    return op  # admitted everywhere, parked for a busy commute token
             if deleting is not None:
                 deleting._deleted = op
                 self._deleted_vars = True
@@ -1135,7 +1182,7 @@ class Scheduler:
         recorded (an input's, inherited by a NO_SKIP operation)."""
         op._state = _DONE
         op._result = result
-        if op._inherited is None:
+        if op._inherited is None and op._modes is None:
             release_all(op._vars, op._nreads, ready, True)
             if self._sequencer is not None:
                 self._sequencer._release(True, ready, True)
@@ -1201,7 +1248,10 @@ class Scheduler:
         if op._wait:  # cancelled before its turn on some Vars: see _withdraw_locked
             self._withdraw_locked(op, completed, ready)
         else:
-            release_all(op._vars, op._nreads, ready, completed)
+            if op._modes is None:
+                release_all(op._vars, op._nreads, ready, completed)
+            else:
+                release_modes(op, ready, completed)
             if self._sequencer is not None and op._kind != _WAIT:
                 self._sequencer._release(True, ready, completed)
         op._fn = None
@@ -1209,14 +1259,12 @@ class Scheduler:
 
     def _withdraw_locked(self, op: Operation[Any], completed: bool, ready: list[Any]) -> None:
         """Release the granted requests of an operation cancelled before all its Vars'
-        turns came; its other requests become tombstones (``op`` is CANCELLED already)."""
+        turns came; its other requests become tombstones (``op`` is CANCELLED already).
+
+        Or of one cancelled while parked for a commute token (``_wait`` -1: every request
+        granted, no token taken): it leaves the contenders it waits among."""
         assert op._state is _CANCELLED, op
-        for write, vars_ in ((False, op._const), (True, op._mutate)):
-            for v in vars_:
-                if v._holds(op):
-                    v._release(write, ready, completed)
-                else:
-                    v._withdraw(ready)
+        withdraw_all(op, ready, completed)
         sequencer = self._sequencer
         if sequencer is not None and op._kind != _WAIT:
             if sequencer._holds(op):

@@ -13,11 +13,14 @@ cdef class Var:
     cdef public object _failure
     cdef public object _gpu_readers
     cdef public object _gpu_writer
+    cdef public object _contenders
     cdef public Py_ssize_t _head
+    cdef public int _kind
     cdef public object _owner
     cdef public list _queue
     cdef public Py_ssize_t _queued
     cdef public Py_ssize_t _reads
+    cdef public bint _token
     cdef public object _value
     cdef public Py_ssize_t _version
     cdef public bint _writing
@@ -25,17 +28,17 @@ cdef class Var:
 
     # The grant rule: a C function inlined into _append, append_all and _grant, its callers on
     # the operations' path (_check_invariants, in this module too, calls it as well).
-    cdef inline bint _try_grant(self, bint write) noexcept
+    cdef inline bint _try_grant(self, int mode) noexcept
     # A waiter is an operation (_OperationCore): its counter and state are C struct members.
     # _grant and _release return int, not object: no None to count references to on each C
     # call (called from Python, they return 0).
-    @cython.locals(op=_OperationCore, write=bint, queue=list, head=Py_ssize_t, end=Py_ssize_t)
+    @cython.locals(op=_OperationCore, mode=int, queue=list, head=Py_ssize_t, end=Py_ssize_t)
     cpdef int _grant(self, list ready) except -1
     # append_all, and serial mode's sequencer (scheduler.py), queue every operation here: C
     # calls, not Python ones.
     @cython.locals(queued=Py_ssize_t, queue=list)
-    cpdef bint _append(self, op, bint write) except -1
-    cpdef int _release(self, bint write, list ready, bint completed_write) except -1
+    cpdef bint _append(self, op, int write) except -1
+    cpdef int _release(self, int write, list ready, bint completed_write) except -1
 
 
 @cython.locals(v=Var, wait=Py_ssize_t, queue=list)

@@ -6,12 +6,24 @@ does. Every operation makes one *request* per Var it names, in push order: a rea
 the Var's turn reaches it; an operation runs when all of its requests are granted, and releases
 them when it finishes.
 
-The grant rule: a read request is granted while no write is held, a write request once
-nothing is held, and only at the head of the queue (nothing overtakes a queued request). So a
-run of reads at the head is granted together, two operations of which at least one writes a
-common Var are granted (and so run) in push order, and readers between two writes overlap.
+The grant rule: a request has a *mode*, :data:`READ`, :data:`WRITE`, :data:`COMMUTE` or
+:data:`CONCURRENT`. Consecutive requests of one set mode (read, commute, concurrent) form a
+*group*; a write is a group of one. A group is granted once nothing else is held, and only at
+the head of the queue (nothing overtakes a queued request); a request arriving while its own
+kind of group is held, with nothing queued, joins it. So a run of reads at the head is granted
+together, two operations of which at least one writes a common Var run in push order, readers
+between two writes overlap, and whatever follows a group waits for all of it.
 :meth:`Var._try_grant` is the one place that codes it; every grant, on a request's arrival
 (:meth:`Var._append`) or from the queue (:meth:`Var._grant`), asks it.
+
+A granted commute request only admits its operation to the group: members run one at a time,
+so the operation must also take the Var's *token* (``_token``) before it is ready. An
+operation takes the tokens of all its commute Vars at once or none (:func:`take_tokens`), only
+once every request of it is granted; otherwise it parks on one busy Var's ``_contenders`` and
+holds nothing, and the release of that token retries it. So no operation holds a token while
+it waits, and two operations with opposite-order commute Vars cannot deadlock. Concurrent
+members need no token. Operations with only reads and writes (``_modes`` None) never look at
+tokens: their path pays one ``is None`` test.
 
 Requests are the "futures" of the design: instead of an ``asyncio.Future`` per request, a grant
 decrements the operation's counter of ungranted requests and hands it to the engine when the
@@ -36,6 +48,7 @@ from any thread; no method here runs user code or blocks.
 from __future__ import annotations
 
 import functools
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
@@ -51,15 +64,32 @@ _ASYNC = FnProperty.ASYNC
 _CANCELLED = OpState.CANCELLED
 
 __all__ = (
+    "COMMUTE",
+    "CONCURRENT",
+    "MODE_NAMES",
+    "READ",
+    "WRITE",
     "Var",
     "VarStatistics",
     "append_all",
+    "append_modes",
     "drop_consumed",
     "queued_behind",
     "release_all",
+    "release_modes",
+    "take_tokens",
+    "withdraw_all",
 )
 
 T = TypeVar("T")
+
+# A request's mode, as queued: read and write stay False and True (what the read/write-only
+# paths pass); the set modes other than read are small ints.
+READ = 0
+WRITE = 1
+COMMUTE = 2
+CONCURRENT = 3
+MODE_NAMES = ("read", "write", "commute", "concurrent")  # by mode
 
 
 class _Waiter(Protocol):
@@ -72,6 +102,9 @@ class _Waiter(Protocol):
     _wait: int  # ungranted requests: a grant counts it down
     _seq: int  # push order (queue order)
     _state: Any  # OpState.CANCELLED: its queued requests are tombstones
+    _modes: tuple[int, ...] | None  # modes of its _vars after the reads; None: all writes
+    _vars: tuple[Var, ...]  # its Vars: reads first
+    _nreads: int
 
 
 class _Failure:
@@ -119,11 +152,15 @@ class VarStatistics:
     """A snapshot of a :class:`Var`'s queue, from :meth:`Var.statistics`.
 
     Attributes:
-        pending_reads: granted read requests not yet released (readers running or about to).
+        pending_reads: granted requests of the held group not yet released (readers, or
+            commute or concurrent members, running or about to).
         pending_write: whether a granted write has not been released yet.
         waiting: requests queued behind those (not granted yet).
-        version: completed writes so far.
+        version: completed writes (and commute or concurrent accesses) so far.
         failed: whether the Var carries a failure that nobody has waited for yet.
+        mode: the mode of what is held: ``"read"``, ``"write"``, ``"commute"``,
+            ``"concurrent"``, or None when nothing is.
+        waiting_modes: the mode of each queued request, in push order.
     """
 
     pending_reads: int
@@ -131,6 +168,8 @@ class VarStatistics:
     waiting: int
     version: int
     failed: bool
+    mode: str | None = None
+    waiting_modes: tuple[str, ...] = ()
 
 
 class Var:
@@ -146,16 +185,19 @@ class Var:
 
     __slots__ = (
         "__weakref__",
+        "_contenders",
         "_dead",
         "_deleted",
         "_failure",
         "_gpu_readers",
         "_gpu_writer",
         "_head",
+        "_kind",
         "_owner",
         "_queue",
         "_queued",
         "_reads",
+        "_token",
         "_value",
         "_version",
         "_writing",
@@ -177,8 +219,15 @@ class Var:
         # snapshot read without the lock (_waiting) is never torn by a compaction.
         self._queued = 0
         self._dead = 0  # tombstones in _queue, so a snapshot never has to walk the queue
-        self._reads = 0  # granted read requests not yet released
+        self._reads = 0  # granted requests of the held group (set mode _kind) not released
+        self._kind = 0  # the held group's mode while _reads > 0 (READ, COMMUTE or CONCURRENT)
         self._writing = False  # a granted write not yet released; invariant: implies _reads == 0
+        # A commute member runs (it took this token with all its commute Vars' at once);
+        # invariant: implies _kind == COMMUTE and _reads > 0.
+        self._token = False
+        # Operations admitted (every request granted) that wait for this Var's token, holding
+        # none (take_tokens), first come first retried; None until the first.
+        self._contenders: deque[Any] | None = None
         self._version = 0  # completed (run or skipped) writes
         # The failure this Var carries: its latest writer's (or an input's it passed on);
         # kept when thrown, for the operations pushed before the throw (_Failure).
@@ -204,15 +253,33 @@ class Var:
         return self._version
 
     def statistics(self) -> VarStatistics:
-        """Return a snapshot of this Var's queue and failure state."""
+        """Return a snapshot of this Var's queue and failure state, with the mode of what is
+        held and of each queued request."""
         box = self._failure
+        held = "write" if self._writing else MODE_NAMES[self._kind] if self._reads else None
         return VarStatistics(
             pending_reads=self._reads,
             pending_write=self._writing,
             waiting=self._waiting(),
             version=self._version,
             failed=box is not None and box.unthrown,
+            mode=held,
+            waiting_modes=self._waiting_modes(),
         )
+
+    def _waiting_modes(self) -> tuple[str, ...]:
+        """The modes of the live queued requests, in push order: without the lock, so a
+        snapshot that stops early where another thread is changing the queue."""
+        queue, head = self._queue, self._head
+        flat = queue[head:] if queue else []
+        modes = []
+        for i in range(0, len(flat) - 1, 2):
+            op, mode = flat[i], flat[i + 1]
+            if (type(mode) is not bool and type(mode) is not int) or not hasattr(op, "_state"):
+                break
+            if op._state is not _CANCELLED:
+                modes.append(MODE_NAMES[mode])
+        return tuple(modes)
 
     def __repr__(self) -> str:
         state = " deleted" if self._deleted else ""
@@ -228,30 +295,42 @@ class Var:
 
     # -- the grant rule; caller holds the engine lock ------------------------------------
 
-    def _try_grant(self, write: bool) -> bool:
-        """The grant rule: grant a request for a read or (``write``) a write that is at the
-        head of the queue, or arrives at an empty one, if the rule allows it now; return
-        whether it did.
+    def _try_grant(self, mode: int) -> bool:
+        """The grant rule: grant a request of ``mode`` (False or :data:`READ`, True or
+        :data:`WRITE`, :data:`COMMUTE`, :data:`CONCURRENT`) that is at the head of the
+        queue, or arrives at an empty one, if the rule allows it now; return whether it did.
 
-        A read is granted while no write is held (so readers overlap); a write once nothing
-        is held, neither a write nor a read. A grant is only counted: ``_reads`` or
-        ``_writing``, whose invariant (a held write excludes held reads) this keeps. The
-        compiled core inlines it into its callers.
+        A set mode (read, commute, concurrent) is granted while nothing or a group of its
+        own mode is held (so a group's members are granted together); a write once nothing
+        is held. A grant is only counted: ``_reads`` (with ``_kind``) or ``_writing``, whose
+        invariant (a held write excludes a held group) this keeps. A read pays one more test
+        (``_kind``, 0 unless the other modes were used) than a rule of reads and writes only,
+        a write one comparison. The compiled core inlines it into its callers.
         """
-        if write:
+        if not mode:  # a read: as before the other modes, but after a group of another mode
+            if self._writing:
+                return False
+            if self._kind:  # the last group held was not of reads (0 for read/write programs)
+                if self._reads:
+                    return False
+                self._kind = READ
+            self._reads += 1
+            return True
+        if mode == 1:
             if self._writing or self._reads:
                 return False
             self._writing = True
-        elif self._writing:
+            return True
+        if self._writing or (self._reads and self._kind != mode):
             return False
-        else:
-            self._reads += 1
+        self._kind = mode
+        self._reads += 1
         return True
 
-    def _append(self, op: _Waiter, write: bool) -> bool:
-        """Request this Var for ``op``: grant the request now if the queue is empty and the
-        rule allows it (:meth:`_try_grant`), else queue it behind every earlier one; return
-        whether it was granted.
+    def _append(self, op: _Waiter, write: int) -> bool:
+        """Request this Var for ``op`` in mode ``write`` (a bool, or a mode): grant the
+        request now if the queue is empty and the rule allows it (:meth:`_try_grant`), else
+        queue it behind every earlier one; return whether it was granted.
 
         Appending never makes another request grantable, so the caller only has to count
         this one (``op._wait``).
@@ -271,21 +350,26 @@ class Var:
         """Whether ``op``'s request on this Var was granted (see the module docstring)."""
         return not self._queued or self._queue[self._head]._seq > op._seq  # type: ignore[index]
 
-    def _release(self, write: bool, ready: list[Any], completed_write: bool) -> None:
-        """Hand back a granted request and grant whatever the rule now allows, appending the
-        operations that this leaves with no ungranted request to ``ready``.
+    def _release(self, write: int, ready: list[Any], completed_write: bool) -> None:
+        """Hand back a granted request of mode ``write`` (see :meth:`_try_grant`; a commute
+        member's token is handed back by :func:`release_modes`) and grant whatever the rule
+        now allows, appending the operations that this leaves with no ungranted request to
+        ``ready``.
 
-        Only a release that leaves nothing held can let the head of the queue in: while reads
-        are held the head is a write (a read there would have been granted with them), which
-        the rule keeps out until the last of them is released. ``completed_write`` says
-        whether a released write counts towards :attr:`version`.
+        Only a release that leaves nothing held can let the head of the queue in: while a
+        group is held the head is of another mode (one of its own would have joined it),
+        which the rule keeps out until the last member is released. ``completed_write`` says
+        whether a released write (or commute or concurrent access) counts towards
+        :attr:`version`.
         """
-        if write:
+        if write == 1:
             self._writing = False
             if completed_write:
                 self._version += 1
         else:
             self._reads -= 1
+            if write and completed_write:
+                self._version += 1
         if self._queued and not self._reads:
             self._grant(ready)
 
@@ -314,22 +398,23 @@ class Var:
                 self._queued -= 1  # with _dead, so that _waiting() stays within one
                 self._dead -= 1
                 continue
-            write = queue[head + 1]
-            if not self._try_grant(write):
+            mode = queue[head + 1]
+            if not self._try_grant(mode):
                 break
             queue[head] = None  # no reference kept to a granted request's operation
             head += 2
             self._queued -= 1
             op._wait -= 1
-            if not op._wait:
+            # Ready once all granted; one with commute Vars also takes their tokens, or parks.
+            if not op._wait and (op._modes is None or take_tokens(op)):
                 ready.append(op)
-            if write and not self._dead:
+            if mode == 1 and not self._dead:
                 break  # the rule grants nothing beside a write, and no tombstone is queued
             # Go on after a write only to drop tombstones (the head is never a tombstone).
         self._head = drop_consumed(queue, head)
 
-    def _requests(self) -> list[tuple[Any, bool]]:
-        """The queued requests as ``(op, write)`` pairs, tombstones included (a copy)."""
+    def _requests(self) -> list[tuple[Any, int]]:
+        """The queued requests as ``(op, mode)`` pairs, tombstones included (a copy)."""
         flat = self._queue[self._head :] if self._queue else []
         return list(zip(flat[::2], flat[1::2], strict=True))
 
@@ -337,12 +422,28 @@ class Var:
         """True when no request is granted or queued."""
         return not (self._reads or self._writing or self._queued)
 
+    def _wake_contenders(self, ready: list[Any]) -> None:
+        """This Var's token was handed back: let the parked operations try again to take all
+        their tokens, appending the one that does to ``ready``; the others park again (on
+        another Var whose token is busy)."""
+        parked = self._contenders
+        assert parked is not None
+        while parked and not self._token:
+            op = parked.popleft()  # O(1): many may wait for one busy accumulator
+            if take_tokens(op):  # else it parked on another Var (this token is free)
+                ready.append(op)
+
     def _check_invariants(self) -> None:
         """Assert the grant rule's invariants (for tests): what is held is a write or reads,
         never both; the queue is in push order; its head is live and queued only because the
         rule (:meth:`_try_grant`) does not grant it."""
         assert self._reads >= 0, self
         assert not (self._writing and self._reads), self
+        assert not self._token or (self._kind == COMMUTE and self._reads), self
+        assert not self._contenders or (self._kind == COMMUTE and self._reads), self
+        for op in self._contenders or ():
+            assert op._wait == -1, (self, op)
+            assert self in op._vars, (self, op)
         assert 0 <= self._dead <= self._queued, self
         queue = self._queue or []
         assert self._head % 2 == 0, self
@@ -358,9 +459,9 @@ class Var:
             assert head._state is not _CANCELLED, f"{self} has a tombstone at its head"
             # The head is queued only because the rule forbids granting it now: ask the rule,
             # then undo what it counted if it did grant.
-            reads, writing = self._reads, self._writing
+            reads, writing, kind = self._reads, self._writing, self._kind
             granted = self._try_grant(write)
-            self._reads, self._writing = reads, writing
+            self._reads, self._writing, self._kind = reads, writing, kind
             assert not granted, f"{self} keeps a grantable request queued"
 
     # -- values (the ergonomic layer, ergonomic.py): a Var may carry its data ------------
@@ -444,6 +545,90 @@ def append_all(op: _Waiter, reads: tuple[Var, ...], writes: tuple[Var, ...]) -> 
     return wait
 
 
+def append_modes(
+    op: _Waiter, reads: tuple[Var, ...], others: tuple[Var, ...], modes: tuple[int, ...]
+) -> int:
+    """:func:`append_all` for an operation with commute or concurrent Vars: ``others`` are its
+    Vars after the reads, ``modes`` theirs (WRITE, COMMUTE or CONCURRENT); return how many
+    requests were queued (caller holds the engine lock). When none was, the caller still
+    has to take the tokens (:func:`take_tokens`)."""
+    wait = append_all(op, reads, ())
+    for i in range(len(others)):
+        if not others[i]._append(op, modes[i]):
+            wait += 1
+    return wait
+
+
+def take_tokens(op: _Waiter) -> bool:
+    """Give ``op``, whose every request is granted, the tokens of all its commute Vars at
+    once and return True; or, when one is busy, take none, park ``op`` on that Var's
+    contenders (its release retries it), mark it parked (``_wait`` -1) and return False
+    (caller holds the engine lock)."""
+    modes = op._modes
+    assert modes is not None
+    vars_ = op._vars
+    off = len(vars_) - len(modes)
+    for i, mode in enumerate(modes, off):
+        if mode == COMMUTE and vars_[i]._token:
+            busy = vars_[i]
+            if busy._contenders is None:
+                busy._contenders = deque((op,))
+            else:
+                busy._contenders.append(op)
+            op._wait = -1  # parked: every request granted, no token taken
+            return False
+    i = off
+    for mode in modes:
+        if mode == COMMUTE:
+            vars_[i]._token = True
+        i += 1
+    op._wait = 0
+    return True
+
+
+def release_modes(op: _Waiter, ready: list[Any], completed: bool) -> None:
+    """:func:`release_all` for an operation with commute or concurrent Vars that was
+    dispatched: it holds every request and its commute tokens (caller holds the engine
+    lock). A parked one (``_wait`` -1) is released by the engine's withdrawal instead."""
+    modes = op._modes
+    assert modes is not None
+    vars_ = op._vars
+    nreads = op._nreads
+    for i in range(nreads):  # its reads, as release_all releases them
+        v = vars_[i]
+        v._reads -= 1
+        if v._queued and not v._reads:
+            v._grant(ready)
+    i = nreads
+    for mode in modes:
+        v = vars_[i]
+        i += 1
+        if mode == COMMUTE:
+            v._token = False
+        v._release(mode, ready, completed)
+        if mode == COMMUTE and v._contenders and not v._token:
+            v._wake_contenders(ready)
+
+
+def withdraw_all(op: _Waiter, ready: list[Any], completed: bool) -> None:
+    """Hand back what a cancelled operation (its state says so) holds of its Vars, granted
+    or queued (caller holds the engine lock): a granted request is released, a queued one
+    becomes a tombstone. One parked for a commute token (``_wait`` -1) holds every request
+    and no token: it leaves the contenders it waits among."""
+    nreads = op._nreads
+    modes = op._modes
+    vars_ = op._vars
+    for i in range(len(vars_)):
+        v = vars_[i]
+        mode = READ if i < nreads else WRITE if modes is None else modes[i - nreads]
+        if mode == COMMUTE and v._contenders and op in v._contenders:
+            v._contenders.remove(op)
+        if v._holds(op):
+            v._release(mode, ready, completed)
+        else:
+            v._withdraw(ready)
+
+
 def drop_consumed(items: list[Any], head: int) -> int:
     """Drop the consumed prefix ``items[:head]`` of a list read from a head index, once it is
     the whole list or at least half of it (amortised O(1) per item); return the new head.
@@ -489,30 +674,42 @@ def queued_behind(first: Any, target: Any = None) -> set[Any]:
     ``target`` is among them. Cancelled requests (tombstones) hold nothing back.
 
     A queued request is blocked when it conflicts with a request of one of these operations
-    that is held or queued ahead of it (at least one of the two writes), or when a blocked
-    request is queued ahead of it: nothing overtakes a queued request.
+    that is held or queued ahead of it (not of the same group), or when a blocked request is
+    queued ahead of it: nothing overtakes a queued request. An operation parked for a commute
+    token that ``first`` holds is blocked too (only a running operation holds a token).
     """
     behind = {first}
     new = [first]
-    held_reads: set[Var] = set()  # Vars one of them holds (first runs and holds all its Vars;
-    held_writes: set[Var] = set()  # the others, what was granted before they queued)
+    modes = first._modes
+    if modes is not None:  # what waits for a commute token that first holds is behind it
+        nreads = first._nreads
+        for i, mode in enumerate(modes):
+            v = first._vars[nreads + i]
+            if mode == COMMUTE and v._token and v._contenders:
+                for op in v._contenders:
+                    if op not in behind:
+                        behind.add(op)
+                        new.append(op)
+    # Vars one of them holds (first runs and holds all its Vars; the others, what was
+    # granted before they queued). Whatever is queued on such a Var is blocked by it: a
+    # request of the held group's own mode, with nothing queued ahead, would have joined it.
+    held: set[Var] = set()
     while new and target not in behind:
         for op in new:
-            held_reads.update(v for v in op._const if v._holds(op))
-            held_writes.update(v for v in op._mutate if v._holds(op))
+            held.update(v for v in op._vars if v._holds(op))
         # The Vars of the operations found last: their queues may block more now.
-        vars_ = {v for op in new for v in (*op._const, *op._mutate) if v._queued}
+        vars_ = {v for op in new for v in op._vars if v._queued}
         new = []
         for v in vars_:
-            reads = v in held_reads
-            write = blocked = v in held_writes
-            for op, is_write in v._requests():
+            blocked = v in held
+            seen = 0  # the modes (bits) of their requests queued so far on v
+            for op, mode in v._requests():
                 if op._state is _CANCELLED:
                     continue
-                blocked = blocked or write or (is_write and reads)
+                # Queued behind one of theirs of another mode (or a write): not in its group.
+                blocked = blocked or bool(seen & ~(1 << mode)) or (mode == WRITE and seen != 0)
                 if op in behind:
-                    write = write or is_write
-                    reads = reads or not is_write
+                    seen |= 1 << mode
                 elif blocked:
                     behind.add(op)
                     new.append(op)
@@ -588,6 +785,57 @@ def checked_reads(
             if v is w:  # in both lists: mutated
                 return tuple([v for v in const if v not in mutate])
     return const
+
+
+def checked_modes(
+    owner: object,
+    const: tuple[Var, ...],
+    mutate: tuple[Var, ...],
+    commute_vars: Iterable[Var],
+    concurrent_vars: Iterable[Var],
+) -> tuple[tuple[Var, ...], tuple[Var, ...], tuple[int, ...] | None]:
+    """Check ``commute_vars`` and ``concurrent_vars`` of a push (whose checked reads and
+    writes are ``const`` and ``mutate``) and return its reads, its other Vars (writes, then
+    commute, then concurrent) and their modes (None when all are writes).
+
+    Duplicates within one mode are dropped; a Var named in two different modes counts as a
+    write."""
+    if (
+        (type(commute_vars) is list or type(commute_vars) is tuple)
+        and not concurrent_vars
+        and len(commute_vars) == 1
+    ):  # the usual shape: one accumulator, nothing else to merge
+        v = commute_vars[0]
+        if type(v) is Var and v._owner is owner and v not in const and v not in mutate:
+            modes = _ONE_COMMUTE.get(len(mutate))
+            if modes is None:
+                modes = (WRITE,) * len(mutate) + (COMMUTE,)
+            return const, (*mutate, v), modes
+    lists: list[tuple[Var, ...]] = []
+    for arg, given in (("commute_vars", commute_vars), ("concurrent_vars", concurrent_vars)):
+        vs = given if type(given) is list or type(given) is tuple else _listed(arg, given)
+        for v in vs:
+            if type(v) is not Var or v._owner is not owner:
+                _bad_var(owner, arg, vs)
+        lists.append(tuple(dict.fromkeys(vs)))
+    commute, concurrent = lists
+    count: dict[Var, int] = {}
+    for group in (const, mutate, commute, concurrent):
+        for v in group:
+            count[v] = count.get(v, 0) + 1
+    twice = [v for v, n in count.items() if n > 1 and v not in mutate]
+    writes = mutate + tuple(twice)
+    if twice:
+        const = tuple([v for v in const if count[v] == 1])
+    commute = tuple([v for v in commute if count[v] == 1])
+    concurrent = tuple([v for v in concurrent if count[v] == 1])
+    if not commute and not concurrent:
+        return const, writes, None
+    modes = (WRITE,) * len(writes) + (COMMUTE,) * len(commute) + (CONCURRENT,) * len(concurrent)
+    return const, writes + commute + concurrent, modes
+
+
+_ONE_COMMUTE = {n: (WRITE,) * n + (COMMUTE,) for n in range(4)}  # checked_modes' usual modes
 
 
 def _listed(arg: str, vars_: object) -> list[Var]:

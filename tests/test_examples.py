@@ -21,7 +21,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
-    if path.stem == "crawler":
+    if path.stem in ("crawler", "downloads"):
         pytest.importorskip("aiohttp")
     if path.stem == "cluster":
         pytest.importorskip("distributed")
@@ -47,6 +47,8 @@ def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
         assert "(politeness: 1)" in done.stdout
     if path.stem == "cluster":
         assert "matches the local computation" in done.stdout
+    if path.stem == "downloads":
+        assert "as the sequential program's" in done.stdout
     if path.stem == "gpu_pipeline":
         assert "results match NumPy" in done.stdout
         if not ae.gpu_available():
@@ -54,5 +56,13 @@ def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
 
 
 def test_the_expected_examples_exist() -> None:
-    expected = {"quickstart", "crawler", "training", "pipeline", "gpu_pipeline", "cluster"}
+    expected = {
+        "quickstart",
+        "crawler",
+        "training",
+        "pipeline",
+        "gpu_pipeline",
+        "cluster",
+        "downloads",
+    }
     assert expected <= {p.stem for p in EXAMPLES}

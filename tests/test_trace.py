@@ -394,7 +394,7 @@ class TestDependencyTracking:
 
     @staticmethod
     def push(tracker: DepTracker, seq: int, const: tuple[Var, ...], mutate: tuple[Var, ...]) -> Any:
-        op = types.SimpleNamespace(_seq=seq, _const=const, _mutate=mutate)
+        op = types.SimpleNamespace(_seq=seq, _const=const, _mutate=mutate, _modes=None)
         return tracker.push(op)  # type: ignore[arg-type]
 
     def test_readers_depend_on_the_writer_and_a_writer_on_both(self) -> None:

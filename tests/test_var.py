@@ -29,6 +29,7 @@ class FakeOp(_OperationCore):
         self._state = OpState.PENDING
         self._vars = ()
         self._nreads = 0
+        self._modes = None
 
     def __repr__(self) -> str:
         return f"FakeOp({self.name!r}, {self._seq})"

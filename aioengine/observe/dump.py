@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..context import DeviceType
 from ..kinds import _BULK, _CALLBACK, _SYNC, OpState
 from ..task import run_coroutine
+from ..var import MODE_NAMES
 from .history import Recorder, kind_name, pool_name
 
 if TYPE_CHECKING:
@@ -56,7 +57,8 @@ class OpInfo:
         state: PENDING (waiting for Vars), READY (waiting for a worker) or RUNNING.
         kind: ``sync``, ``coroutine`` or ``callback``.
         pool: where it runs (``cpu0``, ``loop``, ...).
-        holds: ``(var name, "read" | "write")`` for each Var it has been granted.
+        holds: ``(var name, mode)`` for each Var it has been granted, the mode being
+            ``"read"``, ``"write"``, ``"commute"`` or ``"concurrent"``.
         waits: the same for each Var it is still waiting for; a member of a bulk segment
             also lists, as ``(var name, "via its bulk segment")``, the Vars of the other
             members that its segment still waits for.
@@ -88,7 +90,8 @@ class OpInfo:
 
 @dataclass(frozen=True, slots=True)
 class VarInfo:
-    """One busy Var in a :class:`Dump`: ``(seq, "read" | "write")`` of holders and waiters."""
+    """One busy Var in a :class:`Dump`: ``(seq, mode)`` of holders and waiters (the mode
+    ``"read"``, ``"write"``, ``"commute"`` or ``"concurrent"``)."""
 
     name: str
     version: int
@@ -276,7 +279,7 @@ def build_dump(engine: Observed, var: Var | None = None) -> Dump:
         for op in core._live.values():
             holds: list[tuple[Var, str]] = []
             waits: list[tuple[Var, str]] = []
-            requests = [(v, "read") for v in op._const] + [(v, "write") for v in op._mutate]
+            requests = op._accesses()  # (Var, "read" | "write" | "commute" | "concurrent")
             # A bulk segment's member holds its Vars when its segment does (bulk.py).
             holder = op if op._segment is None or not op._segment._seq else op._segment
             for v, mode in requests:
@@ -328,11 +331,11 @@ def build_dump(engine: Observed, var: Var | None = None) -> Dump:
         versions: dict[Var, int] = {}
         for v, (_, waiters) in var_rows.items():
             versions[v] = v._version
-            for waiter, write in v._requests():
+            for waiter, queued_mode in v._requests():
                 # An Operation, or a wait_for_var marker (not in _live); a cancelled one neither.
                 seq: int = waiter._seq
                 if core._live.get(seq) is waiter:
-                    waiters.append((seq, "write" if write else "read"))
+                    waiters.append((seq, MODE_NAMES[queued_mode]))
                 elif waiter._kind == _BULK and waiter._result:  # a segment: its members
                     members: list[Operation[Any]] = waiter._result
                     for m in members:

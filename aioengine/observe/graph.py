@@ -51,6 +51,8 @@ class Node:
         state: its state when the graph was taken.
         kind: ``sync``, ``coroutine`` or ``callback``.
         pool: where it runs (``cpu0``, ``cpu-priority``, ``loop``).
+        accesses: ``(var name, mode)`` for each of its Vars, the mode being ``"read"``,
+            ``"write"``, ``"commute"`` or ``"concurrent"``.
     """
 
     seq: int
@@ -58,6 +60,18 @@ class Node:
     state: OpState
     kind: str
     pool: str
+    accesses: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def modes_line(self) -> str:
+        """Its commute and concurrent Vars (``"commute: acc"``), as the renderings show
+        them; empty for an operation of reads and writes only."""
+        parts = []
+        for mode in ("commute", "concurrent"):
+            named = [var for var, m in self.accesses if m == mode]
+            if named:
+                parts.append(f"{mode}: {', '.join(named)}")
+        return " · ".join(parts)
 
     @property
     def label(self) -> str:
@@ -111,7 +125,8 @@ class Graph:
             '  edge [fontname="Helvetica", fontsize=10];',
         ]
         for n in self.nodes:
-            label = _dot_escape(f"{n.label}\n{n.state.name.lower()} · {n.pool}")
+            extra = f"\n{n.modes_line}" if n.modes_line else ""
+            label = _dot_escape(f"{n.label}\n{n.state.name.lower()} · {n.pool}{extra}")
             lines.append(f'  op{n.seq} [label="{label}", fillcolor="{_FILL[n.state]}"];')
         for e in self.edges:
             lines.append(f'  op{e.src} -> op{e.dst} [label="{_dot_escape(e.var)}"];')
@@ -125,7 +140,10 @@ class Graph:
         lines = ["flowchart LR"]
         for n in self.nodes:
             label = _mermaid_escape(n.label)
-            lines.append(f'  op{n.seq}["{label}<br/>{n.state.name.lower()}"]:::{n.state.name}')
+            text = n.state.name.lower()
+            if n.modes_line:
+                text += f"<br/>{_mermaid_escape(n.modes_line)}"
+            lines.append(f'  op{n.seq}["{label}<br/>{text}"]:::{n.state.name}')
         for e in self.edges:
             lines.append(f'  op{e.src} -->|"{_mermaid_escape(e.var)}"| op{e.dst}')
         if self.note:
@@ -204,12 +222,20 @@ def build_graph(engine: Observed) -> Graph:
         live = [(op, op._state) for op in core._live.values()]
         recorded_live = dict(recorder.live) if recorder is not None else {}
     for r in records:
-        nodes[r.seq] = Node(r.seq, r.name, r.state, r.kind, r.pool)
+        accesses = tuple(zip((*r.const, *r.mutate), r.modes, strict=True))
+        nodes[r.seq] = Node(r.seq, r.name, r.state, r.kind, r.pool, accesses)
     # Pending operations: their dependencies among each other, from push order on their Vars
     # (exact: a finished operation between two pending ones cannot be one they wait for).
     tracker = DepTracker()
     for op, state in live:
-        nodes[op._seq] = Node(op._seq, op.name, state, kind_name(op._kind), pool_name(op._target))
+        nodes[op._seq] = Node(
+            op._seq,
+            op.name,
+            state,
+            kind_name(op._kind),
+            pool_name(op._target),
+            tuple((v.name, mode) for v, mode in op._accesses()),
+        )
         for src, var in tracker.push(op):
             edges.add(Edge(src, op._seq, var))
     for r in (*records, *recorded_live.values()):

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import summary
 from ..instrument import Instrument
 from ..kinds import _CALLBACK, _CORO, OpState
+from ..var import MODE_NAMES
 
 if TYPE_CHECKING:
     from ..operation import Operation
@@ -91,14 +92,17 @@ def push_site() -> str | None:
 
 
 class _VarTrack:
-    """The last writer of a Var and the readers since, as push sequence numbers."""
+    """The last writer of a Var and the readers since, as push sequence numbers; with
+    commute and concurrent accesses, the current group and what it waits for."""
 
-    __slots__ = ("readers", "var", "writer")
+    __slots__ = ("base", "kind", "readers", "var", "writer")
 
     def __init__(self, var: weakref.ref[Var]) -> None:
         self.var = var  # the Var tracked: tells it from a later Var that reuses its id()
         self.writer = 0  # 0: no writer seen
-        self.readers: list[int] = []
+        self.readers: list[int] = []  # the current group's members (readers, or one mode's)
+        self.kind = "read"  # the current group's mode
+        self.base: list[int] | None = None  # what the group follows, if not the writer
 
 
 class DepTracker:
@@ -136,23 +140,53 @@ class DepTracker:
             track = tracks.get(id(v))
             if track is None or track.var() is not v:
                 track = self._track(v)
-            if track.writer:
+            if track.kind != "read":  # after a commute or concurrent group
+                self._join(track, v, "read", seq, deps)
+                continue
+            if track.base is not None:  # a read group after such a group
+                deps.extend(zip(track.base, repeat(v.name)))
+            elif track.writer:
                 deps.append((track.writer, v.name))
             readers = track.readers
             readers.append(seq)
             if len(readers) > _MAX_READERS:
                 del readers[: _MAX_READERS // 2]
-        for v in op._mutate:
+        modes = op._modes
+        for i, v in enumerate(op._mutate):
             track = tracks.get(id(v))
             if track is None or track.var() is not v:
                 track = self._track(v)
+            mode = MODE_NAMES[modes[i]] if modes is not None else "write"
+            if mode != "write":
+                self._join(track, v, mode, seq, deps)
+                continue
             if track.writer:
                 deps.append((track.writer, v.name))
             if track.readers:
                 deps.extend(zip(track.readers, repeat(v.name)))
                 track.readers = []
             track.writer = seq
+            track.kind = "read"
+            track.base = None
         return tuple(deps)
+
+    @staticmethod
+    def _join(track: _VarTrack, v: Var, mode: str, seq: int, deps: list[tuple[int, str]]) -> None:
+        """A commute or concurrent access: it joins the current group if of its mode, else
+        opens a group after the current one; it depends on what its group follows."""
+        if track.kind != mode:
+            if track.readers:
+                track.base = track.readers
+                track.readers = []
+            track.kind = mode
+        if track.base is not None:
+            deps.extend(zip(track.base, repeat(v.name)))
+        elif track.writer:
+            deps.append((track.writer, v.name))
+        readers = track.readers
+        readers.append(seq)
+        if len(readers) > _MAX_READERS:
+            del readers[: _MAX_READERS // 2]
 
 
 class OpRecord:
@@ -164,6 +198,7 @@ class OpRecord:
         "error",
         "finished",
         "kind",
+        "modes",
         "mutate",
         "name",
         "pool",
@@ -184,7 +219,8 @@ class OpRecord:
         self.pool = pool_name(op._target)
         self.priority = op._priority
         self.const = tuple(v.name for v in op._const)
-        self.mutate = tuple(v.name for v in op._mutate)
+        self.mutate = tuple(v.name for v in op._mutate)  # commute and concurrent included
+        self.modes = tuple(mode for _, mode in op._accesses())  # of const, then mutate
         self.site = site
         self.deps = deps
         self.pushed = time.monotonic()

@@ -24,8 +24,8 @@ Layout of the trace (one process, ``aioengine``):
   depends on through a Var (see ``graph.py``) that were still pending when it was pushed.
 
 Every operation slice carries ``args``: ``seq``, ``name``, ``kind``, ``pool``, ``const_vars``,
-``mutate_vars``, ``priority``, ``outcome`` (``done``, ``failed``, ``cancelled``, ...) and the
-``error`` of a failed one.
+``mutate_vars`` (and ``commute_vars`` / ``concurrent_vars`` where used), ``priority``,
+``outcome`` (``done``, ``failed``, ``cancelled``, ...) and the ``error`` of a failed one.
 
 Cost: while tracing, the hooks only note times and copy what the events need (a tuple per
 operation, keeping no operation, Var, result or failure alive); the events, arguments and
@@ -127,7 +127,18 @@ class _SteppedCoroutine(Coroutine[Any, Any, Any]):
 # seq, kind, name, executor, const names, mutate names, priority, outcome, error, end (ns),
 # and where it ran (None: it never started; it finished on the thread whose id follows).
 _Record = tuple[
-    int, int, str, Any, list[str], list[str], int, str, str | None, int, "_Started | None", int
+    int,
+    int,
+    str,
+    Any,
+    list[str],
+    list[tuple[str, str]],  # the Vars after the reads, with their modes
+    int,
+    str,
+    str | None,
+    int,
+    "_Started | None",
+    int,
 ]
 
 
@@ -265,7 +276,7 @@ class Tracer(Instrument):
             op.name,
             op._target,
             [v.name for v in op._const],
-            [v.name for v in op._mutate],
+            [(v.name, mode) for v, mode in op._accesses()[op._nreads :]],
             op._priority,
             op._state.name.lower() if outcome is None else outcome,
             error,
@@ -296,10 +307,14 @@ class Tracer(Instrument):
             "kind": kind_name(kind),
             "pool": pool_name(target),
             "const_vars": const,
-            "mutate_vars": mutate,
+            "mutate_vars": [n for n, mode in mutate if mode == "write"],
             "priority": priority,
             "outcome": outcome,
         }
+        for mode in ("commute", "concurrent"):  # only where used: the usual args stay as they were
+            named = [n for n, m in mutate if m == mode]
+            if named:
+                args[f"{mode}_vars"] = named
         if error is not None:
             args["error"] = error
         pushed, waited = self._waited.pop(seq, (0, ()))
