@@ -436,6 +436,8 @@ class Scheduler:
         me = _get_ident()
         lock = self._lock
         if lock.owner == me:  # a finalizer inside this thread's critical section (lock.py)
+            if name is None:
+                name = default_name(fn)
             op = new_operation(self, owner, fn, kind, ctx, const, mutate, prop, priority, name)
             lock.after.append(
                 Deferred(
