@@ -54,6 +54,7 @@ held, and a collection may start on a thread that holds an engine's lock.
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import concurrent.futures.thread  # noqa: F401 - its exit hook must be registered before ours
 import gc
@@ -195,7 +196,13 @@ def _after_fork_in_child() -> None:
 
 def _before_collection(phase: str, info: dict[str, int]) -> None:
     if phase == "start" and info["generation"] == 2:
-        engines_before_full_collection.run()
+        try:
+            engines_before_full_collection.run()
+        except KeyboardInterrupt:
+            # The collector would only print it ("Exception ignored in"): run every hook,
+            # then hand the Ctrl-C back to the interpreter, for after the collection.
+            engines_before_full_collection.run()
+            _thread.interrupt_main()
 
 
 if hasattr(os, "register_at_fork"):

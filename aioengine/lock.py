@@ -21,19 +21,39 @@ the holder's thread (by a finalizer or a signal handler) never waits for the loc
 cancellations are appended to ``after`` as a :class:`Deferred` call, any other call raises
 :class:`RuntimeError`. Whoever gives the token back with ``after`` not empty swaps the list out
 first (only the holder appends to it) and empties it afterwards (:meth:`EngineLock.unlock`).
+
+Ctrl-C: Python runs a signal handler in the main thread between two bytecodes, so a
+``KeyboardInterrupt`` could stop pure-Python engine code half-way (the lock left held, an
+operation READY and never submitted), and the compiled core wherever it calls Python code.
+:func:`guard_interrupts`, called when an engine is created on the main thread, wraps the
+SIGINT handler: while the main thread holds an engine lock or runs the engine's own code
+(not an operation's function or another user callback), the wrapper hands the signal back to
+the interpreter (``_thread.interrupt_main``, from a timer thread half a millisecond later)
+instead of calling the handler, until the engine's code has returned: the interrupt is
+delayed by about a millisecond and never splits the engine's bookkeeping. The same in a
+finalizer (``__del__``, a weakref callback), where the interpreter would drop it, and in
+asyncio's loop between taking a callback and running it, where it would lose the callback. A
+handler installed later replaces the wrapper (and with it this guarantee); ``asyncio.run``
+installs its own only over the default handler.
 """
 
 from __future__ import annotations
 
+import _thread
+import asyncio
 import functools
 import logging
+import os
 import queue
+import signal
+import sysconfig
 import threading
+import weakref
 from collections.abc import Callable
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 
-__all__ = ("Deferred", "EngineLock")
+__all__ = ("Deferred", "EngineLock", "guard_interrupts")
 
 logger = logging.getLogger("aioengine")
 _get_ident = threading.get_ident
@@ -56,7 +76,7 @@ class EngineLock:
     not empty (the module docstring says why).
     """
 
-    __slots__ = ("_token", "after", "give", "owner", "take")
+    __slots__ = ("__weakref__", "_token", "after", "give", "owner", "take")
 
     def __init__(self) -> None:
         # Invariant: the queue holds the one token (None) exactly while the lock is free.
@@ -74,6 +94,7 @@ class EngineLock:
         #: to release and :class:`Deferred` calls to make once the lock is free. Only the
         #: holder appends; :meth:`unlock` swaps it out before giving the token back.
         self.after: list[object] = []
+        _locks.add(self)
 
     def held_here(self) -> bool:
         """Whether the calling thread holds the lock (so user code runs inside its critical
@@ -159,3 +180,89 @@ def run_after(after: list[object]) -> None:
             except Exception:
                 logger.exception("aioengine: an engine call deferred from a finalizer failed")
     after.clear()
+
+
+_RETRY = 0.0005  # seconds before a delayed Ctrl-C is signalled again
+
+# Every engine lock, for the SIGINT wrapper: does the main thread hold one?
+_locks: weakref.WeakSet[EngineLock] = weakref.WeakSet()
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# The engine's own code, where a KeyboardInterrupt must wait (the front ends' blocking waits
+# are the user's: interruptible).
+_FRONT_ENDS = frozenset(
+    _PACKAGE + name
+    for name in ("blocking.py", "_blocking_generated.py", "__main__.py", "demo.py", "pipeline.py")
+)
+# Where asyncio's loop has taken a callback off its ready queue and not yet run it: an
+# interrupt there loses the callback (one of the engine's own, say, leaving it unscheduled
+# for good). Waiting in select() is elsewhere, so an idle loop is interrupted at once.
+_LOOP_STEPS = frozenset(
+    (
+        asyncio.base_events.BaseEventLoop._run_once.__code__,  # type: ignore[attr-defined]
+        asyncio.events.Handle._run.__code__,
+    )
+)
+_CALLBACKS = frozenset((weakref.__file__, weakref.WeakSet.__init__.__code__.co_filename))
+_LIBRARY = tuple(
+    {os.path.abspath(sysconfig.get_paths()[key]) + os.sep for key in ("stdlib", "platstdlib")}
+)
+
+
+def _in_engine(frame: FrameType | None) -> bool:
+    """Whether the main thread, stopped at ``frame``, is inside the engine: it holds an
+    engine lock, or the innermost frame outside Python's own library is the engine's."""
+    main = threading.main_thread().ident
+    if any(lock.owner == main for lock in list(_locks)):
+        return True
+    if frame is not None and frame.f_code in _LOOP_STEPS:
+        return True  # between taking a callback of the event loop and running it
+    while frame is not None:
+        code = frame.f_code
+        filename = code.co_filename
+        if filename in _CALLBACKS or code.co_name == "__del__":
+            return True  # a finalizer: the interpreter would print the interrupt and drop it
+        if filename.startswith(_PACKAGE):
+            return filename not in _FRONT_ENDS
+        if not filename.startswith(_LIBRARY) and not filename.startswith("<frozen"):
+            return False  # the user's code: interrupt it
+        frame = frame.f_back
+    return False
+
+
+class _Guard:
+    """The SIGINT handler wrapper of :func:`guard_interrupts` (see the module docstring)."""
+
+    __slots__ = ("handler",)
+
+    def __init__(self, handler: Callable[[int, FrameType | None], Any]) -> None:
+        self.handler = handler
+
+    def __call__(self, signum: int, frame: FrameType | None) -> Any:
+        if _in_engine(frame):
+            # Signalled again in a moment, from another thread: not from here, where the
+            # interpreter's next check (still in this handler) would call it again at once.
+            redeliver = threading.Timer(_RETRY, _thread.interrupt_main, (signal.Signals(signum),))
+            redeliver.daemon = True
+            redeliver.start()
+            return None
+        return self.handler(signum, frame)
+
+    def __repr__(self) -> str:
+        return f"<aioengine SIGINT guard of {self.handler!r}>"
+
+
+def guard_interrupts() -> None:
+    """Make a Ctrl-C wait until the main thread is out of the engine's code (the module
+    docstring says how); from the main thread only, else a no-op.
+
+    Wraps the current SIGINT handler once, if it is a Python callable (the default one
+    raises ``KeyboardInterrupt``); an ignored or default-action SIGINT stays as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        current = signal.getsignal(signal.SIGINT)
+    except ValueError:  # pragma: no cover - not the main interpreter
+        return
+    if callable(current) and type(current) is not _Guard:
+        signal.signal(signal.SIGINT, _Guard(current))

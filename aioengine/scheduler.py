@@ -106,7 +106,7 @@ from .executors.threads import ThreadExecutor
 from .functions import default_name
 from .instrument import Instrument
 from .kinds import _BULK, _CORO, _SYNC, _WAIT, FnProperty, OpState
-from .lock import Deferred, EngineLock
+from .lock import Deferred, EngineLock, guard_interrupts
 from .loopqueue import LoopQueue
 from .operation import (
     _COROUTINE_TYPES,
@@ -248,6 +248,7 @@ class Scheduler:
         # ("with lock:" costs twice as much: __exit__ takes three arguments), with calls
         # that _use_lock keeps bound; an EngineLock's are one C call each (lock.py).
         self._use_lock(EngineLock())
+        guard_interrupts()  # a Ctrl-C never splits a critical section (lock.py)
         self._state = State.OPEN
         # Bound once, in one critical section with the next two (_bind).
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -1,5 +1,5 @@
-"""Finalizers that call the engine (issue 27, part 1): never under the engine lock, never a
-deadlock.
+"""Finalizers that call the engine, and Ctrl-C (issue 27, parts 1 and 2): the engine lock is
+never held while user code runs, never left held, never a deadlock.
 
 MXNet's NDArray deletes its Var in its destructor; the Python equivalent is an object whose
 ``__del__`` (or ``weakref.finalize``) calls ``engine.delete_var(var)``. Each path on which the
@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
+import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 import aioengine as ae
+from aioengine import lifecycle
 from aioengine.lock import Deferred
 
 from .conftest import COMPILED
@@ -191,7 +195,7 @@ def test_cyclic_garbage_collected_while_threads_push() -> None:
                 super().__init__(engine)
                 self.cycle = self
 
-        gc.set_threshold(30, 2, 2)  # collect often: inside critical sections too
+        gc.set_threshold(2, 2, 2)  # collect very often: inside critical sections too
         stop = threading.Event()
         async with ae.Engine(cpu_workers=2) as engine:
             x = engine.new_var("x")
@@ -288,3 +292,143 @@ class TestDeferredCalls:
             thread.join()
             assert seen == [False]
         assert lock.owner == 0
+
+
+# -- Ctrl-C (issue 27, part 2) ------------------------------------------------------------
+
+INTERRUPTS = """\
+import asyncio, os, random, signal, threading, time
+import aioengine as ae
+
+assert ae.engine._COMPILED is {compiled}, "the subprocess imported the other build"
+SERIAL = {serial}
+random.seed({seed})
+
+def ctrl_c_soon():
+    timer = threading.Timer(random.uniform(0, 0.004), os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    return timer
+
+def engine_round():
+    loop = asyncio.new_event_loop()  # no asyncio.run: Ctrl-C raises KeyboardInterrupt
+    engine = ae.Engine(serial=SERIAL, cpu_workers=2)
+    x = engine.new_var("x")
+
+    async def produce():
+        timer = ctrl_c_soon()
+        try:
+            for i in range(1_000_000):
+                engine.push_sync(lambda r: None, mutate_vars=[x])
+                engine.push_sync(lambda r: None, const_vars=[x])
+                if i % 50 == 0:
+                    await asyncio.sleep(0)  # serial mode runs them here, on this thread
+        finally:
+            timer.join()
+
+    async def finish():
+        task.cancel()  # when the interrupt came out of the loop's own code
+        await asyncio.gather(task, return_exceptions=True)
+        assert await engine.push_sync(lambda r: 7, mutate_vars=[x]) == 7  # still usable
+        try:
+            await engine.aclose(cancel=True)
+        except BaseExceptionGroup:
+            pass  # the interrupt, recorded as an inline operation's failure
+        assert engine.closed
+
+    task = loop.create_task(produce())
+    try:
+        loop.run_until_complete(task)
+    except KeyboardInterrupt:
+        pass
+    loop.run_until_complete(finish())
+    loop.close()
+
+def blocking_round():
+    try:
+        with ae.BlockingEngine(serial=SERIAL, cpu_workers=2) as be:
+            x = be.new_var("x")
+            timer = ctrl_c_soon()
+            try:
+                while True:
+                    be.push_sync(lambda r: None, mutate_vars=[x])
+            finally:
+                timer.join()
+    except KeyboardInterrupt:
+        pass
+    assert be.closed
+
+for _ in range({rounds}):
+    {kind}_round()
+print("ok", flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["engine", "blocking"])
+@pytest.mark.parametrize("serial", [False, True], ids=["threaded", "serial"])
+def test_ctrl_c_at_random_points_of_a_push_loop(kind: str, serial: bool) -> None:
+    """A real SIGINT, many times at random points of a push loop: the interrupt reaches the
+    program, and the engine stays usable and closes (``BlockingEngine.__exit__`` too)."""
+    seed = random.randrange(1 << 30)
+    script = INTERRUPTS.format(compiled=COMPILED, serial=serial, seed=seed, rounds=25, kind=kind)
+    env = dict(os.environ, PYTHONPATH=str(Path(ae.__file__).parent.parent))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            env=env,
+            cwd=tempfile.gettempdir(),
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"wedged after a Ctrl-C (seed {seed}): {exc.stderr!r}")
+    assert proc.returncode == 0, f"seed {seed}: {proc.stderr}"
+    assert proc.stdout.splitlines()[-1] == "ok", proc.stdout
+
+
+def test_a_ctrl_c_in_the_full_collection_hook_is_delivered_after_it() -> None:
+    """A KeyboardInterrupt inside the hooks that run before a full collection does not skip
+    the remaining hooks, and reaches the program once the hook returns."""
+    ran: list[str] = []
+
+    class Target:
+        pass
+
+    first, second = Target(), Target()
+
+    def interrupted(obj: Target) -> None:
+        if not ran:
+            ran.append("interrupted")
+            raise KeyboardInterrupt
+        ran.append("first")
+
+    lifecycle.engines_before_full_collection.add(first, interrupted)
+    lifecycle.engines_before_full_collection.add(second, lambda obj: ran.append("second"))
+    try:
+        with pytest.raises(KeyboardInterrupt):  # noqa: PT012  (handed back to the interpreter)
+            lifecycle._before_collection("start", {"generation": 2})
+            for _ in range(1000):
+                time.sleep(0)  # the interpreter's next checks
+    finally:
+        lifecycle.engines_before_full_collection.discard(first)
+        lifecycle.engines_before_full_collection.discard(second)
+    assert ran == ["interrupted", "first", "second"]
+
+
+def test_engine_code_is_not_interrupted() -> None:
+    """The SIGINT wrapper delays a Ctrl-C while the main thread holds an engine lock."""
+    engine = ae.Engine()
+    handler = signal.getsignal(signal.SIGINT)
+    assert type(handler).__name__ == "_Guard", handler
+    lock = engine._core._lock
+    with pytest.raises(KeyboardInterrupt):  # noqa: PT012
+        with lock:
+            signal.raise_signal(signal.SIGINT)
+            for _ in range(100):
+                time.sleep(0)  # checks that would deliver it, had the engine not held it
+            assert lock.held_here()
+        for _ in range(100):
+            time.sleep(0)
+        pytest.fail("the interrupt never came")
+    assert not lock.locked()
+    del engine
