@@ -45,7 +45,8 @@ Within one registry, hooks run in the order their objects were registered. A hoo
 raises does not stop the others: the exception is logged (ERROR, with its traceback, on the
 ``aioengine`` logger, where the package reports its own internal errors) and the next hook
 runs. Only :class:`Exception` is caught; a ``KeyboardInterrupt`` goes on to the interpreter,
-which reports it as it reports any exception in these callbacks.
+except in the hooks before a full collection: the collector would only print it, so they all
+run again and the interrupt is handed back to the interpreter for after the collection.
 
 Locking: none. Registrations are dictionary stores (atomic under the GIL) from any thread,
 and the hooks run without a lock of this module's: a forked child may have inherited any lock

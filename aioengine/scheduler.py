@@ -33,7 +33,10 @@ path). This module imports none of them; the façade injects the GPU opener.
 Lock discipline: ``_lock`` guards every mutable field below, the Vars' queues and the
 operations' fields. It is held only for bookkeeping, never while user code runs and never
 across an ``await``; a method that needs it held ends in ``_locked``. The loop thread takes it
-for microseconds, so the loop is never blocked on a worker.
+for microseconds, so the loop is never blocked on a worker. User objects that a critical
+section detaches go to ``_lock.after`` and engine calls made by a finalizer inside one are
+deferred there (``lock.py`` states that rule once); the hot paths set ``_lock.owner`` after
+taking the lock and give it back with ``_lock.unlock()`` when ``after`` is not empty.
 
 State (every field of :class:`Scheduler`, documented once, here; ``validate_state()`` checks
 the invariants):
