@@ -28,7 +28,7 @@ operation READY and never submitted), and the compiled core wherever it calls Py
 :func:`guard_interrupts`, called when an engine is created on the main thread, wraps the
 SIGINT handler: while the main thread holds an engine lock or runs the engine's own code
 (not an operation's function or another user callback), the wrapper hands the signal back to
-the interpreter (``_thread.interrupt_main``, from a timer thread half a millisecond later)
+the main thread (``signal.pthread_kill``, from a timer thread half a millisecond later)
 instead of calling the handler, until the engine's code has returned: the interrupt is
 delayed by about a millisecond and never splits the engine's bookkeeping. The same in a
 finalizer (``__del__``, a weakref callback), where the interpreter would drop it, and in
@@ -39,7 +39,6 @@ installs its own only over the default handler.
 
 from __future__ import annotations
 
-import _thread
 import asyncio
 import functools
 import logging
@@ -240,8 +239,10 @@ class _Guard:
     def __call__(self, signum: int, frame: FrameType | None) -> Any:
         if _in_engine(frame):
             # Signalled again in a moment, from another thread: not from here, where the
-            # interpreter's next check (still in this handler) would call it again at once.
-            redeliver = threading.Timer(_RETRY, _thread.interrupt_main, (signal.Signals(signum),))
+            # interpreter's next check (still in this handler) would call it again at once. A
+            # real signal, which also wakes a loop that has gone to sleep in select() since.
+            main = threading.main_thread().ident
+            redeliver = threading.Timer(_RETRY, signal.pthread_kill, (main, signum))
             redeliver.daemon = True
             redeliver.start()
             return None
