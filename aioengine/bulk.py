@@ -56,6 +56,7 @@ _NORMAL = FnProperty.NORMAL
 _CPU0 = cpu(0)
 # Unbound, so that the compiled core calls it without a method lookup per member.
 _context_run = contextvars.Context.run
+_get_ident = threading.get_ident
 
 #: The innermost active bulk scope of the current context (task or thread).
 _current: contextvars.ContextVar[Bulk | None] = contextvars.ContextVar(
@@ -281,7 +282,9 @@ class Segments:
         result: object = None
         try:
             while True:
+                lock = core._lock
                 core._lock_acquire()
+                lock.owner = _get_ident()
                 try:
                     if done is not None:
                         done._state = _DONE
@@ -310,7 +313,11 @@ class Segments:
                     else:
                         op = None
                 finally:
-                    core._lock_release()
+                    if lock.after:
+                        lock.unlock()
+                    else:
+                        lock.owner = 0
+                        core._lock_release()
                 if op is None:
                     break
                 if core._instruments:
@@ -359,7 +366,9 @@ class Segments:
         """Release a segment's Vars; claim the next loop operation if ``more`` (loop thread)."""
         ready: list[Any] = []
         nxt = None
+        lock = core._lock
         core._lock_acquire()
+        lock.owner = _get_ident()
         try:
             seg._state = _DONE
             # False: its members counted their own writes as they finished.
@@ -371,7 +380,11 @@ class Segments:
             if more:
                 nxt = core._claim_loop_op_locked(todo)
         finally:
-            core._lock_release()
+            if lock.after:
+                lock.unlock()
+            else:
+                lock.owner = 0
+                core._lock_release()
         if todo:
             core._submit(todo)
         return nxt

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import numbers
 import operator
@@ -206,7 +207,9 @@ class Engine:
                 f"gpu_backend must be a device backend (aioengine.SimulatedGPU() or "
                 f"aioengine.CupyBackend()), got {gpu_backend!r}"
             )
-        self._var_count = 0  # Vars created (their default names), under the engine lock
+        # Numbers the Vars' default names; next() on it is atomic, so new_var() takes no
+        # lock (a finalizer may call it inside a critical section: lock.py).
+        self._var_count = itertools.count(1)
         # The scheduler core: every operation's cycle and the state it needs (scheduler.py).
         self._core = Scheduler(
             self._settings,
@@ -419,10 +422,7 @@ class Engine:
         self._core._check_fork()
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {name!r}")
-        with self._core._lock:
-            self._var_count += 1
-            count = self._var_count
-        return Var(self, name if name is not None else f"var{count}")
+        return Var(self, name if name is not None else f"var{next(self._var_count)}")
 
     @overload
     def new_operator(

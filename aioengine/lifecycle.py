@@ -45,7 +45,8 @@ Within one registry, hooks run in the order their objects were registered. A hoo
 raises does not stop the others: the exception is logged (ERROR, with its traceback, on the
 ``aioengine`` logger, where the package reports its own internal errors) and the next hook
 runs. Only :class:`Exception` is caught; a ``KeyboardInterrupt`` goes on to the interpreter,
-which reports it as it reports any exception in these callbacks.
+except in the hooks before a full collection: the collector would only print it, so they all
+run again and the interrupt is handed back to the interpreter for after the collection.
 
 Locking: none. Registrations are dictionary stores (atomic under the GIL) from any thread,
 and the hooks run without a lock of this module's: a forked child may have inherited any lock
@@ -54,6 +55,7 @@ held, and a collection may start on a thread that holds an engine's lock.
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import concurrent.futures.thread  # noqa: F401 - its exit hook must be registered before ours
 import gc
@@ -195,7 +197,13 @@ def _after_fork_in_child() -> None:
 
 def _before_collection(phase: str, info: dict[str, int]) -> None:
     if phase == "start" and info["generation"] == 2:
-        engines_before_full_collection.run()
+        try:
+            engines_before_full_collection.run()
+        except KeyboardInterrupt:
+            # The collector would only print it ("Exception ignored in"): run every hook,
+            # then hand the Ctrl-C back to the interpreter, for after the collection.
+            engines_before_full_collection.run()
+            _thread.interrupt_main()
 
 
 if hasattr(os, "register_at_fork"):

@@ -60,7 +60,7 @@ cdef class Scheduler:
     # Every operation's path: push, queue, start, run, finish, release.
     @cython.locals(op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType)
     cpdef _push(self, owner, fn, int kind, ctx, tuple const, tuple mutate, prop, priority, name,
-                deleting, handle=*, modes=*)
+                deleting, handle=*, modes=*, made=*)
     @cython.locals(op=_OperationCore)
     cpdef _enqueue_loop_locked(self, op)
     @cython.locals(op=_OperationCore, budget=Py_ssize_t)

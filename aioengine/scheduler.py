@@ -36,7 +36,10 @@ fast path). This module imports none of them; the façade injects the GPU and re
 Lock discipline: ``_lock`` guards every mutable field below, the Vars' queues and the
 operations' fields. It is held only for bookkeeping, never while user code runs and never
 across an ``await``; a method that needs it held ends in ``_locked``. The loop thread takes it
-for microseconds, so the loop is never blocked on a worker.
+for microseconds, so the loop is never blocked on a worker. User objects that a critical
+section detaches go to ``_lock.after`` and engine calls made by a finalizer inside one are
+deferred there (``lock.py`` states that rule once); the hot paths set ``_lock.owner`` after
+taking the lock and give it back with ``_lock.unlock()`` when ``after`` is not empty.
 
 State (every field of :class:`Scheduler`, documented once, here; ``validate_state()`` checks
 the invariants):
@@ -118,7 +121,7 @@ from .executors.threads import ThreadExecutor
 from .functions import default_name
 from .instrument import Instrument
 from .kinds import _BULK, _CORO, _SYNC, _WAIT, FnProperty, OpState
-from .lock import EngineLock
+from .lock import Deferred, EngineLock, guard_interrupts
 from .loopqueue import LoopQueue
 from .operation import (
     _COROUTINE_TYPES,
@@ -293,6 +296,7 @@ class Scheduler:
         # ("with lock:" costs twice as much: __exit__ takes three arguments), with calls
         # that _use_lock keeps bound; an EngineLock's are one C call each (lock.py).
         self._use_lock(EngineLock())
+        guard_interrupts()  # a Ctrl-C never splits a critical section (lock.py)
         self._state = State.OPEN
         # Bound once, in one critical section with the next two (_bind).
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -413,10 +417,11 @@ class Scheduler:
                 assert len(ops) == 1, (v, ops)
             assert tokens == set(holders), tokens - set(holders)
 
-    def _use_lock(self, lock: EngineLock | threading.Lock) -> None:
+    def _use_lock(self, lock: EngineLock) -> None:
         """Make ``lock`` the engine lock, keeping the calls that take and give it back bound,
         so that the hot paths call them without a method lookup (called before the engine
-        is shared, or in a forked child, or by a test that swaps in a stand-in lock)."""
+        is shared, or in a forked child, or by a test that swaps in a stand-in lock, which
+        keeps EngineLock's ``owner`` and ``after`` itself)."""
         self._lock = lock
         self._lock_acquire: Callable[[], object]
         self._lock_release: Callable[[], object]
@@ -484,7 +489,8 @@ class Scheduler:
         with self._lock:
             if self._segments.open is not None:
                 self._segments.flush_locked(self)
-            for op in list(self._live.values()):
+            ops = list(self._live.values())  # released once unlocked (lock.py)
+            for op in ops:
                 if op._state is _PENDING or op._state is _READY:
                     self._finish_locked(op, _CANCELLED, None, None, ready)
             todo = self._dispatch_locked(ready)
@@ -504,23 +510,36 @@ class Scheduler:
         deleting: Var | None,
         handle: OprHandle[Any] | None = None,
         modes: tuple[int, ...] | None = None,
+        made: Operation[Any] | None = None,
     ) -> Operation[Any]:
         """Validate the rest, append the requests atomically and dispatch if ready.
 
         ``owner`` is the façade pushing: the operation holds it (see ``Operation._owner``).
         ``modes``: the mode of each Var of ``mutate`` (``var.py``: WRITE, COMMUTE,
         CONCURRENT) when some is not a write; None when all are.
+        Called by a finalizer inside a critical section of this thread, it returns the
+        operation at once and admits it when that section ends (:meth:`_admit_deferred`,
+        which passes it back in as ``made``).
         """
         loop = self._loop
+        me = _get_ident()
+        lock = self._lock
+        if lock.owner == me:  # a finalizer inside this thread's critical section (lock.py)
+            if name is None:
+                name = default_name(fn)
+            op = new_operation(self, owner, fn, kind, ctx, const, mutate, prop, priority, name)
+            lock.after.append(
+                Deferred(
+                    self._admit_deferred, owner, fn, kind, ctx, const, mutate, prop,
+                    priority, name, deleting, handle, modes, op,
+                )
+            )  # fmt: skip
+            return op
         # On the bound loop's thread while it runs (the usual case), the full check is not
         # needed; it asks the running loop, which costs a getpid() system call.
-        if (
-            loop is None
-            or self._forked
-            or _get_ident() != self._loop_thread
-            or not self._loop_is_running()  # type: ignore[misc]  # set with _loop
-        ):
-            loop = self._bind()
+        running = self._loop_is_running
+        if loop is None or self._forked or me != self._loop_thread or not running():  # type: ignore[misc]
+            loop = self._bind()  # (_loop_is_running is set with _loop)
         if type(ctx) is not Context:
             raise TypeError(f"ctx must be an aioengine.Context (cpu(i) or gpu(i)), got {ctx!r}")
         if type(prop) is not FnProperty:
@@ -556,13 +575,20 @@ class Scheduler:
             and handle is None
             and deleting is None
             and ctx.device_type is _CPU
-            and _get_ident() == self._loop_thread
+            and me == self._loop_thread
             and modes is None
         ):
             bulk = self._segments.size_for(self)
-        op = new_operation(self, owner, fn, kind, ctx, const, mutate, prop, priority, name, target)
+        if made is None:
+            op = new_operation(
+                self, owner, fn, kind, ctx, const, mutate, prop, priority, name, target
+            )
+        else:
+            op = made
+            op._target = target
         sequencer = self._sequencer
         self._lock_acquire()
+        lock.owner = me
         try:
             if _COMPILED:  # out of the cycle collector's passes until it completes (collector.py)
                 _hide(op)  # noqa: F821  (scheduler.pxd: compiled only)
@@ -623,13 +649,57 @@ class Scheduler:
                 _show(op)  # noqa: F821  (scheduler.pxd: compiled only)
             raise
         finally:
-            self._lock_release()
+            if lock.after:
+                lock.unlock()
+            else:
+                lock.owner = 0
+                self._lock_release()
         if todo is None:
             assert target is not None
             self._submit_one(target, op)
         elif todo:
             self._submit(todo)
         return op
+
+    def _admit_deferred(
+        self,
+        owner: object,
+        fn: Callable[..., Any],
+        kind: int,
+        ctx: Context,
+        const: tuple[Var, ...],
+        mutate: tuple[Var, ...],
+        prop: FnProperty,
+        priority: int,
+        name: str,
+        deleting: Var | None,
+        handle: OprHandle[Any] | None,
+        modes: tuple[int, ...] | None,
+        op: Operation[Any],
+    ) -> None:
+        """Push ``op``, which a finalizer pushed inside a critical section, now that the
+        section has ended (a :class:`~aioengine.lock.Deferred` call; no lock held).
+
+        Its caller got ``op`` back long ago, so a push refused now (the engine closed, a Var
+        deleted meanwhile) fails ``op`` with that error and reports it.
+        """
+        try:
+            self._push(owner, fn, kind, ctx, const, mutate, prop, priority, name, deleting,
+                       handle, modes, op)  # fmt: skip
+        except Exception as exc:
+            with self._lock:
+                if op._state is _PENDING and not op._seq:  # never admitted
+                    op._state = _FAILED
+                    op._exception = exc
+                    op._fn = None
+                    op._vars = ()
+                    if op._waiters is not None or op._callbacks is not None:
+                        if _get_ident() == self._loop_thread:
+                            self._wake_locked(op)
+                        else:
+                            self._inbox.append(op)
+                            self._post_locked()
+            self._report(f"{name!r}, pushed by a finalizer, could not be pushed", exc)
 
     def _gpu_for(self, ctx: Context) -> GpuSeam:
         """The GPU collaborator, opened (by the façade's opener) on the first GPU push."""
@@ -837,13 +907,19 @@ class Scheduler:
         try:
             while budget > 0:
                 todo: list[Operation[Any]] = []
+                lock = self._lock
                 self._lock_acquire()
+                lock.owner = _get_ident()
                 try:
                     op = self._claim_loop_op_locked(todo)
                     if op is None:
                         self._loop_queue.scheduled = False
                 finally:
-                    self._lock_release()
+                    if lock.after:
+                        lock.unlock()
+                    else:
+                        lock.owner = 0
+                        self._lock_release()
                 if todo:
                     self._submit(todo)  # what skipped operations released
                 if op is None:
@@ -878,6 +954,7 @@ class Scheduler:
             op = queue.pop_locked()
             if op is None or self._start_locked(op, todo):
                 return op
+            self._lock.after.append(op)  # cancelled or skipped: released once unlocked
 
     def _start_locked(self, op: Operation[Any], todo: list[Operation[Any]]) -> bool:
         """Mark READY ``op`` RUNNING and return True; False if it was cancelled while queued
@@ -935,11 +1012,17 @@ class Scheduler:
         """
         if not claimed:
             todo: list[Operation[Any]] = []
+            lock = self._lock
             self._lock_acquire()
+            lock.owner = _get_ident()
             try:
                 started = self._start_locked(op, todo)
             finally:
-                self._lock_release()
+                if lock.after:
+                    lock.unlock()
+                else:
+                    lock.owner = 0
+                    self._lock_release()
             if not started:
                 if todo:
                     self._submit(todo)
@@ -1098,7 +1181,11 @@ class Scheduler:
             # cancelled, with that error's message (as a task's does).
             state, result, exc = _CANCELLED, _cancel_message(exc), None
         ready: list[Any] = []
+        # Dropped by the critical section, released when this returns (lock.py's invariant).
+        _held = (op._fn, op._vars)
+        lock = self._lock
         self._lock_acquire()
+        lock.owner = _get_ident()
         try:
             if state is _DONE:
                 self._done_locked(op, result, ready)
@@ -1106,7 +1193,11 @@ class Scheduler:
                 self._finish_locked(op, state, result, exc, ready)
             todo = self._dispatch_locked(ready) if ready else ready
         finally:
-            self._lock_release()
+            if lock.after:
+                lock.unlock()
+            else:
+                lock.owner = 0
+                self._lock_release()
         if todo:
             self._submit(todo)
 
@@ -1125,7 +1216,12 @@ class Scheduler:
         queue = self._loop_queue
         ready: list[Any] = []
         nxt = None
+        # Dropped by the critical section, released when this returns (lock.py's invariant;
+        # the caller holds op's function).
+        _held = op._vars
+        lock = self._lock
         self._lock_acquire()
+        lock.owner = _get_ident()
         try:
             self._done_locked(op, result, ready)
             if (
@@ -1156,11 +1252,15 @@ class Scheduler:
                         break
                 else:
                     while (nxt := target.take()) is not None and nxt._state is not _READY:
-                        pass  # cancelled while queued: its queue entry is dropped
+                        lock.after.append(nxt)  # cancelled while queued: released later
                 if nxt is not None:
                     nxt._state = _RUNNING
         finally:
-            self._lock_release()
+            if lock.after:
+                lock.unlock()
+            else:
+                lock.owner = 0
+                self._lock_release()
         if nxt is None or target is None:
             if todo:
                 self._submit(todo)  # a worker returns to its pool and pops one of them
@@ -1208,6 +1308,7 @@ class Scheduler:
         op._state = state
         op._result = result
         op._exception = exc
+        self._lock.after.append(op._vars)  # released once unlocked (lock.py)
         self._release_locked(op, state, exc, ready, box)
         self._complete_locked(op, state)
 
@@ -1225,6 +1326,11 @@ class Scheduler:
         :meth:`_done_locked` inlines the common case (a successful operation with no failure
         to record).
         """
+        after = self._lock.after
+        # Its function and the failures it replaces may hold user objects: released once
+        # unlocked (lock.py).
+        after.append(op._fn)
+        after.append(op._inherited)
         if state is not _CANCELLED:
             if box is None:
                 box = op._inherited
@@ -1234,6 +1340,7 @@ class Scheduler:
                     self._failures[box] = None
             if box is not None:
                 for v in op._mutate:
+                    after.append(v._failure)
                     v._failure = box
         if op._segment is not None:
             # A bulk segment's member: the segment holds its Vars and releases them after its
@@ -1378,6 +1485,10 @@ class Scheduler:
 
     def _cancel(self, op: Operation[Any], msg: object) -> bool:
         self._check_fork()  # the parent's operations cannot be cancelled in a forked child
+        lock = self._lock
+        if lock.owner == _get_ident():  # a finalizer inside this thread's critical section
+            lock.after.append(Deferred(self._cancel, op, msg))  # when it ends (lock.py)
+            return op._state < _DONE
         ready: list[Any] = []
         with self._lock:
             state = op._state

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import aioengine as ae
+from aioengine.lock import run_after
 
 KINDS = ("sync", "coroutine", "callback-raises", "on_complete-exc")
 
@@ -566,12 +567,23 @@ class AfterRelease:
         self._inner = inner
         self._hook: Callable[[], None] | None = hook
         self._owner = threading.get_ident()
+        self.owner = 0  # EngineLock's discipline (lock.py), kept by acquire and release
+        self.after: list[object] = []
+
+    def unlock(self) -> None:
+        self.release()
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        return bool(self._inner.acquire(blocking, timeout))
+        taken = bool(self._inner.acquire(blocking, timeout))
+        if taken:
+            self.owner = threading.get_ident()
+        return taken
 
     def release(self) -> None:
+        self.owner = 0
+        after, self.after = self.after, []
         self._inner.release()
+        run_after(after)
         hook = self._hook
         if hook is not None and threading.get_ident() == self._owner:
             self._hook = None
