@@ -50,6 +50,7 @@ from ._blocking_generated import BlockingMethods
 from .engine import Engine
 from .ergonomic import OpDecorator
 from .errors import EngineClosedError
+from .lock import unguard_interrupts
 from .operation import Operation, OpState
 from .var import Var
 
@@ -271,6 +272,7 @@ class BlockingEngine(BlockingMethods):
                     self._unregister()
                     stack.close()
                     self._resolve_stranded()
+                    unguard_interrupts()  # from this thread, which can restore SIGINT's handler
 
     def _resolve_stranded(self) -> None:
         """Settle the futures of finished operations whose done callback never ran (the loop

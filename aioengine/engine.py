@@ -46,6 +46,7 @@ from .functions import async_kind, default_name, is_coroutine_function
 from .gpu_sync import open_gpu
 from .instrument import Instrument
 from .kinds import _BULK, _CORO, _SYNC, _WAIT, FnProperty, OpState
+from .lock import unguard_interrupts
 from .observe import dump as _dump
 from .observe import graph as _graph
 from .observe import progress as _progress
@@ -261,6 +262,7 @@ class Engine:
             core._state = State.CLOSED
             unfinished = len(core._live)
             names = [op.name for op in list(core._live.values())[:10]]
+        unguard_interrupts(core)
         if core._gpu is not None:
             core._gpu.shutdown()
         core._abandon_executors()
@@ -384,6 +386,7 @@ class Engine:
             else:
                 await joined
         self._core._state = State.CLOSED
+        unguard_interrupts(self._core)
         if errors:
             raise BaseExceptionGroup("unhandled errors in aioengine.Engine", errors)
 

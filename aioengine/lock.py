@@ -25,16 +25,19 @@ first (only the holder appends to it) and empties it afterwards (:meth:`EngineLo
 Ctrl-C: Python runs a signal handler in the main thread between two bytecodes, so a
 ``KeyboardInterrupt`` could stop pure-Python engine code half-way (the lock left held, an
 operation READY and never submitted), and the compiled core wherever it calls Python code.
-:func:`guard_interrupts`, called when an engine is created on the main thread, wraps the
-SIGINT handler: while the main thread holds an engine lock or runs the engine's own code
-(not an operation's function or another user callback), the wrapper hands the signal back to
-the main thread (``signal.pthread_kill``, from a timer thread half a millisecond later)
-instead of calling the handler, until the engine's code has returned: the interrupt is
-delayed by about a millisecond and never splits the engine's bookkeeping. The same in a
+:func:`guard_interrupts`, called when an engine is first used on the main thread (so inside
+``asyncio.run``, after the runner has installed its own handler), wraps the SIGINT handler:
+while the main thread holds an engine lock or runs the engine's own code (not an operation's
+function or another user callback), the wrapper hands the signal back to the main thread
+(``signal.pthread_kill``, from a timer thread half a millisecond later) instead of calling
+the handler, until the engine's code has returned: the interrupt is delayed by about a
+millisecond and never splits the engine's bookkeeping. The same in a
 finalizer (``__del__``, a weakref callback), where the interpreter would drop it, and in
 asyncio's loop between taking a callback and running it, where it would lose the callback. A
-handler installed later replaces the wrapper (and with it this guarantee); ``asyncio.run``
-installs its own only over the default handler.
+handler installed later replaces the wrapper (and with it this guarantee). Once no open
+engine is guarded (each is forgotten when it closes), :func:`unguard_interrupts` puts the
+wrapped handler back, so that ``asyncio.run`` (which installs its own handler only over the
+default one) and the runner's own restoring behave as without aioengine.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
-__all__ = ("Deferred", "EngineLock", "guard_interrupts")
+__all__ = ("Deferred", "EngineLock", "guard_interrupts", "unguard_interrupts")
 
 logger = logging.getLogger("aioengine")
 _get_ident = threading.get_ident
@@ -185,6 +188,9 @@ _RETRY = 0.0005  # seconds before a delayed Ctrl-C is signalled again
 
 # Every engine lock, for the SIGINT wrapper: does the main thread hold one?
 _locks: weakref.WeakSet[EngineLock] = weakref.WeakSet()
+# The open engines (their schedulers) used on the main thread: the wrapper stays installed,
+# and delays interrupts, while there is one.
+_guarding: weakref.WeakSet[object] = weakref.WeakSet()
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # The engine's own code, where a KeyboardInterrupt must wait (the front ends' blocking waits
 # are the user's: interruptible).
@@ -237,7 +243,7 @@ class _Guard:
         self.handler = handler
 
     def __call__(self, signum: int, frame: FrameType | None) -> Any:
-        if _in_engine(frame):
+        if _guarding and _in_engine(frame):
             # Signalled again in a moment, from another thread: not from here, where the
             # interpreter's next check (still in this handler) would call it again at once. A
             # real signal, which also wakes a loop that has gone to sleep in select() since.
@@ -252,18 +258,41 @@ class _Guard:
         return f"<aioengine SIGINT guard of {self.handler!r}>"
 
 
-def guard_interrupts() -> None:
+def guard_interrupts(owner: object) -> bool:
     """Make a Ctrl-C wait until the main thread is out of the engine's code (the module
-    docstring says how); from the main thread only, else a no-op.
+    docstring says how) while ``owner`` (an engine's scheduler) is open; return whether it
+    does, which is only from the main thread.
 
     Wraps the current SIGINT handler once, if it is a Python callable (the default one
     raises ``KeyboardInterrupt``); an ignored or default-action SIGINT stays as it is.
     """
     if threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        current = signal.getsignal(signal.SIGINT)
+    except ValueError:  # pragma: no cover - not the main interpreter
+        return False
+    _guarding.add(owner)
+    if callable(current) and type(current) is not _Guard:
+        signal.signal(signal.SIGINT, _Guard(current))
+    return True
+
+
+def unguard_interrupts(owner: object | None = None) -> None:
+    """Forget ``owner`` (an engine that has closed); once no open engine is guarded, put
+    back the SIGINT handler that the wrapper wrapped.
+
+    Only the main thread can change the handler: elsewhere the wrapper stays installed, and
+    lets every interrupt through, until a call from the main thread (a front end's close)
+    takes it away.
+    """
+    if owner is not None:
+        _guarding.discard(owner)
+    if _guarding or threading.current_thread() is not threading.main_thread():
         return
     try:
         current = signal.getsignal(signal.SIGINT)
     except ValueError:  # pragma: no cover - not the main interpreter
         return
-    if callable(current) and type(current) is not _Guard:
-        signal.signal(signal.SIGINT, _Guard(current))
+    if type(current) is _Guard:
+        signal.signal(signal.SIGINT, current.handler)

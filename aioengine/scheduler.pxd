@@ -27,6 +27,7 @@ cdef class Scheduler:
     cdef public object _finished
     cdef public bint _forked
     cdef public object _gpu
+    cdef public bint _guarded
     cdef public bint _idle_due
     cdef public list _idle_waiters
     cdef public list _inbox

@@ -48,6 +48,8 @@ the invariants):
 - ``_lock``, ``_lock_acquire``, ``_lock_release``: the engine lock and its two bound calls.
 - ``_state``: the lifecycle (OPEN, CLOSING, CLOSED); pushes are admitted only while OPEN.
 - ``_pid``, ``_forked``: the creating process; ``_forked`` is set in a child after ``os.fork()``.
+- ``_guarded``: whether the SIGINT wrapper guards this engine (set when it is first used on the
+  main thread; the façade forgets it at close: ``lock.py``).
 - ``_loop``, ``_loop_thread``, ``_loop_is_running``: the loop bound on first use, its thread's
   ident and its bound ``is_running``.
 - ``_seq``: the sequence number of the latest operation (or marker, or segment).
@@ -296,7 +298,7 @@ class Scheduler:
         # ("with lock:" costs twice as much: __exit__ takes three arguments), with calls
         # that _use_lock keeps bound; an EngineLock's are one C call each (lock.py).
         self._use_lock(EngineLock())
-        guard_interrupts()  # a Ctrl-C never splits a critical section (lock.py)
+        self._guarded = False
         self._state = State.OPEN
         # Bound once, in one critical section with the next two (_bind).
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -440,6 +442,8 @@ class Scheduler:
         """
         if self._forked:
             self._check_fork()
+        if not self._guarded:  # a Ctrl-C never splits a critical section (lock.py)
+            self._guarded = guard_interrupts(self)
         loop = _get_running_loop()
         bound = self._loop
         if loop is bound:
