@@ -41,6 +41,15 @@ Before each full collection (``gc.callbacks``, phase ``"start"``, generation 2):
    operations again (``collector.py``). Installed with the first registration: until then a
    collection costs no call here.
 
+Around every collection (``gc.callbacks``, phases ``"start"`` and ``"stop"``, installed with
+the first engine: :func:`track_collections`):
+
+8. :data:`collection` records the thread running it, so that an engine call made by a
+   finalizer the collector runs is recognised (that thread may hold any lock: the engine's,
+   a pool's, one of ``concurrent.futures``'s) and deferred instead of waiting for a lock of
+   its own thread; at the end of the collection the deferred calls go to
+   :data:`deferred_calls`, which the engine's finalizer thread (``lock.py``) makes.
+
 Within one registry, hooks run in the order their objects were registered. A hook that
 raises does not stop the others: the exception is logged (ERROR, with its traceback, on the
 ``aioengine`` logger, where the package reports its own internal errors) and the next hook
@@ -61,6 +70,7 @@ import concurrent.futures.thread  # noqa: F401 - its exit hook must be registere
 import gc
 import logging
 import os
+import queue
 import threading
 import weakref
 from collections.abc import Callable
@@ -193,6 +203,42 @@ _AFTER_FORK = (pools_after_fork, pollers_after_fork, engines_after_fork, portals
 def _after_fork_in_child() -> None:
     for registry in _AFTER_FORK:
         registry.run()
+
+
+class Collection:
+    """The garbage collection under way, seen from :func:`track_collections`'s callback."""
+
+    __slots__ = ("calls", "thread")
+
+    def __init__(self) -> None:
+        #: The ident of the thread running a collection (and so its finalizers), else 0.
+        #: One collection runs at a time, holding the GIL between its two callbacks.
+        self.thread = 0
+        #: Engine calls the collection's finalizers deferred (appended by that thread only).
+        self.calls: list[object] = []
+
+
+collection = Collection()
+"""The collection under way (``thread`` is 0 between collections)."""
+deferred_calls: queue.SimpleQueue[list[object]] = queue.SimpleQueue()
+"""The engine calls of each collection's finalizers, in order, one list per collection
+(``put`` is a C call that takes no lock of Python's: safe at the end of any collection)."""
+
+
+def _around_collection(phase: str, info: dict[str, int]) -> None:
+    if phase == "start":
+        collection.thread = threading.get_ident()
+        return
+    collection.thread = 0
+    if collection.calls:
+        calls, collection.calls = collection.calls, []
+        deferred_calls.put(calls)
+
+
+def track_collections() -> None:
+    """Record, from now on, which thread runs each garbage collection (idempotent)."""
+    if _around_collection not in gc.callbacks:
+        gc.callbacks.append(_around_collection)
 
 
 def _before_collection(phase: str, info: dict[str, int]) -> None:

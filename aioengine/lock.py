@@ -19,7 +19,12 @@ object's last reference is dropped while the lock is held. A critical section th
 an object it may hold the last reference to appends it to ``after``; an engine call made on
 the holder's thread (by a finalizer or a signal handler) never waits for the lock: pushes and
 cancellations are appended to ``after`` as a :class:`Deferred` call, any other call raises
-:class:`RuntimeError`. Whoever gives the token back with ``after`` not empty swaps the list out
+:class:`RuntimeError`. The garbage collector runs finalizers wherever the collecting thread
+happens to be, which may be inside a thread pool's lock or one of ``concurrent.futures``'s as
+well, so a push or cancellation made during a collection on its own thread is always
+deferred (:func:`defer`): to the end of the collection, when ``lifecycle`` hands it to the
+finalizer thread (:func:`start_finalizer_thread`), which holds no lock and makes the calls in
+order. Whoever gives the token back with ``after`` not empty swaps the list out
 first (only the holder appends to it) and empties it afterwards (:meth:`EngineLock.unlock`).
 
 Ctrl-C: Python runs a signal handler in the main thread between two bytecodes, so a
@@ -54,6 +59,10 @@ import weakref
 from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
+
+from . import lifecycle
+
+_collection = lifecycle.collection
 
 __all__ = ("Deferred", "EngineLock", "guard_interrupts", "unguard_interrupts")
 
@@ -170,6 +179,44 @@ class EngineLock:
 
     def __repr__(self) -> str:
         return f"<aioengine.EngineLock {'locked' if self.locked() else 'unlocked'}>"
+
+
+_finalizer_thread: tuple[int, threading.Thread] | None = None  # (its process id, the thread)
+
+
+def start_finalizer_thread() -> None:
+    """Start, once per process, the daemon thread that makes the engine calls deferred by
+    the finalizers of a garbage collection (``lifecycle.deferred_calls``), in order.
+
+    Called when an engine is created (never during a collection: starting a thread takes
+    locks of ``threading``'s that the collecting thread may hold).
+    """
+    global _finalizer_thread
+    lifecycle.track_collections()
+    pid = os.getpid()
+    if _finalizer_thread is not None and _finalizer_thread[0] == pid:
+        return  # (a forked child has no thread of its parent's: it starts its own)
+    thread = threading.Thread(
+        target=_make_deferred_calls, name="aioengine-finalizer-calls", daemon=True
+    )
+    _finalizer_thread = (pid, thread)
+    thread.start()
+
+
+def _make_deferred_calls() -> None:
+    get = lifecycle.deferred_calls.get
+    while True:
+        run_after(get())
+
+
+def defer(lock: EngineLock, me: int, call: Deferred) -> None:
+    """Hold back ``call``, an engine call made by a finalizer on thread ``me``: until the
+    garbage collection that ran the finalizer ends (then the finalizer thread makes it), or
+    until ``me``'s critical section on ``lock`` ends."""
+    if _collection.thread == me:
+        _collection.calls.append(call)
+    else:
+        lock.after.append(call)
 
 
 def run_after(after: list[object]) -> None:

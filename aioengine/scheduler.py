@@ -123,7 +123,8 @@ from .executors.threads import ThreadExecutor
 from .functions import default_name
 from .instrument import Instrument
 from .kinds import _BULK, _CORO, _SYNC, _WAIT, FnProperty, OpState
-from .lock import Deferred, EngineLock, guard_interrupts
+from .lock import Deferred, EngineLock, guard_interrupts, start_finalizer_thread
+from .lock import defer as _defer
 from .loopqueue import LoopQueue
 from .operation import (
     _COROUTINE_TYPES,
@@ -153,6 +154,8 @@ logger = logging.getLogger("aioengine")
 _get_running_loop = asyncio._get_running_loop
 _partial = functools.partial
 _get_ident = threading.get_ident
+# The collection under way: a finalizer it runs may call the engine (lock.py).
+_collection = lifecycle.collection
 # Unbound, so that the compiled core calls it without a method lookup per operation.
 _context_run = contextvars.Context.run
 
@@ -299,6 +302,7 @@ class Scheduler:
         # that _use_lock keeps bound; an EngineLock's are one C call each (lock.py).
         self._use_lock(EngineLock())
         self._guarded = False
+        start_finalizer_thread()  # makes the engine calls of the collector's finalizers
         self._state = State.OPEN
         # Bound once, in one critical section with the next two (_bind).
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -521,23 +525,22 @@ class Scheduler:
         ``owner`` is the façade pushing: the operation holds it (see ``Operation._owner``).
         ``modes``: the mode of each Var of ``mutate`` (``var.py``: WRITE, COMMUTE,
         CONCURRENT) when some is not a write; None when all are.
-        Called by a finalizer inside a critical section of this thread, it returns the
-        operation at once and admits it when that section ends (:meth:`_admit_deferred`,
-        which passes it back in as ``made``).
+        Called by a finalizer (inside a critical section of this thread, or run by the
+        garbage collector), it returns the operation at once and admits it later, without
+        any lock of this thread's held (:meth:`_admit_deferred`, which passes it back in
+        as ``made``; ``lock.py`` says when).
         """
         loop = self._loop
         me = _get_ident()
         lock = self._lock
-        if lock.owner == me:  # a finalizer inside this thread's critical section (lock.py)
+        if lock.owner == me or _collection.thread == me:  # from a finalizer (lock.py)
             if name is None:
                 name = default_name(fn)
             op = new_operation(self, owner, fn, kind, ctx, const, mutate, prop, priority, name)
-            lock.after.append(
-                Deferred(
-                    self._admit_deferred, owner, fn, kind, ctx, const, mutate, prop,
-                    priority, name, deleting, handle, modes, op,
-                )
-            )  # fmt: skip
+            _defer(lock, me, Deferred(
+                self._admit_deferred, owner, fn, kind, ctx, const, mutate, prop, priority,
+                name, deleting, handle, modes, op,
+            ))  # fmt: skip
             return op
         # On the bound loop's thread while it runs (the usual case), the full check is not
         # needed; it asks the running loop, which costs a getpid() system call.
@@ -1490,8 +1493,9 @@ class Scheduler:
     def _cancel(self, op: Operation[Any], msg: object) -> bool:
         self._check_fork()  # the parent's operations cannot be cancelled in a forked child
         lock = self._lock
-        if lock.owner == _get_ident():  # a finalizer inside this thread's critical section
-            lock.after.append(Deferred(self._cancel, op, msg))  # when it ends (lock.py)
+        me = _get_ident()
+        if lock.owner == me or _collection.thread == me:  # from a finalizer (lock.py)
+            _defer(lock, me, Deferred(self._cancel, op, msg))
             return op._state < _DONE
         ready: list[Any] = []
         with self._lock:

@@ -248,6 +248,35 @@ class TestDeferredCalls:
         with pytest.raises(ae.VarDeletedError):
             engine.push_sync(lambda r: None, const_vars=[var])
 
+    async def test_a_push_in_a_collection_is_made_by_the_finalizer_thread(
+        self, engine: ae.Engine
+    ) -> None:
+        """During a garbage collection on this thread (which may hold any lock: a pool's, say),
+        a push and a cancellation are made once the collection ends, on the finalizer thread,
+        in order."""
+        x = engine.new_var("x")
+        gate = asyncio.Event()
+        blocker = engine.push_async(lambda r: gate.wait(), mutate_vars=[x])
+        queued = engine.push_sync(lambda r: None, const_vars=[x])
+        lifecycle._around_collection("start", {"generation": 0})
+        try:
+            op = engine.push_sync(lambda r: "made", mutate_vars=[x])
+            assert queued.cancel()  # requested: made after the collection
+            assert op.state is ae.OpState.PENDING
+            assert not queued.done()
+            assert len(lifecycle.collection.calls) == 2
+        finally:
+            lifecycle._around_collection("stop", {"generation": 0})
+        assert not lifecycle.collection.calls
+        for _ in range(5000):  # the finalizer thread makes them in a moment
+            if queued.done():
+                break
+            await asyncio.sleep(0.001)
+        assert queued.cancelled()
+        gate.set()
+        await blocker
+        assert await op == "made"
+
     async def test_a_cancellation_is_deferred(self, engine: ae.Engine) -> None:
         x = engine.new_var("x")
         gate = threading.Event()
