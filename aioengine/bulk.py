@@ -256,7 +256,7 @@ class Segments:
             wait += 1
         if wait:
             seg._wait = wait
-        elif core._gpu is not None or core._remote is not None:
+        elif core._may_hold:
             # It may have to wait for GPU fences or remote versions; it runs on the loop.
             core._dispatch_locked([seg])
         else:

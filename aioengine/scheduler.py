@@ -28,10 +28,11 @@ an operation, of ``wait_for_var`` and of ``wait_for_all``. Worker threads hand s
 the loop in batches through ``_inbox`` and one ``call_soon_threadsafe``.
 
 Collaborators sit above this module and are reached through one field each, behind one cheap
-test: ``_gpu`` (``gpu_sync.py``: GPU streams and fences; None until the first GPU push, so the
-CPU-only path pays one ``is None`` test), ``_remote`` (``remote.py``: operations on a Dask
-cluster; None until the first remote push) and ``_instruments`` (``observe/``: empty on the
-fast path). This module imports none of them; the façade injects the GPU and remote openers.
+test: ``_gpu`` (``gpu_sync.py``: GPU streams and fences; None until the first GPU push),
+``_remote`` (``remote.py``: operations on a Dask cluster; None until the first remote push),
+both behind ``_may_hold`` on the dispatch path, so the CPU-only path pays one test for the
+two, and ``_instruments`` (``observe/``: empty on the fast path). This module imports none
+of them; the façade injects the GPU and remote openers.
 
 Lock discipline: ``_lock`` guards every mutable field below, the Vars' queues and the
 operations' fields. It is held only for bookkeeping, never while user code runs and never
@@ -73,6 +74,8 @@ the invariants):
   façade's function that creates it.
 - ``_remote``, ``_open_remote``: the remote collaborator (None until the first remote push)
   and the façade's function that creates it.
+- ``_may_hold``: one of those two is open, so a READY operation may be held back by it
+  (``_held_locked``); False, the local-only fast path, pays one test for both.
 
 Read-only API for observers (``observe/``, the façade's waits): they may take ``_lock`` to
 read a consistent snapshot of ``_live``, ``_finished``, ``_instruments``, ``_segments.open`` and
@@ -233,8 +236,9 @@ _show: Callable[[Operation[Any]], None]
 
 
 class GpuSeam(Protocol):
-    """What the scheduler calls of its GPU collaborator (``gpu_sync.GpuSync``), behind its one
-    ``self._gpu is not None`` test; it never imports the collaborator."""
+    """What the scheduler calls of its GPU collaborator (``gpu_sync.GpuSync``), behind its
+    ``self._gpu is not None`` (or, at dispatch, ``_may_hold``) test; it never imports the
+    collaborator."""
 
     def route(self, ctx: Context, prop: FnProperty, kind: int) -> Executor | None:
         """The executor of an operation on a GPU context (None: the loop thread)."""
@@ -254,7 +258,8 @@ class GpuSeam(Protocol):
 
 class RemoteSeam(Protocol):
     """What the scheduler calls of its remote collaborator (``remote.RemoteBackend``), behind
-    its one ``self._remote is not None`` test; it never imports the collaborator."""
+    its ``self._remote is not None`` (or, at dispatch, ``_may_hold``) test; it never imports
+    the collaborator."""
 
     def route(self, ctx: Context, prop: FnProperty, kind: int) -> Executor:
         """The executor of an operation on a remote context (raises for what cannot run
@@ -336,6 +341,9 @@ class Scheduler:
         # While None, no Var carries a remote version and nothing is held for one (the
         # local-only fast path); set once, under the lock (remote.open_remote).
         self._remote: RemoteSeam | None = None
+        # False while both are None: dispatch asks neither whether to hold an operation (one
+        # test on the local-only path); set, under the lock, once either is opened.
+        self._may_hold = False
         lifecycle.engines_after_fork.add(self, _after_fork_in_child)
         if _COMPILED:  # live operations are hidden from the collector (collector.py)
             _watch_collections(self)
@@ -609,7 +617,7 @@ class Scheduler:
             if wait:
                 op._wait = wait
                 return op
-            if self._gpu is not None or self._remote is not None:  # fences, remote versions
+            if self._may_hold:  # GPU fences or remote versions may hold it
                 todo = self._dispatch_locked([op])
             else:
                 op._state = _READY
@@ -636,6 +644,8 @@ class Scheduler:
         gpu = self._gpu
         if gpu is None:
             gpu = self._open_gpu(self, ctx)
+            with self._lock:
+                self._may_hold = True
         return gpu
 
     def _remote_for(self, ctx: Context) -> RemoteSeam:
@@ -643,6 +653,8 @@ class Scheduler:
         remote = self._remote
         if remote is None:
             remote = self._open_remote(self, ctx)
+            with self._lock:
+                self._may_hold = True
         return remote
 
     def _check_fork(self) -> None:
@@ -719,22 +731,14 @@ class Scheduler:
             op = ready[i]
             i += 1
             if op._kind == _WAIT:
-                if self._gpu is not None and self._gpu.hold_for_fences_locked(op):
-                    continue
-                if self._remote is not None and self._remote.hold_locked(op):
+                if self._may_hold and self._held_locked(op):
                     continue
                 # Its result: the failure its Var carries now that every earlier user has
                 # finished, not one that a later operation records before the waiter resumes.
                 self._finish_locked(op, _DONE, op._mutate[0]._failure, None, ready)
             elif op._state is _PENDING:
-                if (
-                    self._gpu is not None
-                    and type(op._target) is not GpuExecutor
-                    and self._gpu.hold_for_fences_locked(op)
-                ):
-                    continue  # a host consumer of GPU data: it starts once the fences complete
-                if self._remote is not None and self._remote.hold_locked(op):
-                    continue  # it starts once the remote versions it uses have settled
+                if self._may_hold and self._held_locked(op):
+                    continue
                 op._state = _READY
                 if op._target is not None:
                     todo.append(op)
@@ -750,6 +754,20 @@ class Scheduler:
                 elif queue.put_locked(op):  # _enqueue_loop_locked, inlined
                     self._call_soon_locked(self._run_loop_queue)
         return todo
+
+    def _held_locked(self, op: Operation[Any]) -> bool:
+        """Whether a collaborator holds ``op``, READY by the Vars' rule, back (lock held): a
+        host consumer of GPU data (or a wait marker) until the GPU fences it depends on
+        complete, any operation until the remote versions it uses have settled."""
+        gpu = self._gpu
+        if (
+            gpu is not None
+            and (op._kind == _WAIT or type(op._target) is not GpuExecutor)
+            and gpu.hold_for_fences_locked(op)
+        ):
+            return True
+        remote = self._remote
+        return remote is not None and remote.hold_locked(op)
 
     def _submit(self, todo: list[Operation[Any]]) -> None:
         """Hand READY operations to their executors, or start them on the loop thread (see
@@ -1134,8 +1152,7 @@ class Scheduler:
                 and queue.head == len(queue.fifo)  # queue.empty_locked(), inlined
                 and not queue.heap
                 and not self._failures
-                and self._gpu is None
-                and self._remote is None
+                and not self._may_hold
             ):
                 only: Operation[Any] = ready[0]
                 if only._target is None and only._kind != _WAIT:

@@ -15,7 +15,6 @@ cdef class Var:
     cdef public object _gpu_writer
     cdef public object _contenders
     cdef public Py_ssize_t _head
-    cdef public int _kind
     cdef public object _owner
     cdef public list _queue
     cdef public Py_ssize_t _queued
@@ -23,7 +22,7 @@ cdef class Var:
     cdef public bint _token
     cdef public object _value
     cdef public Py_ssize_t _version
-    cdef public bint _writing
+    cdef public int _writing
     cdef public object name
 
     # The grant rule: a C function inlined into _append, append_all and _grant, its callers on
@@ -38,7 +37,7 @@ cdef class Var:
     # calls, not Python ones.
     @cython.locals(queued=Py_ssize_t, queue=list)
     cpdef bint _append(self, op, int write) except -1
-    cpdef int _release(self, int write, list ready, bint completed_write) except -1
+    cpdef int _release(self, bint write, list ready, bint completed_write) except -1
 
 
 @cython.locals(v=Var, wait=Py_ssize_t, queue=list)
