@@ -252,7 +252,7 @@ class Segments:
         seg._key = seq - (priority << 64) if priority else seq
         wait = append_all(seg, const, mutate)
         sequencer = core._sequencer
-        if sequencer is not None and not sequencer._append(seg, True):
+        if sequencer is not None and not sequencer._append(seg, 1):
             wait += 1
         if wait:
             seg._wait = wait

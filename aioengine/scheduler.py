@@ -134,6 +134,7 @@ from .settings import Settings
 from .task import current_op, run_coroutine
 from .var import (
     COMMUTE,
+    WRITE,
     Var,
     _Failure,
     append_all,
@@ -598,19 +599,20 @@ class Scheduler:
             # Appending is what a push promises to do atomically across its Vars, in the
             # critical section that gave it its sequence number: so every Var's queue is in
             # push order, which Var._holds relies on.
-            if modes is None or ctx.device_type is not _CPU:
-                # A GPU operation's commute and concurrent Vars are written, in push order
-                # (an order those modes allow): its device work is fenced as a writer's.
-                wait = append_all(op, const, mutate)
-                if sequencer is not None and not sequencer._append(op, True):
-                    wait += 1
-            else:
+            if modes is not None and ctx.device_type is _CPU:
                 op._modes = modes
                 wait = append_modes(op, const, mutate, modes)
-                if sequencer is not None and not sequencer._append(op, True):
+                if sequencer is not None and not sequencer._append(op, 1):
                     wait += 1
                 if not wait and not take_tokens(op):
                     return op  # admitted everywhere, parked for a busy commute token
+            else:  # (the read/write-only path falls through: no jump)
+                # A GPU or remote operation's commute and concurrent Vars are written, in push
+                # order (an order those modes allow): its device work is fenced, and its Dask
+                # task holds its Vars, as a writer's.
+                wait = append_all(op, const, mutate)
+                if sequencer is not None and not sequencer._append(op, 1):
+                    wait += 1
             if deleting is not None:
                 deleting._deleted = op
                 self._deleted_vars = True
@@ -1045,6 +1047,8 @@ class Scheduler:
                 assert box.exc is not None
                 op._inherited = box
                 if op._prop in _NO_SKIP:
+                    if op._modes is None:  # its release takes the slow path (_done_locked)
+                        op._modes = (WRITE,) * (len(op._vars) - op._nreads)
                     return None
                 err = DependencyError(
                     f"operation {op.name!r} was skipped: {v.name!r} carries a failure "
@@ -1196,10 +1200,11 @@ class Scheduler:
     def _done_locked(self, op: Operation[Any], result: object, ready: list[Any]) -> None:
         """:meth:`_finish_locked` for an operation whose function returned ``result`` (lock
         held): every operation's path, so the release is inlined unless a failure is to be
-        recorded (an input's, inherited by a NO_SKIP operation)."""
+        recorded (an input's, inherited by a NO_SKIP operation) or it has commute or
+        concurrent Vars: one test, ``_modes``, which ``_skip_locked`` sets for the former."""
         op._state = _DONE
         op._result = result
-        if op._inherited is None and op._modes is None:
+        if op._modes is None:  # nothing inherited either (_skip_locked): the fast path
             release_all(op._vars, op._nreads, ready, True)
             if self._sequencer is not None:
                 self._sequencer._release(True, ready, True)

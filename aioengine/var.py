@@ -533,22 +533,24 @@ def append_all(op: _Waiter, reads: tuple[Var, ...], writes: tuple[Var, ...]) -> 
     queued, and a request that must wait is queued in place.
     """
     wait = 0
+    # Modes as the ints READ (0) and WRITE (1), not bools: comparing an int to WRITE is the
+    # pure build's cheap int comparison (Var._grant, Var._try_grant).
     for v in reads:
-        if v._queued or not v._try_grant(False):
+        if v._queued or not v._try_grant(0):
             queue = v._queue
             if queue is None:
                 queue = v._queue = []
             queue.append(op)
-            queue.append(False)
+            queue.append(0)
             v._queued += 1
             wait += 1
     for v in writes:
-        if v._queued or not v._try_grant(True):
+        if v._queued or not v._try_grant(1):
             queue = v._queue
             if queue is None:
                 queue = v._queue = []
             queue.append(op)
-            queue.append(True)
+            queue.append(1)
             v._queued += 1
             wait += 1
     return wait
