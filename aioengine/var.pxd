@@ -38,6 +38,10 @@ cdef class Var:
     @cython.locals(queued=Py_ssize_t, queue=list)
     cpdef bint _append(self, op, int write) except -1
     cpdef int _release(self, bint write, list ready, bint completed_write) except -1
+    # The other modes' paths (release_modes, take_tokens): C calls too.
+    cpdef int _release_member(self, list ready, bint completed) except -1
+    @cython.locals(op=_OperationCore)
+    cpdef int _wake_contenders(self, list ready) except -1
 
 
 @cython.locals(v=Var, wait=Py_ssize_t, queue=list)
@@ -47,6 +51,16 @@ cpdef append_all(op, tuple reads, tuple writes)
 cpdef release_all(tuple vars_, Py_ssize_t nreads, list ready, bint completed)
 
 cpdef Py_ssize_t drop_consumed(list items, Py_ssize_t head) except -1
+
+# Operations with commute or concurrent Vars (scheduler.py, Var._grant): typed, C calls.
+@cython.locals(v=Var, wait=Py_ssize_t, i=Py_ssize_t)
+cpdef Py_ssize_t append_modes(op, tuple reads, tuple others, tuple modes) except -1
+@cython.locals(op=_OperationCore, v=Var, busy=Var, vars_=tuple, modes=tuple, n=Py_ssize_t,
+               off=Py_ssize_t, i=Py_ssize_t)
+cpdef bint take_tokens(op) except -1
+@cython.locals(op=_OperationCore, v=Var, vars_=tuple, modes=tuple, nreads=Py_ssize_t,
+               i=Py_ssize_t, mode=int)
+cpdef release_modes(op, list ready, bint completed)
 
 # Every push checks and deduplicates its Var lists (engine.py, the façade): C calls, typed.
 @cython.locals(nm=Py_ssize_t, var=Var)

@@ -565,7 +565,8 @@ def append_modes(
     has to take the tokens (:func:`take_tokens`)."""
     wait = append_all(op, reads, ())
     for i in range(len(others)):
-        if not others[i]._append(op, modes[i]):
+        v = others[i]
+        if not v._append(op, modes[i]):
             wait += 1
     return wait
 
@@ -578,21 +579,22 @@ def take_tokens(op: _Waiter) -> bool:
     modes = op._modes
     assert modes is not None
     vars_ = op._vars
-    off = len(vars_) - len(modes)
-    for i, mode in enumerate(modes, off):
-        if mode == COMMUTE and vars_[i]._token:
+    n = len(vars_)
+    off = n - len(modes)
+    for i in range(off, n):
+        if modes[i - off] == COMMUTE:
             busy = vars_[i]
-            if busy._contenders is None:
-                busy._contenders = deque((op,))
-            else:
-                busy._contenders.append(op)
-            op._wait = -1  # parked: every request granted, no token taken
-            return False
-    i = off
-    for mode in modes:
-        if mode == COMMUTE:
-            vars_[i]._token = True
-        i += 1
+            if busy._token:
+                if busy._contenders is None:
+                    busy._contenders = deque((op,))
+                else:
+                    busy._contenders.append(op)
+                op._wait = -1  # parked: every request granted, no token taken
+                return False
+    for i in range(off, n):
+        if modes[i - off] == COMMUTE:
+            v = vars_[i]
+            v._token = True
     op._wait = 0
     return True
 
@@ -610,10 +612,9 @@ def release_modes(op: _Waiter, ready: list[Any], completed: bool) -> None:
         v._reads -= 1
         if v._queued and not v._reads:
             v._grant(ready)
-    i = nreads
-    for mode in modes:
+    for i in range(nreads, len(vars_)):
         v = vars_[i]
-        i += 1
+        mode = modes[i - nreads]
         if mode == WRITE:
             v._release(True, ready, completed)
             continue
