@@ -253,11 +253,11 @@ class Segments:
         seg._key = seq - (priority << 64) if priority else seq
         wait = append_all(seg, const, mutate)
         sequencer = core._sequencer
-        if sequencer is not None and not sequencer._append(seg, True):
+        if sequencer is not None and not sequencer._append(seg, 1):
             wait += 1
         if wait:
             seg._wait = wait
-        elif core._gpu is not None or core._remote is not None:
+        elif core._may_hold:
             # It may have to wait for GPU fences or remote versions; it runs on the loop.
             core._dispatch_locked([seg])
         else:

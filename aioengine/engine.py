@@ -936,7 +936,7 @@ class Engine:
                 marker._waiters = [fut]
                 self._core._seq += 1  # a marker's request takes its place in the queue's push order
                 marker._seq = marker._key = self._core._seq
-                if var._append(marker, True):
+                if var._append(marker, 1):
                     # Idle, but GPU work on it may be pending: _dispatch_locked waits for
                     # its fences.
                     todo = self._core._dispatch_locked([marker])

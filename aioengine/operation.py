@@ -446,7 +446,8 @@ def new_operation(
     op._vars = const + mutate if const else mutate
     op._nreads = len(const)
     # The modes of the Vars after the reads (var.py: WRITE, COMMUTE, CONCURRENT), set by the
-    # push when it has commute or concurrent Vars; None: all writes (the fast path's test).
+    # push when it has commute or concurrent Vars, and (all WRITE) by a start that inherits
+    # a failure; None: all writes, nothing inherited (the finish's fast path: one test).
     op._modes = None
     op._prop = prop
     op._priority = priority

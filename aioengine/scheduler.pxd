@@ -49,6 +49,7 @@ cdef class Scheduler:
     cdef public object _pid
     cdef public dict _rctx_cache
     cdef public object _remote
+    cdef public bint _may_hold
     cdef public dict _routes
     cdef public Segments _segments
     cdef public object _seq

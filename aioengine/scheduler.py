@@ -28,10 +28,11 @@ an operation, of ``wait_for_var`` and of ``wait_for_all``. Worker threads hand s
 the loop in batches through ``_inbox`` and one ``call_soon_threadsafe``.
 
 Collaborators sit above this module and are reached through one field each, behind one cheap
-test: ``_gpu`` (``gpu_sync.py``: GPU streams and fences; None until the first GPU push, so the
-CPU-only path pays one ``is None`` test), ``_remote`` (``remote.py``: operations on a Dask
-cluster; None until the first remote push) and ``_instruments`` (``observe/``: empty on the
-fast path). This module imports none of them; the façade injects the GPU and remote openers.
+test: ``_gpu`` (``gpu_sync.py``: GPU streams and fences; None until the first GPU push),
+``_remote`` (``remote.py``: operations on a Dask cluster; None until the first remote push),
+both behind ``_may_hold`` on the dispatch path, so the CPU-only path pays one test for the
+two, and ``_instruments`` (``observe/``: empty on the fast path). This module imports none
+of them; the façade injects the GPU and remote openers.
 
 Lock discipline: ``_lock`` guards every mutable field below, the Vars' queues and the
 operations' fields. It is held only for bookkeeping, never while user code runs and never
@@ -78,6 +79,8 @@ the invariants):
   façade's function that creates it.
 - ``_remote``, ``_open_remote``: the remote collaborator (None until the first remote push)
   and the façade's function that creates it.
+- ``_may_hold``: one of those two is open, so a READY operation may be held back by it
+  (``_held_locked``); False, the local-only fast path, pays one test for both.
 
 Read-only API for observers (``observe/``, the façade's waits): they may take ``_lock`` to
 read a consistent snapshot of ``_live``, ``_finished``, ``_instruments``, ``_segments.open`` and
@@ -137,6 +140,7 @@ from .settings import Settings
 from .task import current_op, run_coroutine
 from .var import (
     COMMUTE,
+    WRITE,
     Var,
     _Failure,
     append_all,
@@ -241,8 +245,9 @@ _show: Callable[[Operation[Any]], None]
 
 
 class GpuSeam(Protocol):
-    """What the scheduler calls of its GPU collaborator (``gpu_sync.GpuSync``), behind its one
-    ``self._gpu is not None`` test; it never imports the collaborator."""
+    """What the scheduler calls of its GPU collaborator (``gpu_sync.GpuSync``), behind its
+    ``self._gpu is not None`` (or, at dispatch, ``_may_hold``) test; it never imports the
+    collaborator."""
 
     def route(self, ctx: Context, prop: FnProperty, kind: int) -> Executor | None:
         """The executor of an operation on a GPU context (None: the loop thread)."""
@@ -262,7 +267,8 @@ class GpuSeam(Protocol):
 
 class RemoteSeam(Protocol):
     """What the scheduler calls of its remote collaborator (``remote.RemoteBackend``), behind
-    its one ``self._remote is not None`` test; it never imports the collaborator."""
+    its ``self._remote is not None`` (or, at dispatch, ``_may_hold``) test; it never imports
+    the collaborator."""
 
     def route(self, ctx: Context, prop: FnProperty, kind: int) -> Executor:
         """The executor of an operation on a remote context (raises for what cannot run
@@ -346,6 +352,9 @@ class Scheduler:
         # While None, no Var carries a remote version and nothing is held for one (the
         # local-only fast path); set once, under the lock (remote.open_remote).
         self._remote: RemoteSeam | None = None
+        # False while both are None: dispatch asks neither whether to hold an operation (one
+        # test on the local-only path); set, under the lock, once either is opened.
+        self._may_hold = False
         lifecycle.engines_after_fork.add(self, _after_fork_in_child)
         if _COMPILED:  # live operations are hidden from the collector (collector.py)
             _watch_collections(self)
@@ -623,26 +632,27 @@ class Scheduler:
             # Appending is what a push promises to do atomically across its Vars, in the
             # critical section that gave it its sequence number: so every Var's queue is in
             # push order, which Var._holds relies on.
-            if modes is None or ctx.device_type is not _CPU:
-                # A GPU operation's commute and concurrent Vars are written, in push order
-                # (an order those modes allow): its device work is fenced as a writer's.
-                wait = append_all(op, const, mutate)
-                if sequencer is not None and not sequencer._append(op, True):
-                    wait += 1
-            else:
+            if modes is not None and ctx.device_type is _CPU:
                 op._modes = modes
                 wait = append_modes(op, const, mutate, modes)
-                if sequencer is not None and not sequencer._append(op, True):
+                if sequencer is not None and not sequencer._append(op, 1):
                     wait += 1
                 if not wait and not take_tokens(op):
                     return op  # admitted everywhere, parked for a busy commute token
+            else:  # (the read/write-only path falls through: no jump)
+                # A GPU or remote operation's commute and concurrent Vars are written, in push
+                # order (an order those modes allow): its device work is fenced, and its Dask
+                # task holds its Vars, as a writer's.
+                wait = append_all(op, const, mutate)
+                if sequencer is not None and not sequencer._append(op, 1):
+                    wait += 1
             if deleting is not None:
                 deleting._deleted = op
                 self._deleted_vars = True
             if wait:
                 op._wait = wait
                 return op
-            if self._gpu is not None or self._remote is not None:  # fences, remote versions
+            if self._may_hold:  # GPU fences or remote versions may hold it
                 todo = self._dispatch_locked([op])
             else:
                 op._state = _READY
@@ -713,6 +723,8 @@ class Scheduler:
         gpu = self._gpu
         if gpu is None:
             gpu = self._open_gpu(self, ctx)
+            with self._lock:
+                self._may_hold = True
         return gpu
 
     def _remote_for(self, ctx: Context) -> RemoteSeam:
@@ -720,6 +732,8 @@ class Scheduler:
         remote = self._remote
         if remote is None:
             remote = self._open_remote(self, ctx)
+            with self._lock:
+                self._may_hold = True
         return remote
 
     def _check_fork(self) -> None:
@@ -796,22 +810,14 @@ class Scheduler:
             op = ready[i]
             i += 1
             if op._kind == _WAIT:
-                if self._gpu is not None and self._gpu.hold_for_fences_locked(op):
-                    continue
-                if self._remote is not None and self._remote.hold_locked(op):
+                if self._may_hold and self._held_locked(op):
                     continue
                 # Its result: the failure its Var carries now that every earlier user has
                 # finished, not one that a later operation records before the waiter resumes.
                 self._finish_locked(op, _DONE, op._mutate[0]._failure, None, ready)
             elif op._state is _PENDING:
-                if (
-                    self._gpu is not None
-                    and type(op._target) is not GpuExecutor
-                    and self._gpu.hold_for_fences_locked(op)
-                ):
-                    continue  # a host consumer of GPU data: it starts once the fences complete
-                if self._remote is not None and self._remote.hold_locked(op):
-                    continue  # it starts once the remote versions it uses have settled
+                if self._may_hold and self._held_locked(op):
+                    continue
                 op._state = _READY
                 if op._target is not None:
                     todo.append(op)
@@ -827,6 +833,20 @@ class Scheduler:
                 elif queue.put_locked(op):  # _enqueue_loop_locked, inlined
                     self._call_soon_locked(self._run_loop_queue)
         return todo
+
+    def _held_locked(self, op: Operation[Any]) -> bool:
+        """Whether a collaborator holds ``op``, READY by the Vars' rule, back (lock held): a
+        host consumer of GPU data (or a wait marker) until the GPU fences it depends on
+        complete, any operation until the remote versions it uses have settled."""
+        gpu = self._gpu
+        if (
+            gpu is not None
+            and (op._kind == _WAIT or type(op._target) is not GpuExecutor)
+            and gpu.hold_for_fences_locked(op)
+        ):
+            return True
+        remote = self._remote
+        return remote is not None and remote.hold_locked(op)
 
     def _submit(self, todo: list[Operation[Any]]) -> None:
         """Hand READY operations to their executors, or start them on the loop thread (see
@@ -1117,6 +1137,8 @@ class Scheduler:
                 assert box.exc is not None
                 op._inherited = box
                 if op._prop in _NO_SKIP:
+                    if op._modes is None:  # its release takes the slow path (_done_locked)
+                        op._modes = (WRITE,) * (len(op._vars) - op._nreads)
                     return None
                 err = DependencyError(
                     f"operation {op.name!r} was skipped: {v.name!r} carries a failure "
@@ -1237,8 +1259,7 @@ class Scheduler:
                 and queue.head == len(queue.fifo)  # queue.empty_locked(), inlined
                 and not queue.heap
                 and not self._failures
-                and self._gpu is None
-                and self._remote is None
+                and not self._may_hold
             ):
                 only: Operation[Any] = ready[0]
                 if only._target is None and only._kind != _WAIT:
@@ -1286,10 +1307,11 @@ class Scheduler:
     def _done_locked(self, op: Operation[Any], result: object, ready: list[Any]) -> None:
         """:meth:`_finish_locked` for an operation whose function returned ``result`` (lock
         held): every operation's path, so the release is inlined unless a failure is to be
-        recorded (an input's, inherited by a NO_SKIP operation)."""
+        recorded (an input's, inherited by a NO_SKIP operation) or it has commute or
+        concurrent Vars: one test, ``_modes``, which ``_skip_locked`` sets for the former."""
         op._state = _DONE
         op._result = result
-        if op._inherited is None and op._modes is None:
+        if op._modes is None:  # nothing inherited either (_skip_locked): the fast path
             release_all(op._vars, op._nreads, ready, True)
             if self._sequencer is not None:
                 self._sequencer._release(True, ready, True)

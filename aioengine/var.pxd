@@ -15,7 +15,6 @@ cdef class Var:
     cdef public object _gpu_writer
     cdef public object _contenders
     cdef public Py_ssize_t _head
-    cdef public int _kind
     cdef public object _owner
     cdef public list _queue
     cdef public Py_ssize_t _queued
@@ -23,7 +22,7 @@ cdef class Var:
     cdef public bint _token
     cdef public object _value
     cdef public Py_ssize_t _version
-    cdef public bint _writing
+    cdef public int _writing
     cdef public object name
 
     # The grant rule: a C function inlined into _append, append_all and _grant, its callers on
@@ -38,7 +37,11 @@ cdef class Var:
     # calls, not Python ones.
     @cython.locals(queued=Py_ssize_t, queue=list)
     cpdef bint _append(self, op, int write) except -1
-    cpdef int _release(self, int write, list ready, bint completed_write) except -1
+    cpdef int _release(self, bint write, list ready, bint completed_write) except -1
+    # The other modes' paths (release_modes, take_tokens): C calls too.
+    cpdef int _release_member(self, list ready, bint completed) except -1
+    @cython.locals(op=_OperationCore)
+    cpdef int _wake_contenders(self, list ready) except -1
 
 
 @cython.locals(v=Var, wait=Py_ssize_t, queue=list)
@@ -48,6 +51,16 @@ cpdef append_all(op, tuple reads, tuple writes)
 cpdef release_all(tuple vars_, Py_ssize_t nreads, list ready, bint completed)
 
 cpdef Py_ssize_t drop_consumed(list items, Py_ssize_t head) except -1
+
+# Operations with commute or concurrent Vars (scheduler.py, Var._grant): typed, C calls.
+@cython.locals(v=Var, wait=Py_ssize_t, i=Py_ssize_t)
+cpdef Py_ssize_t append_modes(op, tuple reads, tuple others, tuple modes) except -1
+@cython.locals(op=_OperationCore, v=Var, busy=Var, vars_=tuple, modes=tuple, n=Py_ssize_t,
+               off=Py_ssize_t, i=Py_ssize_t)
+cpdef bint take_tokens(op) except -1
+@cython.locals(op=_OperationCore, v=Var, vars_=tuple, modes=tuple, nreads=Py_ssize_t,
+               i=Py_ssize_t, mode=int)
+cpdef release_modes(op, list ready, bint completed)
 
 # Every push checks and deduplicates its Var lists (engine.py, the façade): C calls, typed.
 @cython.locals(nm=Py_ssize_t, var=Var)

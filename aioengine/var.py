@@ -31,9 +31,10 @@ counter reaches zero (MXNet's ``wait`` counter). This keeps the observable behav
 futures while costing no event-loop round trip per grant; see ``scheduler.py``.
 
 A request is not an object: the queue holds ``op, write, op, write, ...`` flattened into one
-list, and a granted request is only a count (``_reads``) or a flag (``_writing``). An engine
-keeps hundreds of thousands of requests pending, and every object it allocates per request
-makes each of the garbage collector's passes longer. Two facts replace per-request state:
+list, and a granted request is only counted (``_reads``, ``_writing``: see
+:meth:`Var._try_grant`). An engine keeps hundreds of thousands of requests pending, and
+every object it allocates per request makes each of the garbage collector's passes longer.
+Two facts replace per-request state:
 
 - A queued request whose operation was cancelled is a *tombstone*: its operation's state is
   ``CANCELLED``. Tombstones stay queued (counted in ``_dead``) until they reach the head.
@@ -192,7 +193,6 @@ class Var:
         "_gpu_readers",
         "_gpu_writer",
         "_head",
-        "_kind",
         "_owner",
         "_queue",
         "_queued",
@@ -219,11 +219,13 @@ class Var:
         # snapshot read without the lock (_waiting) is never torn by a compaction.
         self._queued = 0
         self._dead = 0  # tombstones in _queue, so a snapshot never has to walk the queue
-        self._reads = 0  # granted requests of the held group (set mode _kind) not released
-        self._kind = 0  # the held group's mode while _reads > 0 (READ, COMMUTE or CONCURRENT)
-        self._writing = False  # a granted write not yet released; invariant: implies _reads == 0
+        # What is held, as _try_grant counts it: nothing (both 0); a read group (_reads
+        # readers, _writing 0); a write (_writing WRITE, _reads 0); or a commute or concurrent
+        # group (_writing its mode, _reads its members but one).
+        self._reads = 0
+        self._writing: int = False
         # A commute member runs (it took this token with all its commute Vars' at once);
-        # invariant: implies _kind == COMMUTE and _reads > 0.
+        # invariant: implies _writing == COMMUTE.
         self._token = False
         # Operations admitted (every request granted) that wait for this Var's token, holding
         # none (take_tokens), first come first retried; None until the first.
@@ -256,10 +258,11 @@ class Var:
         """Return a snapshot of this Var's queue and failure state, with the mode of what is
         held and of each queued request."""
         box = self._failure
-        held = "write" if self._writing else MODE_NAMES[self._kind] if self._reads else None
+        reads, writing = self._reads, self._writing
+        held = MODE_NAMES[writing] if writing else "read" if reads else None
         return VarStatistics(
-            pending_reads=self._reads,
-            pending_write=self._writing,
+            pending_reads=reads + 1 if writing > WRITE else reads,
+            pending_write=writing == WRITE,
             waiting=self._waiting(),
             version=self._version,
             failed=box is not None and box.unthrown,
@@ -285,7 +288,7 @@ class Var:
         state = " deleted" if self._deleted else ""
         return (
             f"<Var {self.name!r}{state} version={self._version} reads={self._reads} "
-            f"write={self._writing} waiting={self._waiting()}>"
+            f"write={self._writing == WRITE} waiting={self._waiting()}>"
         )
 
     def _waiting(self) -> int:
@@ -300,31 +303,26 @@ class Var:
         :data:`WRITE`, :data:`COMMUTE`, :data:`CONCURRENT`) that is at the head of the
         queue, or arrives at an empty one, if the rule allows it now; return whether it did.
 
-        A set mode (read, commute, concurrent) is granted while nothing or a group of its
-        own mode is held (so a group's members are granted together); a write once nothing
-        is held. A grant is only counted: ``_reads`` (with ``_kind``) or ``_writing``, whose
-        invariant (a held write excludes a held group) this keeps. A read pays one more test
-        (``_kind``, 0 unless the other modes were used) than a rule of reads and writes only,
-        a write one comparison. The compiled core inlines it into its callers.
+        A read is granted while no other mode is held (so readers overlap); a write once
+        nothing is held; a commute or concurrent request once nothing is held, or while a
+        group of its own mode is (so a group's members are granted together). A grant is
+        only counted: ``_reads`` counts held reads, ``_writing`` holds the mode of a held
+        write or other group (0 when none), whose invariant (a held write excludes anything
+        else held) this keeps; a group's members but the first count in ``_reads`` too.
+        So reads and writes pay what a rule of reads and writes only pays, but on a write
+        that is refused: one comparison. The compiled core inlines it into its callers.
         """
-        if not mode:  # a read: as before the other modes, but after a group of another mode
-            if self._writing:
-                return False
-            if self._kind:  # the last group held was not of reads (0 for read/write programs)
-                if self._reads:
-                    return False
-                self._kind = READ
-            self._reads += 1
-            return True
-        if mode == 1:
+        if mode:
             if self._writing or self._reads:
-                return False
-            self._writing = True
-            return True
-        if self._writing or (self._reads and self._kind != mode):
+                if mode == 1 or self._writing != mode:
+                    return False
+                self._reads += 1  # joins the group of its own mode
+                return True
+            self._writing = mode
+        elif self._writing:
             return False
-        self._kind = mode
-        self._reads += 1
+        else:
+            self._reads += 1
         return True
 
     def _append(self, op: _Waiter, write: int) -> bool:
@@ -350,27 +348,37 @@ class Var:
         """Whether ``op``'s request on this Var was granted (see the module docstring)."""
         return not self._queued or self._queue[self._head]._seq > op._seq  # type: ignore[index]
 
-    def _release(self, write: int, ready: list[Any], completed_write: bool) -> None:
-        """Hand back a granted request of mode ``write`` (see :meth:`_try_grant`; a commute
-        member's token is handed back by :func:`release_modes`) and grant whatever the rule
-        now allows, appending the operations that this leaves with no ungranted request to
-        ``ready``.
+    def _release(self, write: bool, ready: list[Any], completed_write: bool) -> None:
+        """Hand back a granted read or (``write``) write and grant whatever the rule now
+        allows, appending the operations that this leaves with no ungranted request to
+        ``ready`` (a commute or concurrent member: :meth:`_release_member`).
 
-        Only a release that leaves nothing held can let the head of the queue in: while a
-        group is held the head is of another mode (one of its own would have joined it),
-        which the rule keeps out until the last member is released. ``completed_write`` says
-        whether a released write (or commute or concurrent access) counts towards
-        :attr:`version`.
+        Only a release that leaves nothing held can let the head of the queue in: while reads
+        are held the head is of another mode (a read there would have been granted with
+        them), which the rule keeps out until the last of them is released.
+        ``completed_write`` says whether a released write counts towards :attr:`version`.
         """
-        if write == 1:
+        if write:
             self._writing = False
             if completed_write:
                 self._version += 1
         else:
             self._reads -= 1
-            if write and completed_write:
-                self._version += 1
         if self._queued and not self._reads:
+            self._grant(ready)
+
+    def _release_member(self, ready: list[Any], completed: bool) -> None:
+        """:meth:`_release` for a member of the held commute or concurrent group (its token
+        is handed back by :func:`release_modes`): the group ends with its last member, which
+        may let the head of the queue in. ``completed`` says whether it counts towards
+        :attr:`version`."""
+        if self._reads:
+            self._reads -= 1
+        else:
+            self._writing = False
+        if completed:
+            self._version += 1
+        if self._queued and not self._writing:
             self._grant(ready)
 
     def _withdraw(self, ready: list[Any]) -> None:
@@ -434,13 +442,14 @@ class Var:
                 ready.append(op)
 
     def _check_invariants(self) -> None:
-        """Assert the grant rule's invariants (for tests): what is held is a write or reads,
-        never both; the queue is in push order; its head is live and queued only because the
-        rule (:meth:`_try_grant`) does not grant it."""
+        """Assert the grant rule's invariants (for tests): what is held is a write, reads or
+        one other group, never two; the queue is in push order; its head is live and queued
+        only because the rule (:meth:`_try_grant`) does not grant it."""
         assert self._reads >= 0, self
-        assert not (self._writing and self._reads), self
-        assert not self._token or (self._kind == COMMUTE and self._reads), self
-        assert not self._contenders or (self._kind == COMMUTE and self._reads), self
+        assert self._writing in (READ, WRITE, COMMUTE, CONCURRENT), self
+        assert not (self._writing == WRITE and self._reads), self
+        assert not self._token or self._writing == COMMUTE, self
+        assert not self._contenders or self._writing == COMMUTE, self
         for op in self._contenders or ():
             assert op._wait == -1, (self, op)
             assert self in op._vars, (self, op)
@@ -459,9 +468,9 @@ class Var:
             assert head._state is not _CANCELLED, f"{self} has a tombstone at its head"
             # The head is queued only because the rule forbids granting it now: ask the rule,
             # then undo what it counted if it did grant.
-            reads, writing, kind = self._reads, self._writing, self._kind
+            reads, writing = self._reads, self._writing
             granted = self._try_grant(write)
-            self._reads, self._writing, self._kind = reads, writing, kind
+            self._reads, self._writing = reads, writing
             assert not granted, f"{self} keeps a grantable request queued"
 
     # -- values (the ergonomic layer, ergonomic.py): a Var may carry its data ------------
@@ -524,22 +533,24 @@ def append_all(op: _Waiter, reads: tuple[Var, ...], writes: tuple[Var, ...]) -> 
     queued, and a request that must wait is queued in place.
     """
     wait = 0
+    # Modes as the ints READ (0) and WRITE (1), not bools: comparing an int to WRITE is the
+    # pure build's cheap int comparison (Var._grant, Var._try_grant).
     for v in reads:
-        if v._queued or not v._try_grant(False):
+        if v._queued or not v._try_grant(0):
             queue = v._queue
             if queue is None:
                 queue = v._queue = []
             queue.append(op)
-            queue.append(False)
+            queue.append(0)
             v._queued += 1
             wait += 1
     for v in writes:
-        if v._queued or not v._try_grant(True):
+        if v._queued or not v._try_grant(1):
             queue = v._queue
             if queue is None:
                 queue = v._queue = []
             queue.append(op)
-            queue.append(True)
+            queue.append(1)
             v._queued += 1
             wait += 1
     return wait
@@ -554,7 +565,8 @@ def append_modes(
     has to take the tokens (:func:`take_tokens`)."""
     wait = append_all(op, reads, ())
     for i in range(len(others)):
-        if not others[i]._append(op, modes[i]):
+        v = others[i]
+        if not v._append(op, modes[i]):
             wait += 1
     return wait
 
@@ -567,21 +579,22 @@ def take_tokens(op: _Waiter) -> bool:
     modes = op._modes
     assert modes is not None
     vars_ = op._vars
-    off = len(vars_) - len(modes)
-    for i, mode in enumerate(modes, off):
-        if mode == COMMUTE and vars_[i]._token:
+    n = len(vars_)
+    off = n - len(modes)
+    for i in range(off, n):
+        if modes[i - off] == COMMUTE:
             busy = vars_[i]
-            if busy._contenders is None:
-                busy._contenders = deque((op,))
-            else:
-                busy._contenders.append(op)
-            op._wait = -1  # parked: every request granted, no token taken
-            return False
-    i = off
-    for mode in modes:
-        if mode == COMMUTE:
-            vars_[i]._token = True
-        i += 1
+            if busy._token:
+                if busy._contenders is None:
+                    busy._contenders = deque((op,))
+                else:
+                    busy._contenders.append(op)
+                op._wait = -1  # parked: every request granted, no token taken
+                return False
+    for i in range(off, n):
+        if modes[i - off] == COMMUTE:
+            v = vars_[i]
+            v._token = True
     op._wait = 0
     return True
 
@@ -599,13 +612,15 @@ def release_modes(op: _Waiter, ready: list[Any], completed: bool) -> None:
         v._reads -= 1
         if v._queued and not v._reads:
             v._grant(ready)
-    i = nreads
-    for mode in modes:
+    for i in range(nreads, len(vars_)):
         v = vars_[i]
-        i += 1
+        mode = modes[i - nreads]
+        if mode == WRITE:
+            v._release(True, ready, completed)
+            continue
         if mode == COMMUTE:
             v._token = False
-        v._release(mode, ready, completed)
+        v._release_member(ready, completed)
         if mode == COMMUTE and v._contenders and not v._token:
             v._wake_contenders(ready)
 
@@ -623,10 +638,12 @@ def withdraw_all(op: _Waiter, ready: list[Any], completed: bool) -> None:
         mode = READ if i < nreads else WRITE if modes is None else modes[i - nreads]
         if mode == COMMUTE and v._contenders and op in v._contenders:
             v._contenders.remove(op)
-        if v._holds(op):
-            v._release(mode, ready, completed)
-        else:
+        if not v._holds(op):
             v._withdraw(ready)
+        elif mode > WRITE:
+            v._release_member(ready, completed)
+        else:
+            v._release(mode == WRITE, ready, completed)
 
 
 def drop_consumed(items: list[Any], head: int) -> int:

@@ -8,10 +8,19 @@ stalls every later addition into the same accumulator; declared commute, an addi
 soon as its input is ready. ``submit`` is the reduction API, which runs the call without the
 accumulator and merges its result as a commute access (two operations per addition).
 
-Each configuration runs ``reps`` times in this process (fresh engine, same seeds); the figure
-is the median throughput (additions per second). Every run checks the accumulators' final
-values. Prints one JSON object; timings are reported, never judged (the issue's targets:
-commute >= 1.3x write mode with random arrival, and no slower than write mode in order).
+The wall time has three parts, each reported: the pushes (``push_s``; nothing runs meanwhile,
+the inputs' writers start once the loop is free), the inputs' arrival (``--spread``), and what
+is left after the last input (``after_last_input_s``). Commute mode adds while the inputs
+arrive and has only the last input's additions left; write mode has nearly all of them left
+(each accumulator waits for its slowest input). The modes pay the first two parts alike, so
+the commute/write ratio is ``(push + spread + write's rest) / (push + spread + commute's
+rest)``: the cheaper an addition is next to a push and to the spread, the closer to 1.
+
+Each configuration runs ``reps`` times in this process (fresh engine, same seeds), the
+configurations taking turns; the figure is the median throughput (additions per second).
+Every run checks the accumulators' final values. Prints one JSON object; timings are
+reported, never judged (the issue's targets: commute >= 1.3x write mode with random arrival,
+and no slower than write mode in order).
 
 Usage::
 
@@ -38,8 +47,9 @@ MODES = ("commute", "write", "submit")
 
 async def run_once(
     mode: str, arrival: str, ops: int, inputs: int, accs: int, spread: float
-) -> float:
-    """One run; returns its wall time in seconds (pushes to the last addition)."""
+) -> tuple[float, float, float]:
+    """One run; returns its wall time in seconds (pushes to the last addition), and the part
+    of it spent pushing and after the last input was written."""
     rng = random.Random(1234)
     engine = ae.Engine()
     in_vars = [engine.new_var(f"in{k}", value=0) for k in range(inputs)]
@@ -49,9 +59,12 @@ async def run_once(
         rng.shuffle(delays)
     totals = [0] * accs
 
+    last_input = [0.0]
+
     async def produce(k: int) -> None:
         await asyncio.sleep(delays[k])
         in_vars[k]._value = k + 1
+        last_input[0] = time.perf_counter()
 
     start = time.perf_counter()
     for k in range(inputs):
@@ -74,13 +87,14 @@ async def run_once(
     if mode == "submit":
         for i in range(ops):
             totals[i % accs] += i % inputs + 1
+    pushed = time.perf_counter()
     await engine.wait_for_all()
-    wall = time.perf_counter() - start
+    end = time.perf_counter()
     got = [v._value for v in acc_vars]
     await engine.aclose()
     if got != totals:
         raise AssertionError(f"{mode}: accumulators {got} != {totals}")
-    return wall
+    return end - start, pushed - start, end - last_input[0]
 
 
 def _identity(x: int) -> int:
@@ -109,16 +123,29 @@ def main(argv: list[str] | None = None) -> int:
         "spread_s": args.spread,
         "reps": args.reps,
     }
+    for mode in MODES:  # warm-up, untimed: the first run in a process pays its start-up
+        asyncio.run(run_once(mode, "random", min(args.ops, 2_000), args.inputs, args.accs, 0.01))
     for arrival in ("random", "in-order"):
         row: dict[str, Any] = {}
+        # The configurations take turns, repetition by repetition: on a shared machine a
+        # change of load then falls on all of them, not on one configuration's runs.
+        times: dict[str, list[tuple[float, float, float]]] = {mode: [] for mode in MODES}
+        for _ in range(args.reps):
+            for mode in MODES:
+                times[mode].append(
+                    asyncio.run(
+                        run_once(mode, arrival, args.ops, args.inputs, args.accs, args.spread)
+                    )
+                )
         for mode in MODES:
-            walls = [
-                asyncio.run(run_once(mode, arrival, args.ops, args.inputs, args.accs, args.spread))
-                for _ in range(args.reps)
-            ]
+            walls = [t[0] for t in times[mode]]
             row[mode] = {
                 "ops_per_s": round(args.ops / statistics.median(walls)),
                 "spread": round((max(walls) - min(walls)) / statistics.median(walls), 3),
+                # Where the time went: pushing (nothing can run meanwhile: the inputs' writers
+                # start when the loop is free), then the inputs' arrival, and after the last.
+                "push_s": round(statistics.median(t[1] for t in times[mode]), 3),
+                "after_last_input_s": round(statistics.median(t[2] for t in times[mode]), 3),
             }
         row["commute_vs_write"] = round(row["commute"]["ops_per_s"] / row["write"]["ops_per_s"], 2)
         row["submit_vs_write"] = round(row["submit"]["ops_per_s"] / row["write"]["ops_per_s"], 2)

@@ -14,6 +14,7 @@ import functools
 import os
 import signal
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -477,6 +478,105 @@ class TestValueOperations:
             text = str(engine.dump())
             assert repr(key) in text
             _GATES[gate].set()
+
+
+# Commute members add into a total of the test's, non-atomically (read, sleep, write), so two
+# that overlapped would lose an addition; their starts and ends go to the test's log.
+_TOTALS: dict[str, int] = {}
+
+
+def add_into(name: str, k: int, rctx: ae.RunContext) -> None:
+    log(name, "start")
+    total = _TOTALS.get(name, 0)
+    time.sleep(0.002)
+    _TOTALS[name] = total + k
+    log(name, "end")
+
+
+def total_of(name: str, rctx: ae.RunContext) -> int:
+    return _TOTALS.get(name, 0)
+
+
+def as_list(x: int) -> list[int]:
+    return [x]
+
+
+class TestAccessModes:
+    """On a remote context commute and concurrent accesses run as writes (push order is one
+    of the orders they allow); mixed with local ones on the same Vars, the rule holds."""
+
+    async def test_commute_members_remote_and_local_run_one_at_a_time(
+        self, cluster: Any, gate: str
+    ) -> None:
+        trace = _LOGS[gate]
+        async with ae.Engine(cluster=cluster, cpu_workers=2) as engine:
+            acc = engine.new_var("acc")
+            members = [
+                engine.push_sync(
+                    functools.partial(add_into, gate, k),
+                    ae.remote() if k % 2 else ae.cpu(),
+                    commute_vars=[acc],
+                )
+                for k in range(1, 9)
+            ]
+            # A write after the group (remote, then local) sees every addition.
+            seen_remote = engine.push_sync(
+                functools.partial(total_of, gate), ae.remote(), [], [acc]
+            )
+            seen_local = engine.push_sync(functools.partial(total_of, gate), ae.cpu(), [acc], [])
+            assert await seen_remote == sum(range(1, 9))
+            assert await seen_local == sum(range(1, 9))
+            assert all(m.state is ae.OpState.DONE for m in members)
+            assert trace == ["start", "end"] * 8  # never two members at once
+        _TOTALS.pop(gate, None)
+
+    async def test_concurrent_members_remote_and_local_then_a_write(
+        self, cluster: Any, gate: str
+    ) -> None:
+        trace = _LOGS[gate]
+        _GATES[gate].set()
+        async with ae.Engine(cluster=cluster, cpu_workers=2) as engine:
+            log_var = engine.new_var("log")
+            for k in range(6):
+                engine.push_sync(
+                    functools.partial(wait_then_log, gate, f"c{k}"),
+                    ae.remote() if k % 2 else ae.cpu(),
+                    concurrent_vars=[log_var],
+                )
+            after = engine.push_sync(
+                functools.partial(log, gate, "write"), ae.remote(), mutate_vars=[log_var]
+            )
+            await after
+            assert sorted(trace[:-1]) == sorted(
+                f"c{k}:{e}" for k in range(6) for e in ("start", "end")
+            )
+            assert trace[-1] == "write"
+            await engine.wait_for_var(log_var)
+
+    async def test_accumulate_from_remote_and_local_calls(self, cluster: Any) -> None:
+        async with ae.Engine(cluster=cluster, cpu_workers=2) as engine:
+            acc = engine.new_var("acc", value=0)
+            xs = [engine.new_var(f"x{i}") for i in range(10)]
+            for i, x in enumerate(xs):  # inputs written remotely and locally, in any order
+                engine.submit(inc, i, out=x, ctx=ae.remote() if i % 3 else ae.cpu())
+            for i, x in enumerate(xs):
+                engine.submit(inc, x, accumulate=acc, ctx=ae.remote() if i % 2 else ae.cpu())
+            # A remote write after the group reads every addition (the sequential sum).
+            engine.submit(add, acc, 1000, out=acc, ctx=ae.remote())
+            for i in range(5):  # and a second group on top of a remote version
+                engine.submit(inc, i, accumulate=acc, ctx=ae.cpu() if i % 2 else ae.remote())
+            assert await acc.get() == sum(i + 2 for i in range(10)) + 1000 + sum(
+                i + 1 for i in range(5)
+            )
+
+    async def test_ordered_accumulate_from_remote_and_local_calls(self, cluster: Any) -> None:
+        async with ae.Engine(cluster=cluster, cpu_workers=2) as engine:
+            acc = engine.new_var("acc", value=[])
+            for i in range(8):
+                engine.submit(
+                    as_list, i, accumulate=acc, ordered=True, ctx=ae.remote() if i % 2 else ae.cpu()
+                )
+            assert await acc.get() == list(range(8))
 
 
 class TestEngineFeatures:
