@@ -484,6 +484,8 @@ class RemoteBackend:
                 **self._options(op._ctx),
             )
             await self._finished(future)
+            if core._instruments:
+                await self._ran_on(client, op, future)
             if future.status == "finished":
                 result = await self._call(client.gather(future, asynchronous=True))
             else:
@@ -500,6 +502,22 @@ class RemoteBackend:
             if future is not None:
                 future.release()
             del future, op
+
+    async def _ran_on(self, client: DaskClient, op: Operation[Any], future: DaskFuture) -> None:
+        """Tell the instruments (a trace) which worker ran ``op``'s finished task: the one
+        that holds its result, asked of the scheduler as soon as it finished (one round trip,
+        only while an instrument is installed). Should Dask already have copied the result to
+        a second worker for a dependent, the first address in order is named. None for a task
+        that failed or was cancelled (no worker holds anything of it)."""
+        where: str | None = None
+        if future.status == "finished":
+            try:
+                who = await self._call(client.scheduler.who_has(keys=[future.key]))
+            except Exception:
+                who = {}
+            holders = sorted(who.get(future.key, ()))
+            where = holders[0] if holders else None
+        _instrument.notify_ran_on(self._core, op, where)
 
     async def _error(self, future: DaskFuture) -> BaseException:
         """The exception of a Dask future that erred or was cancelled."""
@@ -619,6 +637,8 @@ class RemoteBackend:
             if todo:
                 core._submit(todo)
             await self._finished(future)
+            if core._instruments:
+                await self._ran_on(client, op, future)
         except asyncio.CancelledError as exc:
             if future is not None:
                 await self._cancel_future(future)

@@ -519,7 +519,54 @@ class TestEngineFeatures:
             assert stats.pools["remote"].done == 4
             events = session.trace["traceEvents"]
             names = {e.get("args", {}).get("name") for e in events if e.get("ph") == "M"}
-            assert any(n and n.startswith("remote ops") for n in names)
+            (worker,) = cluster.scheduler.workers  # the fixture's one worker
+            assert any(n and n.startswith(f"worker {worker} #") for n in names)
+
+
+def worker_address(*_: Any) -> str:
+    """The address of the Dask worker running this (a value or side-effect operation)."""
+    return str(distributed.get_worker().address)
+
+
+class TestTraceLanes:
+    async def test_each_remote_op_shows_on_a_lane_of_the_worker_that_ran_it(self) -> None:
+        asyncio.get_running_loop().set_debug(False)
+        async with (
+            distributed.LocalCluster(
+                processes=False,
+                n_workers=2,
+                threads_per_worker=1,
+                dashboard_address=":0",
+                asynchronous=True,
+            ) as c,
+            ae.Engine(cluster=c) as engine,
+        ):
+            workers = sorted(c.scheduler.workers)
+            x = engine.new_var("x", value=0)
+            with engine.trace() as session:
+                ops = []
+                for i in range(12):
+                    ctx = ae.remote(workers=[workers[i % 2]]) if i < 4 else ae.remote()
+                    if i % 3:
+                        ops.append(engine.submit(worker_address, x, ctx=ctx))
+                    else:
+                        ops.append(engine.push_sync(worker_address, ctx, [x], []))
+                ran = [await op for op in ops]
+                bad = engine.submit(fail, 1, ctx=ae.remote())
+                with pytest.raises(KeyError):
+                    await bad
+            assert set(ran[:4]) == set(workers)
+            events = session.trace["traceEvents"]
+            lanes = {
+                e["tid"]: e["args"]["name"]
+                for e in events
+                if e.get("ph") == "M" and e["name"] == "thread_name"
+            }
+            slices = {e["args"]["seq"]: lanes[e["tid"]] for e in events if e.get("cat") == "op"}
+            for op, address in zip(ops, ran, strict=True):
+                assert slices[op._seq].startswith(f"worker {address} #")
+            assert slices[bad._seq].startswith("remote ops #")  # failed: no worker holds it
+            assert {lanes[t].rsplit(" #", 1)[0] for t in lanes} >= {f"worker {w}" for w in workers}
 
 
 class TestBlocking:
