@@ -552,9 +552,12 @@ class TestTraceLanes:
                     else:
                         ops.append(engine.push_sync(worker_address, ctx, [x], []))
                 ran = [await op for op in ops]
-                bad = engine.submit(fail, 1, ctx=ae.remote())
+                y = engine.new_var("y")
+                bad = engine.submit(fail, 1, out=y, ctx=ae.remote())
                 with pytest.raises(KeyError):
                     await bad
+                with pytest.raises(KeyError):
+                    await engine.wait_for_var(y)  # thrown: handled
             assert set(ran[:4]) == set(workers)
             events = session.trace["traceEvents"]
             lanes = {
