@@ -479,6 +479,65 @@ class TestValueOperations:
             _GATES[gate].set()
 
 
+class TestBatches:
+    """Value operations started in one loop iteration reach Dask as one graph."""
+
+    async def test_a_long_chain_pushed_at_once_is_sent_without_recursion(
+        self, cluster: Any
+    ) -> None:
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=0)
+            await engine.submit(inc, x, ctx=ae.remote())  # connected
+            gate = asyncio.Event()
+
+            async def hold(rctx: ae.RunContext) -> None:
+                await gate.wait()
+
+            engine.push_async(hold, ae.cpu(), [], [x])
+            # 250 links, all waiting for the local writer; each submission releases the next:
+            # deeper than the recursion limit, were each started inside the last.
+            ops = [engine.submit(inc, x, out=x, ctx=ae.remote()) for _ in range(250)]
+            gate.set()
+            while ops[-1]._task is not None or ops[-1].state < ae.OpState.RUNNING:
+                await asyncio.sleep(0.001)
+            # All left the engine together, in one cascade.
+            assert all(op._task is None for op in ops)
+            assert await x.get() == 250
+            await no_keys_left_but_versions(cluster, engine, 1)
+
+    async def test_an_unpicklable_function_fails_only_its_operation_and_dependents(
+        self, cluster: Any
+    ) -> None:
+        lock = threading.Lock()
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=1)
+            y = engine.new_var("y", value=1)
+            await engine.submit(inc, x, ctx=ae.remote())  # connected
+            before = engine.submit(inc, x, out=x, ctx=ae.remote())
+            bad = engine.submit(lambda v: lock.locked() or v, x, out=x, ctx=ae.remote())
+            after = engine.submit(inc, x, out=x, ctx=ae.remote())
+            other = engine.submit(inc, y, out=y, ctx=ae.remote())
+            await before
+            with pytest.raises(TypeError, match="serialize"):
+                await bad
+            with pytest.raises(ae.DependencyError, match="'x' carries a failure"):
+                await after
+            await other
+            with pytest.raises(TypeError):
+                await engine.wait_for_var(x)
+            assert await x.get() == 2  # the failed write left the value as it was
+            assert await y.get() == 2
+
+
+async def no_keys_left_but_versions(cluster: Any, engine: ae.Engine, n: int) -> None:
+    """Wait (bounded) until only the ``n`` keys of the Vars' current versions are left."""
+    for _ in range(200):
+        if len(engine_keys(cluster, engine)) <= n:
+            return
+        await asyncio.sleep(0.01)
+    assert len(engine_keys(cluster, engine)) <= n
+
+
 class TestEngineFeatures:
     async def test_max_pending_counts_remote_operations(self, cluster: Any, gate: str) -> None:
         busy = functools.partial(wait_gate, gate)
