@@ -21,7 +21,10 @@ Two kinds of remote operation:
   the reader has the writer's future as an argument; write-after-read and write-after-write,
   the writer makes a new key and the version a reader was given never changes. So a value
   operation releases its Vars once *submitted* (as a GPU operation once enqueued), and a
-  dependent chain reaches the scheduler at once. It completes (``await op``) when its task
+  dependent chain reaches the scheduler at once: one whose arguments are all futures already
+  is *collected* as it starts (:meth:`RemoteBackend.start`) and released there, and the
+  collected tasks are sent as one graph at the next loop iteration (:meth:`RemoteBackend._flush`,
+  one ``update-graph`` message instead of one per task). It completes (``await op``) when its task
   has. Two conditions, documented for users: the function must not modify its inputs in
   place, and Dask may run it more than once. One that declares ``writes=`` (side effects),
   and every value operation in serial mode, holds its Vars until it has finished instead.
@@ -57,6 +60,11 @@ rest is loop-thread only):
   mapping: a dropped Var drops its entry).
 - ``_holders``: the Vars that may carry a remote version (weak), released at close.
 - ``_executor``: the one :class:`RemoteExecutor` every remote context routes to.
+- ``_starting``: while :meth:`RemoteBackend.start` runs, the operations it made READY, which
+  it starts next (a chain is started by a loop, not by recursion); None otherwise.
+- ``_batch``: the collected value operations' tasks not sent yet (a flush is scheduled
+  whenever it is not empty); ``_batch_api``: the parts of Dask that sending a graph needs
+  (None on a Dask without them: then each is sent by ``client.submit``).
 """
 
 from __future__ import annotations
