@@ -476,7 +476,15 @@ class TestValueOperations:
             assert cluster.scheduler.tasks[key].priority[0] == -7
             text = str(engine.dump())
             assert repr(key) in text
+            # Its reader gets a future as argument: sent in a graph, with its own priority.
+            after = engine.submit(inc, x, out=x, ctx=ae.remote(), priority=5)
+            after_key = remote.key_of(after)
+            while after_key not in cluster.scheduler.tasks:
+                await asyncio.sleep(0.005)
+            assert cluster.scheduler.tasks[after_key].priority[0] == -5
+            assert repr(after_key) in str(engine.dump())
             _GATES[gate].set()
+            assert await x.get() == 3
 
 
 class TestBatches:
