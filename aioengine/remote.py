@@ -508,8 +508,8 @@ class RemoteBackend:
     ) -> tuple[DaskFuture, list[RemoteVersion], list[RemoteVersion], bool] | None:
         """Add value operation ``op``'s task to the batch and release its Vars, if it can be
         done now: connected, every argument a future already (nothing to scatter), not
-        holding its Vars, not in serial mode. (A blocking client's calls are thread-safe.) Returns what :meth:`_complete_value` needs, else None.
-        Lock held, loop thread."""
+        holding its Vars, not in serial mode (a blocking client's calls are thread-safe).
+        Returns what :meth:`_complete_value` needs, else None. Lock held, loop thread."""
         core = self._core
         call = op._fn
         assert type(call) is ValueCall
