@@ -40,6 +40,11 @@ class Instrument:
     def on_finish(self, op: Operation[Any]) -> None:
         """``op`` reached a final state (engine lock held; ``op.state`` is final)."""
 
+    def on_ran_on(self, op: Operation[Any], where: str | None) -> None:
+        """``op``'s function ran elsewhere and has just finished there (a remote operation,
+        on the loop thread, no lock held, before ``on_finish``): on ``where``, the address
+        of the Dask worker that ran it, or None if that is not known (its task failed)."""
+
     def wrap_coroutine(
         self, op: Operation[Any], coro: Coroutine[Any, Any, Any]
     ) -> Coroutine[Any, Any, Any]:
@@ -65,6 +70,15 @@ def notify_start(core: Scheduler, op: Operation[Any]) -> None:
             inst.on_start(op)
         except Exception as exc:
             failed(core, inst, "on_start", exc)
+
+
+def notify_ran_on(core: Scheduler, op: Operation[Any], where: str | None) -> None:
+    """:func:`notify_locked` for ``Instrument.on_ran_on`` (called without the lock)."""
+    for inst in core._instruments:
+        try:
+            inst.on_ran_on(op, where)
+        except Exception as exc:
+            failed(core, inst, "on_ran_on", exc)
 
 
 def failed(core: Scheduler, inst: Instrument, hook: str, exc: Exception) -> None:

@@ -21,7 +21,10 @@ Two kinds of remote operation:
   the reader has the writer's future as an argument; write-after-read and write-after-write,
   the writer makes a new key and the version a reader was given never changes. So a value
   operation releases its Vars once *submitted* (as a GPU operation once enqueued), and a
-  dependent chain reaches the scheduler at once. It completes (``await op``) when its task
+  dependent chain reaches the scheduler at once: one whose arguments are all futures already
+  is *collected* as it starts (:meth:`RemoteBackend.start`) and released there, and the
+  collected tasks are sent as one graph at the next loop iteration (:meth:`RemoteBackend._flush`,
+  one ``update-graph`` message instead of one per task). It completes (``await op``) when its task
   has. Two conditions, documented for users: the function must not modify its inputs in
   place, and Dask may run it more than once. One that declares ``writes=`` (side effects),
   and every value operation in serial mode, holds its Vars until it has finished instead.
@@ -57,11 +60,17 @@ rest is loop-thread only):
   mapping: a dropped Var drops its entry).
 - ``_holders``: the Vars that may carry a remote version (weak), released at close.
 - ``_executor``: the one :class:`RemoteExecutor` every remote context routes to.
+- ``_starting``: while :meth:`RemoteBackend.start` runs, the operations it made READY, which
+  it starts next (a chain is started by a loop, not by recursion); None otherwise.
+- ``_batch``: the collected value operations' tasks not sent yet (a flush is scheduled
+  whenever it is not empty); ``_batch_api``: the parts of Dask that sending a graph needs
+  (None on a Dask without them: then each is sent by ``client.submit``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import functools
 import inspect
@@ -109,6 +118,23 @@ def _distributed() -> Any:
     except ImportError as exc:
         raise DeviceUnavailableError(INSTALL) from exc
     return distributed
+
+
+def _batch_api() -> tuple[Any, Any, Any, Any, Any] | None:
+    """What sending several tasks in one graph needs of Dask (its Future, Task,
+    parse_input, LLGExpr, SpanMetadata and ``Client._graph_to_futures``), or None on a
+    Dask that lacks them: each value operation is then sent by its own ``client.submit``."""
+    try:
+        from dask._expr import LLGExpr
+        from dask._task_spec import Task, parse_input
+        from distributed import Client, Future
+        from distributed.spans import SpanMetadata
+    except ImportError:
+        return None
+    params = inspect.signature(Client._graph_to_futures).parameters
+    if not {"span_metadata", "internal_priority", "user_priority"} <= params.keys():
+        return None
+    return Future, Task, parse_input, LLGExpr, SpanMetadata
 
 
 def open_remote(core: Scheduler, ctx: Context, cluster: object, security: object) -> RemoteBackend:
@@ -301,6 +327,10 @@ class RemoteBackend:
         )
         self._holders: weakref.WeakSet[Var] = weakref.WeakSet()
         self._executor = RemoteExecutor(self)
+        self._starting: collections.deque[Operation[Any]] | None = None
+        # Collected value operations not sent yet: (group, options, tasks, futures) each.
+        self._batch: list[tuple[tuple[int, str], dict[str, Any], list[Any], list[Any]]] = []
+        self._batch_api = _batch_api()
 
     # -- the scheduler's seam ----------------------------------------------------------
 
@@ -430,21 +460,161 @@ class RemoteBackend:
     # -- running -------------------------------------------------------------------------
 
     def start(self, op: Operation[Any]) -> None:
-        """Start READY ``op`` (loop thread): a task submits it to Dask and awaits it."""
+        """Start READY ``op`` (loop thread).
+
+        A value operation whose arguments are all on the cluster already is *collected*: its
+        task joins the batch that :meth:`_flush` sends (one graph per loop iteration), and it
+        releases its Vars here, so the operations that this makes READY are started by the
+        same call (iteratively: ``_starting`` queues them) and a dependent chain pushed in one
+        go reaches Dask in one graph. Any other operation gets a task that submits it.
+        """
+        starting = self._starting
+        if starting is not None:  # called back from within start() below: queued
+            starting.append(op)
+            return
+        self._starting = starting = collections.deque((op,))
+        try:
+            while starting:
+                self._start_one(starting.popleft())
+        finally:
+            self._starting = None
+            for left in starting:  # (only if one raised)
+                self._loop.call_soon(self.start, left)
+
+    def _start_one(self, op: Operation[Any]) -> None:
         core = self._core
         todo: list[Operation[Any]] = []
         with core._lock:
             started = core._start_locked(op, todo)
             if started:
-                run = self._run_value if type(op._fn) is ValueCall else self._run_effect
-                task = self._loop.create_task(run(op), name=op.name, context=op._context)
+                collected = type(op._fn) is ValueCall and self._collect_locked(op, todo)
+                if collected:
+                    assert self._client is not None
+                    run = self._complete_value(op, self._client, *collected)
+                else:
+                    run = (self._run_value if type(op._fn) is ValueCall else self._run_effect)(op)
+                task = self._loop.create_task(run, name=op.name, context=op._context)
                 task._log_destroy_pending = False  # type: ignore[attr-defined]
-                task.add_done_callback(functools.partial(self._task_done, op))
-                op._task = task
+                if not collected:
+                    task.add_done_callback(functools.partial(self._task_done, op))
+                    op._task = task
         if todo:
             core._submit(todo)
         if started and core._instruments:
             _instrument.notify_start(core, op)
+
+    def _collect_locked(
+        self, op: Operation[Any], todo: list[Operation[Any]]
+    ) -> tuple[DaskFuture, list[RemoteVersion], list[RemoteVersion], bool] | None:
+        """Add value operation ``op``'s task to the batch and release its Vars, if it can be
+        done now: connected, every argument a future already (nothing to scatter), not
+        holding its Vars, not in serial mode (a blocking client's calls are thread-safe).
+        Returns what :meth:`_complete_value` needs, else None. Lock held, loop thread."""
+        core = self._core
+        call = op._fn
+        assert type(call) is ValueCall
+        client = self._client
+        api = self._batch_api
+        if call.holds or core._settings.serial or client is None or api is None:
+            return None
+        deps: list[RemoteVersion] = []
+        args = list(call.args)
+        kwargs = dict(call.kwargs)
+        for i, var in call.arg_vars:
+            args[i] = arg = self._arg_now(var, deps)
+            if arg is None:
+                return None
+        for name, var in call.kw_vars:
+            kwargs[name] = arg = self._arg_now(var, deps)
+            if arg is None:
+                return None
+        for var in op._vars:  # the previous versions of what it writes, too
+            value = var._value
+            if type(value) is RemoteVersion and value not in deps:
+                deps.append(value)
+        future_type, task_type, parse_input = api[0], api[1], api[2]
+        n = None if call.single or not call.outs else len(call.outs)
+        key = self._key(op)
+        apply = _apply_async if inspect.iscoroutinefunction(call.fn) else _apply
+        future = future_type(key, client)
+        tasks = [task_type(key, apply, call.fn, n, parse_input(args), parse_input(kwargs))]
+        if n is None:
+            parts = [future] if call.outs else []
+        else:
+            parts = []
+            for i in range(n):
+                part_key = f"{key}-{i}"
+                tasks.append(task_type(part_key, operator.getitem, parse_input(future), i))
+                parts.append(future_type(part_key, client))
+        options = self._options(op._ctx)
+        group = (_priority(op), repr(sorted(options.items())))
+        self._batch.append((group, options, tasks, [future, *parts] if n else [future]))
+        if len(self._batch) == 1:
+            self._loop.call_soon(self._flush)
+        versions: list[RemoteVersion] = []
+        for var, part in zip(call.outs, parts, strict=True):
+            version = RemoteVersion(part, var, var._value)
+            var._value = version
+            versions.append(version)
+            self._holders.add(var)
+        ready: list[Any] = []
+        op._task = None  # submitted: too late to cancel (see Operation.cancel)
+        core._release_locked(op, _DONE, None, ready)
+        if ready:
+            todo.extend(core._dispatch_locked(ready))
+        return future, deps, versions, True
+
+    def _arg_now(self, var: Var, deps: list[RemoteVersion]) -> DaskFuture | None:
+        """:meth:`_remote_arg` if nothing is to be sent: the future, else None."""
+        value = var._value
+        if type(value) is RemoteVersion:
+            if value not in deps:
+                deps.append(value)
+            return value.future
+        cached = self._scattered.get(var)
+        if cached is not None and cached[0] is value and not isinstance(cached[1], asyncio.Future):
+            return cached[1]
+        return None
+
+    def _flush(self) -> None:
+        """Send the collected tasks to Dask: one graph per priority and options (loop
+        thread). A graph that cannot be sent (a function that cannot be pickled) is sent
+        again task by task, and the tasks that still cannot fail their operations."""
+        batch, self._batch = self._batch, []
+        client = self._client
+        groups: dict[tuple[int, str], list[Any]] = {}
+        for entry in batch:
+            groups.setdefault(entry[0], []).append(entry)
+        for (priority, _), entries in groups.items():
+            options = entries[0][1]
+            try:
+                self._send(client, [t for e in entries for t in e[2]], priority, options)
+            except Exception:
+                for entry in entries:
+                    try:
+                        if len(entries) == 1:
+                            raise
+                        self._send(client, entry[2], priority, options)
+                    except Exception as error:
+                        for future in entry[3]:
+                            future._state.set_error(error, error.__traceback__)
+
+    def _send(self, client: DaskClient, tasks: list[Any], priority: int, options: Any) -> None:
+        if client is None:
+            raise EngineClosedError(f"{self._core!r}: its Dask client is closed")
+        api = self._batch_api
+        assert api is not None
+        expr_type, span_metadata = api[3], api[4]
+        keys = [task.key for task in tasks]
+        client._graph_to_futures(
+            expr_type({task.key: task for task in tasks}, _determ_token=uuid.uuid4().hex),
+            keys,
+            span_metadata=span_metadata(collections=[{"type": "Future"}]),
+            internal_priority={key: i for i, key in enumerate(keys)},
+            user_priority=priority,
+            fifo_timeout="100 ms",
+            **options,
+        )
 
     def _task_done(self, op: Operation[Any], task: asyncio.Task[None]) -> None:
         """A task cancelled before its first step never ran its body (which finishes the
@@ -484,6 +654,8 @@ class RemoteBackend:
                 **self._options(op._ctx),
             )
             await self._finished(future)
+            if core._instruments:
+                await self._ran_on(client, op, future)
             if future.status == "finished":
                 result = await self._call(client.gather(future, asynchronous=True))
             else:
@@ -500,6 +672,22 @@ class RemoteBackend:
             if future is not None:
                 future.release()
             del future, op
+
+    async def _ran_on(self, client: DaskClient, op: Operation[Any], future: DaskFuture) -> None:
+        """Tell the instruments (a trace) which worker ran ``op``'s finished task: the one
+        that holds its result, asked of the scheduler as soon as it finished (one round trip,
+        only while an instrument is installed). Should Dask already have copied the result to
+        a second worker for a dependent, the first address in order is named. None for a task
+        that failed or was cancelled (no worker holds anything of it)."""
+        where: str | None = None
+        if future.status == "finished":
+            try:
+                who = await self._call(client.scheduler.who_has(keys=[future.key]))
+            except Exception:
+                who = {}
+            holders = sorted(who.get(future.key, ()))
+            where = holders[0] if holders else None
+        _instrument.notify_ran_on(self._core, op, where)
 
     async def _error(self, future: DaskFuture) -> BaseException:
         """The exception of a Dask future that erred or was cancelled."""
@@ -618,7 +806,6 @@ class RemoteBackend:
                 self._holders.add(var)
             if todo:
                 core._submit(todo)
-            await self._finished(future)
         except asyncio.CancelledError as exc:
             if future is not None:
                 await self._cancel_future(future)
@@ -629,6 +816,26 @@ class RemoteBackend:
             return
         finally:
             del call
+        await self._complete_value(op, client, future, deps, versions, released)
+
+    async def _complete_value(
+        self,
+        op: Operation[Any],
+        client: DaskClient,
+        future: DaskFuture,
+        deps: list[RemoteVersion],
+        versions: list[RemoteVersion],
+        released: bool,
+    ) -> None:
+        """The rest of a submitted value operation: await its task, then settle."""
+        try:
+            await self._finished(future)
+            if self._core._instruments:
+                await self._ran_on(client, op, future)
+        except asyncio.CancelledError as exc:  # a holding operation, cancelled while it ran
+            await self._cancel_future(future)
+            await self._settle(op, versions, released, _FAILED, None, exc, None)
+            return
         try:
             state, result, failure, box = await self._outcome(op, client, future, deps, versions)
         except asyncio.CancelledError as cancel:  # a holding operation, cancelled while it ran

@@ -477,7 +477,74 @@ class TestValueOperations:
             assert cluster.scheduler.tasks[key].priority[0] == -7
             text = str(engine.dump())
             assert repr(key) in text
+            # Its reader gets a future as argument: sent in a graph, with its own priority.
+            after = engine.submit(inc, x, out=x, ctx=ae.remote(), priority=5)
+            after_key = remote.key_of(after)
+            while after_key not in cluster.scheduler.tasks:
+                await asyncio.sleep(0.005)
+            assert cluster.scheduler.tasks[after_key].priority[0] == -5
+            assert repr(after_key) in str(engine.dump())
             _GATES[gate].set()
+            assert await x.get() == 3
+
+
+class TestBatches:
+    """Value operations started in one loop iteration reach Dask as one graph."""
+
+    async def test_a_long_chain_pushed_at_once_is_sent_without_recursion(
+        self, cluster: Any
+    ) -> None:
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=0)
+            await engine.submit(inc, x, ctx=ae.remote())  # connected
+            gate = asyncio.Event()
+
+            async def hold(rctx: ae.RunContext) -> None:
+                await gate.wait()
+
+            engine.push_async(hold, ae.cpu(), [], [x])
+            # 250 links, all waiting for the local writer; each submission releases the next:
+            # deeper than the recursion limit, were each started inside the last.
+            ops = [engine.submit(inc, x, out=x, ctx=ae.remote()) for _ in range(250)]
+            gate.set()
+            while ops[-1]._task is not None or ops[-1].state < ae.OpState.RUNNING:
+                await asyncio.sleep(0.001)
+            # All left the engine together, in one cascade.
+            assert all(op._task is None for op in ops)
+            assert await x.get() == 250
+            await no_keys_left_but_versions(cluster, engine, 1)
+
+    async def test_an_unpicklable_function_fails_only_its_operation_and_dependents(
+        self, cluster: Any
+    ) -> None:
+        lock = threading.Lock()
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=1)
+            y = engine.new_var("y", value=1)
+            await engine.submit(inc, x, ctx=ae.remote())  # connected
+            before = engine.submit(inc, x, out=x, ctx=ae.remote())
+            bad = engine.submit(lambda v: lock.locked() or v, x, out=x, ctx=ae.remote())
+            after = engine.submit(inc, x, out=x, ctx=ae.remote())
+            other = engine.submit(inc, y, out=y, ctx=ae.remote())
+            await before
+            with pytest.raises(TypeError, match="serialize"):
+                await bad
+            with pytest.raises(ae.DependencyError, match="'x' carries a failure"):
+                await after
+            await other
+            with pytest.raises(TypeError):
+                await engine.wait_for_var(x)
+            assert await x.get() == 2  # the failed write left the value as it was
+            assert await y.get() == 2
+
+
+async def no_keys_left_but_versions(cluster: Any, engine: ae.Engine, n: int) -> None:
+    """Wait (bounded) until only the ``n`` keys of the Vars' current versions are left."""
+    for _ in range(200):
+        if len(engine_keys(cluster, engine)) <= n:
+            return
+        await asyncio.sleep(0.01)
+    assert len(engine_keys(cluster, engine)) <= n
 
 
 # Commute members add into a total of the test's, non-atomically (read, sleep, write), so two
@@ -619,7 +686,57 @@ class TestEngineFeatures:
             assert stats.pools["remote"].done == 4
             events = session.trace["traceEvents"]
             names = {e.get("args", {}).get("name") for e in events if e.get("ph") == "M"}
-            assert any(n and n.startswith("remote ops") for n in names)
+            (worker,) = cluster.scheduler.workers  # the fixture's one worker
+            assert any(n and n.startswith(f"worker {worker} #") for n in names)
+
+
+def worker_address(*_: Any) -> str:
+    """The address of the Dask worker running this (a value or side-effect operation)."""
+    return str(distributed.get_worker().address)
+
+
+class TestTraceLanes:
+    async def test_each_remote_op_shows_on_a_lane_of_the_worker_that_ran_it(self) -> None:
+        asyncio.get_running_loop().set_debug(False)
+        async with (
+            distributed.LocalCluster(
+                processes=False,
+                n_workers=2,
+                threads_per_worker=1,
+                dashboard_address=":0",
+                asynchronous=True,
+            ) as c,
+            ae.Engine(cluster=c) as engine,
+        ):
+            workers = sorted(c.scheduler.workers)
+            x = engine.new_var("x", value=0)
+            with engine.trace() as session:
+                ops = []
+                for i in range(12):
+                    ctx = ae.remote(workers=[workers[i % 2]]) if i < 4 else ae.remote()
+                    if i % 3:
+                        ops.append(engine.submit(worker_address, x, ctx=ctx))
+                    else:
+                        ops.append(engine.push_sync(worker_address, ctx, [x], []))
+                ran = [await op for op in ops]
+                y = engine.new_var("y")
+                bad = engine.submit(fail, 1, out=y, ctx=ae.remote())
+                with pytest.raises(KeyError):
+                    await bad
+                with pytest.raises(KeyError):
+                    await engine.wait_for_var(y)  # thrown: handled
+            assert set(ran[:4]) == set(workers)
+            events = session.trace["traceEvents"]
+            lanes = {
+                e["tid"]: e["args"]["name"]
+                for e in events
+                if e.get("ph") == "M" and e["name"] == "thread_name"
+            }
+            slices = {e["args"]["seq"]: lanes[e["tid"]] for e in events if e.get("cat") == "op"}
+            for op, address in zip(ops, ran, strict=True):
+                assert slices[op._seq].startswith(f"worker {address} #")
+            assert slices[bad._seq].startswith("remote ops #")  # failed: no worker holds it
+            assert {lanes[t].rsplit(" #", 1)[0] for t in lanes} >= {f"worker {w}" for w in workers}
 
 
 class TestBlocking:

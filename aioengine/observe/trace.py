@@ -19,6 +19,11 @@ Layout of the trace (one process, ``aioengine``):
   their function to the completion of the work it launched, observed through its fence. The
   stream worker moves on once it has launched, so these slices overlap its next ones: on the
   worker's own track they would cross;
+* ``worker tcp://host:port #k`` lanes (a set per Dask worker): remote operations, from their
+  submission to the end of their task, on the worker that ran it (the remote backend tells
+  :meth:`Tracer.on_ran_on`); one whose task failed, or that the trace stopped before it
+  finished, shows on ``remote ops #k`` lanes. These lanes are allocated when the trace is
+  built, by the slices' times (the worker is known only at the end);
 * instant events for operations that finished without running (skipped or cancelled);
 * flow arrows (``ph: s`` / ``ph: f``) from each operation to the ones it waited for: those it
   depends on through a Var (see ``graph.py``) that were still pending when it was pushed.
@@ -152,21 +157,32 @@ def _lane_label(op: Operation[Any]) -> str | None:
     if op._ctx.device_type is DeviceType.GPU and op._target is not None:
         return f"{pool_name(op._target)} ops"  # launched on a stream, done at its fence
     if op._ctx.device_type is DeviceType.REMOTE:
-        return "remote ops"  # submitted to Dask, done when its task is
+        return _REMOTE  # submitted to Dask, done when its task is
     return None
+
+
+_REMOTE = "remote ops"
+
+
+def _by_end(span: tuple[int, int]) -> int:
+    return span[1]
 
 
 class _Started:
     """An operation that has started: where and when, and its steps if a coroutine."""
 
-    __slots__ = ("label", "lane", "start", "steps", "tid")
+    __slots__ = ("end", "label", "lane", "start", "steps", "tid", "worker")
 
     def __init__(self, start: int, tid: int, label: str | None = None, lane: int = 0) -> None:
         self.start = start
         self.tid = tid
         self.label = label  # its lanes' label (a key of Tracer._lanes), or None: no lane
-        self.lane = lane  # the index of its lane among them
+        # The index of its lane among them; -1: a remote operation, whose lane is chosen when
+        # the trace is built (by worker, see Tracer._span_lane).
+        self.lane = lane
         self.steps: list[tuple[int, int]] = []
+        self.worker: str | None = None  # a remote operation's Dask worker, once known
+        self.end = 0  # when its task finished (ns), once known
 
 
 class Tracer(Instrument):
@@ -191,6 +207,9 @@ class Tracer(Instrument):
         # the first pseudo thread id of each label's lanes.
         self._lanes: dict[str, list[bool]] = {}
         self._lane_base: dict[str, int] = {}
+        # The slices (start, end in ns) of each lane of remote operations, by label
+        # ("worker tcp://... ", "remote ops"): filled when the trace is built.
+        self._spans: dict[str, list[list[tuple[int, int]]]] = {}
         self._flow_id = 0
         # finish() was called: running coroutines stop timing steps. Read unlocked by the loop
         # thread; a step timed as it is set lands in a list the finished trace no longer reads.
@@ -211,6 +230,9 @@ class Tracer(Instrument):
         start = _now()
         label = _lane_label(op)
         with self._mu:
+            if label is _REMOTE:
+                self._started[op._seq] = _Started(start, 0, label, -1)
+                return
             if label is not None:
                 lanes = self._lanes.setdefault(label, [])
                 lane = next((i for i, busy in enumerate(lanes) if not busy), len(lanes))
@@ -239,6 +261,15 @@ class Tracer(Instrument):
             return coro
         return _SteppedCoroutine(coro, started.steps, self)
 
+    def on_ran_on(self, op: Operation[Any], where: str | None) -> None:
+        """Note the Dask worker that ran remote operation ``op``, and when its task ended."""
+        end = _now()
+        with self._mu:
+            started = self._started.get(op._seq)
+            if started is not None:
+                started.worker = where
+                started.end = end
+
     def on_finish(self, op: Operation[Any]) -> None:
         """Record what ``op``'s slices and flows need (engine lock held)."""
         end = _now()
@@ -255,7 +286,9 @@ class Tracer(Instrument):
                     outcome = f"{op._state.name.lower()} (started before the trace)"
             else:
                 here = started.tid
-                if started.label is not None:
+                if started.end:
+                    end = started.end
+                if started.label is not None and started.lane >= 0:
                     self._lanes[started.label][started.lane] = False
             self._records.append(self._record(op, outcome, error, end, started, here))
 
@@ -296,6 +329,22 @@ class Tracer(Instrument):
             self._threads[tid] = (f"{label} #{lane + 1}", base // _LANE_TID * _LANE_SORT + lane)
         return tid
 
+    def _span_lane(self, started: _Started, end: int) -> int:
+        """The lane of a remote operation's slice: the first lane of its worker (or of
+        ``remote ops``, the worker unknown) where it overlaps no other slice."""
+        label = f"worker {started.worker}" if started.worker else _REMOTE
+        lanes = self._spans.setdefault(label, [])
+        span = (started.start, end)
+        for lane, spans in enumerate(lanes):
+            # (Most slices start after the lane's last one ended: the ``all`` is rare.)
+            if spans[-1][1] <= span[0] or all(e <= span[0] or s >= span[1] for s, e in spans):
+                spans.append(span)
+                if spans[-2][1] > span[1]:
+                    spans.sort(key=_by_end)
+                return self._lane_tid(label, lane)
+        lanes.append([span])
+        return self._lane_tid(label, len(lanes) - 1)
+
     def _us(self, ns: int) -> float:
         return (ns - self._t0) / 1000.0
 
@@ -332,6 +381,8 @@ class Tracer(Instrument):
                 }
             )
             return
+        if started.lane < 0:
+            tid = self._span_lane(started, end)
         start_us, end_us = self._us(started.start), self._us(end)
         self._slice(args["name"], "op", tid, start_us, end_us, args)
         if kind == _CORO:
