@@ -28,6 +28,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 COMPILED = (
+    "aioengine.lock",
     "aioengine.var",
     "aioengine.operation",
     "aioengine.bulk",

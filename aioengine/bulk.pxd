@@ -6,6 +6,7 @@ cimport cython
 
 from .operation cimport _OperationCore, new_operation
 from .scheduler cimport Scheduler
+from .lock cimport EngineLock as _LockType
 from .var cimport Var as _VarType, append_all, release_all
 
 
@@ -38,7 +39,7 @@ cdef class Segments:
                    vars_=tuple, k=Py_ssize_t)
     cpdef flush_locked(self, Scheduler core)
     @cython.locals(seg=_OperationCore, op=_OperationCore, done=_OperationCore, i=Py_ssize_t,
-                   n=Py_ssize_t, vars_=tuple, k=Py_ssize_t, v=_VarType)
+                   n=Py_ssize_t, vars_=tuple, k=Py_ssize_t, v=_VarType, lock=_LockType)
     cpdef run(self, Scheduler core, seg, bint more)
-    @cython.locals(seg=_OperationCore)
+    @cython.locals(seg=_OperationCore, lock=_LockType)
     cpdef release(self, Scheduler core, seg, bint more)

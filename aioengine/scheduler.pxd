@@ -6,6 +6,7 @@
 cimport cython
 
 from .bulk cimport Segments
+from .lock cimport EngineLock as _LockType
 from .loopqueue cimport LoopQueue
 from .collector cimport hide as _hide, show as _show
 from .operation cimport _OperationCore, new_operation
@@ -60,21 +61,21 @@ cdef class Scheduler:
     cdef public list _wakes
 
     # Every operation's path: push, queue, start, run, finish, release.
-    @cython.locals(op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType)
+    @cython.locals(op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType, lock=_LockType)
     cpdef _push(self, owner, fn, int kind, ctx, tuple const, tuple mutate, prop, priority, name,
                 deleting, handle=*, modes=*, made=*)
     @cython.locals(op=_OperationCore)
     cpdef _enqueue_loop_locked(self, op)
-    @cython.locals(op=_OperationCore, budget=Py_ssize_t)
+    @cython.locals(op=_OperationCore, budget=Py_ssize_t, lock=_LockType)
     cpdef _run_loop_queue(self)
     @cython.locals(op=_OperationCore, queue=LoopQueue)
     cpdef _claim_loop_op_locked(self, list todo)
     @cython.locals(op=_OperationCore)
     cpdef bint _start_locked(self, op, list todo) except -1
-    @cython.locals(op=_OperationCore, kind=int)
+    @cython.locals(op=_OperationCore, kind=int, lock=_LockType)
     cpdef _execute_one(self, op, rctx, bint claimed=*, bint more=*)
     @cython.locals(op=_OperationCore, only=_OperationCore, candidate=_OperationCore,
-                   queue=LoopQueue)
+                   queue=LoopQueue, lock=_LockType)
     cpdef _finish_and_continue(self, op, result)
     @cython.locals(op=_OperationCore)
     cpdef _done_locked(self, op, result, list ready)

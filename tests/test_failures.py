@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import aioengine as ae
-from aioengine.lock import run_after
+from aioengine.lock import EngineLock, run_after
 
 KINDS = ("sync", "coroutine", "callback-raises", "on_complete-exc")
 
@@ -559,9 +559,10 @@ class TestThrowOnceKeepsEarlierSkips:
         await engine.wait_for_all()  # thrown once
 
 
-class AfterRelease:
+class AfterRelease(EngineLock):
     """A lock that runs ``hook`` on a thread once, right after the first release by the
-    thread that made it (the loop's): an interleaving a thread switch could produce."""
+    thread that made it (the loop's): an interleaving a thread switch could produce. An
+    EngineLock by type, as the compiled core's hot paths require, with its own calls."""
 
     def __init__(self, inner: Any, hook: Callable[[], None]) -> None:
         self._inner = inner

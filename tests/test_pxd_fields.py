@@ -41,8 +41,11 @@ _FACTORIES = {"_OperationCore": ("new_operation", "op")}
 _NOT_FIELDS = frozenset({"__dict__", "__weakref__"})
 
 _CLASS = re.compile(r"cdef\s+class\s+(\w+)\s*(?:\([^)]*\))?\s*:")
-# ``cdef [public|readonly] TYPE name``: a field (a function declaration has a parenthesis).
-_FIELD = re.compile(r"cdef\s+(?:(?:public|readonly)\s+)?[\w.]+\s+(\w+)\s*$")
+# ``cdef [public|readonly] [unsigned ...] TYPE name``: a field (a function declaration has a
+# parenthesis).
+_FIELD = re.compile(
+    r"cdef\s+(?:(?:public|readonly)\s+)?(?:(?:unsigned|signed|long|short)\s+)*[\w.]+\s+(\w+)\s*$"
+)
 # ``cpdef|cdef [inline] [TYPE ...] name(``: a function (its arguments may go on for lines).
 _FUNCTION = re.compile(r"c(?:p)?def\s+(?:inline\s+)?(?:[\w.\[\]]+\s+)*?(\w+)\s*\(")
 
