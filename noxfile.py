@@ -20,6 +20,9 @@ nox.options.sessions = [
     "tests_compiled",
 ]
 nox.options.reuse_venv = "yes"
+# uv makes each venv and installs into it in seconds (CI's .ci/run installs it beside nox:
+# ``pip install 'nox[uv]'``); without uv, virtualenv and pip do the same, slower.
+nox.options.default_venv_backend = "uv|virtualenv"
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 
