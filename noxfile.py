@@ -163,6 +163,7 @@ _FUZZED = [
     "tests/test_model.py::TestAgainstSequentialModel",
     "tests/test_var.py::TestBatchForms",
     "tests/test_gpu.py::test_random_programs_event_mode_matches_host_mode_and_the_model",
+    "tests/test_engine.py::TestPriority::test_the_loop_queue_matches_a_priority_queue",
 ]
 
 
