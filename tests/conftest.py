@@ -27,6 +27,17 @@ settings.register_profile(
 )
 settings.load_profile("ci")
 
+
+def ci_examples(n: int, **kwargs: Any) -> settings:
+    """Settings (``kwargs``) for a property test with ``n`` examples in CI (the "ci" profile),
+    and the loaded profile's own number under any other (``nox -s fuzz`` loads "fuzz" after
+    this file, before the test modules are imported): a plain ``settings(max_examples=n)``
+    would hold the fuzz session to ``n`` too. Such a test belongs in noxfile.py's ``_FUZZED``."""
+    if settings.default is settings.get_profile("ci"):
+        return settings(max_examples=n, **kwargs)
+    return settings(**kwargs)
+
+
 # Whether the compiled core (setup.py) is what runs: the wheel compiles engine.py, and an
 # editable install runs the sources.
 COMPILED = ae.engine._COMPILED

@@ -59,8 +59,29 @@ def test_readme_opens_with_the_two_commands() -> None:
     assert len(commands) == 2
     assert "aioengine demo" in commands[0]
     assert "nox" in commands[1]
+    # CI runs the second command: its setup as written, then nox's default sessions, split
+    # by .ci/run into two chains that run at once (one per core), each session exactly once.
+    setup, _, run = commands[1].rpartition(" && ")
+    assert run == ".venv/bin/nox"
     ci = (ROOT / ".ci" / "run").read_text()
-    assert commands[1] in ci
+    assert setup in ci
+    chains = [c.split() for c in re.findall(r"^chain_[ab]=\(([^)]*)\)$", ci, re.M)]
+    assert len(chains) == 2
+    assert sorted(chains[0] + chains[1]) == sorted(nox_default_sessions())
+
+
+def nox_default_sessions() -> list[str]:
+    """``nox.options.sessions`` in noxfile.py (read, not imported: nox is not a test need)."""
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Attribute)
+            and node.targets[0].attr == "sessions"
+        ):
+            sessions: list[str] = ast.literal_eval(node.value)
+            return sessions
+    raise AssertionError("noxfile.py sets no nox.options.sessions")
 
 
 # Every call of MXNet's engine API (include/mxnet/engine.h, its C API and Python module, and

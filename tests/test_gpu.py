@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 import aioengine as ae
@@ -27,6 +27,8 @@ from aioengine.executors.device import EVENT_NOT_READY
 from aioengine.executors.simulated import ILLEGAL_ADDRESS, SimulatedEvent
 from aioengine.fence import Fence
 from aioengine.poller import Poller, poller_for
+
+from .conftest import ci_examples
 
 F = ae.FnProperty
 GPU0 = ae.gpu(0)
@@ -885,8 +887,8 @@ async def run_program(
     return [a.tolist() for a in arrays]
 
 
-@settings(
-    max_examples=25,
+@ci_examples(
+    25,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -12,6 +12,8 @@ import aioengine as ae
 from aioengine.operation import OpState, _OperationCore
 from aioengine.var import Var, append_all, queued_behind, release_all
 
+from .conftest import ci_examples
+
 
 class FakeOp(_OperationCore):
     """Stands in for an operation: the Var touches its counter, push order and state.
@@ -248,7 +250,7 @@ class TestBatchForms:
     grant exactly what those grant, in the same order (nothing of the rule may be inlined
     there again)."""
 
-    @settings(max_examples=200, deadline=None)
+    @ci_examples(200)
     @given(
         st.lists(
             st.tuples(
