@@ -1,30 +1,57 @@
-"""Development sessions: ``nox`` runs lint, mypy and the tests (what CI runs)."""
+"""Development sessions: ``nox`` runs lint, mypy and the tests (what CI runs: session ``ci``)."""
 
 from __future__ import annotations
 
 import argparse
 import glob
 import os
+import subprocess
+import sys
+import tempfile
 import time
 
 import nox
 
 nox.needs_version = ">=2025.02.09"
-nox.options.sessions = [
-    "lint",
-    "mypy",
-    "examples",
-    "docs",
-    "bench_smoke",
-    "tests",
-    "tests_compiled",
-]
+# Every check CI makes, as two chains that ``nox -s ci`` (the default) runs at once, one per core
+# of a 2-core machine: the pure-Python tests under coverage (the longest session) beside the
+# others in turn. tests/test_docs.py checks that each session is in exactly one chain.
+CHAINS = (
+    ["tests", "lint", "docs"],
+    ["mypy", "examples", "bench_smoke", "tests_compiled"],
+)
+nox.options.sessions = ["ci"]
 nox.options.reuse_venv = "yes"
 # uv makes each venv and installs into it in seconds (CI's .ci/run installs it beside nox:
 # ``pip install 'nox[uv]'``); without uv, virtualenv and pip do the same, slower.
 nox.options.default_venv_backend = "uv|virtualenv"
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
+
+
+@nox.session(venv_backend="none")
+def ci(session: nox.Session) -> None:
+    """Every check (the default session): the sessions of :data:`CHAINS`, the two chains at
+    once, each session once. The first chain's output is printed after the second's; the
+    session fails if either chain fails."""
+    # The sessions' own subprocesses (benchmarks/run.py's MXNet venv) find uv beside nox.
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    nox_cmd = [sys.executable, "-m", "nox", "-s"]
+    start = time.monotonic()
+    with tempfile.TemporaryFile("w+") as log:
+        first = subprocess.Popen(
+            [*nox_cmd, *CHAINS[0]], stdout=log, stderr=subprocess.STDOUT, env=env
+        )
+        try:
+            rc_second = subprocess.run([*nox_cmd, *CHAINS[1]], env=env, check=False).returncode
+        finally:
+            rc_first = first.wait()
+        session.log(f"{' '.join(CHAINS[1])}: rc={rc_second}; {' '.join(CHAINS[0])}: rc={rc_first}")
+        log.seek(0)
+        print(log.read(), flush=True)
+    session.log(f"both chains done in {time.monotonic() - start:.0f} s")
+    if rc_first or rc_second:
+        session.error(f"a chain failed (rc {rc_first} and {rc_second})")
 
 
 @nox.session
