@@ -63,9 +63,12 @@ print("ok", flush=True)
 """
 
 
-def run_body(body: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
-    """Run ``body`` as ``main()``'s in a fresh interpreter on this build; fail on a hang."""
-    script = PRELUDE.format(compiled=COMPILED, body=textwrap.indent(textwrap.dedent(body), "    "))
+def run_script(
+    script: str, hang: str, timeout: float = TIMEOUT
+) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a fresh interpreter on this build (the subprocess imports the build
+    under test, not the checkout); fail, with ``hang`` in the message, if it does not finish,
+    and unless it ends printing "ok"; return it."""
     env = dict(os.environ, PYTHONPATH=str(Path(ae.__file__).parent.parent))
     try:
         proc = subprocess.run(
@@ -74,13 +77,19 @@ def run_body(body: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess
             text=True,
             timeout=timeout,
             env=env,
-            cwd=tempfile.gettempdir(),  # not the checkout: the build under test wins
+            cwd=tempfile.gettempdir(),
         )
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"deadlock: the script did not finish within {timeout} s: {exc.stderr!r}")
-    assert proc.returncode == 0, proc.stderr
+        pytest.fail(f"{hang}: the script did not finish within {timeout} s: {exc.stderr!r}")
+    assert proc.returncode == 0, f"{hang}: {proc.stderr}"
     assert proc.stdout.splitlines()[-1] == "ok", proc.stdout
     return proc
+
+
+def run_body(body: str) -> subprocess.CompletedProcess[str]:
+    """Run ``body`` as ``main()``'s after :data:`PRELUDE`; a deadlock fails the test."""
+    script = PRELUDE.format(compiled=COMPILED, body=textwrap.indent(textwrap.dedent(body), "    "))
+    return run_script(script, "deadlock")
 
 
 @pytest.mark.parametrize("serial", [False, True], ids=["threaded", "serial"])
@@ -405,20 +414,7 @@ def test_ctrl_c_at_random_points_of_a_push_loop(kind: str, serial: bool) -> None
     program, and the engine stays usable and closes (``BlockingEngine.__exit__`` too)."""
     seed = random.randrange(1 << 30)
     script = INTERRUPTS.format(compiled=COMPILED, serial=serial, seed=seed, rounds=25, kind=kind)
-    env = dict(os.environ, PYTHONPATH=str(Path(ae.__file__).parent.parent))
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", script],
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-            env=env,
-            cwd=tempfile.gettempdir(),
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"wedged after a Ctrl-C (seed {seed}): {exc.stderr!r}")
-    assert proc.returncode == 0, f"seed {seed}: {proc.stderr}"
-    assert proc.stdout.splitlines()[-1] == "ok", proc.stdout
+    run_script(script, f"wedged after a Ctrl-C (seed {seed})")
 
 
 def test_a_ctrl_c_in_the_full_collection_hook_is_delivered_after_it() -> None:
@@ -519,14 +515,4 @@ def test_asyncio_run_keeps_its_ctrl_c(before: bool, blocking: bool) -> None:
     ``asyncio.run``: over the runner's handler) and out when the last one closes, so the
     runner's first Ctrl-C still cancels the main task and it restores the default handler."""
     script = ASYNCIO_RUN.format(compiled=COMPILED, before=before, blocking=blocking)
-    env = dict(os.environ, PYTHONPATH=str(Path(ae.__file__).parent.parent))
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env=env,
-        cwd=tempfile.gettempdir(),
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[-1] == "ok", proc.stdout
+    run_script(script, "asyncio.run with an engine")
