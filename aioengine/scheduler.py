@@ -546,10 +546,9 @@ class Scheduler:
             if name is None:
                 name = default_name(fn)
             op = new_operation(self, owner, fn, kind, ctx, const, mutate, prop, priority, name)
-            _defer(lock, me, Deferred(
-                self._admit_deferred, owner, fn, kind, ctx, const, mutate, prop, priority,
-                name, deleting, handle, modes, op,
-            ))  # fmt: skip
+            push = _partial(self._push, owner, fn, kind, ctx, const, mutate, prop, priority,
+                            name, deleting, handle, modes, op)  # fmt: skip
+            _defer(lock, me, Deferred(self._admit_deferred, op, push))
             return op
         # On the bound loop's thread while it runs (the usual case), the full check is not
         # needed; it asks the running loop, which costs a getpid() system call.
@@ -678,31 +677,17 @@ class Scheduler:
             self._submit(todo)
         return op
 
-    def _admit_deferred(
-        self,
-        owner: object,
-        fn: Callable[..., Any],
-        kind: int,
-        ctx: Context,
-        const: tuple[Var, ...],
-        mutate: tuple[Var, ...],
-        prop: FnProperty,
-        priority: int,
-        name: str,
-        deleting: Var | None,
-        handle: OprHandle[Any] | None,
-        modes: tuple[int, ...] | None,
-        op: Operation[Any],
-    ) -> None:
+    def _admit_deferred(self, op: Operation[Any], push: Callable[[], object]) -> None:
         """Push ``op``, which a finalizer pushed inside a critical section, now that the
-        section has ended (a :class:`~aioengine.lock.Deferred` call; no lock held).
+        section or the collection has ended (a :class:`~aioengine.lock.Deferred` call; no
+        lock held).
 
-        Its caller got ``op`` back long ago, so a push refused now (the engine closed, a Var
+        ``push`` is the :meth:`_push` call that admits it (``op`` passed as ``made``). Its
+        caller got ``op`` back long ago, so a push refused now (the engine closed, a Var
         deleted meanwhile) fails ``op`` with that error and reports it.
         """
         try:
-            self._push(owner, fn, kind, ctx, const, mutate, prop, priority, name, deleting,
-                       handle, modes, op)  # fmt: skip
+            push()
         except Exception as exc:
             with self._lock:
                 if op._state is _PENDING and not op._seq:  # never admitted
@@ -716,7 +701,7 @@ class Scheduler:
                         else:
                             self._inbox.append(op)
                             self._post_locked()
-            self._report(f"{name!r}, pushed by a finalizer, could not be pushed", exc)
+            self._report(f"{op.name!r}, pushed by a finalizer, could not be pushed", exc)
 
     def _gpu_for(self, ctx: Context) -> GpuSeam:
         """The GPU collaborator, opened (by the façade's opener) on the first GPU push."""

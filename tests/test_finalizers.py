@@ -277,10 +277,9 @@ class TestDeferredCalls:
         finally:
             lifecycle._around_collection("stop", {"generation": 0})
         assert not lifecycle.collection.calls
-        for _ in range(5000):  # the finalizer thread makes them in a moment
-            if queued.done():
-                break
-            await asyncio.sleep(0.001)
+        finished = asyncio.Event()  # set on the loop once the finalizer thread cancels it
+        queued.add_done_callback(lambda op: finished.set())
+        await asyncio.wait_for(finished.wait(), 10)
         assert queued.cancelled()
         gate.set()
         await blocker
