@@ -18,7 +18,13 @@ Four measurements (``docs/howto/cluster.md`` describes the mechanism):
   (``map_us``); ``per_op_us`` is what the engine adds to the latter (the engine sends the
   value operations pushed in one loop iteration as one graph, as ``client.map`` does).
 
-Run: python benchmarks/remote.py [--quick] [--scheduler ADDRESS] [--json PATH]
+Each shape is timed ``--reps`` times (3) on each side, the two sides taking turns at going
+first, each side starting on an idle cluster (:func:`settle`); the ratio reported is the median
+of the pairs' ratios, with every pair's ratio beside it. On a small machine the cluster's own
+work (scheduler, worker and client share the process and its GIL) dominates the time, and a
+single pair's ratio moves by 10-15 %.
+
+Run: python benchmarks/remote.py [--quick] [--reps N] [--scheduler ADDRESS] [--json PATH]
 (``nox -s bench`` runs it). Timings are printed, never asserted: the targets (aioengine's time
 at most 1.1x Dask's) are judged by a person, on a quiet machine.
 """
@@ -27,9 +33,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import random
+import statistics
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import distributed
@@ -99,7 +108,7 @@ async def dag_engine(
 async def dag_dask(
     client: Any, dag: list[tuple[tuple[int, ...], int]], n_vars: int, rounds: int
 ) -> tuple[float, list[np.ndarray]]:
-    current = [await client.scatter(v) for v in initial(n_vars)]
+    current = [await client.scatter(v, hash=False) for v in initial(n_vars)]
     await client.submit(work, rounds, current[0], pure=False)
     t0 = time.perf_counter()
     futures = []
@@ -112,10 +121,12 @@ async def dag_dask(
     return wall, await client.gather(current)
 
 
-async def chain(cluster: Any, client: Any, n: int) -> dict[str, float]:
-    def inc(x: int) -> int:
-        return x + 1
+def inc(x: int) -> int:
+    """One step of the chain."""
+    return x + 1
 
+
+async def chain_engine(cluster: Any, n: int) -> float:
     async with ae.Engine(cluster=cluster) as engine:
         x = engine.new_var("x", value=0)
         await engine.submit(inc, x, ctx=ae.remote())
@@ -123,38 +134,44 @@ async def chain(cluster: Any, client: Any, n: int) -> dict[str, float]:
         for _ in range(n):
             engine.submit(inc, x, out=x, ctx=ae.remote())
         assert await x.get() == n
-        engine_s = time.perf_counter() - t0
+        return time.perf_counter() - t0
+
+
+async def chain_dask(client: Any, n: int) -> float:
     t0 = time.perf_counter()
     fut = client.submit(inc, 0, pure=False)
     for _ in range(n - 1):
         fut = client.submit(inc, fut, pure=False)
     assert await fut == n
-    dask_s = time.perf_counter() - t0
+    return time.perf_counter() - t0
+
+
+async def chain_round_trips(client: Any, n: int) -> float:
     t0 = time.perf_counter()
     value = 0
     for _ in range(n):
         value = await client.submit(inc, value, pure=False)
-    round_trips_s = time.perf_counter() - t0
-    return {"engine_s": engine_s, "dask_s": dask_s, "submit_then_await_s": round_trips_s}
+    return time.perf_counter() - t0
 
 
-async def independent(cluster: Any, client: Any, n: int, rounds: int) -> dict[str, float]:
-    data = initial(1)[0]
+async def independent_engine(cluster: Any, n: int, rounds: int) -> float:
     async with ae.Engine(cluster=cluster) as engine:
-        src = engine.new_var("src", value=data)
+        src = engine.new_var("src", value=initial(1)[0])
         outs = [engine.new_var(f"o{i}") for i in range(n)]
         await engine.submit(work, rounds, src, ctx=ae.remote())
         t0 = time.perf_counter()
         for o in outs:
             engine.submit(work, rounds, src, out=o, ctx=ae.remote())
         await engine.wait_for_all()
-        engine_s = time.perf_counter() - t0
-    src_f = await client.scatter(data)
+        return time.perf_counter() - t0
+
+
+async def independent_dask(client: Any, n: int, rounds: int) -> float:
+    src_f = await client.scatter(initial(1)[0], hash=False)
     t0 = time.perf_counter()
     futures = client.map(work, [rounds] * n, [src_f] * n, pure=False)
     await distributed.wait(futures)
-    dask_s = time.perf_counter() - t0
-    return {"engine_s": engine_s, "dask_s": dask_s}
+    return time.perf_counter() - t0
 
 
 async def overhead(cluster: Any, client: Any, n: int) -> dict[str, float]:
@@ -190,11 +207,52 @@ async def overhead(cluster: Any, client: Any, n: int) -> dict[str, float]:
     }
 
 
+async def settle(client: Any) -> None:
+    """Wait until the scheduler holds no task, then collect garbage: each timed side starts on
+    an idle cluster, not while the previous side's keys are still being released (which slowed
+    whichever side went second by 10-20 %)."""
+    while await client.run_on_scheduler(_scheduler_tasks) > 0:  # noqa: ASYNC110 (a remote count)
+        await asyncio.sleep(0.02)
+    gc.collect()
+
+
+def _scheduler_tasks(dask_scheduler: Any) -> int:
+    return len(dask_scheduler.tasks)
+
+
+async def pairs(
+    client: Any,
+    reps: int,
+    engine_side: Callable[[], Awaitable[Any]],
+    dask_side: Callable[[], Awaitable[Any]],
+) -> tuple[list[Any], list[Any]]:
+    """``reps`` timings of each side, the sides taking turns at going first."""
+    engine_runs: list[Any] = []
+    dask_runs: list[Any] = []
+    for rep in range(reps):
+        sides = [(engine_side, engine_runs), (dask_side, dask_runs)]
+        for side, runs in sides if rep % 2 == 0 else sides[::-1]:
+            await settle(client)
+            runs.append(await side())
+    return engine_runs, dask_runs
+
+
+def summary(engine_runs: list[float], dask_runs: list[float]) -> dict[str, Any]:
+    ratios = [e / d for e, d in zip(engine_runs, dask_runs, strict=True)]
+    return {
+        "engine_s": statistics.median(engine_runs),
+        "dask_s": statistics.median(dask_runs),
+        "ratio": statistics.median(ratios),
+        "ratios": [round(r, 3) for r in ratios],
+    }
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     quick = args.quick
     n_ops, n_vars = (400, 40) if quick else (2000, 200)
     n_chain = 50 if quick else 200
     n_independent = 400 if quick else 2000
+    reps = 1 if quick else args.reps
     rounds = calibrate()
     cluster: Any
     own = None
@@ -204,27 +262,45 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         )
     else:
         cluster = args.scheduler
-    results: dict[str, Any] = {"rounds": rounds, "quick": quick}
+    results: dict[str, Any] = {"rounds": rounds, "quick": quick, "reps": reps}
     try:
         # The default client: distributed.wait() looks it up.
         async with distributed.Client(cluster, asynchronous=True) as client:
             dag = random_dag(n_ops, n_vars, seed=1)
-            engine_s, engine_values = await dag_engine(cluster, dag, n_vars, rounds)
-            dask_s, dask_values = await dag_dask(client, dag, n_vars, rounds)
-            pairs = zip(engine_values, dask_values, strict=True)
-            same = all(np.array_equal(a, b) for a, b in pairs)
+            engine_runs, dask_runs = await pairs(
+                client,
+                reps,
+                lambda: dag_engine(cluster, dag, n_vars, rounds),
+                lambda: dag_dask(client, dag, n_vars, rounds),
+            )
+            pairs_ = zip(engine_runs[0][1], dask_runs[0][1], strict=True)
+            same = all(np.array_equal(a, b) for a, b in pairs_)
             results["dag"] = {
                 "ops": n_ops,
                 "vars": n_vars,
-                "engine_s": engine_s,
-                "dask_s": dask_s,
+                **summary([r[0] for r in engine_runs], [r[0] for r in dask_runs]),
                 "same_values": same,
             }
-            results["chain"] = {"ops": n_chain, **await chain(cluster, client, n_chain)}
-            results["independent"] = {
-                "ops": n_independent,
-                **await independent(cluster, client, n_independent, rounds),
+            chain_runs = await pairs(
+                client,
+                reps,
+                lambda: chain_engine(cluster, n_chain),
+                lambda: chain_dask(client, n_chain),
+            )
+            await settle(client)
+            results["chain"] = {
+                "ops": n_chain,
+                **summary(*chain_runs),
+                "submit_then_await_s": await chain_round_trips(client, n_chain),
             }
+            independent_runs = await pairs(
+                client,
+                reps,
+                lambda: independent_engine(cluster, n_independent, rounds),
+                lambda: independent_dask(client, n_independent, rounds),
+            )
+            results["independent"] = {"ops": n_independent, **summary(*independent_runs)}
+            await settle(client)
             results["overhead"] = {"ops": 500, **await overhead(cluster, client, 500)}
     finally:
         if own is not None:
@@ -236,10 +312,10 @@ def report(results: dict[str, Any]) -> str:
     lines = [f"remote operations vs Dask (work: {results['rounds']} rounds, ~2 ms)"]
     for name in ("dag", "chain", "independent"):
         r = results[name]
-        ratio = r["engine_s"] / r["dask_s"]
         lines.append(
             f"  {name:12} {r['ops']:5} ops: aioengine {r['engine_s']:.3f} s, "
-            f"dask {r['dask_s']:.3f} s, ratio {ratio:.2f}x"
+            f"dask {r['dask_s']:.3f} s, ratio {r['ratio']:.2f}x "
+            f"(pairs: {', '.join(f'{x:.2f}' for x in r['ratios'])})"
         )
     lines.append(f"  dag values equal: {results['dag']['same_values']}")
     c = results["chain"]
@@ -258,6 +334,9 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="reduced sizes (smoke)")
     parser.add_argument("--scheduler", help="a Dask scheduler address (default: LocalCluster)")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument(
+        "--reps", type=int, default=3, help="timed pairs per shape (the sides alternate first)"
+    )
     ns = parser.parse_args()
     out = asyncio.run(main(ns))
     print(report(out))
