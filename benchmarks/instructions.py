@@ -14,11 +14,20 @@ of pushing, running and finishing it, garbage collection included, the fixed cos
 start-up, warm-up) cancelled out. Only single-threaded configurations are counted (valgrind
 runs threads one at a time, so a thread pool's figures would describe valgrind's scheduler).
 
+Two options compare with MXNet itself, whose C++ engine the same counting sees through its C
+API: ``--configs ...,mxnet-naive`` counts MXNet 1.9.1's NaiveEngine (run by the MXNet venv's
+interpreter, ``--mxnet-python``, as ``run.py`` makes it: ``.venv-mxnet/``), and ``--program``
+counts the ``program`` workloads of ``run.py`` (a heap of 200,000 objects, per-operation
+closures, no collection before the pushes), so that what the collector costs is counted too.
+Loading ``libmxnet.so`` under valgrind takes about 45 seconds per process.
+
 Usage::
 
     python benchmarks/instructions.py                       # every config and shape
     python benchmarks/instructions.py --shapes chain,random --configs aio-inline,floor-inline
     python benchmarks/instructions.py --loop uvloop --out /tmp/uvloop.json   # on uvloop
+    python benchmarks/instructions.py --program --configs aio-inline,aio-serial,mxnet-naive \
+        --out /tmp/program.json                   # a user's program, against NaiveEngine
 
 It counts the aioengine that its interpreter imports: run it with the bench venv's Python
 (``.nox/bench/bin/python``, the compiled wheel) for ``results/instructions.json``, and with a
@@ -43,10 +52,20 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
-from workloads import SHAPES, Checker, WorkloadSpec, generate, make_runner
+from workloads import SHAPES, Checker, WorkloadSpec, generate, make_runner, user_heap
 
 CONFIGS = ("aio-inline", "aio-serial", "aio-async", "floor-inline", "floor-task")
-FLOORS = {"aio-inline": "floor-inline", "aio-serial": "floor-inline", "aio-async": "floor-task"}
+MXNET = "mxnet-naive"  # opt-in (--configs): MXNet's NaiveEngine, in the MXNet venv
+#: What each aioengine configuration is compared with, when both were counted.
+PEERS = {
+    "aio-inline": ("floor-inline", MXNET),
+    "aio-serial": ("floor-inline", MXNET),
+    "aio-async": ("floor-task",),
+}
+#: The MXNet venv's interpreter (``--mxnet-python``).
+MXNET_PYTHON = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv-mxnet", "bin", "python"
+)
 
 
 async def _aioengine(config: str, spec: WorkloadSpec, setup_only: bool) -> None:
@@ -61,11 +80,14 @@ async def _aioengine(config: str, spec: WorkloadSpec, setup_only: bool) -> None:
     ctx = ae.cpu()
     if config == "aio-async":
         cfns = [partial(check.cbody, i) for i in range(len(prog))]
+    elif "program" in spec.tags:
+        fns = check.closures()  # as the runner's program workloads push them
     else:
         fns = [partial(check.body, i) for i in range(len(prog))]
     prop = ae.FnProperty.ASYNC if config == "aio-inline" else ae.FnProperty.NORMAL
     await engine.wait_for_all()
-    gc.collect()  # as start_clock() does in the runners (and in both modes: it cancels out)
+    if "program" not in spec.tags:
+        gc.collect()  # as start_clock() does in the runners (and in both modes: it cancels out)
     if not setup_only:
         if config == "aio-async":
             for i in range(len(prog)):
@@ -91,27 +113,41 @@ async def _floor(config: str, spec: WorkloadSpec, setup_only: bool) -> None:
         await _run_tasks(spec)
 
 
-def _child(config: str, shape: str, n: int, setup_only: bool, loop: str) -> None:
+def _mxnet(spec: WorkloadSpec, setup_only: bool) -> None:
+    """MXNet's NaiveEngine on ``spec``, through the runner of ``peers/mxnet_engine.py``."""
+    from peers.mxnet_engine import _mx, _run_program
+
+    _run_program(_mx("naive"), spec, run=not setup_only)
+
+
+def _child(config: str, shape: str, n: int, mode: str, loop: str) -> None:
     body = "yield" if config in ("aio-async", "floor-task") else "noop"
-    spec = WorkloadSpec(f"{body}/{shape}", shape, body, n)
-    run = _floor if config.startswith("floor") else _aioengine
-    with make_runner(loop) as runner:
-        runner.run(run(config, spec, setup_only))
+    program = mode.startswith("program-")
+    spec = WorkloadSpec(f"{body}/{shape}", shape, body, n, tags=("program",) if program else ())
+    setup_only = mode.endswith("setup")
+    heap = user_heap(spec)  # a program's own heap, held until the end (empty otherwise)
+    if config == MXNET:
+        _mxnet(spec, setup_only)
+    else:
+        run = _floor if config.startswith("floor") else _aioengine
+        with make_runner(loop) as runner:
+            runner.run(run(config, spec, setup_only))
+    del heap
 
 
-def _count(config: str, shape: str, n: int, setup_only: bool, loop: str) -> int:
+def _count(config: str, shape: str, n: int, mode: str, loop: str) -> int:
     """Instructions of one child process, from callgrind's summary line."""
     cmd = [
         "valgrind",
         "--tool=callgrind",
         "--callgrind-out-file=/dev/null",
-        sys.executable,
+        MXNET_PYTHON if config == MXNET else sys.executable,
         __file__,
         "--child",
         config,
         shape,
         str(n),
-        "setup" if setup_only else "run",
+        mode,
         loop,
     ]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -122,12 +158,21 @@ def _count(config: str, shape: str, n: int, setup_only: bool, loop: str) -> int:
     raise RuntimeError(f"no instruction count in valgrind's output:\n{out[-2000:]}")
 
 
-def per_op(config: str, shape: str, n1: int, n2: int, loop: str, pool: ThreadPoolExecutor) -> float:
+def per_op(
+    config: str,
+    shape: str,
+    n1: int,
+    n2: int,
+    loop: str,
+    pool: ThreadPoolExecutor,
+    program: bool = False,
+) -> float:
     """Instructions per operation of ``config`` on ``shape`` (see the module docstring)."""
+    prefix = "program-" if program else ""
     runs = [
-        pool.submit(_count, config, shape, n, setup_only, loop)
+        pool.submit(_count, config, shape, n, prefix + mode, loop)
         for n in (n1, n2)
-        for setup_only in (False, True)
+        for mode in ("run", "setup")
     ]
     i1, s1, i2, s2 = (r.result() for r in runs)
     return ((i2 - i1) - (s2 - s1)) / (n2 - n1)
@@ -135,6 +180,7 @@ def per_op(config: str, shape: str, n1: int, n2: int, loop: str, pool: ThreadPoo
 
 def main() -> int:
     """Print instructions per operation for each configuration and shape, with ratios."""
+    global MXNET_PYTHON  # the children's interpreter for mxnet-naive (--mxnet-python)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--configs", default=",".join(CONFIGS))
@@ -152,37 +198,53 @@ def main() -> int:
         default="asyncio",
         help="the event loop every configuration runs on (default: asyncio's)",
     )
+    ap.add_argument(
+        "--program",
+        action="store_true",
+        help="count run.py's program workloads (heap, closures, the collector's work)",
+    )
+    ap.add_argument("--mxnet-python", default=MXNET_PYTHON, help="the MXNet venv's interpreter")
     ap.add_argument("--child", nargs=5, metavar=("CONFIG", "SHAPE", "N", "MODE", "LOOP"))
     args = ap.parse_args()
     if args.child:
         config, shape, n, mode, loop = args.child
-        _child(config, shape, int(n), mode == "setup", loop)
+        _child(config, shape, int(n), mode, loop)
         return 0
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install valgrind): nothing counted")
         return 0
     configs = [c for c in args.configs.split(",") if c]
     shapes = [s for s in args.shapes.split(",") if s]
+    if args.program and not set(configs) <= {"aio-inline", "aio-serial", MXNET}:
+        ap.error(f"--program counts aio-inline, aio-serial and {MXNET} only")
+    if MXNET in configs:
+        if not os.path.exists(args.mxnet_python):
+            ap.error(f"{MXNET}: no MXNet venv at {args.mxnet_python} (run.py makes it)")
+        MXNET_PYTHON = args.mxnet_python
     results: dict[tuple[str, str], float] = {}
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         for shape in shapes:
             for config in configs:
-                results[config, shape] = per_op(config, shape, args.n1, args.n2, args.loop, pool)
+                results[config, shape] = per_op(
+                    config, shape, args.n1, args.n2, args.loop, pool, args.program
+                )
                 print(f"{shape:12s} {config:14s} {results[config, shape]:9,.0f} instructions/op")
-    print("\nratio = floor instructions / aioengine instructions (>1: aioengine does less)")
+    print("\nratio = peer instructions / aioengine instructions (>1: aioengine does less)")
     ratios = []
     for shape in shapes:
-        for config, floor in FLOORS.items():
-            if (config, shape) in results and (floor, shape) in results:
-                ratio = results[floor, shape] / results[config, shape]
-                ratios.append({"shape": shape, "aio": config, "vs": floor, "ratio": ratio})
-                print(f"{shape:12s} {config:14s} vs {floor:14s} {ratio:5.2f}x")
+        for config, peers in PEERS.items():
+            for peer in peers:
+                if (config, shape) in results and (peer, shape) in results:
+                    ratio = results[peer, shape] / results[config, shape]
+                    ratios.append({"shape": shape, "aio": config, "vs": peer, "ratio": ratio})
+                    print(f"{shape:12s} {config:14s} vs {peer:14s} {ratio:5.2f}x")
     import aioengine.engine
 
     report = {
         "python": platform.python_version(),
         "aioengine_core": "compiled" if aioengine.engine._COMPILED else "pure Python",
         "loop": args.loop,
+        "program": args.program,
         "n1": args.n1,
         "n2": args.n2,
         "per_op": [

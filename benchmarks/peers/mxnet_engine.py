@@ -210,7 +210,9 @@ def _mx(config: str) -> MXNet:
     return _MX
 
 
-def _run_program(mx: MXNet, spec: WorkloadSpec) -> tuple[float, Checker, Any]:
+def _run_program(mx: MXNet, spec: WorkloadSpec, run: bool = True) -> tuple[float, Checker, Any]:
+    """Set up ``spec``'s program (Vars, argument arrays, bodies) and, if ``run``, push and
+    time it; ``run=False`` is the setup alone, which ``instructions.py`` subtracts."""
     prog, n_vars = generate(spec)
     check = Checker(spec, prog, n_vars)
     handles = [mx.new_var() for _ in range(n_vars)]
@@ -241,7 +243,7 @@ def _run_program(mx: MXNet, spec: WorkloadSpec) -> tuple[float, Checker, Any]:
     ctx = mx.ctx_p
     mx.wait_all()
     t0 = start_clock(spec)
-    for i in range(len(prog)):
+    for i in range(len(prog) if run else 0):
         c, nc, m, nm = args[i]
         if push(cb, i, None, ctx, c, nc, m, nm, None, 0, None):
             mx.check(-1)
