@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
+import operator
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -24,6 +27,9 @@ from hypothesis import strategies as st
 
 import aioengine as ae
 from aioengine.remote import RemoteBackend
+
+# The module itself: ``aioengine.remote`` as an attribute is the ``remote()`` function.
+_remote_module = importlib.import_module("aioengine.remote")
 
 distributed = pytest.importorskip("distributed")
 
@@ -536,6 +542,39 @@ class TestBatches:
                 await engine.wait_for_var(x)
             assert await x.get() == 2  # the failed write left the value as it was
             assert await y.get() == 2
+
+    async def test_without_dask_internals_each_operation_is_sent_by_client_submit(
+        self, cluster: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # A Dask without the graph API the batches use: the engine falls back to one
+        # client.submit per value operation, with the same results and the same rule.
+        monkeypatch.setattr(_remote_module, "_batch_api", lambda: None)
+
+        def no_graph(*args: Any) -> None:
+            raise AssertionError("a graph was sent without the graph API")
+
+        monkeypatch.setattr(RemoteBackend, "_send", no_graph)
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=1)
+            y = engine.new_var("y", value=10)
+            remote = ae.remote()
+            for _ in range(20):
+                engine.submit(inc, x, out=x, ctx=remote)
+            total = engine.submit(operator.add, x, y, out=y, ctx=remote)
+            engine.push_sync(lambda rctx: None, ae.cpu(), [x], [])  # a local reader between
+            engine.submit(inc, y, out=y, ctx=remote)
+            await total
+            assert await x.get() == 21
+            assert await y.get() == 32
+            await no_keys_left_but_versions(cluster, engine, 2)
+
+    @pytest.mark.parametrize("module", ["dask._expr", "dask._task_spec", "distributed.spans"])
+    def test_the_graph_api_is_missing_when_a_module_of_it_is(
+        self, module: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        assert _remote_module._batch_api() is not None  # this Dask has it
+        monkeypatch.setitem(sys.modules, module, None)  # importing it now raises ImportError
+        assert _remote_module._batch_api() is None
 
 
 async def no_keys_left_but_versions(cluster: Any, engine: ae.Engine, n: int) -> None:
