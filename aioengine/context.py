@@ -129,12 +129,14 @@ def remote(
     The engine needs a cluster (``Engine(cluster=...)`` or ``AIOENGINE_CLUSTER``); see
     ``docs/howto/cluster.md``. ``resources``, ``workers`` and ``retries`` are passed to Dask's
     ``Client.submit`` for every operation pushed to this context. Equal arguments give equal
-    (hashable) contexts.
+    (hashable) contexts; equal calls return the same (immutable) object, as :func:`cpu`'s do.
 
     Raises:
         TypeError: if an argument has the wrong type.
         ValueError: if ``retries`` is negative.
     """
+    if resources is None and workers is None and retries == 0 and type(retries) is int:
+        return _remote(_NO_OPTIONS)  # the common call, once per push in a loop: no checks
     if resources is None:
         pairs: tuple[tuple[str, float], ...] = ()
     elif isinstance(resources, dict):
@@ -161,7 +163,15 @@ def remote(
         raise TypeError(f"retries must be an int, got {retries!r}")
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries}")
-    return Context(DeviceType.REMOTE, 0, RemoteOptions(pairs, allowed, retries))
+    return _remote(RemoteOptions(pairs, allowed, retries))
+
+
+_NO_OPTIONS = RemoteOptions((), None, 0)
+
+
+@functools.lru_cache(maxsize=256)
+def _remote(options: RemoteOptions) -> Context:
+    return Context(DeviceType.REMOTE, 0, options)
 
 
 @dataclass(frozen=True, slots=True)

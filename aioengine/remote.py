@@ -78,11 +78,11 @@ import operator
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from . import instrument as _instrument
-from .context import Context, RunContext, remote
+from .context import Context, RemoteOptions, RunContext, remote
 from .errors import DependencyError, DeviceUnavailableError, EngineClosedError, summary
 from .functions import ValueCall
 from .kinds import _CALLBACK, _WAIT, FnProperty, OpState
@@ -329,7 +329,10 @@ class RemoteBackend:
         self._executor = RemoteExecutor(self)
         self._starting: collections.deque[Operation[Any]] | None = None
         # Collected value operations not sent yet: (group, options, tasks, futures) each.
-        self._batch: list[tuple[tuple[int, str], dict[str, Any], list[Any], list[Any]]] = []
+        # (priority and options, context, tasks, futures) per collected operation.
+        self._batch: list[
+            tuple[tuple[int, RemoteOptions | None], Context, list[Any], list[Any]]
+        ] = []
         self._batch_api = _batch_api()
 
     # -- the scheduler's seam ----------------------------------------------------------
@@ -435,18 +438,21 @@ class RemoteBackend:
             asyncio.run_coroutine_threadsafe(awaitable, self._client.loop.asyncio_loop)
         )
 
-    async def _finished(self, future: DaskFuture) -> None:
-        """Return once ``future`` has finished, erred or been cancelled (no data moves).
+    def _finished(self, future: DaskFuture) -> Awaitable[None]:
+        """What to await until ``future`` has finished, erred or been cancelled (no data moves).
 
-        On the engine's loop, the future's own state is awaited (no thread involved; it is
-        what awaiting the future does, without the transfer of its result); otherwise a done
-        callback, which Dask runs on a thread of its own, wakes the loop.
+        On the engine's loop, the future's own state (no thread involved; it is what awaiting
+        the future does, without the transfer of its result), returned itself: one coroutine
+        frame fewer per operation; otherwise a done callback, which Dask runs on a thread of
+        its own, wakes the loop.
         """
         state = getattr(future, "_state", None)
         wait = getattr(state, "wait", None)
         if self._on_loop and wait is not None:
-            await wait()
-            return
+            return wait()  # type: ignore[no-any-return]
+        return self._settled_by_callback(future)
+
+    async def _settled_by_callback(self, future: DaskFuture) -> None:
         done = self._loop.create_future()
         loop = self._loop
 
@@ -546,9 +552,9 @@ class RemoteBackend:
                 part_key = f"{key}-{i}"
                 tasks.append(task_type(part_key, operator.getitem, parse_input(future), i))
                 parts.append(future_type(part_key, client))
-        options = self._options(op._ctx)
-        group = (_priority(op), repr(sorted(options.items())))
-        self._batch.append((group, options, tasks, [future, *parts] if n else [future]))
+        ctx = op._ctx
+        group = (_priority(op), ctx.options)  # one graph per priority and options
+        self._batch.append((group, ctx, tasks, [future, *parts] if n else [future]))
         if len(self._batch) == 1:
             self._loop.call_soon(self._flush)
         versions: list[RemoteVersion] = []
@@ -582,11 +588,11 @@ class RemoteBackend:
         again task by task, and the tasks that still cannot fail their operations."""
         batch, self._batch = self._batch, []
         client = self._client
-        groups: dict[tuple[int, str], list[Any]] = {}
+        groups: dict[tuple[int, RemoteOptions | None], list[Any]] = {}
         for entry in batch:
             groups.setdefault(entry[0], []).append(entry)
         for (priority, _), entries in groups.items():
-            options = entries[0][1]
+            options = self._options(entries[0][1])
             try:
                 self._send(client, [t for e in entries for t in e[2]], priority, options)
             except Exception:

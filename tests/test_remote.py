@@ -141,6 +141,10 @@ class TestContext:
         assert ae.remote() != a
         assert ae.remote() == ae.remote()
         assert ae.remote() != ae.cpu(0)
+        # The same object, as cpu()'s: a push loop that calls remote() each time makes none.
+        assert a is b
+        assert ae.remote() is ae.remote() is ae.remote(resources=None, workers=None, retries=0)
+        assert ae.remote() == ae.remote(resources={}, workers=None)
         assert repr(a) == "remote(resources={'GPU': 1.0}, workers=['w1'], retries=2)"
 
     @pytest.mark.parametrize(
@@ -150,6 +154,8 @@ class TestContext:
             ({"resources": {"GPU": "1"}}, TypeError),
             ({"workers": 3}, TypeError),
             ({"retries": 1.0}, TypeError),
+            ({"retries": 0.0}, TypeError),
+            ({"retries": False}, TypeError),
             ({"retries": -1}, ValueError),
         ],
     )
