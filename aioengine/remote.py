@@ -328,8 +328,8 @@ class RemoteBackend:
         self._holders: weakref.WeakSet[Var] = weakref.WeakSet()
         self._executor = RemoteExecutor(self)
         self._starting: collections.deque[Operation[Any]] | None = None
-        # Collected value operations not sent yet: (group, options, tasks, futures) each.
-        # (priority and options, context, tasks, futures) per collected operation.
+        # Collected value operations not sent yet: (priority and options, context, tasks,
+        # futures) each.
         self._batch: list[
             tuple[tuple[int, RemoteOptions | None], Context, list[Any], list[Any]]
         ] = []

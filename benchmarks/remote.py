@@ -210,8 +210,12 @@ async def overhead(cluster: Any, client: Any, n: int) -> dict[str, float]:
 async def settle(client: Any) -> None:
     """Wait until the scheduler holds no task, then collect garbage: each timed side starts on
     an idle cluster, not while the previous side's keys are still being released (which slowed
-    whichever side went second by 10-20 %)."""
-    while await client.run_on_scheduler(_scheduler_tasks) > 0:  # noqa: ASYNC110 (a remote count)
+    whichever side went second by 10-20 %). On a shared scheduler (``--scheduler``) whose
+    other clients keep tasks, it gives up waiting after 30 seconds."""
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline:  # polls a count on the scheduler: no event to await
+        if await client.run_on_scheduler(_scheduler_tasks) == 0:
+            break
         await asyncio.sleep(0.02)
     gc.collect()
 
