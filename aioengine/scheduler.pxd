@@ -82,6 +82,8 @@ cdef class Scheduler:
     @cython.locals(op=_OperationCore)
     cpdef _complete_locked(self, op, state)
     @cython.locals(op=_OperationCore)
+    cpdef _notify_locked(self, op)
+    @cython.locals(op=_OperationCore)
     cpdef _show_live(self)
     @cython.locals(op=_OperationCore, i=Py_ssize_t, queue=LoopQueue)
     cpdef list _dispatch_locked(self, list ready)

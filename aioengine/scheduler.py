@@ -696,11 +696,7 @@ class Scheduler:
                     op._fn = None
                     op._vars = ()
                     if op._waiters is not None or op._callbacks is not None:
-                        if _get_ident() == self._loop_thread:
-                            self._wake_locked(op)
-                        else:
-                            self._inbox.append(op)
-                            self._post_locked()
+                        self._notify_locked(op)
             self._report(f"{op.name!r}, pushed by a finalizer, could not be pushed", exc)
 
     def _gpu_for(self, ctx: Context) -> GpuSeam:
@@ -1421,12 +1417,17 @@ class Scheduler:
                     else:
                         self._idle_due = True
                         self._post_locked()
-        if op._waiters is not None or op._callbacks is not None:
-            if _get_ident() == self._loop_thread:
-                self._wake_locked(op)
-            else:
-                self._inbox.append(op)
-                self._post_locked()
+        if op._waiters is not None or op._callbacks is not None:  # (no call when nobody waits)
+            self._notify_locked(op)
+
+    def _notify_locked(self, op: Operation[Any]) -> None:
+        """Tell final ``op``'s awaiters and callbacks (lock held): at once on the loop thread,
+        else through the inbox, which the loop drains (asyncio futures are the loop's)."""
+        if _get_ident() == self._loop_thread:
+            self._wake_locked(op)
+        else:
+            self._inbox.append(op)
+            self._post_locked()
 
     def _show_live(self) -> None:
         """Show the cycle collector every live operation again (collector.py).
