@@ -34,10 +34,10 @@ operation READY and never submitted), and the compiled core wherever it calls Py
 ``asyncio.run``, after the runner has installed its own handler), wraps the SIGINT handler:
 while the main thread holds an engine lock or runs the engine's own code (not an operation's
 function or another user callback), the wrapper hands the signal back to the main thread
-(``signal.pthread_kill``, from a timer thread half a millisecond later) instead of calling
-the handler, until the engine's code has returned: the interrupt is delayed by about a
-millisecond and never splits the engine's bookkeeping. The same in a
-finalizer (``__del__``, a weakref callback), where the interpreter would drop it, and in
+half a millisecond later (:func:`signal_main_later`: a timer of the kernel's on Linux, which
+needs no GIL) instead of calling the handler, until the engine's code has returned: the
+interrupt is delayed by about a millisecond and never splits the engine's bookkeeping. The
+same in a finalizer (``__del__``, a weakref callback), where the interpreter would drop it, and in
 asyncio's loop between taking a callback and running it, where it would lose the callback. A
 handler installed later replaces the wrapper (and with it this guarantee). Once no open
 engine is guarded (each is forgotten when it closes), :func:`unguard_interrupts` puts the
@@ -48,11 +48,14 @@ default one) and the runner's own restoring behave as without aioengine.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import functools
 import logging
 import os
 import queue
 import signal
+import sys
 import sysconfig
 import threading
 import weakref
@@ -233,6 +236,99 @@ def run_after(after: list[object]) -> None:
 
 _RETRY = 0.0005  # seconds before a delayed Ctrl-C is signalled again
 
+
+class _TimeSpec(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+
+
+class _ITimerSpec(ctypes.Structure):
+    _fields_ = [("interval", _TimeSpec), ("value", _TimeSpec)]
+
+
+class _SigEvent(ctypes.Structure):
+    # Linux's struct sigevent (64 bytes): the value, the signal, how to notify, then a union
+    # whose first member is SIGEV_THREAD_ID's thread id.
+    _fields_ = [
+        ("value", ctypes.c_void_p),
+        ("signo", ctypes.c_int),
+        ("notify", ctypes.c_int),
+        ("tid", ctypes.c_int),
+        ("pad", ctypes.c_int * 11),
+    ]
+
+
+_SIGEV_THREAD_ID = 4  # Linux: the signal goes to the thread ``tid``
+_CLOCK_MONOTONIC = 1
+# Per (process, signal): the POSIX timer that sends the signal to the main thread (a forked
+# child has none of its parent's timers), or None where none could be made.
+_kernel_timers: dict[tuple[int, int], tuple[Any, ctypes.c_void_p] | None] = {}
+
+
+@functools.cache
+def _timer_calls() -> tuple[Any, Any] | None:
+    """The C library's ``timer_create`` and ``timer_settime``, or None where there are none
+    (not Linux, or neither libc nor librt has them)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    for name in (None, ctypes.util.find_library("rt")):
+        try:
+            lib = ctypes.CDLL(name, use_errno=True)
+            create, settime = lib.timer_create, lib.timer_settime
+        except (OSError, AttributeError):
+            continue
+        create.argtypes = [ctypes.c_int, ctypes.POINTER(_SigEvent), ctypes.c_void_p]
+        settime.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.POINTER(_ITimerSpec),
+            ctypes.c_void_p,
+        ]
+        return create, settime
+    return None
+
+
+def _kernel_timer(signum: int) -> tuple[Any, ctypes.c_void_p] | None:
+    """This process's POSIX timer that sends ``signum`` to the main thread (made on first
+    use) and ``timer_settime``, or None."""
+    key = (os.getpid(), signum)
+    try:
+        return _kernel_timers[key]
+    except KeyError:
+        pass
+    found = None
+    calls = _timer_calls()
+    tid = threading.main_thread().native_id
+    if calls is not None and tid is not None:
+        event = _SigEvent(None, signum, _SIGEV_THREAD_ID, tid)
+        timer = ctypes.c_void_p()
+        if calls[0](_CLOCK_MONOTONIC, ctypes.byref(event), ctypes.byref(timer)) == 0:
+            found = (calls[1], timer)
+    _kernel_timers[key] = found
+    return found
+
+
+def signal_main_later(signum: int, delay: float) -> None:
+    """Send ``signum`` to the main thread in ``delay`` seconds (from 1 µs), as a real signal.
+
+    On Linux a POSIX timer of the kernel sends it, so it comes on time however busy the main
+    thread is; one timer per signal, so a call made while one is pending replaces it.
+    Elsewhere a daemon thread sends it; that thread needs the GIL, which a main thread that
+    keeps giving it back and taking it again at once (an event loop whose ready queue never
+    empties polls for I/O, without waiting, on every iteration) can keep for seconds.
+    """
+    kernel = _kernel_timer(signum)
+    if kernel is not None:
+        settime, timer = kernel
+        sec = int(delay)
+        when = _ITimerSpec(_TimeSpec(0, 0), _TimeSpec(sec, max(1000, int((delay - sec) * 1e9))))
+        if settime(timer, 0, ctypes.byref(when), None) == 0:
+            return
+    main = threading.main_thread().ident
+    sender = threading.Timer(delay, signal.pthread_kill, (main, signum))
+    sender.daemon = True
+    sender.start()
+
+
 # Every engine lock, for the SIGINT wrapper: does the main thread hold one?
 _locks: weakref.WeakSet[EngineLock] = weakref.WeakSet()
 # The open engines (their schedulers) used on the main thread: the wrapper stays installed,
@@ -291,13 +387,10 @@ class _Guard:
 
     def __call__(self, signum: int, frame: FrameType | None) -> Any:
         if _guarding and _in_engine(frame):
-            # Signalled again in a moment, from another thread: not from here, where the
-            # interpreter's next check (still in this handler) would call it again at once. A
-            # real signal, which also wakes a loop that has gone to sleep in select() since.
-            main = threading.main_thread().ident
-            redeliver = threading.Timer(_RETRY, signal.pthread_kill, (main, signum))
-            redeliver.daemon = True
-            redeliver.start()
+            # Signalled again in a moment, by a timer: not from here, where the interpreter's
+            # next check (still in this handler) would call it again at once. A real signal,
+            # which also wakes a loop that has gone to sleep in select() since.
+            signal_main_later(signum, _RETRY)
             return None
         return self.handler(signum, frame)
 

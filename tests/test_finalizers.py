@@ -334,17 +334,24 @@ class TestDeferredCalls:
 # -- Ctrl-C (issue 27, part 2) ------------------------------------------------------------
 
 INTERRUPTS = """\
-import asyncio, os, random, signal, threading, time
+import asyncio, random, signal, time
 import aioengine as ae
+from aioengine.lock import signal_main_later
 
 assert ae.engine._COMPILED is {compiled}, "the subprocess imported the other build"
 SERIAL = {serial}
 random.seed({seed})
 
 def ctrl_c_soon():
-    timer = threading.Timer(random.uniform(0, 0.004), os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    return timer
+    # Sent by a kernel timer: a thread's os.kill could wait seconds for the GIL while the
+    # loop polls without waiting on every iteration, and land only once the loop idles.
+    delay = random.uniform(0, 0.004)
+    signal_main_later(signal.SIGINT, delay)
+    return time.monotonic() + delay
+
+def sent(deadline):
+    while time.monotonic() < deadline:  # the Ctrl-C is on its way, or delivered
+        time.sleep(0.0005)
 
 def engine_round():
     loop = asyncio.new_event_loop()  # no asyncio.run: Ctrl-C raises KeyboardInterrupt
@@ -352,7 +359,7 @@ def engine_round():
     x = engine.new_var("x")
 
     async def produce():
-        timer = ctrl_c_soon()
+        deadline = ctrl_c_soon()
         try:
             for i in range(1_000_000):
                 engine.push_sync(lambda r: None, mutate_vars=[x])
@@ -360,7 +367,7 @@ def engine_round():
                 if i % 50 == 0:
                     await asyncio.sleep(0)  # serial mode runs them here, on this thread
         finally:
-            timer.join()
+            sent(deadline)
 
     async def finish():
         # Not awaited: an interrupt inside asyncio's own code (call_soon, say) can lose the
@@ -390,12 +397,12 @@ def blocking_round():
     try:
         with ae.BlockingEngine(serial=SERIAL, cpu_workers=2) as be:
             x = be.new_var("x")
-            timer = ctrl_c_soon()
+            deadline = ctrl_c_soon()
             try:
                 while True:
                     be.push_sync(lambda r: None, mutate_vars=[x])
             finally:
-                timer.join()
+                sent(deadline)
     except KeyboardInterrupt:
         pass
     assert be.closed
