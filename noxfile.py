@@ -154,7 +154,9 @@ def bench(session: nox.Session) -> None:
     ``nox -s bench`` runs the full matrix (about 8 minutes on 2 cores, plus a one-time MXNet
     venv install); ``nox -s bench -- --quick`` is the smoke mode. Extra arguments go to
     benchmarks/run.py (``nox -s bench -- --help``). Timings are printed, never asserted.
-    Then benchmarks/accumulate.py compares the commute access mode with write mode and
+    Then benchmarks/paired.py runs aioengine and MXNet's NaiveEngine (and the task floor)
+    in one process, taking turns, and reports the ratios within each round;
+    benchmarks/accumulate.py compares the commute access mode with write mode and
     ``submit(accumulate=)``, benchmarks/gpu_overlap.py measures GPU copy/compute overlap
     (both JSON, ``--quick`` passed on; the latter reports itself skipped without CuPy and a
     CUDA device), and benchmarks/remote.py remote operations against hand-written Dask
@@ -163,6 +165,10 @@ def bench(session: nox.Session) -> None:
     # The wheel, with the compiled core: what a user installs.
     session.install(".", *nox.project.dependency_groups(PYPROJECT, "bench"))
     session.run("python", "benchmarks/run.py", *session.posargs)
+    # aioengine and NaiveEngine (and the task floor) in one process, in turns: the ratios
+    # within each round, which a VM's changing speed moves far less than medians over
+    # processes (--quick passed on).
+    session.run("python", "benchmarks/paired.py", *{"--quick"} & set(session.posargs))
     # Access modes: commute vs write mode vs submit(accumulate=) (JSON, --quick passed on).
     session.run("python", "benchmarks/accumulate.py", *{"--quick"} & set(session.posargs))
     session.run("python", "benchmarks/gpu_overlap.py", *{"--quick"} & set(session.posargs))
@@ -176,6 +182,9 @@ def bench_smoke(session: nox.Session) -> None:
     # Editable (the sources, pure Python): CI builds the compiled wheel once, for its tests.
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "bench"))
     session.run("python", "benchmarks/run.py", "--quick", *session.posargs)
+    session.run(
+        "python", "benchmarks/paired.py", "--quick", "--out", f"{session.create_tmp()}/p.json"
+    )
 
 
 @nox.session
