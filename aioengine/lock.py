@@ -247,13 +247,14 @@ class _ITimerSpec(ctypes.Structure):
 
 class _SigEvent(ctypes.Structure):
     # Linux's struct sigevent (64 bytes): the value, the signal, how to notify, then a union
-    # whose first member is SIGEV_THREAD_ID's thread id.
+    # whose first member is SIGEV_THREAD_ID's thread id. The padding makes it at least 64
+    # bytes on 32-bit systems too (where the value is 4 bytes), as the kernel reads 64.
     _fields_ = [
         ("value", ctypes.c_void_p),
         ("signo", ctypes.c_int),
         ("notify", ctypes.c_int),
         ("tid", ctypes.c_int),
-        ("pad", ctypes.c_int * 11),
+        ("pad", ctypes.c_int * 13),
     ]
 
 
