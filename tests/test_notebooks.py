@@ -37,11 +37,21 @@ EXPECTED = {
 
 
 def _text(notebook: object) -> str:
+    """Each cell's printed text as a reader sees it, its stdout, then its stderr, each joined
+    in order (the kernel may send one print() in several stream messages, with another
+    stream's between them: a progress bar's on stderr), then its results' text."""
     out = []
     for cell in notebook.cells:  # type: ignore[attr-defined]
-        for output in cell.get("outputs", []):
-            out.append(output.get("text", ""))
-            out.append(output.get("data", {}).get("text/plain", ""))
+        outputs = cell.get("outputs", [])
+        for stream in ("stdout", "stderr"):
+            out.append(
+                "".join(
+                    o.get("text", "")
+                    for o in outputs
+                    if o.get("output_type") == "stream" and o.get("name") == stream
+                )
+            )
+        out += [o["data"].get("text/plain", "") for o in outputs if "data" in o]
     return "\n".join(out)
 
 
