@@ -38,7 +38,8 @@ half a millisecond later (:func:`signal_main_later`: a timer of the kernel's on 
 needs no GIL) instead of calling the handler, until the engine's code has returned: the
 interrupt is delayed by about a millisecond and never splits the engine's bookkeeping. The
 same in a finalizer (``__del__``, a weakref callback), where the interpreter would drop it, and in
-asyncio's loop between taking a callback and running it, where it would lose the callback. A
+asyncio's loop between taking a callback and running it, where it would lose the callback,
+and in asyncio's ``call_soon`` and ``create_task``, which the compiled core calls from C. A
 handler installed later replaces the wrapper (and with it this guarantee). Once no open
 engine is guarded (each is forgotten when it closes), :func:`unguard_interrupts` puts the
 wrapped handler back, so that ``asyncio.run`` (which installs its own handler only over the
@@ -351,6 +352,20 @@ _LOOP_STEPS = frozenset(
         asyncio.events.Handle._run.__code__,
     )
 )
+# Where asyncio schedules a callback or makes a task: an interrupt there loses it (the
+# callback never scheduled, the task never made). Anywhere among the library frames, not
+# only the innermost: the compiled core calls these from C, with no frame of its own above
+# them for the walk below to find (its deferred wake of a pool, lost so, left an operation
+# queued with its worker asleep).
+_SCHEDULING = frozenset(
+    (
+        asyncio.base_events.BaseEventLoop.call_soon.__code__,
+        asyncio.base_events.BaseEventLoop._call_soon.__code__,  # type: ignore[attr-defined]
+        asyncio.base_events.BaseEventLoop.call_soon_threadsafe.__code__,
+        asyncio.base_events.BaseEventLoop.create_task.__code__,
+        asyncio.events.Handle.__init__.__code__,
+    )
+)
 _CALLBACKS = frozenset((weakref.__file__, weakref.WeakSet.__init__.__code__.co_filename))
 _LIBRARY = tuple(
     {os.path.abspath(sysconfig.get_paths()[key]) + os.sep for key in ("stdlib", "platstdlib")}
@@ -374,6 +389,8 @@ def _in_engine(frame: FrameType | None) -> bool:
             return filename not in _FRONT_ENDS
         if not filename.startswith(_LIBRARY) and not filename.startswith("<frozen"):
             return False  # the user's code: interrupt it
+        if code in _SCHEDULING:
+            return True
         frame = frame.f_back
     return False
 

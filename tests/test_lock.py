@@ -219,3 +219,26 @@ class TestSignalMainLater:
         assert (os.getpid(), signal.SIGUSR1) in lock_module._kernel_timers
         if sys.platform.startswith("linux"):
             assert first is not None
+
+
+def test_an_interrupt_waits_while_asyncio_schedules_a_callback() -> None:
+    """Inside asyncio's ``call_soon`` an interrupt would lose the callback. The compiled core
+    calls it from C, with no frame of its own above it: the guard must see asyncio's frame
+    alone as engine code (a deferred wake of a thread pool, lost so, left an operation queued
+    with its worker asleep)."""
+    loop = asyncio.new_event_loop()
+    seen: list[bool] = []
+    scheduling = asyncio.base_events.BaseEventLoop._call_soon.__code__  # type: ignore[attr-defined]
+
+    def profile(frame: Any, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code is scheduling:
+            seen.append(lock_module._in_engine(frame))
+
+    sys.setprofile(profile)
+    try:
+        loop.call_soon(lambda: None)
+    finally:
+        sys.setprofile(None)
+        loop.close()
+    assert seen == [True]
+    assert not lock_module._in_engine(sys._getframe())  # the user's own code: interrupted
