@@ -66,7 +66,8 @@ the invariants):
   backpressured pushes; ``_idle_due``, ``_capacity_due``: they need waking (set off the loop).
 - ``_inbox``, ``_inbox_scheduled``: finished operations whose awaiters the loop must wake.
 - ``_loop_queue``: READY operations for the loop thread, best first (``loopqueue.py``).
-- ``_wakes``: executors to wake at the end of this loop iteration (loop thread only).
+- ``_wakes``: executors to wake at the end of this loop iteration (loop thread only); not
+  empty only while a ``_flush_wakes`` is scheduled (scheduled before a target is recorded).
 - ``_executors``, ``_routes``, ``_last_route``: thread pools by name, the route cache, and
   the last route taken.
 - ``_rctx_cache``, ``_loop_rctx``, ``_loop_ctx``: stream-less RunContexts, and the one of the
@@ -855,10 +856,10 @@ class Scheduler:
             return
         wakes = self._wakes
         if target not in wakes:
-            wakes.append(target)
-            if len(wakes) == 1:
+            if not wakes:
                 assert self._loop is not None
                 self._loop.call_soon(self._flush_wakes)
+            wakes.append(target)
 
     def _not_submitted(self, op: Operation[Any]) -> None:
         """``op``'s pool was shut down after this thread made it READY and released the lock.
