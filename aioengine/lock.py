@@ -261,9 +261,6 @@ class _SigEvent(ctypes.Structure):
 
 _SIGEV_THREAD_ID = 4  # Linux: the signal goes to the thread ``tid``
 _CLOCK_MONOTONIC = 1
-# Per (process, signal): the POSIX timer that sends the signal to the main thread (a forked
-# child has none of its parent's timers), or None where none could be made.
-_kernel_timers: dict[tuple[int, int], tuple[Any, ctypes.c_void_p] | None] = {}
 
 
 @functools.cache
@@ -292,21 +289,19 @@ def _timer_calls() -> tuple[Any, Any] | None:
 def _kernel_timer(signum: int) -> tuple[Any, ctypes.c_void_p] | None:
     """This process's POSIX timer that sends ``signum`` to the main thread (made on first
     use) and ``timer_settime``, or None."""
-    key = (os.getpid(), signum)
-    try:
-        return _kernel_timers[key]
-    except KeyError:
-        pass
-    found = None
+    return _made_timer(os.getpid(), signum)  # a forked child has none of its parent's timers
+
+
+@functools.cache
+def _made_timer(pid: int, signum: int) -> tuple[Any, ctypes.c_void_p] | None:
     calls = _timer_calls()
     tid = threading.main_thread().native_id
     if calls is not None and tid is not None:
         event = _SigEvent(None, signum, _SIGEV_THREAD_ID, tid)
         timer = ctypes.c_void_p()
         if calls[0](_CLOCK_MONOTONIC, ctypes.byref(event), ctypes.byref(timer)) == 0:
-            found = (calls[1], timer)
-    _kernel_timers[key] = found
-    return found
+            return calls[1], timer
+    return None
 
 
 def signal_main_later(signum: int, delay: float) -> None:

@@ -216,7 +216,7 @@ class TestSignalMainLater:
         the key holds the process id, as a forked child has none of its parent's timers)."""
         first = lock_module._kernel_timer(signal.SIGUSR1)
         assert lock_module._kernel_timer(signal.SIGUSR1) is first
-        assert (os.getpid(), signal.SIGUSR1) in lock_module._kernel_timers
+        assert lock_module._made_timer(os.getpid(), signal.SIGUSR1) is first
         if sys.platform.startswith("linux"):
             assert first is not None
 
