@@ -4,9 +4,14 @@
 # implementation; this file only types it.
 cimport cython
 
+from .functions cimport is_coroutine_code as _is_coroutine_code, qualified_name as _qualified_name
 from .scheduler cimport Scheduler
 # Every push checks its Var lists: C calls.
 from .var cimport checked_reads, checked_writes
+
+# The operation kinds (kinds.py), imported by engine.py, as C ints: a push passes its kind
+# to the scheduler's C call without converting an object.
+cdef int _BULK, _CORO, _SYNC, _WAIT
 
 
 @cython.final

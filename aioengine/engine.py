@@ -76,6 +76,11 @@ _partial = functools.partial
 _CO_COROUTINE = 128  # inspect.CO_COROUTINE
 _NORMAL = FnProperty.NORMAL
 _CPU0 = cpu(0)
+# The compiled façade reads a pushed function's code flags and name from its C struct
+# (functions.pxd, cimported by engine.pxd). Declared, not bound: the pure-Python façade
+# calls them only ``if _COMPILED``.
+_is_coroutine_code: Callable[[FunctionType], int]
+_qualified_name: Callable[[FunctionType], str]
 
 
 def _check_timeout(timeout: object) -> None:
@@ -573,12 +578,18 @@ class Engine:
         # their default name is taken from the same function (each attribute read counts).
         func: Any = fn.func if type(fn) is _partial else fn
         if type(func) is FunctionType:
-            if func.__code__.co_flags & _CO_COROUTINE:
+            if _COMPILED:  # read from the function's C struct (functions.pxd)
+                coroutine = _is_coroutine_code(func)  # noqa: F821  (engine.pxd: compiled only)
+                if name is None:
+                    name = _qualified_name(func)  # noqa: F821
+            else:
+                coroutine = func.__code__.co_flags & _CO_COROUTINE
+                if name is None:
+                    name = func.__qualname__
+            if coroutine:
                 raise TypeError(
                     f"{default_name(fn)} is a coroutine function; push it with push_async()"
                 )
-            if name is None:
-                name = func.__qualname__
         elif not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
         elif is_coroutine_function(fn):

@@ -1,6 +1,14 @@
 # Declarations for the optional compiled core (setup.py): Cython compiles lock.py with these
 # types, so that the scheduler's hot paths keep the lock's holder and its held-back list as C
 # fields (two stores and a test per critical section) instead of attribute lookups.
+from cpython.pythread cimport PyThread_get_thread_ident
+
+
+# The calling thread's ident (threading.get_ident()) as a C call: the scheduler's hot paths
+# compare it with the lock's owner and the loop's thread (cimported by scheduler.pxd).
+cdef inline unsigned long thread_ident() noexcept:
+    return <unsigned long> PyThread_get_thread_ident()
+
 
 cdef class EngineLock:
     cdef object __weakref__

@@ -6,7 +6,7 @@
 cimport cython
 
 from .bulk cimport Segments
-from .lock cimport EngineLock as _LockType
+from .lock cimport EngineLock as _LockType, thread_ident as _thread_ident
 from .loopqueue cimport LoopQueue
 from .collector cimport hide as _hide, show as _show
 from .operation cimport _OperationCore, new_operation
@@ -14,6 +14,10 @@ from .operation cimport _OperationCore, new_operation
 # Var type only under another name, for typed locals: a cimported name is no module global,
 # and typing.get_type_hints() on the scheduler's methods must find Var there.
 from .var cimport Var as _VarType, append_all, release_all
+
+# The operation kinds (kinds.py), imported by scheduler.py, as C ints: every test of an
+# operation's kind (a C field) is then a C comparison, not a boxed int's against an object.
+cdef int _BULK, _CORO, _SYNC, _WAIT
 
 
 @cython.final
@@ -43,7 +47,8 @@ cdef class Scheduler:
     cdef public object _loop_ctx
     cdef public object _loop_is_running
     cdef public object _loop_rctx
-    cdef public object _loop_thread
+    cdef public unsigned long _loop_thread
+    cdef public list _loop_finished
     cdef public LoopQueue _loop_queue
     cdef public object _open_gpu
     cdef public object _open_remote
@@ -61,7 +66,8 @@ cdef class Scheduler:
     cdef public list _wakes
 
     # Every operation's path: push, queue, start, run, finish, release.
-    @cython.locals(op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType, lock=_LockType)
+    @cython.locals(op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType, lock=_LockType,
+                   me="unsigned long", collecting="unsigned long")
     cpdef _push(self, owner, fn, int kind, ctx, tuple const, tuple mutate, prop, priority, name,
                 deleting, handle=*, modes=*, made=*)
     @cython.locals(op=_OperationCore)
@@ -79,7 +85,7 @@ cdef class Scheduler:
     cpdef _finish_and_continue(self, op, result)
     @cython.locals(op=_OperationCore)
     cpdef _done_locked(self, op, result, list ready)
-    @cython.locals(op=_OperationCore)
+    @cython.locals(op=_OperationCore, finished=dict, row=list, i=Py_ssize_t)
     cpdef _complete_locked(self, op, state)
     @cython.locals(op=_OperationCore)
     cpdef _notify_locked(self, op)

@@ -52,7 +52,7 @@ the invariants):
 - ``_guarded``: whether the SIGINT wrapper guards this engine (set when it is first used on the
   main thread; the façade forgets it at close: ``lock.py``).
 - ``_loop``, ``_loop_thread``, ``_loop_is_running``: the loop bound on first use, its thread's
-  ident and its bound ``is_running``.
+  ident and a call whose truth is its ``is_running()`` (``_is_running``).
 - ``_seq``: the sequence number of the latest operation (or marker, or segment).
 - ``_live``: operations pushed and not finished, by sequence number (so in push order).
 - ``_failures``: the failures an operation may still see, in the order they happened: those
@@ -73,7 +73,8 @@ the invariants):
 - ``_rctx_cache``, ``_loop_rctx``, ``_loop_ctx``: stream-less RunContexts, and the one of the
   operation running inline.
 - ``_instruments``: installed observers (a tuple, replaced under the lock).
-- ``_finished``: finished operations by executor and OpState (``statistics()``).
+- ``_finished``: finished operations by executor and OpState (``statistics()``);
+  ``_loop_finished``: its row for the loop (``_finished[None]``), None until there is one.
 - ``_sequencer``: serial mode's hidden Var that every operation writes, else None.
 - ``_segments``: bulk execution (the open segment and the active scopes; ``bulk.py``).
 - ``_gpu``, ``_open_gpu``: the GPU collaborator (None until the first GPU push) and the
@@ -103,7 +104,6 @@ import numbers
 import operator
 import os
 import threading
-from collections import defaultdict
 from collections.abc import Callable
 from types import FunctionType
 from typing import Any, Protocol
@@ -243,6 +243,27 @@ _COMPILED = type(_noop) is not FunctionType
 # Python scheduler hides nothing, and calls them only ``if _COMPILED``.
 _hide: Callable[[Operation[Any]], None]
 _show: Callable[[Operation[Any]], None]
+# And the calling thread's ident as a C call (lock.pxd), for the pushes' and the finishes'
+# critical sections; threading.get_ident() (_get_ident) is a Python call.
+_thread_ident: Callable[[], int]
+
+
+def _is_running(loop: asyncio.AbstractEventLoop) -> Callable[[], object]:
+    """A call equivalent to ``loop.is_running()`` (its truth value), as cheap as can be: every
+    push from the loop's thread asks it.
+
+    asyncio's own loops answer ``self._thread_id is not None`` in a Python method, which the
+    compiled core calls as a C caller (a frame of its own, per push); reading the attribute
+    directly costs half as much there. The pure-Python core's call to the method is inlined
+    by the interpreter, so it keeps the method, and so does any other loop (uvloop's is C).
+    """
+    if (
+        _COMPILED
+        and type(loop).is_running is asyncio.BaseEventLoop.is_running
+        and hasattr(loop, "_thread_id")
+    ):
+        return _partial(getattr, loop, "_thread_id", None)
+    return loop.is_running
 
 
 class GpuSeam(Protocol):
@@ -314,7 +335,7 @@ class Scheduler:
         # Bound once, in one critical section with the next two (_bind).
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
-        self._loop_is_running: Callable[[], bool] | None = None
+        self._loop_is_running: Callable[[], object] | None = None
         self._seq = 0
         # Set in the critical section that marks a Var deleted, so a push (which checks it
         # under the lock) cannot miss it.
@@ -344,7 +365,8 @@ class Scheduler:
         # Replaced, never mutated, under the lock (instrument.install_locked): a hook
         # called without the lock iterates the tuple it read, unchanged.
         self._instruments: tuple[Instrument, ...] = instruments
-        self._finished: defaultdict[Executor | None, list[int]] = defaultdict(_zeros)
+        self._finished: dict[Executor | None, list[int]] = {}
+        self._loop_finished: list[int] | None = None
         self._sequencer: Var | None = Var(self, "<serial>") if settings.serial else None
         self._segments = Segments()  # its own state is documented in bulk.py
         # While None, no fence exists and host consumers skip the fence checks (the CPU-only
@@ -472,7 +494,7 @@ class Scheduler:
             if self._loop is None:
                 self._loop = loop
                 self._loop_thread = _get_ident()
-                self._loop_is_running = loop.is_running
+                self._loop_is_running = _is_running(loop)
                 first = True
             else:
                 first = False
@@ -541,9 +563,13 @@ class Scheduler:
         as ``made``; ``lock.py`` says when).
         """
         loop = self._loop
-        me = _get_ident()
+        if _COMPILED:  # noqa: SIM108  (a conditional expression would box the C int)
+            me = _thread_ident()  # noqa: F821  (scheduler.pxd: compiled only)
+        else:
+            me = _get_ident()
         lock = self._lock
-        if lock.owner == me or _collection.thread == me:  # from a finalizer (lock.py)
+        collecting = _collection.thread  # (a C int in the compiled core: me is not boxed)
+        if lock.owner == me or collecting == me:  # from a finalizer (lock.py)
             if name is None:
                 name = default_name(fn)
             op = new_operation(self, owner, fn, kind, ctx, const, mutate, prop, priority, name)
@@ -1065,7 +1091,7 @@ class Scheduler:
                 ):
                     raise  # inline on the loop thread: recorded, and the loop still stops
                 return None
-            if type(result) in _COROUTINE_TYPES:
+            if result is not None and type(result) in _COROUTINE_TYPES:
                 self._finish(op, _FAILED, None, self._awaitable_result(op, result))
             elif more:
                 return self._finish_and_continue(op, result)
@@ -1232,7 +1258,10 @@ class Scheduler:
         _held = op._vars
         lock = self._lock
         self._lock_acquire()
-        lock.owner = _get_ident()
+        if _COMPILED:
+            lock.owner = _thread_ident()  # noqa: F821  (scheduler.pxd: compiled only)
+        else:
+            lock.owner = _get_ident()
         try:
             self._done_locked(op, result, ready)
             if (
@@ -1402,7 +1431,17 @@ class Scheduler:
         op._nreads = 0
         if op._kind < _WAIT:
             del self._live[op._seq]
-            self._finished[op._target][state] += 1  # statistics()
+            if op._target is None:  # statistics()
+                row = self._loop_finished
+                if row is None:
+                    row = self._loop_finished = self._finished[None] = _zeros()
+            else:
+                finished = self._finished
+                if op._target not in finished:
+                    finished[op._target] = _zeros()
+                row = finished[op._target]
+            i = state
+            row[i] += 1
             if self._capacity_waiters:
                 if _get_ident() == self._loop_thread:
                     self._wake_capacity_waiters_locked()

@@ -403,7 +403,7 @@ class TestPriority:
         """The loop queue, driven directly: operations made READY in any order (in its slots,
         behind its head, past its end by a little or by a lot; with priorities; some
         cancelled while queued) are claimed best first, as from a model priority queue."""
-        from aioengine.engine import _SYNC
+        from aioengine.kinds import _SYNC
         from aioengine.operation import OpState, new_operation
 
         n = data.draw(st.integers(1, 300))
@@ -663,6 +663,39 @@ class TestLifecycle:
         asyncio.run(second())
         engine._core._shutdown_executors(wait=True)
         engine._core._state = engine._core._state.CLOSED
+
+    @pytest.mark.parametrize("policy", ["asyncio", "uvloop", "subclass"])
+    def test_the_running_check_answers_as_is_running(self, policy: str) -> None:
+        """Every push from the loop's thread asks whether the bound loop runs, through the
+        cheapest equivalent of ``loop.is_running()`` (``scheduler._is_running``): it must
+        answer the same before, during and after a run, for asyncio's loops, uvloop's, and
+        a loop class that answers ``is_running`` its own way."""
+        from aioengine.scheduler import _is_running
+
+        if policy == "uvloop":
+            uvloop = pytest.importorskip("uvloop")
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        elif policy == "subclass":
+
+            class Stopped(asyncio.SelectorEventLoop):
+                def is_running(self) -> bool:
+                    return False  # its own answer, whatever _thread_id says
+
+            loop = Stopped()
+        else:
+            loop = asyncio.new_event_loop()
+        running = _is_running(loop)
+
+        async def probe() -> tuple[bool, bool]:
+            return bool(running()), loop.is_running()
+
+        try:
+            assert bool(running()) is loop.is_running() is False
+            inside, expected = loop.run_until_complete(probe())
+            assert inside is expected is (policy != "subclass")
+            assert bool(running()) is loop.is_running() is False
+        finally:
+            loop.close()
 
     async def test_aclose_drains_then_refuses_pushes(self, engine: ae.Engine) -> None:
         done: list[int] = []
