@@ -1431,15 +1431,16 @@ class Scheduler:
         op._nreads = 0
         if op._kind < _WAIT:
             del self._live[op._seq]
-            if op._target is None:  # statistics()
+            target = op._target  # statistics()
+            if target is None:  # the loop's row, at hand (_loop_finished is _finished[None])
                 row = self._loop_finished
                 if row is None:
                     row = self._loop_finished = self._finished[None] = _zeros()
             else:
                 finished = self._finished
-                if op._target not in finished:
-                    finished[op._target] = _zeros()
-                row = finished[op._target]
+                if target not in finished:
+                    finished[target] = _zeros()
+                row = finished[target]
             i = state
             row[i] += 1
             if self._capacity_waiters:
