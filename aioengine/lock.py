@@ -39,7 +39,9 @@ needs no GIL) instead of calling the handler, until the engine's code has return
 interrupt is delayed by about a millisecond and never splits the engine's bookkeeping. The
 same in a finalizer (``__del__``, a weakref callback), where the interpreter would drop it, and in
 asyncio's loop between taking a callback and running it, where it would lose the callback,
-and in asyncio's ``call_soon`` and ``create_task``, which the compiled core calls from C. A
+and in asyncio's ``call_soon`` and ``create_task``, which the compiled core calls from C.
+The engine's code is known by its file, or, where ``exec`` made it for one of the package's
+modules (a dataclass's ``__init__``, whose file is "<string>"), by its module. A
 handler installed later replaces the wrapper (and with it this guarantee). Once no open
 engine is guarded (each is forgotten when it closes), :func:`unguard_interrupts` puts the
 wrapped handler back, so that ``asyncio.run`` (which installs its own handler only over the
@@ -334,10 +336,13 @@ _guarding: weakref.WeakSet[object] = weakref.WeakSet()
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # The engine's own code, where a KeyboardInterrupt must wait (the front ends' blocking waits
 # are the user's: interruptible).
-_FRONT_ENDS = frozenset(
-    _PACKAGE + name
-    for name in ("blocking.py", "_blocking_generated.py", "__main__.py", "demo.py", "pipeline.py")
-)
+_FRONT_END_MODULES = ("blocking", "_blocking_generated", "__main__", "demo", "pipeline")
+_FRONT_ENDS = frozenset(_PACKAGE + name + ".py" for name in _FRONT_END_MODULES)
+# The same by module name, for code that exec made for one of the package's modules: a
+# dataclass's generated __init__ (RunContext's, which the compiled core calls from C) has
+# "<string>" for a file name, and the module's globals.
+_MODULE_PREFIX = __name__.rpartition(".")[0] + "."
+_FRONT_END_NAMES = frozenset(_MODULE_PREFIX + name for name in _FRONT_END_MODULES)
 # Where asyncio's loop has taken a callback off its ready queue and not yet run it: an
 # interrupt there loses the callback (one of the engine's own, say, leaving it unscheduled
 # for good). Waiting in select() is elsewhere, so an idle loop is interrupted at once.
@@ -383,6 +388,9 @@ def _in_engine(frame: FrameType | None) -> bool:
         if filename.startswith(_PACKAGE):
             return filename not in _FRONT_ENDS
         if not filename.startswith(_LIBRARY) and not filename.startswith("<frozen"):
+            module = frame.f_globals.get("__name__")
+            if type(module) is str and module.startswith(_MODULE_PREFIX):
+                return module not in _FRONT_END_NAMES  # exec'd for the package (above)
             return False  # the user's code: interrupt it
         if code in _SCHEDULING:
             return True

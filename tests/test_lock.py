@@ -221,6 +221,30 @@ class TestSignalMainLater:
             assert first is not None
 
 
+def test_an_interrupt_waits_inside_code_exec_made_for_the_engine() -> None:
+    """A dataclass's ``__init__`` is made by ``exec`` and its file name is "<string>": the
+    guard must still see RunContext's as engine code. The compiled core builds one from C
+    for an operation it has marked RUNNING; an interrupt let through there stranded that
+    operation, and every wait on its Vars hung."""
+    from aioengine.context import RunContext, cpu
+
+    seen: list[tuple[str, bool]] = []
+
+    def profile(frame: Any, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code.co_name == "__init__":
+            seen.append((frame.f_code.co_filename, lock_module._in_engine(frame)))
+
+    namespace: dict[str, Any] = {"__name__": "users_module"}
+    exec("def __init__():\n    pass\n", namespace)
+    sys.setprofile(profile)
+    try:
+        RunContext(cpu(0), None)
+        namespace["__init__"]()
+    finally:
+        sys.setprofile(None)
+    assert seen == [("<string>", True), ("<string>", False)]
+
+
 def test_an_interrupt_waits_while_asyncio_schedules_a_callback() -> None:
     """Inside asyncio's ``call_soon`` an interrupt would lose the callback. The compiled core
     calls it from C, with no frame of its own above it: the guard must see asyncio's frame
