@@ -159,11 +159,14 @@ def bench(session: nox.Session) -> None:
     benchmarks/accumulate.py compares the commute access mode with write mode and
     ``submit(accumulate=)``, benchmarks/gpu_overlap.py measures GPU copy/compute overlap
     (both JSON, ``--quick`` passed on; the latter reports itself skipped without CuPy and a
-    CUDA device), and benchmarks/remote.py remote operations against hand-written Dask
-    (``--quick`` passed on).
+    CUDA device), benchmarks/remote.py remote operations against hand-written Dask
+    (``--quick`` passed on), and benchmarks/arrays.py engine-backed arrays against NumPy,
+    MXNet's NDArray, JAX and dask.array (ratios and targets, ``results/arrays.json``,
+    ``--quick`` passed on).
     """
-    # The wheel, with the compiled core: what a user installs.
-    session.install(".", *nox.project.dependency_groups(PYPROJECT, "bench"))
+    # The wheel, with the compiled core: what a user installs. JAX is a peer of
+    # benchmarks/arrays.py only (a large install; without it that peer is skipped, with a note).
+    session.install(".", *nox.project.dependency_groups(PYPROJECT, "bench"), "jax>=0.4.30")
     session.run("python", "benchmarks/run.py", *session.posargs)
     # aioengine and NaiveEngine (and the task floor) in one process, in turns: the ratios
     # within each round, which a VM's changing speed moves far less than medians over
@@ -174,6 +177,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/gpu_overlap.py", *{"--quick"} & set(session.posargs))
     # Remote operations against hand-written Dask on one LocalCluster (ratios, one run).
     session.run("python", "benchmarks/remote.py", *{"--quick"} & set(session.posargs))
+    # Engine-backed arrays: tiny operations, independent branches, I/O overlap, memory.
+    session.run("python", "benchmarks/arrays.py", *{"--quick"} & set(session.posargs))
 
 
 @nox.session
@@ -185,6 +190,10 @@ def bench_smoke(session: nox.Session) -> None:
     # One round of each paired workload: it runs and verifies, in the time CI has.
     out = f"{session.create_tmp()}/paired.json"
     session.run("python", "benchmarks/paired.py", "--quick", "--rounds", "1", "--out", out)
+    # Engine-backed arrays, every peer once at small sizes (JAX only where installed): under
+    # 30 s once MXNet's venv exists (run.py above makes it).
+    out = f"{session.create_tmp()}/arrays.json"
+    session.run("python", "benchmarks/arrays.py", "--quick", "--out", out)
 
 
 @nox.session

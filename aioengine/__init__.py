@@ -44,6 +44,16 @@ from .var import VarStatistics as VarStatistics
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # ``ae.array`` without ``import aioengine.array``: the arrays are a front end above the
+    # engine, imported on first use (importing aioengine does not load them).
+    if name == "array":
+        import importlib
+
+        return importlib.import_module(".array", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = (
     "BlockingEngine",
     "Bulk",

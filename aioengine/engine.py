@@ -213,6 +213,7 @@ class Engine:
                 f"gpu_backend must be a device backend (aioengine.SimulatedGPU() or "
                 f"aioengine.CupyBackend()), got {gpu_backend!r}"
             )
+        self._gpu_backend = gpu_backend
         # Numbers the Vars' default names; next() on it is atomic, so new_var() takes no
         # lock (a finalizer may call it inside a critical section: lock.py).
         self._var_count = itertools.count(1)
@@ -225,6 +226,11 @@ class Engine:
         )
         if self._settings.watchdog is not None:
             start_watchdog(self, self._settings.watchdog)
+
+    @property
+    def gpu_backend(self) -> DeviceBackend | None:
+        """The device backend given as ``gpu_backend`` (None: CuPy, the default)."""
+        return self._gpu_backend
 
     @property
     def serial(self) -> bool:

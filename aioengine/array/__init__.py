@@ -1,0 +1,46 @@
+"""Engine-backed arrays: the Python Array API standard, every operation an engine push.
+
+``xp = aioengine.array.namespace(engine)`` gives the Array API namespace (revision 2024.12,
+with the ``linalg`` and ``fft`` extensions) bound to ``engine`` (an :class:`~aioengine.Engine`
+or a :class:`~aioengine.BlockingEngine`). ``c = a @ b + 1`` returns at once with shape, dtype
+and device known; ``await c`` gives the value (a read-only NumPy array). Operations run in
+parallel where their buffers allow, in the order the engine's rule requires where they do not.
+
+Each buffer owns one engine Var (``x.var``); views share it; in-place writes are writes on it.
+Sync points (``float(x)``, ``np.asarray(x)``, ...) block off the event-loop thread and raise
+:class:`PendingArrayError` on it while the value is pending. See ``docs/howto/arrays.md``;
+``aioengine.array_api`` is the same namespace on a process-wide ``BlockingEngine``.
+
+Layering: a front end on the public :class:`~aioengine.Engine` API only (``new_var``,
+``push_sync``, ``delete_var``, ``wait_for_var``, ``wait_for_capacity``); import-linter keeps
+it so (``pyproject.toml``).
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from .. import BlockingEngine, Engine
+from ._array import Array
+from ._namespace import INLINE_COST, Namespace
+from ._sync import PendingArrayError
+
+__all__ = ("INLINE_COST", "Array", "Namespace", "PendingArrayError", "namespace")
+
+# One namespace per engine (its loop and caches live there), dropped with the engine.
+_NAMESPACES: weakref.WeakKeyDictionary[object, Namespace] = weakref.WeakKeyDictionary()
+
+
+def namespace(engine: Engine | BlockingEngine) -> Namespace:
+    """The Array API namespace bound to ``engine`` (the same object on every call).
+
+    Raises:
+        TypeError: if ``engine`` is not an Engine or a BlockingEngine.
+    """
+    if not isinstance(engine, Engine | BlockingEngine):
+        raise TypeError(f"namespace() needs an aioengine Engine or BlockingEngine, got {engine!r}")
+    key = engine.engine if isinstance(engine, BlockingEngine) else engine
+    ns = _NAMESPACES.get(key)
+    if ns is None or (isinstance(engine, BlockingEngine) and ns._blocking is None):
+        ns = _NAMESPACES[key] = Namespace(engine)
+    return ns

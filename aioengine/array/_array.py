@@ -1,0 +1,475 @@
+"""Array: an engine-backed n-dimensional array whose value is awaitable.
+
+An :class:`Array` is a view (``_steps``, applied to the value in order; empty for a whole
+buffer) of a :class:`~aioengine.array._buffer.Buffer`, plus the metadata computed at push time:
+``shape``, ``dtype`` and ``device``. Operators and methods push operations through the
+array's namespace (``_namespace.py``) and return at once.
+
+Reading the value:
+
+* ``await x`` pushes a read of ``x``'s Buffer, run inline on the loop when its turn comes (after
+  every operation pushed on the Buffer before it), and returns the value as a read-only NumPy
+  array (or the GPU backend's array); the Buffer is marked exported, so a later in-place write
+  copies first and what ``await`` returned never changes.
+* Sync points (``__bool__``, ``__int__``, ``__float__``, ``__complex__``, ``__index__``,
+  ``__array__``, ``__dlpack__``, ``tolist``, ``item``, pickling) need the value now
+  (``_sync.py``): off the engine's loop thread they block until it is ready; on it a pending
+  array raises :class:`~aioengine.array.PendingArrayError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Generator, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import Context, DependencyError, DeviceType, FnProperty, Operation, Var, cpu
+from ._buffer import Buffer
+from ._kernel import failure_of
+from ._meta import Shape
+from ._sync import PendingArrayError, on_loop_thread
+
+if TYPE_CHECKING:
+    from ._namespace import Namespace
+
+__all__ = ("Array",)
+
+_ASYNC = FnProperty.ASYNC
+_CPU = DeviceType.CPU
+
+
+class _Failed:
+    """What the read pushed by ``await`` returns instead of a value: the array's failure."""
+
+    __slots__ = ("failure",)
+
+    def __init__(self, failure: BaseException) -> None:
+        self.failure = failure
+
+
+def _readonly(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        view = value.view()
+        view.flags.writeable = False
+        return view
+    return value
+
+
+def _capture(array: Array, rctx: object) -> Any:
+    """The read behind ``await``: the value at this point in push order, handed out
+    read-only (the Buffer is marked exported: a later write copies first)."""
+    buf = array._buf
+    failure = failure_of(buf)
+    if failure is not None:
+        return _Failed(failure)
+    value = buf.value
+    for step in array._steps:
+        value = step(value)
+    buf.exported = True
+    return _readonly(value)
+
+
+class Array:
+    """An n-dimensional array of the engine: operations on it are pushes, its value awaitable.
+
+    Made by the functions of a namespace (``xp = aioengine.array.namespace(engine)``;
+    ``xp.asarray``, ``xp.zeros``, ...), never directly. ``shape``, ``dtype`` and ``device`` are
+    known at once; ``await x`` gives the value; :attr:`ready` tells whether it can be read
+    without waiting; :attr:`var` is the engine Var of its buffer, which raw pushes may name.
+    """
+
+    __slots__ = ("__weakref__", "_buf", "_device", "_dtype", "_layout", "_ns", "_shape", "_steps")
+
+    __array_priority__ = 1000  # NumPy defers binary operators to ours
+
+    def __init__(
+        self,
+        ns: Namespace,
+        buf: Buffer,
+        shape: Shape,
+        dtype: np.dtype[Any],
+        device: Context,
+        steps: tuple[Callable[[Any], Any], ...] = (),
+        layout_: np.ndarray[Any, Any] | None = None,
+    ) -> None:
+        self._ns = ns
+        self._buf = buf
+        self._shape = shape
+        self._dtype = dtype
+        self._device = device
+        self._steps = steps
+        self._layout = layout_
+
+    # -- metadata (known at push time) --------------------------------------------------
+
+    @property
+    def shape(self) -> Shape:
+        """The shape; a dimension that depends on data not computed yet is None (until the
+        value is ready)."""
+        shape = self._shape
+        if None in shape and self.ready and failure_of(self._buf) is None:
+            value = self._buf.value
+            for step in self._steps:
+                value = step(value)
+            shape = self._shape = tuple(value.shape)
+        return shape
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The data type (a NumPy dtype, equal to the namespace's ``xp.float64`` etc.)."""
+        return self._dtype
+
+    @property
+    def device(self) -> Context:
+        """Where the data lives and operations on it run: ``cpu(i)`` or ``gpu(i)``."""
+        return self._device
+
+    @property
+    def ndim(self) -> int:
+        """The number of dimensions."""
+        return len(self._shape)
+
+    @property
+    def size(self) -> int | None:
+        """The number of elements (None while a dimension is unknown)."""
+        n = 1
+        for d in self.shape:
+            if d is None:
+                return None
+            n *= d
+        return n
+
+    @property
+    def var(self) -> Var:
+        """The engine Var of this array's buffer (shared by its views): raw pushes naming it
+        are ordered with the array's own operations."""
+        return self._buf.var
+
+    @property
+    def T(self) -> Array:
+        """The transpose of a 2-D array."""
+        if self.ndim != 2:
+            raise ValueError(f"x.T requires a 2-D array (got {self.ndim}-D); use x.mT")
+        return self._ns.permute_dims(self, (1, 0))
+
+    @property
+    def mT(self) -> Array:
+        """The transpose of the last two axes (a view)."""
+        return self._ns.matrix_transpose(self)
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d array")
+        d = self.shape[0]
+        if d is None:
+            raise TypeError("len() of an array whose first dimension depends on its data")
+        return d
+
+    def __iter__(self) -> Iterator[Array]:
+        if not self._shape:
+            raise TypeError("iteration over a 0-d array")
+        for i in range(len(self)):
+            yield self[i]
+
+    # -- the value ------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        """Whether the value can be read now without waiting: no write on its buffer
+        (through the arrays or raw pushes) is pending or running."""
+        buf = self._buf
+        writer = buf.writer
+        if writer is not None and not writer.done():
+            return False
+        stats = buf.var.statistics()
+        if stats.mode not in (None, "read"):
+            return False
+        return all(mode == "read" for mode in stats.waiting_modes)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._get().__await__()
+
+    async def _get(self) -> Any:
+        ns = self._ns
+        engine = ns._engine
+        buf = self._buf
+        host = self._device if self._device.device_type is _CPU else cpu()
+        # Reading on the loop, in push order; a GPU buffer is read once its fences completed
+        # (the engine holds a host consumer back until then).
+        op: Operation[Any] = engine.push_sync(
+            functools.partial(_capture, self), host, (buf.var,), (), prop=_ASYNC, name="await"
+        )
+        ns._bind(op)
+        try:
+            got = await op
+        except DependencyError as exc:
+            # The Var carries the engine's record of a failure: throw it (once, engine-wide,
+            # so wait_for_all() and aclose() do not raise it again) and raise it as the
+            # array's own.
+            try:
+                await engine.wait_for_var(buf.var)
+            except asyncio.CancelledError:
+                raise
+            except BaseException:  # noqa: S110  (the failure thrown: exc.__cause__)
+                pass
+            failure = failure_of(buf)
+            if failure is None:
+                root = exc.__cause__ if exc.__cause__ is not None else exc
+                failure = DependencyError(f"this array was not computed: an input failed: {root!r}")
+                failure.__cause__ = root
+                buf.failure = failure
+            raise failure from None
+        if type(got) is _Failed:
+            # Its failure is sticky on the Buffer; the engine's record of it (if any) was
+            # thrown already, or the read would have been skipped.
+            raise got.failure
+        return got
+
+    def _value_now(self, what: str) -> Any:
+        """The value for a sync point (``what``): at once if ready, else blocking off the
+        loop thread, :class:`PendingArrayError` on it."""
+        ns = self._ns
+        if self.ready:
+            buf = self._buf
+            failure = failure_of(buf)
+            if failure is None:
+                value = buf.value
+                for step in self._steps:
+                    value = step(value)
+                buf.exported = True
+                return _readonly(value)
+            if not on_loop_thread(ns._loop):
+                return ns._wait(self._get())  # throws the engine's record once, then raises
+            raise failure
+        if ns._loop is None or on_loop_thread(ns._loop):
+            raise PendingArrayError(
+                f"{what} needs the value of {self._describe()}, which is not computed yet: "
+                "`await` the array on the event loop's thread (blocking that thread could "
+                "only deadlock: the loop itself completes the operations)"
+            )
+        return ns._wait(self._get())
+
+    def _host_value(self, what: str) -> np.ndarray[Any, Any]:
+        value = self._value_now(what)
+        if not isinstance(value, np.ndarray):
+            get = getattr(value, "get", None)  # CuPy: a copy to the host
+            value = get() if get is not None else np.asarray(value)
+        return value  # type: ignore[no-any-return]
+
+    def _scalar(self, what: str, kinds: str) -> Any:
+        if self._shape != ():
+            if self.size != 1:
+                raise TypeError(f"only 0-d (or size-1) arrays can be converted by {what}")
+        value = self._host_value(what)
+        if self._dtype.kind not in kinds:
+            raise TypeError(f"{what} of an array of dtype {self._dtype} is not allowed")
+        return value.reshape(()).item()
+
+    def __bool__(self) -> bool:
+        if self.size != 1:
+            raise ValueError(
+                "The truth value of an array with more than one element is ambiguous. "
+                "Use xp.any(x) or xp.all(x)"
+            )
+        return bool(self._host_value("bool()").reshape(()).item())
+
+    def __int__(self) -> int:
+        if self._dtype.kind == "c":
+            raise TypeError("int() of a complex array")
+        return int(self._scalar("int()", "biuf"))
+
+    def __float__(self) -> float:
+        if self._dtype.kind == "c":
+            raise TypeError("float() of a complex array")
+        return float(self._scalar("float()", "biuf"))
+
+    def __complex__(self) -> complex:
+        return complex(self._scalar("complex()", "biufc"))
+
+    def __index__(self) -> int:
+        if self._dtype.kind not in "iu":
+            raise TypeError(f"only integer arrays can be used as an index, not {self._dtype}")
+        return int(self._scalar("__index__()", "iu"))
+
+    def item(self) -> Any:
+        """The single element as a Python scalar (a sync point)."""
+        return self._scalar("item()", "biufc")
+
+    def tolist(self) -> Any:
+        """The value as nested Python lists (a sync point)."""
+        return self._host_value("tolist()").tolist()
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
+        value = self._host_value("__array__()")
+        if dtype is not None and np.dtype(dtype) != value.dtype:
+            return value.astype(dtype)
+        if copy:
+            return value.copy()
+        return value
+
+    def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
+        value = self._value_now("__dlpack__()")
+        if stream is not None:
+            return value.__dlpack__(stream=stream, **kwargs)
+        return value.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        if self._device.device_type is _CPU:
+            return (1, 0)  # kDLCPU
+        return (2, self._device.device_id)  # kDLCUDA
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickling is a sync point; an Array unpickles to its value, a NumPy array (an engine
+        # does not travel with it).
+        return (np.array, (np.array(self._host_value("pickle")),))
+
+    def __format__(self, spec: str) -> str:
+        if not spec:
+            return repr(self)
+        return format(self._host_value("format()").reshape(()).item(), spec)
+
+    def to_device(self, device: Context, /, *, stream: object = None) -> Array:
+        """A copy of this array on ``device`` (the same array if it is already there); a copy
+        operation on the copy streams for a GPU."""
+        return self._ns._to_device(self, device)
+
+    def __array_namespace__(self, *, api_version: str | None = None) -> Namespace:
+        if api_version is not None and api_version not in (
+            "2021.12",
+            "2022.12",
+            "2023.12",
+            "2024.12",
+        ):
+            raise ValueError(f"unsupported Array API version {api_version!r}")
+        return self._ns
+
+    # -- display --------------------------------------------------------------------------
+
+    def _describe(self) -> str:
+        writer = self._buf.writer
+        what = f" ({writer.name})" if writer is not None else ""
+        return f"the array{what} of shape {self._shape} and dtype {self._dtype}"
+
+    def __repr__(self) -> str:
+        device = "" if self._device == cpu() else f", device={self._device}"
+        buf = self._buf
+        if self.ready:
+            failure = failure_of(buf)
+            if failure is not None:
+                writer = buf.writer
+                where = f" in {writer.name}" if writer is not None else ""
+                return (
+                    f"Array(shape={self._shape}, dtype={self._dtype}{device}, "
+                    f"failed: {_root_repr(failure)}{where})"
+                )
+            value = buf.value
+            for step in self._steps:
+                value = step(value)
+            if not isinstance(value, np.ndarray):
+                return f"Array({value!r}{device})"
+            text = np.array_repr(value)
+            body = text[len("array(") : -1]
+            if "dtype=" not in body:
+                body = f"{body}, dtype={self._dtype}"
+            return f"Array({body}{device})"
+        writer = buf.writer
+        producing = writer.name if writer is not None else "raw push"
+        return f"Array(shape={self._shape}, dtype={self._dtype}{device}, pending: {producing})"
+
+    def __str__(self) -> str:
+        return repr(self)
+
+    # -- operators: pushes through the namespace ----------------------------------------
+
+    def __getitem__(self, key: Any) -> Array:
+        return self._ns._getitem(self, key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._ns._setitem(self, key, value)
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        return self._ns._array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(
+        self, func: Callable[..., Any], types: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        return self._ns._array_function(func, types, args, kwargs)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _root_repr(failure: BaseException) -> str:
+    if isinstance(failure, DependencyError) and failure.__cause__ is not None:
+        return f"DependencyError from {failure.__cause__!r}"
+    return repr(failure)
+
+
+def _binary(name: str, reflected: bool = False) -> Callable[[Array, Any], Any]:
+    def method(self: Array, other: Any) -> Any:
+        ns = self._ns
+        if not ns._operand_ok(other):
+            return NotImplemented
+        fn = getattr(ns, name)
+        return fn(other, self) if reflected else fn(self, other)
+
+    method.__name__ = f"__r{name}__" if reflected else f"__{name}__"
+    return method
+
+
+def _inplace(name: str) -> Callable[[Array, Any], Any]:
+    def method(self: Array, other: Any) -> Any:
+        ns = self._ns
+        if not ns._operand_ok(other):
+            return NotImplemented
+        ns._inplace(name, self, other)
+        return self
+
+    return method
+
+
+def _unary(name: str) -> Callable[[Array], Array]:
+    def method(self: Array) -> Array:
+        result: Array = getattr(self._ns, name)(self)
+        return result
+
+    return method
+
+
+_OPERATORS = {
+    "add": "add",
+    "sub": "subtract",
+    "mul": "multiply",
+    "truediv": "divide",
+    "floordiv": "floor_divide",
+    "mod": "remainder",
+    "pow": "pow",
+    "matmul": "matmul",
+    "and": "bitwise_and",
+    "or": "bitwise_or",
+    "xor": "bitwise_xor",
+    "lshift": "bitwise_left_shift",
+    "rshift": "bitwise_right_shift",
+}
+for _dunder, _fname in _OPERATORS.items():
+    setattr(Array, f"__{_dunder}__", _binary(_fname))
+    setattr(Array, f"__r{_dunder}__", _binary(_fname, reflected=True))
+    setattr(Array, f"__i{_dunder}__", _inplace(_fname))
+for _dunder, _fname in {
+    "eq": "equal",
+    "ne": "not_equal",
+    "lt": "less",
+    "le": "less_equal",
+    "gt": "greater",
+    "ge": "greater_equal",
+}.items():
+    setattr(Array, f"__{_dunder}__", _binary(_fname))
+for _dunder, _fname in {
+    "neg": "negative",
+    "pos": "positive",
+    "abs": "abs",
+    "invert": "bitwise_invert",
+}.items():
+    setattr(Array, f"__{_dunder}__", _unary(_fname))

@@ -1,0 +1,196 @@
+"""What every array operation runs when its turn comes: read the inputs, compute, store.
+
+:func:`run` is the function pushed for each array operation (bound with ``functools.partial``):
+it holds a read on every input Buffer's Var and a write on every output's, so the values it
+reads and writes are guarded by the engine's rule, not by locks.
+
+Failures (the rules, written once here):
+
+* The function raises: the exception gets a note naming the operation (name, shapes, dtypes,
+  device), becomes the sticky ``failure`` of every Buffer the operation writes, and is re-raised
+  so that the engine records it (later operations on those Vars are skipped; ``wait_for_all``
+  reports it once, unless ``await`` has thrown it).
+* An input Buffer failed: the operation does not compute; its outputs fail with a
+  :class:`~aioengine.DependencyError` whose ``__cause__`` is the root failure. It returns
+  normally: the root failure is already in the engine's record (or was thrown), and one failure
+  is reported once, not again per dependent.
+* An input was never computed (its write was skipped by the engine, or cancelled): the same,
+  with the cause the skip or cancellation carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import DependencyError, OpState, RunContext
+from ._buffer import MISSING, Buffer
+
+if TYPE_CHECKING:
+    from ._meta import Shape
+
+__all__ = ("Const", "Output", "describe", "failure_of", "run")
+
+_SKIPPED = OpState.SKIPPED
+_CANCELLED = OpState.CANCELLED
+_ndarray = np.ndarray
+_generic = np.generic
+
+
+class Const:
+    """A non-array argument of an operation, passed to its function as it is."""
+
+    __slots__ = ("_buf", "value")
+
+    def __init__(self, value: Any) -> None:
+        self._buf = None
+        self.value = value
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return ()
+
+    @property
+    def dtype(self) -> str:
+        return type(self.value).__name__
+
+
+#: An output of an operation: its Buffer, shape and dtype (what the caller was promised).
+Output = tuple[Buffer, "Shape", np.dtype[Any]]
+
+
+def failure_of(buf: Buffer) -> BaseException | None:
+    """The sticky failure of ``buf``, learning it from its writer if the engine skipped or
+    cancelled that write (called by an operation holding a turn on ``buf.var``, or after a
+    wait on it)."""
+    failure = buf.failure
+    if failure is not None:
+        return failure
+    writer = buf.writer
+    if writer is None:
+        return None
+    state = writer.state
+    if state is _SKIPPED:
+        cause = writer.exception()
+        root = cause.__cause__ if isinstance(cause, DependencyError) else cause
+        dep = DependencyError(f"{writer.name} was not computed: an input failed: {root!r}")
+        dep.__cause__ = root
+        buf.failure = dep
+        return dep
+    if state is _CANCELLED:
+        err = RuntimeError(f"{writer.name} was cancelled: this array has no value")
+        buf.failure = err
+        return err
+    return None
+
+
+def _root(failure: BaseException) -> BaseException:
+    if isinstance(failure, DependencyError) and failure.__cause__ is not None:
+        return failure.__cause__
+    return failure
+
+
+def describe(name: str, args: Sequence[Any], ctx: object) -> str:
+    """``name(shape dtype, ...) on ctx``: how an operation is named in failures."""
+    parts = []
+    for a in args:
+        if a._buf is None:
+            parts.append(repr(a.value) if len(repr(a.value)) < 40 else type(a.value).__name__)
+        else:
+            parts.append(f"{a.shape} {a.dtype}")
+    return f"{name}({', '.join(parts)}) on {ctx}"
+
+
+def _fail(outs: Sequence[Output], target: Buffer | None, failure: BaseException) -> None:
+    for buf, _, _ in outs:
+        buf.failure = failure
+    if target is not None:
+        target.failure = failure
+
+
+def _store(out: Output, value: Any) -> None:
+    buf, shape, dtype = out
+    if type(value) is not _ndarray:
+        if isinstance(value, _generic | bool | int | float | complex):
+            value = np.asarray(value)
+    elif value.base is not None:
+        # A view of an input's memory (np.real of a real array, say): the new Buffer must own
+        # its memory, or a write through one would change the other.
+        value = value.copy()
+    vshape = value.shape
+    if vshape != shape:
+        if len(vshape) != len(shape) or any(
+            d is not None and d != v for d, v in zip(shape, vshape, strict=True)
+        ):
+            raise ValueError(
+                f"the result has shape {vshape}, not the shape {shape} the operation promised"
+            )
+    if value.dtype != dtype:
+        raise TypeError(
+            f"the result has dtype {value.dtype}, not the dtype {dtype} the operation promised"
+        )
+    if value.ndim > 1 and not value.flags.c_contiguous:
+        value = value.copy(order="C")  # reshape views of a Buffer assume C order
+    buf.value = value
+
+
+def run(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    outs: tuple[Output, ...],
+    target: Buffer | None,
+    name: str,
+    rctx: RunContext,
+) -> None:
+    """Compute ``fn(*values of args)`` into ``outs`` (new Buffers), or let ``fn`` write into
+    ``target`` (an in-place operation, whose view is among ``args``)."""
+    if target is not None:
+        failure = failure_of(target)
+        if failure is not None:
+            _fail(outs, None, failure)  # a failed array stays failed
+            return
+        if target.exported:
+            # Someone holds a read-only view of the current value: write into a copy.
+            old = target.value
+            target.value = old.copy()
+            target.exported = False
+            if rctx.stream is not None:
+                rctx.keep_alive(old)
+    values = []
+    for a in args:
+        buf = a._buf
+        if buf is None:
+            values.append(a.value)
+            continue
+        failure = buf.failure
+        if failure is None and buf.writer is not None:
+            failure = failure_of(buf)
+        value = buf.value
+        if failure is None and value is MISSING:
+            failure = RuntimeError(f"an input of {name} has no value")
+        if failure is not None:
+            root = _root(failure)
+            dep = DependencyError(
+                f"{describe(name, args, rctx.ctx)} was not computed: an input failed: {root!r}"
+            )
+            dep.__cause__ = root
+            _fail(outs, target, dep)
+            return
+        for step in a._steps:
+            value = step(value)
+        values.append(value)
+    if rctx.stream is not None:
+        rctx.keep_alive(*values)  # read by device work enqueued below
+    try:
+        result = fn(*values)
+        if len(outs) == 1:
+            _store(outs[0], result)
+        elif outs:
+            for out, value in zip(outs, result, strict=True):
+                _store(out, value)
+    except BaseException as exc:
+        exc.add_note(f"in aioengine.array operation {describe(name, args, rctx.ctx)}")
+        _fail(outs, target, exc)
+        raise

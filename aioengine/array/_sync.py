@@ -1,0 +1,27 @@
+"""Sync points: where an array's value is needed now, and why the loop thread never waits.
+
+A sync point (``bool(x)``, ``float(x)``, ``np.asarray(x)``, ``x.tolist()``, pickling, ...)
+needs the value at once. Off the engine's event-loop thread (a script, a ``BlockingEngine``'s
+caller, a worker thread) it blocks until the value is ready, as MXNet's ``asnumpy()`` does. On
+the loop thread it cannot: the operations that would make the value ready are completed by that
+very loop, so a wait there could only deadlock. A pending array raises
+:class:`PendingArrayError` there instead (the Array API allows lazy implementations to raise
+``ValueError`` from these methods); a ready one answers everywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+__all__ = ("PendingArrayError", "on_loop_thread")
+
+
+class PendingArrayError(ValueError, RuntimeError):
+    """A sync point was reached on the engine's event-loop thread while the array's value is
+    not computed yet: ``await`` the array instead (blocking the loop would deadlock)."""
+
+
+def on_loop_thread(loop: asyncio.AbstractEventLoop | None) -> bool:
+    """Whether the calling thread is running ``loop`` (inside a coroutine, a callback or an
+    operation run inline on it)."""
+    return loop is not None and asyncio._get_running_loop() is loop

@@ -1,0 +1,95 @@
+"""The Array API namespace on a process-wide :class:`~aioengine.BlockingEngine`.
+
+For synchronous scripts, Array-API-generic libraries and the Array API test suite
+(``ARRAY_API_TESTS_MODULE=aioengine.array_api``): ``import aioengine.array_api as xp`` and use
+it from any thread. The engine is not the running loop's: it is a ``BlockingEngine`` of this
+module's own (its loop on a thread of its own), started on first use of a function that needs
+it and closed at interpreter exit. Dtypes, constants and ``__array_api_version__`` are
+available without starting it. Sync points (``float(x)``, ``np.asarray(x)``) block the calling
+thread until the value is ready, and an array operation waits for room before it returns when
+``AIOENGINE_MAX_PENDING`` bounds the pending operations, so a synchronous loop cannot run away.
+
+The engine's settings come from the environment (``AIOENGINE_CPU_WORKERS``,
+``AIOENGINE_SERIAL``, ``AIOENGINE_MAX_PENDING``, ...), as for any engine created without
+arguments.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import threading
+from typing import Any
+
+import numpy as np
+
+from . import BlockingEngine
+from .array import Namespace, namespace
+
+__array_api_version__ = "2024.12"
+
+e = math.e
+inf = math.inf
+nan = math.nan
+pi = math.pi
+newaxis = None
+
+bool = np.dtype("bool")  # noqa: A001  (the standard's name)
+int8 = np.dtype("int8")
+int16 = np.dtype("int16")
+int32 = np.dtype("int32")
+int64 = np.dtype("int64")
+uint8 = np.dtype("uint8")
+uint16 = np.dtype("uint16")
+uint32 = np.dtype("uint32")
+uint64 = np.dtype("uint64")
+float32 = np.dtype("float32")
+float64 = np.dtype("float64")
+complex64 = np.dtype("complex64")
+complex128 = np.dtype("complex128")
+
+_lock = threading.Lock()
+_engine: BlockingEngine | None = None
+_namespace: Namespace | None = None
+
+
+def _close() -> None:
+    global _engine, _namespace
+    with _lock:
+        engine, _engine, _namespace = _engine, None, None
+    if engine is not None:
+        engine.close()
+
+
+def default_namespace() -> Namespace:
+    """The namespace of this module's engine, started on first use (thread-safe)."""
+    global _engine, _namespace
+    ns = _namespace
+    if ns is not None:
+        return ns
+    with _lock:
+        if _namespace is None:
+            engine = BlockingEngine()
+            engine.__enter__()
+            _engine = engine
+            _namespace = namespace(engine)
+            atexit.register(_close)
+        return _namespace
+
+
+def __getattr__(name: str) -> Any:
+    if name.startswith("__") and name != "__array_namespace_info__":
+        raise AttributeError(name)
+    ns = default_namespace()
+    try:
+        return getattr(ns, name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
+def __dir__() -> list[str]:
+    return sorted(
+        set(globals())
+        | {n for n in dir(Namespace) if not n.startswith("_")}
+        | {"linalg", "fft", "__array_namespace_info__"}
+    )
