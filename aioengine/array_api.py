@@ -34,7 +34,7 @@ nan = math.nan
 pi = math.pi
 newaxis = None
 
-bool = np.dtype("bool")  # noqa: A001  (the standard's name)
+bool = np.dtype("bool")
 int8 = np.dtype("int8")
 int16 = np.dtype("int16")
 int32 = np.dtype("int32")

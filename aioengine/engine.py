@@ -42,7 +42,7 @@ from .errors import (
 from .executors import Executor
 from .executors.device import DeviceBackend
 from .fence import has_pending
-from .functions import async_kind, default_name, is_coroutine_function
+from .functions import async_kind, default_name, delete_nothing, is_coroutine_function
 from .gpu_sync import open_gpu
 from .instrument import Instrument
 from .kinds import _BULK, _CORO, _SYNC, _WAIT, FnProperty, OpState
@@ -113,10 +113,6 @@ def _forgetting(
         return fn(rctx)
     finally:
         remote.forget(var)
-
-
-def _noop(rctx: RunContext) -> None:
-    """The function of a ``delete_var`` without ``delete_fn``."""
 
 
 class Engine:
@@ -771,7 +767,7 @@ class Engine:
         if var._owner is not self:
             raise ValueError(f"{var!r} belongs to another Engine")
         mutate = (var,)
-        fn = delete_fn if delete_fn is not None else _noop
+        fn = delete_fn if delete_fn is not None else delete_nothing
         remote = self._core._remote
         if remote is not None:
             assert isinstance(remote, RemoteBackend)

@@ -137,3 +137,8 @@ class ValueCall:
 
     def __repr__(self) -> str:
         return f"<ValueCall {default_name(self.fn)}>"
+
+
+def delete_nothing(rctx: object) -> None:
+    """The function of a ``delete_var`` without ``delete_fn``: nothing to run, so the scheduler
+    finishes such a deletion on the event loop when its turn comes (no thread hop)."""

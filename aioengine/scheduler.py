@@ -124,7 +124,7 @@ from .errors import (
 from .executors import Executor
 from .executors.gpu import GpuExecutor
 from .executors.threads import ThreadExecutor
-from .functions import default_name
+from .functions import default_name, delete_nothing
 from .instrument import Instrument
 from .kinds import _BULK, _CORO, _SYNC, _WAIT, FnProperty, OpState
 from .lock import Deferred, EngineLock, guard_interrupts, start_finalizer_thread
@@ -603,6 +603,8 @@ class Scheduler:
             last_ctx, last_prop, target = self._last_route
             if ctx is not last_ctx or prop is not last_prop:
                 target = self._route(ctx, prop, kind)
+        if deleting is not None and fn is delete_nothing and loop is not None:
+            target = None  # a deletion with nothing to run finishes on the loop: no thread hop
         if target is None and loop is None:
             raise RuntimeError(
                 f"{self!r} is not bound to an event loop yet, and {name!r} must run on it "

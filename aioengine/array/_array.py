@@ -30,7 +30,7 @@ from .. import Context, DependencyError, DeviceType, FnProperty, Operation, Var,
 from ._buffer import Buffer
 from ._kernel import failure_of
 from ._meta import Shape
-from ._sync import PendingArrayError, on_loop_thread
+from ._sync import PendingArrayError, in_operation, on_loop_thread
 
 if TYPE_CHECKING:
     from ._namespace import Namespace
@@ -190,6 +190,13 @@ class Array:
         return all(mode == "read" for mode in stats.waiting_modes)
 
     def __await__(self) -> Generator[Any, None, Any]:
+        ns = self._ns
+        loop = ns._loop
+        if ns._blocking is not None and asyncio._get_running_loop() is not loop:
+            # A BlockingEngine's array awaited on another loop (a notebook's): read it on the
+            # engine's loop and wait here without blocking this one.
+            future = asyncio.run_coroutine_threadsafe(self._get(), loop)  # type: ignore[arg-type]
+            return asyncio.wrap_future(future).__await__()
         return self._get().__await__()
 
     async def _get(self) -> Any:
@@ -206,6 +213,7 @@ class Array:
         try:
             got = await op
         except DependencyError as exc:
+            got = _Failed(exc)
             # The Var carries the engine's record of a failure: throw it (once, engine-wide,
             # so wait_for_all() and aclose() do not raise it again) and raise it as the
             # array's own.
@@ -213,7 +221,7 @@ class Array:
                 await engine.wait_for_var(buf.var)
             except asyncio.CancelledError:
                 raise
-            except BaseException:  # noqa: S110  (the failure thrown: exc.__cause__)
+            except BaseException:
                 pass
             failure = failure_of(buf)
             if failure is None:
@@ -221,7 +229,7 @@ class Array:
                 failure = DependencyError(f"this array was not computed: an input failed: {root!r}")
                 failure.__cause__ = root
                 buf.failure = failure
-            raise failure from None
+            got.failure = failure
         if type(got) is _Failed:
             # Its failure is sticky on the Buffer; the engine's record of it (if any) was
             # thrown already, or the read would have been skipped.
@@ -244,6 +252,13 @@ class Array:
             if not on_loop_thread(ns._loop):
                 return ns._wait(self._get())  # throws the engine's record once, then raises
             raise failure
+        if in_operation():
+            raise PendingArrayError(
+                f"{what} needs the value of {self._describe()}, which is not computed yet, "
+                "inside an operation on one of the engine's threads: waiting there could "
+                "deadlock (the value may be queued behind this very operation); pass the "
+                "array to the operation instead (xp.apply)"
+            )
         if ns._loop is None or on_loop_thread(ns._loop):
             raise PendingArrayError(
                 f"{what} needs the value of {self._describe()}, which is not computed yet: "
@@ -260,9 +275,8 @@ class Array:
         return value  # type: ignore[no-any-return]
 
     def _scalar(self, what: str, kinds: str) -> Any:
-        if self._shape != ():
-            if self.size != 1:
-                raise TypeError(f"only 0-d (or size-1) arrays can be converted by {what}")
+        if self._shape != () and self.size != 1:
+            raise TypeError(f"only 0-d (or size-1) arrays can be converted by {what}")
         value = self._host_value(what)
         if self._dtype.kind not in kinds:
             raise TypeError(f"{what} of an array of dtype {self._dtype} is not allowed")
@@ -408,12 +422,24 @@ def _root_repr(failure: BaseException) -> str:
 
 
 def _binary(name: str, reflected: bool = False) -> Callable[[Array, Any], Any]:
-    def method(self: Array, other: Any) -> Any:
-        ns = self._ns
-        if not ns._operand_ok(other):
-            return NotImplemented
-        fn = getattr(ns, name)
-        return fn(other, self) if reflected else fn(self, other)
+    if name != "matmul":  # an elementwise function: straight to the namespace's hot path
+        ufunc = getattr(np, name)
+
+        def method(self: Array, other: Any) -> Any:
+            ns = self._ns
+            if not ns._operand_ok(other):
+                return NotImplemented
+            if reflected:
+                return ns._binop(ufunc, name, other, self)
+            return ns._binop(ufunc, name, self, other)
+
+    else:
+
+        def method(self: Array, other: Any) -> Any:
+            ns = self._ns
+            if not ns._operand_ok(other):
+                return NotImplemented
+            return ns.matmul(other, self) if reflected else ns.matmul(self, other)
 
     method.__name__ = f"__r{name}__" if reflected else f"__{name}__"
     return method

@@ -17,44 +17,84 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
   has reported a skip (the write it stands for has finished by then).
 * ``writer``: the :class:`~aioengine.Operation` of the latest array write pushed (set on the
   pushing thread at push; read to tell a skipped write from one that ran, and for reprs).
+* ``rewritten``: an in-place write was pushed on it (set at push): only then can a value be
+  present yet stale (that write skipped by the engine), which readers must check.
 * ``exported``: ``await`` or a sync point handed ``value`` out as a read-only view; the next
   write copies it first (inside that write, which holds the turn), so what the user holds never
   changes.
+* ``shape``, ``dtype``: what the operation that makes the Buffer promised (checked when it
+  runs); ``fn``, ``args``, ``name``: that operation, until it has run (then None, so that a
+  chain of arrays does not keep its inputs alive). A Buffer is the function pushed for the
+  operation that makes it (:meth:`produce`, a bound method): one object per operation fewer
+  for the cycle collector to walk while thousands are pending.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ._kernel import MISSING, run
+
 if TYPE_CHECKING:
-    from .. import Engine, Operation, Var
+    import numpy as np
+
+    from .. import Engine, Operation, RunContext, Var
+    from ._meta import Shape
 
 __all__ = ("MISSING", "Buffer")
-
-
-class _Missing:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-#: The value of a Buffer whose first write has not run (or never will: it failed or was skipped).
-MISSING: Any = _Missing()
 
 
 class Buffer:
     """The memory and the Var behind one or more :class:`~aioengine.array.Array` views."""
 
-    __slots__ = ("__weakref__", "engine", "exported", "failure", "value", "var", "writer")
+    __slots__ = (
+        "__weakref__",
+        "args",
+        "dtype",
+        "engine",
+        "exported",
+        "failure",
+        "fn",
+        "name",
+        "rewritten",
+        "shape",
+        "value",
+        "var",
+        "writer",
+    )
 
-    def __init__(self, engine: Engine, var: Var, value: Any = MISSING) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        var: Var,
+        shape: Shape,
+        dtype: np.dtype[Any],
+        value: Any = MISSING,
+        fn: Callable[..., Any] | None = None,
+        args: tuple[Any, ...] | None = None,
+        name: str = "",
+    ) -> None:
         self.engine = engine
         self.var = var
+        self.shape = shape
+        self.dtype = dtype
         self.value = value
         self.failure: BaseException | None = None
         self.writer: Operation[Any] | None = None
         self.exported = False
+        self.rewritten = False
+        self.fn = fn
+        self.args = args
+        self.name = name
+
+    def produce(self, rctx: RunContext) -> None:
+        """The function of the operation that makes this Buffer: ``fn(*args)`` into it."""
+        fn, args = self.fn, self.args
+        self.fn = self.args = None
+        assert fn is not None, "a Buffer is produced once"
+        assert args is not None
+        run(fn, args, (self,), None, self.name, rctx)
 
     def __del__(self) -> None:
         # The last Array (view) and the last pushed operation holding this Buffer are gone: its
@@ -62,7 +102,9 @@ class Buffer:
         # DeleteVariable from ~Chunk). The engine accepts delete_var from a finalizer, on any
         # thread; a closed engine has nothing left to delete.
         try:
-            self.engine.delete_var(self.var)
+            engine = self.engine
+            if not engine.closed:  # (a deletion deferred past the close would be reported)
+                engine.delete_var(self.var)
         except Exception:  # a closed engine, a deleted Var, interpreter exit
             pass
 

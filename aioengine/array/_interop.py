@@ -119,11 +119,13 @@ def _into(
     )
     if dtype != target._dtype:
         raise TypeError(
-            f"{ufunc.__name__}(..., out=): the result dtype {dtype} is not out's dtype {target._dtype}"
+            f"{ufunc.__name__}(..., out=): the result dtype {dtype} is not out's dtype "
+            f"{target._dtype}"
         )
     if broadcast(shape, target._shape) != target._shape:
         raise ValueError(
-            f"{ufunc.__name__}(..., out=): the result shape {shape} does not fit out's shape {target._shape}"
+            f"{ufunc.__name__}(..., out=): the result shape {shape} does not fit out's shape "
+            f"{target._shape}"
         )
     fn = functools.partial(_inplace_call, ufunc, kwargs)
     ns._push(
@@ -223,7 +225,7 @@ def array_function(
         key = _KEYWORDS.get(key, key)
         if key in ns_sig.parameters:
             keywords[key] = value
-        elif value is not None and value is not np._NoValue:  # type: ignore[attr-defined]
+        elif value is not None and value is not np._NoValue:
             raise TypeError(
                 f"numpy.{func.__name__}(..., {key}=) is not supported on aioengine arrays "
                 f"(the namespace's {name} takes {', '.join(ns_sig.parameters)})"

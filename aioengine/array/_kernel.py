@@ -26,12 +26,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import DependencyError, OpState, RunContext
-from ._buffer import MISSING, Buffer
 
 if TYPE_CHECKING:
-    from ._meta import Shape
+    from ._buffer import Buffer
 
-__all__ = ("Const", "Output", "describe", "failure_of", "run")
+__all__ = ("MISSING", "Const", "Kernel", "describe", "failure_of", "run")
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+#: The value of a Buffer whose first write has not run (or never will: it failed or was skipped).
+MISSING: Any = _Missing()
 
 _SKIPPED = OpState.SKIPPED
 _CANCELLED = OpState.CANCELLED
@@ -57,8 +67,31 @@ class Const:
         return type(self.value).__name__
 
 
-#: An output of an operation: its Buffer, shape and dtype (what the caller was promised).
-Output = tuple[Buffer, "Shape", np.dtype[Any]]
+class Kernel:
+    """The function pushed for an operation with several outputs or an in-place target (one
+    that makes a single new Buffer pushes that Buffer's ``produce``)."""
+
+    __slots__ = ("args", "fn", "name", "outs", "target")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        outs: tuple[Buffer, ...],
+        target: Buffer | None,
+        name: str,
+    ) -> None:
+        self.fn = fn
+        self.args = args
+        self.outs = outs
+        self.target = target
+        self.name = name
+
+    def run(self, rctx: RunContext) -> None:
+        """Run the operation (once)."""
+        fn, args = self.fn, self.args
+        self.args = ()
+        run(fn, args, self.outs, self.target, self.name, rctx)
 
 
 def failure_of(buf: Buffer) -> BaseException | None:
@@ -103,15 +136,15 @@ def describe(name: str, args: Sequence[Any], ctx: object) -> str:
     return f"{name}({', '.join(parts)}) on {ctx}"
 
 
-def _fail(outs: Sequence[Output], target: Buffer | None, failure: BaseException) -> None:
-    for buf, _, _ in outs:
+def _fail(outs: Sequence[Buffer], target: Buffer | None, failure: BaseException) -> None:
+    for buf in outs:
         buf.failure = failure
     if target is not None:
         target.failure = failure
 
 
-def _store(out: Output, value: Any) -> None:
-    buf, shape, dtype = out
+def _store(buf: Buffer, value: Any) -> None:
+    shape, dtype = buf.shape, buf.dtype
     if type(value) is not _ndarray:
         if isinstance(value, _generic | bool | int | float | complex):
             value = np.asarray(value)
@@ -120,13 +153,13 @@ def _store(out: Output, value: Any) -> None:
         # its memory, or a write through one would change the other.
         value = value.copy()
     vshape = value.shape
-    if vshape != shape:
-        if len(vshape) != len(shape) or any(
-            d is not None and d != v for d, v in zip(shape, vshape, strict=True)
-        ):
-            raise ValueError(
-                f"the result has shape {vshape}, not the shape {shape} the operation promised"
-            )
+    if vshape != shape and (
+        len(vshape) != len(shape)
+        or any(d is not None and d != v for d, v in zip(shape, vshape, strict=True))
+    ):
+        raise ValueError(
+            f"the result has shape {vshape}, not the shape {shape} the operation promised"
+        )
     if value.dtype != dtype:
         raise TypeError(
             f"the result has dtype {value.dtype}, not the dtype {dtype} the operation promised"
@@ -139,7 +172,7 @@ def _store(out: Output, value: Any) -> None:
 def run(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
-    outs: tuple[Output, ...],
+    outs: tuple[Buffer, ...],
     target: Buffer | None,
     name: str,
     rctx: RunContext,
@@ -165,11 +198,11 @@ def run(
             values.append(a.value)
             continue
         failure = buf.failure
-        if failure is None and buf.writer is not None:
-            failure = failure_of(buf)
         value = buf.value
-        if failure is None and value is MISSING:
-            failure = RuntimeError(f"an input of {name} has no value")
+        if failure is None and (value is MISSING or buf.rewritten):
+            failure = failure_of(buf)  # its latest write skipped or cancelled?
+            if failure is None and value is MISSING:
+                failure = RuntimeError(f"an input of {name} has no value")
         if failure is not None:
             root = _root(failure)
             dep = DependencyError(

@@ -30,7 +30,7 @@ from .. import BlockingEngine, Context, DeviceType, Engine, FnProperty, Operatio
 from . import _meta
 from ._array import Array
 from ._buffer import Buffer
-from ._kernel import Const, Output, run
+from ._kernel import MISSING, Const, Kernel
 from ._meta import Shape, as_dtype, axis_index, broadcast, layout, reduced
 from ._sync import PendingArrayError, on_loop_thread
 
@@ -49,29 +49,105 @@ _ASYNC = FnProperty.ASYNC
 _NORMAL = FnProperty.NORMAL
 _SCALARS = (bool, int, float, complex)
 _partial = functools.partial
+# Result dtypes of the hot path (_fast): (function, dtype, dtype or scalar type) -> dtype.
+_DTYPES: dict[tuple[Any, ...], np.dtype[Any]] = {}
 
 #: The elementwise functions: name -> number of array arguments. Each is NumPy's function of
 #: the same name, which follows the standard's type promotion (NEP 50) and broadcasting.
 ELEMENTWISE: dict[str, int] = {
     **dict.fromkeys(
-        "abs acos acosh asin asinh atan atanh bitwise_invert ceil conj cos cosh exp expm1 "
-        "floor imag isfinite isinf isnan log log1p log2 log10 logical_not negative positive "
-        "real reciprocal round sign signbit sin sinh square sqrt tan tanh trunc".split(),
+        [
+            "abs",
+            "acos",
+            "acosh",
+            "asin",
+            "asinh",
+            "atan",
+            "atanh",
+            "bitwise_invert",
+            "ceil",
+            "conj",
+            "cos",
+            "cosh",
+            "exp",
+            "expm1",
+            "floor",
+            "imag",
+            "isfinite",
+            "isinf",
+            "isnan",
+            "log",
+            "log1p",
+            "log2",
+            "log10",
+            "logical_not",
+            "negative",
+            "positive",
+            "real",
+            "reciprocal",
+            "round",
+            "sign",
+            "signbit",
+            "sin",
+            "sinh",
+            "square",
+            "sqrt",
+            "tan",
+            "tanh",
+            "trunc",
+        ],
         1,
     ),
     **dict.fromkeys(
-        "add atan2 bitwise_and bitwise_left_shift bitwise_or bitwise_right_shift bitwise_xor "
-        "copysign divide equal floor_divide greater greater_equal hypot less less_equal "
-        "logaddexp logical_and logical_or logical_xor maximum minimum multiply nextafter "
-        "not_equal pow remainder subtract".split(),
+        [
+            "add",
+            "atan2",
+            "bitwise_and",
+            "bitwise_left_shift",
+            "bitwise_or",
+            "bitwise_right_shift",
+            "bitwise_xor",
+            "copysign",
+            "divide",
+            "equal",
+            "floor_divide",
+            "greater",
+            "greater_equal",
+            "hypot",
+            "less",
+            "less_equal",
+            "logaddexp",
+            "logical_and",
+            "logical_or",
+            "logical_xor",
+            "maximum",
+            "minimum",
+            "multiply",
+            "nextafter",
+            "not_equal",
+            "pow",
+            "remainder",
+            "subtract",
+        ],
         2,
     ),
 }
 
-_DTYPE_NAMES = (
-    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float32 float64 complex64 "
-    "complex128".split()
-)
+_DTYPE_NAMES = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+]
 
 
 class UniqueAllResult(NamedTuple):
@@ -146,6 +222,10 @@ def _take_key(key: tuple[Any, ...], positions: tuple[int, ...], value: Any, *idx
     return value[tuple(parts)]
 
 
+def _nothing(rctx: object) -> None:
+    """Pushed once by a BlockingEngine's namespace, to learn the engine's loop."""
+
+
 def _copy(value: Any) -> Any:
     return value.copy()
 
@@ -169,7 +249,7 @@ def _apply_checked(fn: Callable[..., Any], shape: Shape, dtype: np.dtype[Any], *
 
 
 def _sort(descending: bool, stable: bool, axis: int, arg: bool, value: Any) -> Any:
-    kind = "stable" if stable else None
+    kind: Any = "stable" if stable else None
     if not descending:
         return (
             np.argsort(value, axis=axis, kind=kind) if arg else np.sort(value, axis=axis, kind=kind)
@@ -273,8 +353,11 @@ class Namespace:
         else:
             raise TypeError(f"expected an aioengine Engine or BlockingEngine, got {engine!r}")
         #: The engine's event loop, learnt from the first operation pushed (sync points off
-        #: the loop thread wait on it).
+        #: the loop thread wait on it); a BlockingEngine's is known at once.
         self._loop: asyncio.AbstractEventLoop | None = None
+        if self._blocking is not None:
+            probe = self._blocking.push_sync(_nothing, prop=_ASYNC, name="namespace")
+            self._loop = probe.operation.get_loop()  # type: ignore[attr-defined]
         for name in _DTYPE_NAMES:
             setattr(self, name, np.dtype(name))
         from ._fft import FFT
@@ -307,15 +390,11 @@ class Namespace:
             raise RuntimeError(f"{self._engine!r} has no running event loop to wait on")
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
-    def _new_buffer(self, name: str, value: Any = None) -> Buffer:
-        from ._buffer import MISSING
-
-        return Buffer(self._engine, self._engine.new_var(name), MISSING if value is None else value)
-
     def _from_value(self, value: Any, device: Context = _CPU0) -> Array:
         """An array whose value is already computed (no operation)."""
-        buf = self._new_buffer("array", value)
-        return Array(self, buf, tuple(value.shape), value.dtype, device)
+        shape = tuple(value.shape)
+        buf = Buffer(self._engine, self._engine.new_var("array"), shape, value.dtype, value)
+        return Array(self, buf, shape, value.dtype, device)
 
     def _check_same(self, arrays: Sequence[Array]) -> Context:
         """The device of ``arrays``: ValueError if they belong to another engine or to several
@@ -362,9 +441,11 @@ class Namespace:
         *,
         target: Array | None = None,
         prop: FnProperty | None = None,
+        run_on: Context | None = None,
     ) -> tuple[Array, ...]:
-        """Push ``fn`` over the values of ``args`` as one operation; return its output arrays
-        (none for an in-place write into ``target``)."""
+        """Push ``fn`` over the values of ``args`` as one operation on ``run_on`` (default:
+        ``device``, where the outputs live); return its output arrays (none for an in-place
+        write into ``target``)."""
         engine = self._engine
         reads = []
         seen = set()
@@ -374,43 +455,29 @@ class Namespace:
             if buf is not None and buf is not target_buf and id(buf) not in seen:
                 seen.add(id(buf))
                 reads.append(buf.var)
-        results: tuple[Array, ...] = ()
-        outputs: tuple[Output, ...] = ()
+        if run_on is None:
+            run_on = device
+        if prop is None:
+            prop = _ASYNC if cost <= INLINE_COST and run_on.device_type is _CPU else _NORMAL
+        if target_buf is None and len(outs) == 1:
+            ((shape, dtype),) = outs
+            buf = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, fn, args, name)
+            buf.writer = self._submit(buf.produce, run_on, reads, (buf.var,), prop, name, None)
+            return (Array(self, buf, shape, dtype, device),)
+        bufs = tuple(
+            Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
+            for shape, dtype in outs
+        )
         if target_buf is not None:
+            target_buf.rewritten = True
             writes: tuple[Any, ...] = (target_buf.var,)
         else:
-            bufs = [self._new_buffer(name) for _ in outs]
-            outputs = tuple(
-                (buf, shape, dtype) for buf, (shape, dtype) in zip(bufs, outs, strict=True)
-            )
-            writes = tuple(buf.var for buf in bufs)
-            results = tuple(
-                Array(self, buf, shape, dtype, device)
-                for buf, (shape, dtype) in zip(bufs, outs, strict=True)
-            )
-        if prop is None:
-            prop = _ASYNC if cost <= INLINE_COST and device.device_type is _CPU else _NORMAL
-        kernel = _partial(run, fn, args, outputs, target_buf, name)
-        blocking = self._blocking
-        if blocking is not None and asyncio._get_running_loop() not in (None, self._loop):
-            # A thread that runs a loop of its own (a notebook): push from the engine's loop.
-            op: Operation[Any] = blocking.push_sync(
-                kernel, device, reads, writes, prop=prop, name=name
-            ).operation  # type: ignore[attr-defined]
-        else:
-            op = engine.push_sync(kernel, device, reads, writes, prop=prop, name=name)
-        if target_buf is not None:
-            target_buf.writer = op
-        for buf, _, _ in outputs:
+            writes = tuple(b.var for b in bufs)
+        kernel = Kernel(fn, args, bufs, target_buf, name)
+        op = self._submit(kernel.run, run_on, reads, writes, prop, name, target_buf)
+        for buf in bufs:
             buf.writer = op
-        if self._loop is None:
-            self._bind(op)
-        limit = engine.max_pending
-        if limit is not None and engine.pending >= limit and not on_loop_thread(self._loop):
-            # Backpressure for synchronous loops: wait for room before returning.
-            if asyncio._get_running_loop() is None and self._loop is not None:
-                self._wait(engine.wait_for_capacity())
-        return results
+        return tuple(Array(self, buf, buf.shape, buf.dtype, device) for buf in bufs)
 
     def _push1(
         self,
@@ -422,10 +489,13 @@ class Namespace:
         name: str,
         cost: int | None = None,
         prop: FnProperty | None = None,
+        run_on: Context | None = None,
     ) -> Array:
         if cost is None:
             cost = max([_meta.prod(shape), *(_meta.prod(a.shape) for a in args if a._buf)])
-        return self._push(fn, args, ((shape, dtype),), device, name, cost, prop=prop)[0]
+        return self._push(
+            fn, args, ((shape, dtype),), device, name, cost, prop=prop, run_on=run_on
+        )[0]
 
     def _xp(self, device: Context) -> Any:
         """The array module of ``device``: NumPy on a CPU and on the simulated GPU, CuPy on a
@@ -466,6 +536,18 @@ class Namespace:
 
     # -- elementwise ------------------------------------------------------------------------
 
+    def _binop(self, fn: Callable[..., Any], name: str, a: Any, b: Any) -> Array:
+        """A binary elementwise function (the operators' path): the hot path (``c = c + b``)
+        for two arrays of this namespace on one device, or an array and a Python float or
+        complex; :meth:`_elementwise` for everything else."""
+        if type(a) is Array and a._ns is self:
+            if type(b) is Array:
+                if b._ns is self and (b._device is a._device or b._device == a._device):
+                    return self._fast(fn, name, a, b, b._dtype)
+            elif type(b) in _SCALARS and type(b) is not int:
+                return self._fast(fn, name, a, Const(b), b)
+        return self._elementwise(fn, name, (a, b))
+
     def _elementwise(
         self, fn: Callable[..., Any], name: str, args: tuple[Any, ...], **kw: Any
     ) -> Array:
@@ -473,24 +555,96 @@ class Namespace:
         arrays = [a for a in operands if a._buf is not None]
         if not arrays:
             raise TypeError(f"{name}() needs at least one array argument")
-        device = self._check_same(arrays)  # type: ignore[arg-type]
-        shape = broadcast(*(a._shape for a in arrays))  # type: ignore[union-attr]
+        device = self._check_same(arrays)
+        shape = broadcast(*(a._shape for a in arrays))
         dtype = _meta.sample_dtype(
             fn,
             [a._dtype if a._buf is not None else a.value for a in operands],
-            **kw,  # type: ignore[union-attr]
+            **kw,
         )
         call = _partial(_call, fn, kw) if kw else fn
         return self._push1(call, operands, shape, dtype, device, name)
+
+    def _fast(self, fn: Callable[..., Any], name: str, a: Array, b: Any, bkey: Any) -> Array:
+        """:meth:`_elementwise` of ``a`` and ``b`` (an array, or a Const whose scalar is
+        ``bkey``): the same metadata and push, with fewer steps."""
+        ashape = a._shape
+        bshape = b._shape if type(b) is Array else ()
+        shape = ashape if ashape == bshape or not bshape else broadcast(ashape, bshape)
+        key = (fn, a._dtype, bkey if isinstance(bkey, np.dtype) else type(bkey))
+        dtype = _DTYPES.get(key)
+        if dtype is None:
+            dtype = _DTYPES[key] = _meta.sample_dtype(fn, [a._dtype, bkey])
+        engine = self._engine
+        buf = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, fn, (a, b), name)
+        out = Array(self, buf, shape, dtype, a._device)
+        abuf = a._buf
+        bbuf = b._buf
+        reads = (abuf.var,) if bbuf is None or bbuf is abuf else (abuf.var, bbuf.var)
+        size = 1
+        for d in shape:
+            size *= d or 1
+        device = a._device
+        prop = _ASYNC if size <= INLINE_COST and device.device_type is _CPU else _NORMAL
+        if self._blocking is None:
+            op: Operation[Any] = engine.push_sync(
+                buf.produce, device, reads, (buf.var,), prop=prop, name=name
+            )
+            buf.writer = op
+            if self._loop is None:
+                self._bind(op)
+            if engine.max_pending is not None:
+                self._backpressure()
+            return out
+        buf.writer = self._submit(buf.produce, device, reads, (buf.var,), prop, name, None)
+        return out
+
+    def _submit(
+        self,
+        kernel: Callable[..., Any],
+        device: Context,
+        reads: Sequence[Any],
+        writes: tuple[Any, ...],
+        prop: FnProperty,
+        name: str,
+        target: Buffer | None,
+    ) -> Operation[Any]:
+        """Push ``kernel`` (from any thread) and return its operation; ``target``'s writer
+        is set, the loop learnt, and room waited for off the loop thread."""
+        blocking = self._blocking
+        if blocking is not None and asyncio._get_running_loop() not in (None, self._loop):
+            op: Operation[Any] = blocking.push_sync(
+                kernel, device, reads, writes, prop=prop, name=name
+            ).operation  # type: ignore[attr-defined]
+        else:
+            op = self._engine.push_sync(kernel, device, reads, writes, prop=prop, name=name)
+        if target is not None:
+            target.writer = op
+        if self._loop is None:
+            self._bind(op)
+        if self._engine.max_pending is not None:
+            self._backpressure()
+        return op
+
+    def _backpressure(self) -> None:
+        """Off the loop thread, wait for room under ``max_pending`` before returning (a
+        synchronous loop cannot run away); on it, never wait."""
+        engine = self._engine
+        limit = engine.max_pending
+        if limit is None or engine.pending < limit:
+            return
+        loop = self._loop
+        if loop is not None and asyncio._get_running_loop() is None:
+            self._wait(engine.wait_for_capacity())
 
     def _inplace(self, name: str, target: Array, other: Any) -> None:
         """``target <op>= other``: a write on target's Buffer; the result must keep target's
         shape and dtype (TypeError / ValueError at the call otherwise)."""
         operand = self._operand(other)
         arrays = [target] + ([operand] if operand._buf is not None else [])
-        device = self._check_same(arrays)  # type: ignore[arg-type]
+        device = self._check_same(arrays)
         self._writable(target)
-        value = operand._dtype if operand._buf is not None else operand.value  # type: ignore[union-attr]
+        value = operand._dtype if operand._buf is not None else operand.value
         if name == "matmul":
             shape = _meta.matmul_shape(target._shape, operand.shape)
             dtype = _meta.sample_dtype(
@@ -542,8 +696,8 @@ class Namespace:
         dtype_args = tuple(args)
         operands = tuple(map(self._operand, dtype_args))
         arrays = [a for a in operands if a._buf is not None]
-        device = self._check_same(arrays)  # type: ignore[arg-type]
-        shape = broadcast(*(a._shape for a in arrays))  # type: ignore[union-attr]
+        device = self._check_same(arrays)
+        shape = broadcast(*(a._shape for a in arrays))
         if shape != x._shape:
             raise ValueError(f"clip: the bounds do not broadcast to x's shape {x._shape}")
         fn = _partial(_clip, tuple(names))
@@ -552,10 +706,10 @@ class Namespace:
                 a._buf is not None
                 and a._dtype != x._dtype
                 and np.result_type(a._dtype, x._dtype) != x._dtype
-            ):  # type: ignore[union-attr]
+            ):
                 raise TypeError(
                     f"clip: a bound of dtype {a._dtype} does not fit x's dtype {x._dtype}"
-                )  # type: ignore[union-attr]
+                )
         return self._push1(fn, operands, shape, x._dtype, device, "clip")
 
     # -- creation ---------------------------------------------------------------------------
@@ -626,7 +780,10 @@ class Namespace:
             )
         size = math.prod(shape)
         if device.device_type is _CPU and size <= INLINE_COST:
-            return self._from_value(np.ascontiguousarray(fn(*args, **kwargs)), device)
+            value = fn(*args, **kwargs)
+            if not value.flags.c_contiguous:
+                value = value.copy(order="C")
+            return self._from_value(value, device)
         xp = self._xp(device)
         if xp is not np:
             fn = getattr(xp, fn.__name__)
@@ -732,16 +889,14 @@ class Namespace:
         if stop is None:
             start, stop = 0, start
         for v in (start, stop, step):
-            if type(v) not in (int, float) and not isinstance(v, np.integer | np.floating):
+            if type(v) not in (int, float) and not isinstance(v, np.generic):
                 raise TypeError(f"arange: expected int or float arguments, got {v!r}")
         if step == 0:
             raise ValueError("arange: step must not be zero")
         n = max(0, math.ceil((stop - start) / step))
         if dtype is None:
-            dtype = (
-                np.arange(start, start + step, step).dtype if n else np.asarray(start + step).dtype
-            )
-            dtype = np.dtype(np.float64) if dtype.kind == "f" else np.dtype(np.int64)
+            floating = any(isinstance(v, float | np.floating) for v in (start, stop, step))
+            dtype = np.dtype(np.float64 if floating else np.int64)
         else:
             dtype = as_dtype(dtype)
         return self._create(
@@ -885,9 +1040,9 @@ class Namespace:
         """``key`` as a tuple; the positions and arrays of its array components."""
         if not isinstance(key, tuple):
             key = (key,)
-        parts = []
-        positions = []
-        arrays = []
+        parts: list[Any] = []
+        positions: list[int] = []
+        arrays: list[Array] = []
         for i, k in enumerate(key):
             if isinstance(k, Array):
                 positions.append(i)
@@ -935,7 +1090,8 @@ class Namespace:
             for a in arrays:
                 if a._dtype.kind not in "iu":
                     raise IndexError(
-                        f"arrays used as indices must be of integer (or boolean) type, not {a._dtype}"
+                        "arrays used as indices must be of integer (or boolean) type, "
+                        f"not {a._dtype}"
                     )
             dummy = np.broadcast_to(np.zeros((), np.int8), self._concrete(x, "indexing"))
             probe = list(parts)
@@ -949,16 +1105,16 @@ class Namespace:
     def _setitem(self, x: Array, key: Any, value: Any) -> None:
         parts, positions, arrays = self._key(x, key)
         operand = self._operand(value)
-        device = self._check_same([x, *arrays, *([operand] if operand._buf is not None else [])])  # type: ignore[list-item]
+        device = self._check_same([x, *arrays, *([operand] if operand._buf is not None else [])])
         self._writable(x)
         if operand._buf is not None:
-            vdtype = operand._dtype  # type: ignore[union-attr]
+            vdtype = operand._dtype
             if np.result_type(x._dtype, vdtype) != x._dtype:
                 raise TypeError(
                     f"cannot assign an array of dtype {vdtype} into an array of dtype {x._dtype}"
                 )
         else:
-            v = operand.value  # type: ignore[union-attr]
+            v = operand.value
             kind = x._dtype.kind
             if (
                 (type(v) is float and kind in "biu")
@@ -1229,7 +1385,8 @@ class Namespace:
             raise ValueError("nonzero of a 0-d array is not allowed")
         device = self._check_same([x])
         outs = tuple(((None,), np.dtype(np.int64)) for _ in range(x.ndim))
-        return self._push(_nonzero, (x,), outs, device, "nonzero", _meta.prod(x._shape))
+        fn = _nonzero if x.ndim > 1 else np.flatnonzero
+        return self._push(fn, (x,), outs, device, "nonzero", _meta.prod(x._shape))
 
     def searchsorted(
         self, x1: Array, x2: Array, /, *, side: str = "left", sorter: Array | None = None
@@ -1475,18 +1632,14 @@ class Namespace:
 
     # -- linear algebra (main namespace) ----------------------------------------------------
 
-    def matmul(self, x1: Array, x2: Array, /) -> Array:
+    def matmul(self, x1: Any, x2: Any, /) -> Array:
         """The matrix product (NumPy's ``matmul`` rules for 1-D and stacked operands)."""
+        if isinstance(x1, np.ndarray):
+            x1 = self.asarray(x1)
+        if isinstance(x2, np.ndarray):
+            x2 = self.asarray(x2)
         if not isinstance(x1, Array) or not isinstance(x2, Array):
-            if (
-                self._operand_ok(x1)
-                and self._operand_ok(x2)
-                and isinstance(x1, np.ndarray | Array)
-                and isinstance(x2, np.ndarray | Array)
-            ):
-                x1, x2 = self._operand(x1), self._operand(x2)  # type: ignore[assignment]
-            else:
-                raise TypeError("matmul needs two arrays")
+            raise TypeError("matmul needs two arrays (Python scalars are not allowed)")
         device = self._check_same([x1, x2])
         shape = _meta.matmul_shape(x1._shape, x2._shape)
         dtype = _meta.sample_dtype(
@@ -1606,18 +1759,17 @@ class Namespace:
                 fn, (x,), x._shape, x._dtype, device, "to_device", prop=FnProperty.COPY_TO_GPU
             )
         if src_gpu and not dst_gpu:
-            out = self._new_buffer("to_device")
-            array = Array(self, out, x._shape, x._dtype, device)
-            op = self._engine.push_sync(
-                _partial(run, _download, (x,), ((out, x._shape, x._dtype),), None, "to_device"),
-                x._device,
-                (x._buf.var,),
-                (out.var,),
+            # On the GPU's copy stream; the CPU array's first reader waits for its fence.
+            return self._push1(
+                _download,
+                (x,),
+                x._shape,
+                x._dtype,
+                device,
+                "to_device",
                 prop=FnProperty.COPY_FROM_GPU,
-                name="to_device",
+                run_on=x._device,
             )
-            out.writer = op
-            return array
         if src_gpu and dst_gpu:
             return self._push1(_copy, (x,), x._shape, x._dtype, device, "to_device")
         return self._push1(_copy, (x,), x._shape, x._dtype, device, "to_device")
@@ -1647,9 +1799,8 @@ def _clip(names: tuple[str, ...], x: Any, *bounds: Any) -> Any:
 
 
 def _meshgrid(indexing: str, dtype: np.dtype[Any], *values: Any) -> Any:
-    return tuple(
-        np.ascontiguousarray(v, dtype=dtype) for v in np.meshgrid(*values, indexing=indexing)
-    )
+    grids: Any = np.meshgrid(*values, indexing=indexing)  # type: ignore[call-overload]
+    return tuple(np.ascontiguousarray(v, dtype=dtype) for v in grids)
 
 
 def _reshape_copy(shape: tuple[int, ...], value: Any) -> Any:
@@ -1711,7 +1862,7 @@ def _make_elementwise(name: str, arity: int) -> Callable[..., Array]:
     else:
 
         def binary(self: Namespace, x1: Any, x2: Any, /) -> Array:
-            return self._elementwise(fn, name, (x1, x2))
+            return self._binop(fn, name, x1, x2)
 
         func = binary
     func.__name__ = func.__qualname__ = name

@@ -6,14 +6,17 @@ caller, a worker thread) it blocks until the value is ready, as MXNet's ``asnump
 the loop thread it cannot: the operations that would make the value ready are completed by that
 very loop, so a wait there could only deadlock. A pending array raises
 :class:`PendingArrayError` there instead (the Array API allows lazy implementations to raise
-``ValueError`` from these methods); a ready one answers everywhere.
+``ValueError`` from these methods); a ready one answers everywhere. The same holds inside an
+operation on one of the engine's worker threads: the value may be queued behind that very
+operation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 
-__all__ = ("PendingArrayError", "on_loop_thread")
+__all__ = ("PendingArrayError", "in_operation", "on_loop_thread")
 
 
 class PendingArrayError(ValueError, RuntimeError):
@@ -25,3 +28,9 @@ def on_loop_thread(loop: asyncio.AbstractEventLoop | None) -> bool:
     """Whether the calling thread is running ``loop`` (inside a coroutine, a callback or an
     operation run inline on it)."""
     return loop is not None and asyncio._get_running_loop() is loop
+
+
+def in_operation() -> bool:
+    """Whether the calling thread is one of an engine's worker threads (its pools' threads
+    are named ``aioengine-...``), so inside an operation."""
+    return threading.current_thread().name.startswith("aioengine-")
