@@ -49,6 +49,8 @@ def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
         assert "matches the local computation" in done.stdout
     if path.stem == "downloads":
         assert "as the sequential program's" in done.stdout
+    if path.stem == "arrays":
+        assert "match NumPy" in done.stdout
     if path.stem == "gpu_pipeline":
         assert "results match NumPy" in done.stdout
         if not ae.gpu_available():
@@ -64,5 +66,6 @@ def test_the_expected_examples_exist() -> None:
         "gpu_pipeline",
         "cluster",
         "downloads",
+        "arrays",
     }
     assert expected <= {p.stem for p in EXAMPLES}

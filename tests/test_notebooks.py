@@ -25,6 +25,16 @@ EXPECTED = {
         "sgd_step slices: 3",
         "weights: [-3.5 -3.5 -3.5 -3.5]",
     ],
+    "arrays.ipynb": [
+        "Array(shape=(400, 400), dtype=float64, pending: matmul)",
+        "ready: False",
+        "value: (400, 400) float64 read-only",
+        "float() of a pending array on the loop thread: PendingArrayError",
+        "sin² + cos² summed over a 400x400 matrix: 160000",
+        "raised: not finite | in aioengine.array operation apply(check)",
+        "dependent: DependencyError caused by ValueError('not finite')",
+        "closed",
+    ],
     "failures.ipynb": [
         "op raised: bad value 1",
         "skipped: DependencyError caused by ValueError('bad value 1')",
@@ -66,6 +76,11 @@ def test_notebook_runs(name: str, tmp_path: pathlib.Path) -> None:
     text = _text(notebook)
     for expected in EXPECTED[name]:
         assert expected in text, f"{expected!r} not in the outputs of {name}:\n{text}"
+    if name == "arrays.ipynb":
+        # The trace is drawn inline: the two branches' sin and cos, each a bar.
+        titles = _slice_titles(_timelines(notebook))
+        assert sum(t.startswith("sin — ") for t in titles) == 1, titles
+        assert sum(t.startswith("cos — ") for t in titles) == 1, titles
     if name == "engine_basics.ipynb":
         results = [
             o["data"]
@@ -91,6 +106,28 @@ def test_notebook_runs(name: str, tmp_path: pathlib.Path) -> None:
         assert sum(t.startswith("sgd_step — ") for t in titles) == 3, titles
         rows = [g for g in timelines[0].iter(f"{SVG}g") if g.get("class") == "track"]
         assert 1 <= len(rows) <= 2  # the three updates ran on one or two worker threads
+
+
+def _timelines(notebook: Any) -> list[ET.Element]:
+    """The timelines (``session.timeline()``) among the notebook's results."""
+    svgs = [
+        _svg(o["data"])
+        for c in notebook.cells
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "execute_result" and "image/svg+xml" in o["data"]
+    ]
+    timelines = [root for root in svgs if root.get("class") == "aioengine-timeline"]
+    assert len(timelines) == 1, [c.get("outputs") for c in notebook.cells]
+    return timelines
+
+
+def _slice_titles(timelines: list[ET.Element]) -> list[str]:
+    return [
+        title.text or ""
+        for g in timelines[0].iter(f"{SVG}g")
+        if g.get("class") == "slice"
+        for title in g.iter(f"{SVG}title")
+    ]
 
 
 def _svg(data: dict[str, Any]) -> ET.Element:

@@ -240,7 +240,9 @@ class Array:
         """The value for a sync point (``what``): at once if ready, else blocking off the
         loop thread, :class:`PendingArrayError` on it."""
         ns = self._ns
-        if self.ready:
+        # Ready, or read inside a sync operation on one of the engine's threads while a read
+        # of this buffer is held (a raw push naming x.var: no write can run until it ends).
+        if self.ready or (in_operation() and self._buf.var.statistics().mode == "read"):
             buf = self._buf
             failure = failure_of(buf)
             if failure is None:
@@ -259,7 +261,8 @@ class Array:
                 "deadlock (the value may be queued behind this very operation); pass the "
                 "array to the operation instead (xp.apply)"
             )
-        if ns._loop is None or on_loop_thread(ns._loop):
+        loop = ns._learn_loop() if asyncio._get_running_loop() is None else ns._loop
+        if loop is None or on_loop_thread(loop):
             raise PendingArrayError(
                 f"{what} needs the value of {self._describe()}, which is not computed yet: "
                 "`await` the array on the event loop's thread (blocking that thread could "

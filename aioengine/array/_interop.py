@@ -230,6 +230,8 @@ def array_function(
                 f"numpy.{func.__name__}(..., {key}=) is not supported on aioengine arrays "
                 f"(the namespace's {name} takes {', '.join(ns_sig.parameters)})"
             )
+    if name == "permute_dims" and keywords.get("axes") is None and positional:
+        keywords["axes"] = tuple(reversed(range(positional[0].ndim)))  # np.transpose(x)
     return target(
         *(_convert(ns, a) for a in positional), **{k: _convert(ns, v) for k, v in keywords.items()}
     )

@@ -382,6 +382,16 @@ class Namespace:
             except RuntimeError:  # the engine is not bound to a loop yet
                 pass
 
+    def _learn_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The engine's loop, asking the engine (with a no-op push) if no array operation has
+        told it yet; None if the engine is not bound to a loop."""
+        if self._loop is None:
+            try:
+                self._bind(self._engine.push_sync(_nothing, prop=_ASYNC, name="namespace"))
+            except RuntimeError:  # not bound to a loop yet
+                pass
+        return self._loop
+
     def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the engine's loop and block this (non-loop) thread for its result."""
         loop = self._loop
