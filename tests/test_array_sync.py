@@ -307,15 +307,15 @@ async def main():
         await asyncio.wait_for(op, 10)
         assert seen == [[1.0, 0.0, 0.0, 0.0]], seen
 
-        # A write queued behind the reader: the value at the reader's turn, or
-        # PendingArrayError; never a deadlock, never the queued write's value.
+        # A write queued behind the reader: x is pending, and waiting for it there could
+        # only deadlock (the write waits for the reader): PendingArrayError, at once.
         seen.clear()
         go.clear()
         op = engine.push_sync(reader, ae.cpu(), [x.var], [])
         x[1] = 2.0
         go.set()
         await asyncio.wait_for(op, 10)
-        assert seen in ([[1.0, 0.0, 0.0, 0.0]], [aa.PendingArrayError]), seen
+        assert seen == [aa.PendingArrayError], seen
         assert (await x).tolist() == [1.0, 2.0, 0.0, 0.0]
 
 asyncio.run(main())
@@ -326,8 +326,8 @@ print("ok", flush=True)
 def test_a_sync_point_inside_a_raw_reader_of_the_array() -> None:
     """A raw reader of ``x.var`` on the CPU pool reads ``x`` (a sync point). With nothing
     queued behind it, it gets the value; with a write of ``x`` queued behind it, waiting for
-    that write could only deadlock (it waits for the reader): it gets the value at its turn
-    or PendingArrayError. In a subprocess: a deadlock fails the test, not the suite."""
+    that write could only deadlock (it waits for the reader): PendingArrayError, never a hang.
+    In a subprocess: a deadlock fails the test, not the suite."""
     script = INSIDE_SCRIPT.format(compiled=COMPILED)
     env = dict(os.environ, PYTHONPATH=str(Path(ae.__file__).parent.parent))
     try:
@@ -343,6 +343,38 @@ def test_a_sync_point_inside_a_raw_reader_of_the_array() -> None:
         pytest.fail(f"deadlock: the script did not finish within 30 s: {exc.stderr!r}")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "ok", proc.stdout
+
+
+async def test_a_sync_point_inside_an_operation_not_holding_the_array(
+    threaded_engine: ae.Engine,
+) -> None:
+    """An operation that does not name ``x.var`` reads ``x`` while a write of ``x`` is
+    pending (queued behind a raw reader that another operation holds): ``x`` is not ready and
+    waiting there could deadlock, so it is PendingArrayError, not the value from before the
+    pending write (nor, once the raw reader ends, memory the write is changing)."""
+    engine = threaded_engine
+    xp = aa.namespace(engine)
+    x = xp.zeros(3)
+    await x
+    go = threading.Event()
+    reader = engine.push_sync(lambda r: go.wait(30), ae.cpu(), [x.var], [], name="reader")
+    x[0] = 1.0  # queued behind the raw reader
+    seen: list[Any] = []
+
+    def other(rctx: ae.RunContext) -> None:
+        try:
+            ready = x.ready
+            try:
+                seen.append((ready, np.asarray(x).tolist()))
+            except aa.PendingArrayError:
+                seen.append((ready, "PendingArrayError"))
+        finally:
+            go.set()
+
+    await engine.push_sync(other, ae.cpu(), [], [engine.new_var()], name="other")
+    await reader
+    assert seen == [(False, "PendingArrayError")]
+    np.testing.assert_array_equal(await x, [1.0, 0.0, 0.0])
 
 
 # -- the rule under concurrency ---------------------------------------------------------------

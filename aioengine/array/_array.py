@@ -240,9 +240,7 @@ class Array:
         """The value for a sync point (``what``): at once if ready, else blocking off the
         loop thread, :class:`PendingArrayError` on it."""
         ns = self._ns
-        # Ready, or read inside a sync operation on one of the engine's threads while a read
-        # of this buffer is held (a raw push naming x.var: no write can run until it ends).
-        if self.ready or (in_operation() and self._buf.var.statistics().mode == "read"):
+        if self.ready:
             buf = self._buf
             failure = failure_of(buf)
             if failure is None:
