@@ -27,7 +27,7 @@ import numpy as np
 
 import aioengine as ae
 import aioengine.array as aa
-from aioengine.array import _namespace
+from aioengine.array import _push
 
 
 async def _chain(xp: Any, n: int, ops: int) -> float:
@@ -53,14 +53,14 @@ async def _branches(xp: Any, n: int, ops: int) -> float:
 
 async def measure(sizes: list[int], ops: int) -> list[dict[str, Any]]:
     rows = []
-    saved = _namespace.INLINE_COST
+    saved = _push.INLINE_COST
     try:
         async with ae.Engine(cpu_workers=2) as engine:
             xp = aa.namespace(engine)
             for n in sizes:
                 row: dict[str, Any] = {"elements": n}
                 for mode, cost in (("inline", 1 << 62), ("pool", 0)):
-                    _namespace.INLINE_COST = cost
+                    _push.INLINE_COST = cost
                     k = max(ops * 1024 // max(n, 1024), 20)
                     row[f"chain_{mode}_us"] = min([await _chain(xp, n, k) for _ in range(3)]) * 1e6
                     row[f"branches_{mode}_us"] = (
@@ -73,7 +73,7 @@ async def measure(sizes: list[int], ops: int) -> list[dict[str, Any]]:
                 row["numpy_add_us"] = (time.perf_counter() - start) / 50 * 1e6
                 rows.append(row)
     finally:
-        _namespace.INLINE_COST = saved
+        _push.INLINE_COST = saved
     return rows
 
 

@@ -22,7 +22,8 @@ import weakref
 
 from .. import BlockingEngine, Engine
 from ._array import Array
-from ._namespace import INLINE_COST, Namespace
+from ._namespace import Namespace
+from ._push import INLINE_COST
 from ._sync import PendingArrayError
 
 __all__ = ("INLINE_COST", "Array", "Namespace", "PendingArrayError", "namespace")

@@ -34,6 +34,7 @@ from ._sync import PendingArrayError, in_operation, on_loop_thread
 
 if TYPE_CHECKING:
     from ._namespace import Namespace
+    from ._push import Pusher
 
 __all__ = ("Array",)
 
@@ -87,7 +88,7 @@ class Array:
 
     def __init__(
         self,
-        ns: Namespace,
+        ns: Pusher,
         buf: Buffer,
         shape: Shape,
         dtype: np.dtype[Any],
@@ -95,7 +96,7 @@ class Array:
         steps: tuple[Callable[[Any], Any], ...] = (),
         layout_: np.ndarray[Any, Any] | None = None,
     ) -> None:
-        self._ns = ns
+        self._ns: Namespace = ns  # type: ignore[assignment]
         self._buf = buf
         self._shape = shape
         self._dtype = dtype

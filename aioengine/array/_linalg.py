@@ -119,7 +119,12 @@ class Linalg:
         ax = axis_index(axis, len(shape))
         if shape[ax] != 3 or x1._shape[axis] != 3 or x2._shape[axis] != 3:
             raise ValueError("linalg.cross: both arrays must have size 3 along axis")
-        return self._push(_la.cross, "cross", [x1, x2], [shape], _meta.prod(shape), axis=axis)[0]
+        ns = self._ns
+        device = ns._check_same([x1, x2])
+        # Sampled on 3-element vectors: NumPy refuses any other length.
+        dtype = _meta.sample_dtype(_la.cross, [(x1._dtype, (3,)), (x2._dtype, (3,))])
+        fn = functools.partial(_call, _la.cross, {"axis": axis})
+        return ns._push1(fn, (x1, x2), shape, dtype, device, "linalg.cross")
 
     def det(self, x: Array, /) -> Array:
         """The determinant of each square matrix."""

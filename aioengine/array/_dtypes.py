@@ -1,0 +1,75 @@
+"""Data type functions of the namespace: ``astype``, ``can_cast``, ``finfo``, ``iinfo``,
+``isdtype``, ``result_type``. The dtypes themselves are NumPy's
+(``xp.float64 == np.dtype('float64')``), and so is type promotion (NEP 50), which follows the
+standard's table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import Context
+from ._array import Array
+from ._meta import as_dtype
+from ._push import (
+    _SCALARS,
+    Pusher,
+    _partial,
+)
+
+__all__ = ("DataTypes",)
+
+
+class DataTypes(Pusher):
+    """The standard's data type functions
+    (a mixin of :class:`~aioengine.array.Namespace`)."""
+
+    def astype(
+        self, x: Array, dtype: Any, /, *, copy: bool = True, device: Context | None = None
+    ) -> Array:
+        """``x`` converted to ``dtype`` (a copy operation unless ``copy=False`` and nothing
+        changes)."""
+        dtype = as_dtype(dtype)
+        out = x
+        if dtype != x._dtype or copy:
+            self._check_same([x])
+            out = self._push1(_partial(_astype, dtype), (x,), x._shape, dtype, x._device, "astype")
+        if device is not None and device != out._device:
+            out = out.to_device(device)
+        return out
+
+    def can_cast(self, from_: Any, to: Any, /) -> bool:
+        """Whether ``from_`` (a dtype or an array) can be cast to ``to`` by the promotion rules."""
+        if isinstance(from_, Array):
+            from_ = from_._dtype
+        return bool(np.can_cast(as_dtype(from_), as_dtype(to)))
+
+    def finfo(self, type: Any, /) -> Any:
+        """Machine limits of a floating-point dtype (or array)."""
+        return np.finfo(type._dtype if isinstance(type, Array) else as_dtype(type))
+
+    def iinfo(self, type: Any, /) -> Any:
+        """Machine limits of an integer dtype (or array)."""
+        return np.iinfo(type._dtype if isinstance(type, Array) else as_dtype(type))
+
+    def isdtype(self, dtype: Any, kind: Any) -> bool:
+        """Whether ``dtype`` is of ``kind`` (``"real floating"``, a dtype, a tuple, ...)."""
+        return bool(np.isdtype(as_dtype(dtype), kind))
+
+    def result_type(self, *arrays_and_dtypes: Any) -> np.dtype[Any]:
+        """The dtype that type promotion gives for these arrays, dtypes and scalars."""
+        if not arrays_and_dtypes:
+            raise ValueError("at least one array or dtype is required")
+        args = [
+            a._dtype if isinstance(a, Array) else a if type(a) in _SCALARS else as_dtype(a)
+            for a in arrays_and_dtypes
+        ]
+        if all(type(a) in _SCALARS for a in args):
+            raise ValueError("result_type needs at least one array or dtype")
+        return np.result_type(*args)
+
+
+def _astype(dtype: np.dtype[Any], value: Any) -> Any:
+    return value.astype(dtype, copy=True)

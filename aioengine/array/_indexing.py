@@ -1,0 +1,194 @@
+"""Indexing: ``x[key]``, ``x[key] = v``, ``take``, ``take_along_axis``.
+
+A key of integers, slices, ``...`` and ``None`` makes a view that shares the buffer and its Var
+(NumPy computes its shape on a zero-memory layout dummy, so an index out of range raises at the
+call); integer or boolean arrays in the key make a copy operation that reads them too (a boolean
+mask's result has an unknown first dimension until computed). An assignment is a write on the
+buffer's Var.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from . import _meta
+from ._array import Array
+from ._meta import Shape, axis_index, broadcast
+from ._push import (
+    Pusher,
+    _call,
+    _partial,
+)
+
+__all__ = ("Indexing",)
+
+
+class Indexing(Pusher):
+    """Indexing and the standard's indexing functions
+    (a mixin of :class:`~aioengine.array.Namespace`)."""
+
+    def _key(self, x: Array, key: Any) -> tuple[tuple[Any, ...], list[int], list[Array]]:
+        """``key`` as a tuple; the positions and arrays of its array components."""
+        if not isinstance(key, tuple):
+            key = (key,)
+        parts: list[Any] = []
+        positions: list[int] = []
+        arrays: list[Array] = []
+        for i, k in enumerate(key):
+            if isinstance(k, Array):
+                positions.append(i)
+                arrays.append(k)
+                parts.append(k)
+            elif isinstance(k, np.ndarray):
+                arr = self.asarray(k)
+                positions.append(i)
+                arrays.append(arr)
+                parts.append(arr)
+            elif k is None or k is Ellipsis or isinstance(k, slice | bool | np.bool_):
+                parts.append(k)
+            else:
+                try:
+                    parts.append(operator.index(k))
+                except TypeError:
+                    raise IndexError(
+                        f"only integers, slices, ..., None and integer or boolean arrays are "
+                        f"valid indices, got {k!r}"
+                    ) from None
+        return tuple(parts), positions, arrays
+
+    def _getitem(self, x: Array, key: Any) -> Array:
+        parts, positions, arrays = self._key(x, key)
+        if not arrays:
+            if Ellipsis not in parts:
+                parts = (*parts, Ellipsis)  # x[i, j] as a 0-d view, not a copied scalar
+            lay = self._layout_of(x)[parts]
+            return self._view(x, _partial(_index_step, parts), lay)
+        device = self._check_same([x, *arrays])
+        if len(arrays) == 1 and arrays[0]._dtype.kind == "b":
+            mask = arrays[0]
+            if len(parts) != 1:
+                raise IndexError("a boolean array index must be the only index")
+            mshape, xshape = mask._shape, x._shape
+            if len(mshape) > len(xshape) or any(
+                m is not None and d is not None and m != d
+                for m, d in zip(mshape, xshape, strict=False)
+            ):
+                raise IndexError(
+                    f"boolean index of shape {mshape} does not match the array's shape {xshape}"
+                )
+            shape: Shape = (None, *xshape[len(mshape) :])
+        else:
+            for a in arrays:
+                if a._dtype.kind not in "iu":
+                    raise IndexError(
+                        "arrays used as indices must be of integer (or boolean) type, "
+                        f"not {a._dtype}"
+                    )
+            dummy = np.broadcast_to(np.zeros((), np.int8), self._concrete(x, "indexing"))
+            probe = list(parts)
+            for pos, a in zip(positions, arrays, strict=True):
+                probe[pos] = np.broadcast_to(np.zeros((), np.intp), self._concrete(a, "indexing"))
+            shape = dummy[tuple(probe)].shape
+        fn = _partial(_take_key, parts, tuple(positions))
+        cost = max(_meta.prod(shape), 1)
+        return self._push1(fn, (x, *arrays), shape, x._dtype, device, "getitem", cost)
+
+    def _setitem(self, x: Array, key: Any, value: Any) -> None:
+        parts, positions, arrays = self._key(x, key)
+        operand = self._operand(value)
+        device = self._check_same([x, *arrays, *([operand] if operand._buf is not None else [])])
+        self._writable(x)
+        if operand._buf is not None:
+            vdtype = operand._dtype
+            if np.result_type(x._dtype, vdtype) != x._dtype:
+                raise TypeError(
+                    f"cannot assign an array of dtype {vdtype} into an array of dtype {x._dtype}"
+                )
+        else:
+            v = operand.value
+            kind = x._dtype.kind
+            if (
+                (type(v) is float and kind in "biu")
+                or (type(v) is complex and kind != "c")
+                or (type(v) is int and kind == "b")
+            ):
+                raise TypeError(
+                    f"cannot assign a Python {type(v).__name__} into an array of dtype {x._dtype}"
+                )
+            if type(v) is int and kind in "iu":
+                info = np.iinfo(x._dtype)
+                if not info.min <= v <= info.max:
+                    raise OverflowError(f"Python integer {v} out of bounds for {x._dtype}")
+        if not arrays:
+            target_shape = self._layout_of(x)[parts].shape
+            broadcast(target_shape, operand.shape)  # ValueError if it cannot broadcast
+            if len(broadcast(target_shape, operand.shape)) > len(target_shape):
+                raise ValueError(
+                    f"cannot broadcast a value of shape {operand.shape} to {target_shape}"
+                )
+        fn = _partial(_assign, parts, tuple(positions))
+        cost = max(_meta.prod(x._shape), 1)
+        self._push(fn, (x, operand, *arrays), (), device, "setitem", cost, target=x)
+
+    def take(self, x: Array, indices: Array, /, *, axis: int | None = None) -> Array:
+        """Elements of ``x`` at integer ``indices`` along ``axis`` (optional for 1-D ``x``)."""
+        device = self._check_same([x, indices])
+        if indices._dtype.kind not in "iu" or indices.ndim != 1:
+            raise IndexError("take: indices must be a 1-D integer array")
+        if axis is None:
+            if x.ndim != 1:
+                raise ValueError("take: axis is required for an array of more than one dimension")
+            axis = 0
+        ax = axis_index(axis, x.ndim)
+        shape = (*x._shape[:ax], *indices._shape, *x._shape[ax + 1 :])
+        return self._push1(
+            _partial(_call, np.take, {"axis": ax}), (x, indices), shape, x._dtype, device, "take"
+        )
+
+    def take_along_axis(self, x: Array, indices: Array, /, *, axis: int = -1) -> Array:
+        """Elements of ``x`` at ``indices`` along ``axis``, matched position by position."""
+        device = self._check_same([x, indices])
+        if indices._dtype.kind not in "iu":
+            raise IndexError("take_along_axis: indices must be an integer array")
+        if x.ndim != indices.ndim:
+            raise ValueError(
+                "take_along_axis: x and indices must have the same number of dimensions"
+            )
+        ax = axis_index(axis, x.ndim)
+        xs = tuple(d for i, d in enumerate(x._shape) if i != ax)
+        js = tuple(d for i, d in enumerate(indices._shape) if i != ax)
+        b = list(broadcast(xs, js))
+        b.insert(ax, indices._shape[ax])
+        return self._push1(
+            _partial(_call, np.take_along_axis, {"axis": ax}),
+            (x, indices),
+            tuple(b),
+            x._dtype,
+            device,
+            "take_along_axis",
+        )
+
+
+def _index_step(key: tuple[Any, ...], value: Any) -> Any:
+    return value[key]
+
+
+def _assign(
+    key: tuple[Any, ...], positions: tuple[int, ...], target: Any, value: Any, *idx: Any
+) -> None:
+    if positions:
+        parts = list(key)
+        for pos, index in zip(positions, idx, strict=True):
+            parts[pos] = index
+        key = tuple(parts)
+    target[key] = value
+
+
+def _take_key(key: tuple[Any, ...], positions: tuple[int, ...], value: Any, *idx: Any) -> Any:
+    parts = list(key)
+    for pos, index in zip(positions, idx, strict=True):
+        parts[pos] = index
+    return value[tuple(parts)]

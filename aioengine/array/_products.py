@@ -1,0 +1,100 @@
+"""The linear algebra functions of the main namespace: ``matmul``, ``tensordot``, ``vecdot``
+(``matrix_transpose`` is a view: ``_manipulation.py``). Their cost estimate (elements times
+the contracted length) decides inline or pool.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import _meta
+from ._array import Array
+from ._meta import axis_index, broadcast
+from ._push import (
+    Pusher,
+    _call,
+    _partial,
+)
+
+__all__ = ("Products",)
+
+
+class Products(Pusher):
+    """``matmul``, ``tensordot`` and ``vecdot``
+    (a mixin of :class:`~aioengine.array.Namespace`)."""
+
+    def matmul(self, x1: Any, x2: Any, /) -> Array:
+        """The matrix product (NumPy's ``matmul`` rules for 1-D and stacked operands)."""
+        if isinstance(x1, np.ndarray):
+            x1 = self.asarray(x1)
+        if isinstance(x2, np.ndarray):
+            x2 = self.asarray(x2)
+        if not isinstance(x1, Array) or not isinstance(x2, Array):
+            raise TypeError("matmul needs two arrays (Python scalars are not allowed)")
+        device = self._check_same([x1, x2])
+        shape = _meta.matmul_shape(x1._shape, x2._shape)
+        dtype = _meta.sample_dtype(
+            np.matmul, [(x1._dtype, (1,) * x1.ndim), (x2._dtype, (1,) * x2.ndim)]
+        )
+        k = x1._shape[-1] or 1
+        return self._push1(
+            np.matmul, (x1, x2), shape, dtype, device, "matmul", cost=_meta.prod(shape) * k
+        )
+
+    def tensordot(
+        self, x1: Array, x2: Array, /, *, axes: int | tuple[Sequence[int], Sequence[int]] = 2
+    ) -> Array:
+        """The sum of products over ``axes`` (the last ``axes`` of x1 and first of x2)."""
+        device = self._check_same([x1, x2])
+        s1, s2 = self._concrete(x1, "tensordot"), self._concrete(x2, "tensordot")
+        if isinstance(axes, int):
+            if axes < 0 or axes > min(len(s1), len(s2)):
+                raise ValueError(f"tensordot: axes={axes} is out of range for shapes {s1} and {s2}")
+            a1, a2 = list(range(len(s1) - axes, len(s1))), list(range(axes))
+        else:
+            a1 = [axis_index(a, len(s1)) for a in axes[0]]
+            a2 = [axis_index(a, len(s2)) for a in axes[1]]
+            if len(a1) != len(a2):
+                raise ValueError("tensordot: the two sequences of axes differ in length")
+        for i, j in zip(a1, a2, strict=True):
+            if s1[i] != s2[j]:
+                raise ValueError(f"tensordot: shape mismatch on axes {i} and {j}: {s1} and {s2}")
+        shape = tuple(d for i, d in enumerate(s1) if i not in a1) + tuple(
+            d for j, d in enumerate(s2) if j not in a2
+        )
+        dtype = np.result_type(x1._dtype, x2._dtype)
+        return self._push1(
+            _partial(_call, np.tensordot, {"axes": axes}),
+            (x1, x2),
+            shape,
+            dtype,
+            device,
+            "tensordot",
+            cost=math.prod(s1) * max(math.prod(s2), 1),
+        )
+
+    def vecdot(self, x1: Array, x2: Array, /, *, axis: int = -1) -> Array:
+        """The dot product of vectors along ``axis`` (complex x1 conjugated)."""
+        device = self._check_same([x1, x2])
+        if x1.ndim == 0 or x2.ndim == 0:
+            raise ValueError("vecdot needs arrays of at least one dimension")
+        full = broadcast(x1._shape, x2._shape)
+        ax = axis_index(axis, len(full))
+        n1, n2 = x1._shape[ax - len(full) + x1.ndim], x2._shape[ax - len(full) + x2.ndim]
+        if n1 is not None and n2 is not None and n1 != n2:
+            raise ValueError(f"vecdot: the sizes along axis {axis} differ: {n1} and {n2}")
+        shape = tuple(d for i, d in enumerate(full) if i != ax)
+        dtype = np.result_type(x1._dtype, x2._dtype)
+        return self._push1(
+            _partial(_call, np.vecdot, {"axis": axis}),
+            (x1, x2),
+            shape,
+            dtype,
+            device,
+            "vecdot",
+            cost=_meta.prod(full),
+        )
