@@ -146,8 +146,11 @@ class Array:
     @property
     def var(self) -> Var:
         """The engine Var of this array's buffer (shared by its views): raw pushes naming it
-        are ordered with the array's own operations."""
-        return self._buf.var
+        are ordered with the array's own operations. Once handed out, it is deleted
+        (``delete_var``) when the last array of its buffer is collected."""
+        buf = self._buf
+        buf.exposed = True
+        return buf.var
 
     @property
     def T(self) -> Array:

@@ -17,6 +17,8 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
   has reported a skip (the write it stands for has finished by then).
 * ``writer``: the :class:`~aioengine.Operation` of the latest array write pushed (set on the
   pushing thread at push; read to tell a skipped write from one that ran, and for reprs).
+* ``exposed``: ``x.var`` handed the Var out (set once, on any thread): raw pushes may name it,
+  so it is deleted with ``delete_var`` when the Buffer goes.
 * ``rewritten``: an in-place write was pushed on it (set at push): only then can a value be
   present yet stale (that write skipped by the engine), which readers must check.
 * ``exported``: ``await`` or a sync point handed ``value`` out as a read-only view; the next
@@ -54,6 +56,7 @@ class Buffer:
         "dtype",
         "engine",
         "exported",
+        "exposed",
         "failure",
         "fn",
         "name",
@@ -83,6 +86,7 @@ class Buffer:
         self.failure: BaseException | None = None
         self.writer: Operation[Any] | None = None
         self.exported = False
+        self.exposed = False
         self.rewritten = False
         self.fn = fn
         self.args = args
@@ -97,10 +101,14 @@ class Buffer:
         run(fn, args, (self,), None, self.name, rctx)
 
     def __del__(self) -> None:
-        # The last Array (view) and the last pushed operation holding this Buffer are gone: its
-        # Var is deleted after whatever raw pushes on it are still pending (MXNet's
-        # DeleteVariable from ~Chunk). The engine accepts delete_var from a finalizer, on any
-        # thread; a closed engine has nothing left to delete.
+        # The last Array (view) and the last pushed operation holding this Buffer are gone:
+        # no array operation is pending on its Var. A Var handed out (x.var) is deleted after
+        # whatever raw pushes on it are still pending (MXNet's DeleteVariable from ~Chunk; the
+        # engine accepts delete_var from a finalizer, on any thread; a closed engine has
+        # nothing left to delete). One never handed out is idle and nobody else can name it:
+        # it goes with the Buffer, without the push a deletion costs.
+        if not self.exposed:
+            return
         try:
             engine = self.engine
             if not engine.closed:  # (a deletion deferred past the close would be reported)
