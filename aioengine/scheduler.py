@@ -713,7 +713,8 @@ class Scheduler:
 
         ``push`` is the :meth:`_push` call that admits it (``op`` passed as ``made``). Its
         caller got ``op`` back long ago, so a push refused now (the engine closed, a Var
-        deleted meanwhile) fails ``op`` with that error and reports it.
+        deleted meanwhile) fails ``op`` with that error and reports it, except a deletion
+        refused because the engine is closing or closed (clean-up with nothing left to do).
         """
         try:
             push()
@@ -726,6 +727,8 @@ class Scheduler:
                     op._vars = ()
                     if op._waiters is not None or op._callbacks is not None:
                         self._notify_locked(op)
+            if op._prop is FnProperty.DELETE_VAR and self._state is not _OPEN:
+                return  # a deletion refused by a closed engine: nothing is left to delete
             self._report(f"{op.name!r}, pushed by a finalizer, could not be pushed", exc)
 
     def _gpu_for(self, ctx: Context) -> GpuSeam:
