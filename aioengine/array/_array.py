@@ -432,6 +432,8 @@ def _binary(name: str, reflected: bool = False) -> Callable[[Array, Any], Any]:
 
         def method(self: Array, other: Any) -> Any:
             ns = self._ns
+            if type(other) is Array and not reflected:  # the hot path: decided in _binop
+                return ns._binop(ufunc, name, self, other)
             if not ns._operand_ok(other):
                 return NotImplemented
             if reflected:

@@ -25,9 +25,10 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
   write copies it first (inside that write, which holds the turn), so what the user holds never
   changes.
 * ``shape``, ``dtype``: what the operation that makes the Buffer promised (checked when it
-  runs); ``fn``, ``args``, ``name``: that operation, until it has run (then None, so that a
-  chain of arrays does not keep its inputs alive). A Buffer is the function pushed for the
-  operation that makes it (:meth:`produce`, a bound method): one object per operation fewer
+  runs); ``fn``, ``args`` (or ``x1`` and ``x2`` for a binary function), ``name``: that
+  operation, until it has run (then None, so that a chain of arrays does not keep its inputs
+  alive). A Buffer is the function pushed for the operation that makes it (:meth:`produce`,
+  a bound method): objects per operation fewer
   for the cycle collector to walk while thousands are pending.
 """
 
@@ -65,6 +66,8 @@ class Buffer:
         "value",
         "var",
         "writer",
+        "x1",
+        "x2",
     )
 
     def __init__(
@@ -91,6 +94,8 @@ class Buffer:
         self.fn = fn
         self.args = args
         self.name = name
+        self.x1: Any = None
+        self.x2: Any = None
 
     def produce(self, rctx: RunContext) -> None:
         """The function of the operation that makes this Buffer: ``fn(*args)`` into it."""
@@ -99,6 +104,14 @@ class Buffer:
         assert fn is not None, "a Buffer is produced once"
         assert args is not None
         run(fn, args, (self,), None, self.name, rctx)
+
+    def produce2(self, rctx: RunContext) -> None:
+        """:meth:`produce` for a binary function, whose two arguments wait in ``x1`` and
+        ``x2`` (the hot path: no argument tuple kept while the operation is pending)."""
+        fn, x1, x2 = self.fn, self.x1, self.x2
+        self.fn = self.x1 = self.x2 = None
+        assert fn is not None, "a Buffer is produced once"
+        run(fn, (x1, x2), (self,), None, self.name, rctx)
 
     def __del__(self) -> None:
         # The last Array (view) and the last pushed operation holding this Buffer are gone:

@@ -356,7 +356,9 @@ class Pusher:
         if dtype is None:
             dtype = _DTYPES[key] = _meta.sample_dtype(fn, [a._dtype, bkey])
         engine = self._engine
-        buf = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, fn, (a, b), name)
+        buf = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, fn, None, name)
+        buf.x1 = a
+        buf.x2 = b
         out = Array(self, buf, shape, dtype, a._device)
         abuf = a._buf
         bbuf = b._buf
@@ -368,7 +370,7 @@ class Pusher:
         prop = _ASYNC if size <= INLINE_COST and device.device_type is _CPU else _NORMAL
         if self._blocking is None:
             op: Operation[Any] = engine.push_sync(
-                buf.produce, device, reads, (buf.var,), prop=prop, name=name
+                buf.produce2, device, reads, (buf.var,), prop=prop, name=name
             )
             buf.writer = op
             if self._loop is None:
@@ -376,7 +378,7 @@ class Pusher:
             if engine.max_pending is not None:
                 self._backpressure()
             return out
-        buf.writer = self._submit(buf.produce, device, reads, (buf.var,), prop, name, None)
+        buf.writer = self._submit(buf.produce2, device, reads, (buf.var,), prop, name, None)
         return out
 
     def _inplace(self, name: str, target: Array, other: Any) -> None:
