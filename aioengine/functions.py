@@ -37,8 +37,9 @@ def is_coroutine_function(fn: Callable[..., Any]) -> bool:
     """Whether calling ``fn`` returns a coroutine, decided without calling it.
 
     Plain functions, methods and partials of them (the hot path) are decided from the code
-    flags; anything else goes through :func:`inspect.iscoroutinefunction`, including an object
-    whose ``__call__`` is ``async def``.
+    flags, and so are instances of a class whose ``__call__`` is a plain function (an object
+    pushed as its own function); anything else goes through
+    :func:`inspect.iscoroutinefunction`, including an object whose ``__call__`` is ``async def``.
     """
     inner = fn
     while type(inner) is functools.partial:
@@ -47,6 +48,17 @@ def is_coroutine_function(fn: Callable[..., Any]) -> bool:
         inner = inner.__func__
     if type(inner) is FunctionType:
         return bool(inner.__code__.co_flags & _CO_COROUTINE)
+    if inner is fn:
+        # An instance whose class's __call__ is a plain function, and which is nothing
+        # function-like itself (what inspect.iscoroutinefunction looks for): decided from
+        # that function's flags, as below, without inspect's walk.
+        call = getattr(type(fn), "__call__", None)  # noqa: B004 (the class's __call__)
+        if (
+            type(call) is FunctionType
+            and getattr(fn, "__code__", None) is None
+            and getattr(fn, "_is_coroutine_marker", None) is None
+        ):
+            return bool(call.__code__.co_flags & _CO_COROUTINE)
     if inspect.iscoroutinefunction(fn):
         return True
     call = getattr(type(fn), "__call__", None)  # noqa: B004 (an async __call__ method)

@@ -148,9 +148,7 @@ class Array:
         """The engine Var of this array's buffer (shared by its views): raw pushes naming it
         are ordered with the array's own operations. Once handed out, it is deleted
         (``delete_var``) when the last array of its buffer is collected."""
-        buf = self._buf
-        buf.exposed = True
-        return buf.var
+        return self._buf.expose()
 
     @property
     def T(self) -> Array:
@@ -432,8 +430,13 @@ def _binary(name: str, reflected: bool = False) -> Callable[[Array, Any], Any]:
 
         def method(self: Array, other: Any) -> Any:
             ns = self._ns
-            if type(other) is Array and not reflected:  # the hot path: decided in _binop
-                return ns._binop(ufunc, name, self, other)
+            if (
+                type(other) is Array
+                and not reflected
+                and other._ns is ns
+                and other._device is self._device
+            ):  # the hot path
+                return ns._fast(ufunc, name, self, other, other._shape, other._dtype, other._dtype)
             if not ns._operand_ok(other):
                 return NotImplemented
             if reflected:

@@ -17,8 +17,8 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
   has reported a skip (the write it stands for has finished by then).
 * ``writer``: the :class:`~aioengine.Operation` of the latest array write pushed (set on the
   pushing thread at push; read to tell a skipped write from one that ran, and for reprs).
-* ``exposed``: ``x.var`` handed the Var out (set once, on any thread): raw pushes may name it,
-  so it is deleted with ``delete_var`` when the Buffer goes.
+* ``exposed``: ``x.var`` handed the Var out (:meth:`expose`): raw pushes may name it, so it is
+  deleted with ``delete_var`` when the Buffer goes.
 * ``rewritten``: an in-place write was pushed on it (set at push): only then can a value be
   present yet stale (that write skipped by the engine), which readers must check.
 * ``exported``: ``await`` or a sync point handed ``value`` out as a read-only view; the next
@@ -28,16 +28,17 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
   runs); ``fn``, ``args`` (or ``x1`` and ``x2`` for a binary function), ``name``: that
   operation, until it has run (then None, so that a chain of arrays does not keep its inputs
   alive). A Buffer is the function pushed for the operation that makes it (:meth:`produce`,
-  a bound method): objects per operation fewer
-  for the cycle collector to walk while thousands are pending.
+  or the Buffer itself for a binary function): fewer objects per pending operation for the
+  cycle collector to walk while thousands are pending.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._kernel import MISSING, run
+from ._kernel import MISSING, run, run2
 
 if TYPE_CHECKING:
     import numpy as np
@@ -80,6 +81,8 @@ class Buffer:
         fn: Callable[..., Any] | None = None,
         args: tuple[Any, ...] | None = None,
         name: str = "",
+        x1: Any = None,
+        x2: Any = None,
     ) -> None:
         self.engine = engine
         self.var = var
@@ -94,8 +97,8 @@ class Buffer:
         self.fn = fn
         self.args = args
         self.name = name
-        self.x1: Any = None
-        self.x2: Any = None
+        self.x1 = x1
+        self.x2 = x2
 
     def produce(self, rctx: RunContext) -> None:
         """The function of the operation that makes this Buffer: ``fn(*args)`` into it."""
@@ -105,29 +108,39 @@ class Buffer:
         assert args is not None
         run(fn, args, (self,), None, self.name, rctx)
 
-    def produce2(self, rctx: RunContext) -> None:
+    def __call__(self, rctx: RunContext) -> None:
         """:meth:`produce` for a binary function, whose two arguments wait in ``x1`` and
-        ``x2`` (the hot path: no argument tuple kept while the operation is pending)."""
+        ``x2``: the hot path, where the Buffer itself is the function pushed (no argument
+        tuple, no bound method kept while the operation is pending)."""
         fn, x1, x2 = self.fn, self.x1, self.x2
         self.fn = self.x1 = self.x2 = None
         assert fn is not None, "a Buffer is produced once"
-        run(fn, (x1, x2), (self,), None, self.name, rctx)
+        run2(fn, x1, x2, self, self.name, rctx)
 
-    def __del__(self) -> None:
-        # The last Array (view) and the last pushed operation holding this Buffer are gone:
-        # no array operation is pending on its Var. A Var handed out (x.var) is deleted after
-        # whatever raw pushes on it are still pending (MXNet's DeleteVariable from ~Chunk; the
-        # engine accepts delete_var from a finalizer, on any thread; a closed engine has
-        # nothing left to delete). One never handed out is idle and nobody else can name it:
-        # it goes with the Buffer, without the push a deletion costs.
+    def expose(self) -> Var:
+        """Hand the Var out (``x.var``): raw pushes may name it from now on, so it is deleted
+        with ``delete_var`` once the Buffer is collected (after those pushes), from a finalizer.
+
+        A Var never handed out needs no deletion: when the last Array and the last operation
+        holding the Buffer are gone, nothing is pending on it and nobody else can name it, so it
+        goes with the Buffer, without the push a deletion costs.
+        """
         if not self.exposed:
-            return
-        try:
-            engine = self.engine
-            if not engine.closed:  # (a deletion deferred past the close would be reported)
-                engine.delete_var(self.var)
-        except Exception:  # a closed engine, a deleted Var, interpreter exit
-            pass
+            self.exposed = True
+            finalizer = weakref.finalize(self, _delete, self.engine, self.var)
+            finalizer.atexit = False  # an engine closed at exit has nothing left to delete
+        return self.var
 
     def __repr__(self) -> str:
         return f"<Buffer {self.var.name}>"
+
+
+def _delete(engine: Engine, var: Var) -> None:
+    """The finalizer of an exposed Buffer: delete its Var after its pending raw pushes (MXNet's
+    DeleteVariable from ``~Chunk``; the engine accepts ``delete_var`` from a finalizer, on any
+    thread). A closed engine has nothing left to delete."""
+    try:
+        if not engine.closed:  # (a deletion deferred past the close would be reported)
+            engine.delete_var(var)
+    except Exception:  # a closed engine, a Var deleted already, interpreter exit
+        pass

@@ -323,9 +323,9 @@ class Pusher:
         if type(a) is Array and a._ns is self:
             if type(b) is Array:
                 if b._ns is self and (b._device is a._device or b._device == a._device):
-                    return self._fast(fn, name, a, b, b._dtype)
+                    return self._fast(fn, name, a, b, b._shape, b._dtype, b._dtype)
             elif type(b) in _SCALARS and type(b) is not int:
-                return self._fast(fn, name, a, Const(b), b)
+                return self._fast(fn, name, a, Const(b), (), b, type(b))
         return self._elementwise(fn, name, (a, b))
 
     def _elementwise(
@@ -345,20 +345,27 @@ class Pusher:
         call = _partial(_call, fn, kw) if kw else fn
         return self._push1(call, operands, shape, dtype, device, name)
 
-    def _fast(self, fn: Callable[..., Any], name: str, a: Array, b: Any, bkey: Any) -> Array:
-        """:meth:`_elementwise` of ``a`` and ``b`` (an array, or a Const whose scalar is
-        ``bkey``): the same metadata and push, with fewer steps."""
+    def _fast(
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        a: Array,
+        b: Any,
+        bshape: Shape,
+        bsample: Any,
+        bkey: Any,
+    ) -> Array:
+        """:meth:`_elementwise` of ``a`` and ``b`` (an array of this namespace on ``a``'s
+        device, or a Const of a Python float, complex or bool: ``bsample`` is its dtype or its
+        value, ``bkey`` its dtype or type): the same metadata and push, with fewer steps."""
         ashape = a._shape
-        bshape = b._shape if type(b) is Array else ()
         shape = ashape if ashape == bshape or not bshape else broadcast(ashape, bshape)
-        key = (fn, a._dtype, bkey if isinstance(bkey, np.dtype) else type(bkey))
+        key = (fn, a._dtype, bkey)
         dtype = _DTYPES.get(key)
         if dtype is None:
-            dtype = _DTYPES[key] = _meta.sample_dtype(fn, [a._dtype, bkey])
+            dtype = _DTYPES[key] = _meta.sample_dtype(fn, [a._dtype, bsample])
         engine = self._engine
-        buf = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, fn, None, name)
-        buf.x1 = a
-        buf.x2 = b
+        buf = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, fn, None, name, a, b)
         out = Array(self, buf, shape, dtype, a._device)
         abuf = a._buf
         bbuf = b._buf
@@ -370,7 +377,7 @@ class Pusher:
         prop = _ASYNC if size <= INLINE_COST and device.device_type is _CPU else _NORMAL
         if self._blocking is None:
             op: Operation[Any] = engine.push_sync(
-                buf.produce2, device, reads, (buf.var,), prop=prop, name=name
+                buf, device, reads, (buf.var,), prop=prop, name=name
             )
             buf.writer = op
             if self._loop is None:
@@ -378,7 +385,7 @@ class Pusher:
             if engine.max_pending is not None:
                 self._backpressure()
             return out
-        buf.writer = self._submit(buf.produce2, device, reads, (buf.var,), prop, name, None)
+        buf.writer = self._submit(buf, device, reads, (buf.var,), prop, name, None)
         return out
 
     def _inplace(self, name: str, target: Array, other: Any) -> None:
