@@ -148,9 +148,10 @@ def _store(buf: Buffer, value: Any) -> None:
     if type(value) is not _ndarray:
         if isinstance(value, _generic | bool | int | float | complex):
             value = np.asarray(value)
-    elif value.base is not None:
+    elif value.base is not None or not value.flags.writeable:
         # A view of an input's memory (np.real of a real array, say): the new Buffer must own
-        # its memory, or a write through one would change the other.
+        # its memory, or a write through one would change the other; a read-only result
+        # (np.imag of a real array) would refuse later writes.
         value = value.copy()
     vshape = value.shape
     if vshape != shape and (
