@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .. import BlockingEngine, Context, Engine, FnProperty
+from . import _meta
 from ._array import Array
 from ._creation import Creation
 from ._dtypes import DataTypes
@@ -176,39 +177,24 @@ class Namespace(Creation, DataTypes, Manipulation, Searching, Statistics, Produc
         return Info(self)
 
     def clip(self, x: Array, /, min: Any = None, max: Any = None) -> Array:
-        """Clamp each element of ``x`` to ``[min, max]`` (arrays or scalars; None: unbounded)."""
+        """Clamp each element of ``x`` to ``[min, max]`` (arrays or scalars; None: unbounded).
+
+        The result has ``x``'s shape and dtype: bounds must broadcast to the one and fit the
+        other (ValueError / TypeError at the call).
+        """
         if not isinstance(x, Array):
             raise TypeError("clip() needs an array")
-        if min is None and max is None:
-            return self._elementwise(
-                np.positive if x._dtype.kind != "b" else np.logical_and,
-                "clip",
-                (x,) if x._dtype.kind != "b" else (x, True),
-            )
-        args: list[Any] = [x]
-        names = []
-        for bound, kw in ((min, "min"), (max, "max")):
-            if bound is not None:
-                args.append(bound)
-                names.append(kw)
-        dtype_args = tuple(args)
-        operands = tuple(map(self._operand, dtype_args))
-        arrays = [a for a in operands if a._buf is not None]
+        names = tuple(kw for bound, kw in ((min, "min"), (max, "max")) if bound is not None)
+        operands = tuple(map(self._operand, (x, *(b for b in (min, max) if b is not None))))
+        arrays = [a for a in operands if isinstance(a, Array)]
         device = self._check_same(arrays)
-        shape = broadcast(*(a._shape for a in arrays))
-        if shape != x._shape:
+        if broadcast(*(a._shape for a in arrays)) != x._shape:
             raise ValueError(f"clip: the bounds do not broadcast to x's shape {x._shape}")
-        fn = _partial(_clip, tuple(names))
         for a in operands[1:]:
-            if (
-                a._buf is not None
-                and a._dtype != x._dtype
-                and np.result_type(a._dtype, x._dtype) != x._dtype
-            ):
-                raise TypeError(
-                    f"clip: a bound of dtype {a._dtype} does not fit x's dtype {x._dtype}"
-                )
-        return self._push1(fn, operands, shape, x._dtype, device, "clip")
+            bound = a._dtype if isinstance(a, Array) else a.value
+            if _meta.sample_dtype(np.maximum, [x._dtype, bound]) != x._dtype:
+                raise TypeError(f"clip: a bound {bound!r} does not fit x's dtype {x._dtype}")
+        return self._push1(_partial(_clip, names), operands, x._shape, x._dtype, device, "clip")
 
     def apply(self, fn: Callable[..., Any], /, *args: Any, shape: Any, dtype: Any) -> Array:
         """Run ``fn(*values)`` on the CPU pool as one operation reading the array arguments
