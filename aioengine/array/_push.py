@@ -49,8 +49,9 @@ _ASYNC = FnProperty.ASYNC
 _NORMAL = FnProperty.NORMAL
 _SCALARS = (bool, int, float, complex)
 _partial = functools.partial
-# Result dtypes of the hot path (_fast): (function, dtype, dtype or scalar type) -> dtype.
-_DTYPES: dict[tuple[Any, ...], np.dtype[Any]] = {}
+# Result dtypes of the hot path (_fast): function -> dtype -> dtype or scalar type -> dtype
+# (nested: three cheap lookups cost less than hashing one tuple of them).
+_DTYPES: dict[Any, dict[np.dtype[Any], dict[Any, np.dtype[Any]]]] = {}
 
 
 def _call(fn: Callable[..., Any], kwargs: dict[str, Any], *values: Any) -> Any:
@@ -360,10 +361,12 @@ class Pusher:
         value, ``bkey`` its dtype or type): the same metadata and push, with fewer steps."""
         ashape = a._shape
         shape = ashape if ashape == bshape or not bshape else broadcast(ashape, bshape)
-        key = (fn, a._dtype, bkey)
-        dtype = _DTYPES.get(key)
-        if dtype is None:
-            dtype = _DTYPES[key] = _meta.sample_dtype(fn, [a._dtype, bsample])
+        adtype = a._dtype
+        try:
+            dtype = _DTYPES[fn][adtype][bkey]
+        except KeyError:
+            dtype = _meta.sample_dtype(fn, [adtype, bsample])
+            _DTYPES.setdefault(fn, {}).setdefault(adtype, {})[bkey] = dtype
         engine = self._engine
         buf = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, fn, None, name, a, b)
         out = Array(self, buf, shape, dtype, a._device)
