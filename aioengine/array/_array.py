@@ -234,7 +234,17 @@ class Array:
             got.failure = failure
         if type(got) is _Failed:
             # Its failure is sticky on the Buffer; the engine's record of it (if any) was
-            # thrown already, or the read would have been skipped.
+            # thrown already, or the read would have been skipped; a fused step's is carried
+            # by an operation of its own: thrown here, once.
+            carrier = buf.carrier
+            if carrier is not None:
+                buf.carrier = None
+                try:
+                    await engine.wait_for_var(carrier)
+                except asyncio.CancelledError:
+                    raise
+                except BaseException:
+                    pass
             raise got.failure
         return got
 

@@ -19,6 +19,11 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
   pushing thread at push; read to tell a skipped write from one that ran, and for reprs).
 * ``exposed``: ``x.var`` handed the Var out (:meth:`expose`): raw pushes may name it, so it is
   deleted with ``delete_var`` when the Buffer goes.
+* ``more``, ``share``: fusion (``_push.py``): the operations fused into the one that makes
+  this Buffer, run after it in push order (until it has run); and, for every Buffer of such a
+  group, which then share the first one's Var, the :class:`Shared` record of them.
+* ``carrier``: a fused step that raised pushed an operation of its own that raises the same
+  exception, writing this Var (so that the engine records it, once); ``await`` throws it.
 * ``rewritten``: an in-place write was pushed on it (set at push): only then can a value be
   present yet stale (that write skipped by the engine), which readers must check.
 * ``exported``: ``await`` or a sync point handed ``value`` out as a read-only view; the next
@@ -34,10 +39,12 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import FnProperty
 from ._kernel import MISSING, run, run2
 
 if TYPE_CHECKING:
@@ -46,7 +53,9 @@ if TYPE_CHECKING:
     from .. import Engine, Operation, RunContext, Var
     from ._meta import Shape
 
-__all__ = ("MISSING", "Buffer")
+__all__ = ("MISSING", "Buffer", "Shared")
+
+_ASYNC = FnProperty.ASYNC
 
 
 class Buffer:
@@ -55,15 +64,18 @@ class Buffer:
     __slots__ = (
         "__weakref__",
         "args",
+        "carrier",
         "dtype",
         "engine",
         "exported",
         "exposed",
         "failure",
         "fn",
+        "more",
         "name",
         "rewritten",
         "shape",
+        "share",
         "value",
         "var",
         "writer",
@@ -99,6 +111,9 @@ class Buffer:
         self.name = name
         self.x1 = x1
         self.x2 = x2
+        self.more: list[Buffer] | None = None
+        self.carrier: Var | None = None
+        self.share: Shared | None = None
 
     def produce(self, rctx: RunContext) -> None:
         """The function of the operation that makes this Buffer: ``fn(*args)`` into it."""
@@ -111,11 +126,40 @@ class Buffer:
     def __call__(self, rctx: RunContext) -> None:
         """:meth:`produce` for a binary function, whose two arguments wait in ``x1`` and
         ``x2``: the hot path, where the Buffer itself is the function pushed (no argument
-        tuple, no bound method kept while the operation is pending)."""
+        tuple, no bound method kept while the operation is pending). Then the operations
+        fused into it (``more``, in push order), each into its own Buffer."""
         fn, x1, x2 = self.fn, self.x1, self.x2
         self.fn = self.x1 = self.x2 = None
         assert fn is not None, "a Buffer is produced once"
+        more = self.more
+        if more is None:
+            run2(fn, x1, x2, self, self.name, rctx)
+            return
+        self.more = None
+        # The first operation's own failure is the whole group's (each fused step reads its
+        # result, directly or not): the engine records it, as for any operation.
         run2(fn, x1, x2, self, self.name, rctx)
+        for step in more:
+            fn, x1, x2 = step.fn, step.x1, step.x2
+            step.fn = step.x1 = step.x2 = None
+            assert fn is not None
+            try:
+                run2(fn, x1, x2, step, step.name, rctx)
+            except BaseException as exc:
+                # Only the steps that read this one's result fail with it (run2 sees its
+                # failure): the group's Var must not carry it, or the engine would skip
+                # readers of the steps that did compute. An operation of its own carries it
+                # instead, so that it is recorded and thrown once, as a pushed one would be.
+                carrier = self.engine.new_var(f"{step.name} failure")
+                step.carrier = carrier
+                self.engine.push_sync(
+                    functools.partial(_reraise, exc),
+                    rctx.ctx,
+                    (),
+                    (carrier,),
+                    prop=_ASYNC,
+                    name=step.name,
+                )
 
     def expose(self) -> Var:
         """Hand the Var out (``x.var``): raw pushes may name it from now on, so it is deleted
@@ -127,9 +171,21 @@ class Buffer:
         """
         if not self.exposed:
             self.exposed = True
-            finalizer = weakref.finalize(self, _delete, self.engine, self.var)
-            finalizer.atexit = False  # an engine closed at exit has nothing left to delete
+            # Buffers fused into one operation share its Var: it goes when they all have.
+            owner: Buffer | Shared = self if self.share is None else self.share
+            if owner is not self and not owner.exposed:
+                owner.exposed = True
+                finalizer = weakref.finalize(owner, _delete, self.engine, self.var)
+                finalizer.atexit = False
+            elif owner is self:
+                finalizer = weakref.finalize(self, _delete, self.engine, self.var)
+                finalizer.atexit = False  # an engine closed at exit has nothing left to delete
         return self.var
+
+    def handed_out(self) -> bool:
+        """Whether this Buffer's Var was handed out (by it, or another Buffer sharing it)."""
+        share = self.share
+        return self.exposed if share is None else share.exposed
 
     def __repr__(self) -> str:
         return f"<Buffer {self.var.name}>"
@@ -144,3 +200,18 @@ def _delete(engine: Engine, var: Var) -> None:
             engine.delete_var(var)
     except Exception:  # a closed engine, a Var deleted already, interpreter exit
         pass
+
+
+def _reraise(exc: BaseException, rctx: RunContext) -> None:
+    """The operation that carries a fused step's failure into the engine's record."""
+    raise exc
+
+
+class Shared:
+    """What the Buffers fused into one operation (sharing its Var) hold in common: the Var is
+    deleted, if it was handed out, when the last of them goes."""
+
+    __slots__ = ("__weakref__", "exposed")
+
+    def __init__(self) -> None:
+        self.exposed = False

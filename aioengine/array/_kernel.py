@@ -44,6 +44,7 @@ class _Missing:
 MISSING: Any = _Missing()
 
 _SKIPPED = OpState.SKIPPED
+_FAILED = OpState.FAILED
 _CANCELLED = OpState.CANCELLED
 _ndarray = np.ndarray
 _generic = np.generic
@@ -109,6 +110,14 @@ def failure_of(buf: Buffer) -> BaseException | None:
         cause = writer.exception()
         root = cause.__cause__ if isinstance(cause, DependencyError) else cause
         dep = DependencyError(f"{writer.name} was not computed: an input failed: {root!r}")
+        dep.__cause__ = root
+        buf.failure = dep
+        return dep
+    if state is _FAILED and buf.value is MISSING:
+        # Its operation failed before computing it: a group of fused steps whose first failed.
+        cause = writer.exception()
+        root = _root(cause) if cause is not None else None
+        dep = DependencyError(f"{buf.name or writer.name} was not computed: {root!r}")
         dep.__cause__ = root
         buf.failure = dep
         return dep

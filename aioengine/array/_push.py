@@ -12,8 +12,20 @@ whose estimated cost (elements touched) is at most :data:`INLINE_COST` runs inli
 loop (``FnProperty.ASYNC``: a thread hop costs more than such work), a larger one on the
 device's thread pool.
 
+Fusion (MXNet's lesson that tiny operations want aggregating at the array level, not engine
+bulks): on the loop thread, a binary elementwise operation that runs inline and reads the result
+of the operation pushed just before it (still pending, not started) joins that operation
+instead of making its own push, as long as it reads nothing that operation does not read
+already; its Buffer then shares that operation's Var. So ``c = c + b`` repeated 20,000 times
+costs about 320 pushes, and the rule still holds: every input of a fused step is one its
+operation holds a turn on, no other push came in between (any other push ends the segment
+before it is made), and no Var involved was handed out (raw pushes cannot have come in
+between either). At most :data:`FUSE_MAX` operations join one; a segment also ends when its
+operation starts (at the loop's next turn).
+
 State (per namespace): ``_engine`` (and ``_blocking`` for a BlockingEngine), and ``_loop``, the
-engine's loop once known; set once, read from any thread.
+engine's loop once known (set once, read from any thread); ``_segment`` and ``_segment_reads``,
+the operation later ones may fuse into.
 """
 
 from __future__ import annotations
@@ -29,12 +41,12 @@ import numpy as np
 from .. import BlockingEngine, Context, DeviceType, Engine, FnProperty, Operation, cpu
 from . import _meta
 from ._array import Array
-from ._buffer import Buffer
+from ._buffer import Buffer, Shared
 from ._kernel import MISSING, Const, Kernel
 from ._meta import Shape, axis_index, broadcast, layout, reduced
 from ._sync import PendingArrayError, on_loop_thread
 
-__all__ = ("INLINE_COST", "Pusher")
+__all__ = ("FUSE_MAX", "INLINE_COST", "Pusher")
 
 T = TypeVar("T")
 
@@ -42,6 +54,9 @@ T = TypeVar("T")
 #: thread; chosen by measurement (``benchmarks/array_threshold.py``): below it the thread hop
 #: costs more than the work, above it the pool's two threads win on independent work.
 INLINE_COST = 16384
+
+#: The most operations fused into one (the first included: one more than this).
+FUSE_MAX = 63
 
 _CPU = DeviceType.CPU
 _CPU0 = cpu()
@@ -97,6 +112,10 @@ class Pusher:
         if self._blocking is not None:
             probe = self._blocking.push_sync(_nothing, prop=_ASYNC, name="namespace")
             self._loop = probe.operation.get_loop()  # type: ignore[attr-defined]
+        #: Fusion: the Buffer whose pending operation later ones may join, and the Vars it
+        #: reads (only the loop thread sets them; any other push clears them first).
+        self._segment: Buffer | None = None
+        self._segment_reads: tuple[Any, ...] = ()
 
     @staticmethod
     def _shape_arg(shape: Any) -> tuple[int, ...]:
@@ -254,6 +273,7 @@ class Pusher:
     ) -> Operation[Any]:
         """Push ``kernel`` (from any thread) and return its operation; ``target``'s writer
         is set, the loop learnt, and room waited for off the loop thread."""
+        self._segment = None  # before the push: no later operation fuses across it
         blocking = self._blocking
         if blocking is not None and asyncio._get_running_loop() not in (None, self._loop):
             op: Operation[Any] = blocking.push_sync(
@@ -368,28 +388,82 @@ class Pusher:
             dtype = _meta.sample_dtype(fn, [adtype, bsample])
             _DTYPES.setdefault(fn, {}).setdefault(adtype, {})[bkey] = dtype
         engine = self._engine
-        buf = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, fn, None, name, a, b)
-        out = Array(self, buf, shape, dtype, a._device)
         abuf = a._buf
         bbuf = b._buf
-        reads = (abuf.var,) if bbuf is None or bbuf is abuf else (abuf.var, bbuf.var)
         size = 1
         for d in shape:
             size *= d or 1
         device = a._device
-        prop = _ASYNC if size <= INLINE_COST and device.device_type is _CPU else _NORMAL
+        inline = size <= INLINE_COST and device.device_type is _CPU
+        head = self._segment
+        if head is not None and inline and head.fn is not None:
+            fused = self._fuse(head, fn, name, a, b, abuf, bbuf, shape, dtype)
+            if fused is not None:
+                return fused
+        self._segment = None  # before the push: no later operation fuses across it
+        buf = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, fn, None, name, a, b)
+        out = Array(self, buf, shape, dtype, device)
+        reads = (abuf.var,) if bbuf is None or bbuf is abuf else (abuf.var, bbuf.var)
         if self._blocking is None:
             op: Operation[Any] = engine.push_sync(
-                buf, device, reads, (buf.var,), prop=prop, name=name
+                buf, device, reads, (buf.var,), prop=_ASYNC if inline else _NORMAL, name=name
             )
             buf.writer = op
             if self._loop is None:
                 self._bind(op)
+            elif inline and asyncio._get_running_loop() is self._loop:
+                # On the loop thread, where it will run: later operations may fuse into it.
+                self._segment = buf
+                self._segment_reads = reads
             if engine.max_pending is not None:
                 self._backpressure()
             return out
+        prop = _ASYNC if inline else _NORMAL
         buf.writer = self._submit(buf, device, reads, (buf.var,), prop, name, None)
         return out
+
+    def _fuse(
+        self,
+        head: Buffer,
+        fn: Callable[..., Any],
+        name: str,
+        a: Array,
+        b: Any,
+        abuf: Buffer,
+        bbuf: Buffer | None,
+        shape: Shape,
+        dtype: np.dtype[Any],
+    ) -> Array | None:
+        """Fuse ``fn(a, b)`` into the pending operation that makes ``head`` (see the module
+        docstring), or return None if it may not be."""
+        if asyncio._get_running_loop() is not self._loop or head.handed_out():
+            return None
+        more = head.more
+        if more is not None and len(more) >= FUSE_MAX:
+            return None
+        var = head.var
+        reads = self._segment_reads
+        fused = False
+        for x in (abuf, bbuf):
+            if x is None:
+                continue
+            if x.var is var:
+                fused = True
+            elif x.var not in reads or x.handed_out():
+                return None
+        if not fused:
+            return None
+        share = head.share
+        if share is None:
+            share = head.share = Shared()
+        buf = Buffer(self._engine, var, shape, dtype, MISSING, fn, None, name, a, b)
+        buf.share = share
+        buf.writer = head.writer
+        if more is None:
+            head.more = [buf]
+        else:
+            more.append(buf)
+        return Array(self, buf, shape, dtype, a._device)
 
     def _inplace(self, name: str, target: Array, other: Any) -> None:
         """``target <op>= other``: a write on target's Buffer; the result must keep target's
