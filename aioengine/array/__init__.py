@@ -23,10 +23,10 @@ import weakref
 from .. import BlockingEngine, Engine
 from ._array import Array
 from ._namespace import Namespace
-from ._push import INLINE_COST
+from ._push import FUSE_MAX, INLINE_COST
 from ._sync import PendingArrayError
 
-__all__ = ("INLINE_COST", "Array", "Namespace", "PendingArrayError", "namespace")
+__all__ = ("FUSE_MAX", "INLINE_COST", "Array", "Namespace", "PendingArrayError", "namespace")
 
 # One namespace per engine (its loop and caches live there), dropped with the engine.
 _NAMESPACES: weakref.WeakKeyDictionary[object, Namespace] = weakref.WeakKeyDictionary()
