@@ -17,7 +17,6 @@ arguments.
 from __future__ import annotations
 
 import atexit
-import math
 import threading
 from typing import Any
 
@@ -26,13 +25,10 @@ import numpy as np
 from . import BlockingEngine
 from .array import Namespace, namespace
 
-__array_api_version__ = "2024.12"
+__array_api_version__ = Namespace.__array_api_version__
 
-e = math.e
-inf = math.inf
-nan = math.nan
-pi = math.pi
-newaxis = None
+# The constants and dtypes, without starting the engine (the namespace's own, by name).
+e, inf, nan, pi, newaxis = Namespace.e, Namespace.inf, Namespace.nan, Namespace.pi, None
 
 bool = np.dtype("bool")
 int8 = np.dtype("int8")

@@ -93,6 +93,7 @@ async def engine(serial: bool) -> AsyncIterator[ae.Engine]:
     try:
         yield eng
     finally:
+        _open_gates()
         if not eng.closed:
             try:
                 await eng.aclose(cancel=True, timeout=30)  # a hung op fails, never hangs, CI
@@ -107,11 +108,47 @@ async def threaded_engine() -> AsyncIterator[ae.Engine]:
     try:
         yield eng
     finally:
+        _open_gates()
         if not eng.closed:
             try:
                 await eng.aclose(cancel=True, timeout=30)  # a hung op fails, never hangs, CI
             except BaseExceptionGroup:
                 pass
+
+
+# The gates of the Hold writers a test made: opened when its engine fixture closes (a failed
+# test's holds then finish instead of being cancelled).
+_GATES: list[asyncio.Event] = []
+
+
+def _open_gates() -> None:
+    for gate in _GATES:
+        gate.set()
+    _GATES.clear()
+
+
+class Hold:
+    """A raw coroutine writer on ``var`` (pushed now) that keeps its turn until
+    :meth:`release`, then runs ``effect()`` (on the loop thread) and finishes."""
+
+    def __init__(
+        self, engine: ae.Engine, var: ae.Var, effect: Callable[[], None] | None = None
+    ) -> None:
+        self.gate = asyncio.Event()
+        self.started = asyncio.Event()
+        _GATES.append(self.gate)
+
+        async def hold(rctx: ae.RunContext) -> None:
+            self.started.set()
+            await self.gate.wait()
+            if effect is not None:
+                effect()
+
+        self.op = engine.push_async(hold, mutate_vars=[var], name="hold")
+
+    async def release(self) -> None:
+        self.gate.set()
+        await self.op
 
 
 class Monitor:

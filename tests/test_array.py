@@ -14,7 +14,7 @@ import asyncio
 import gc
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,54 +24,11 @@ import aioengine as ae
 import aioengine.array as aa
 from aioengine.array._buffer import Buffer
 
+from .conftest import Hold
+
 
 class Boom(Exception):
     """What failing apply functions raise."""
-
-
-_GATES: list[asyncio.Event] = []
-
-
-@pytest.fixture
-async def engine(engine: ae.Engine) -> AsyncIterator[ae.Engine]:
-    """conftest's engine; a failed test's :class:`Hold` gates are opened before it closes."""
-    yield engine
-    for gate in _GATES:
-        gate.set()
-    _GATES.clear()
-
-
-@pytest.fixture
-async def threaded_engine(threaded_engine: ae.Engine) -> AsyncIterator[ae.Engine]:
-    """conftest's threaded_engine; :class:`Hold` gates are opened before it closes."""
-    yield threaded_engine
-    for gate in _GATES:
-        gate.set()
-    _GATES.clear()
-
-
-class Hold:
-    """A raw coroutine writer on ``var`` (pushed now) that keeps its turn until
-    :meth:`release`, then runs ``effect()`` (on the loop thread) and finishes."""
-
-    def __init__(
-        self, engine: ae.Engine, var: ae.Var, effect: Callable[[], None] | None = None
-    ) -> None:
-        self.gate = asyncio.Event()
-        self.started = asyncio.Event()
-        _GATES.append(self.gate)
-
-        async def hold(rctx: ae.RunContext) -> None:
-            self.started.set()
-            await self.gate.wait()
-            if effect is not None:
-                effect()
-
-        self.op = engine.push_async(hold, mutate_vars=[var], name="hold")
-
-    async def release(self) -> None:
-        self.gate.set()
-        await self.op
 
 
 def _noop(rctx: ae.RunContext) -> None:

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import textwrap
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,51 +33,7 @@ import pytest
 import aioengine as ae
 import aioengine.array as aa
 
-from .conftest import COMPILED
-
-_GATES: list[asyncio.Event] = []
-
-
-@pytest.fixture
-async def engine(engine: ae.Engine) -> AsyncIterator[ae.Engine]:
-    """conftest's engine; a failed test's :class:`Hold` gates are opened before it closes."""
-    yield engine
-    for gate in _GATES:
-        gate.set()
-    _GATES.clear()
-
-
-@pytest.fixture
-async def threaded_engine(threaded_engine: ae.Engine) -> AsyncIterator[ae.Engine]:
-    """conftest's threaded_engine; :class:`Hold` gates are opened before it closes."""
-    yield threaded_engine
-    for gate in _GATES:
-        gate.set()
-    _GATES.clear()
-
-
-class Hold:
-    """A raw coroutine writer on ``var`` (pushed now) that keeps its turn until
-    :meth:`release`, then runs ``effect()`` (on the loop thread) and finishes."""
-
-    def __init__(
-        self, engine: ae.Engine, var: ae.Var, effect: Callable[[], None] | None = None
-    ) -> None:
-        self.gate = asyncio.Event()
-        self.started = asyncio.Event()
-        _GATES.append(self.gate)
-
-        async def hold(rctx: ae.RunContext) -> None:
-            self.started.set()
-            await self.gate.wait()
-            if effect is not None:
-                effect()
-
-        self.op = engine.push_async(hold, mutate_vars=[var], name="hold")
-
-    async def release(self) -> None:
-        self.gate.set()
-        await self.op
+from .conftest import COMPILED, Hold
 
 
 def _noop(rctx: ae.RunContext) -> None:
