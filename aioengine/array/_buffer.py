@@ -139,7 +139,9 @@ class Buffer:
         # The first operation's own failure is the whole group's (each fused step reads its
         # result, directly or not): the engine records it, as for any operation.
         run2(fn, x1, x2, self, self.name, rctx)
-        for step in more:
+        more.reverse()
+        while more:
+            step = more.pop()  # a step done is not kept alive by the list (nor its value)
             fn, x1, x2 = step.fn, step.x1, step.x2
             step.fn = step.x1 = step.x2 = None
             assert fn is not None
