@@ -66,6 +66,9 @@ class BlockingMethods:
             name: shown in reprs and error messages (default ``"var<N>"``).
             value: data for the Var to carry (see :meth:`submit` and :meth:`Var.get`);
                 default: none.
+
+        Raises:
+            EngineClosedError: if the engine is closed.
         """
         return self._engine.new_var(name, value=value)
 

@@ -304,6 +304,15 @@ class Engine:
                 raise ValueError(f"{instrument!r} is not installed on {self!r}")
             _instrument.uninstall_locked(self._core, instrument)
 
+    def __enter__(self) -> Engine:
+        raise TypeError(
+            "aioengine.Engine is an asynchronous context manager: use `async with "
+            "ae.Engine() as engine:` in a coroutine, or ae.BlockingEngine from synchronous code"
+        )
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Never reached: :meth:`__enter__` refuses a plain ``with``."""
+
     async def __aenter__(self) -> Engine:
         self._core._require_loop()
         if self._core._state is not State.OPEN:
@@ -424,12 +433,17 @@ class Engine:
             name: shown in reprs and error messages (default ``"var<N>"``).
             value: data for the Var to carry (see :meth:`submit` and :meth:`Var.get`);
                 default: none.
+
+        Raises:
+            EngineClosedError: if the engine is closed.
         """
         if value is not NO_VALUE:
             var = self.new_var(name)
             var._value = value
             return var
         self._core._check_fork()
+        if self._core._state is State.CLOSED:
+            raise EngineClosedError(f"{self!r} is closed; create a new Engine")
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {name!r}")
         return Var(self, name if name is not None else f"var{next(self._var_count)}")

@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+import aioengine as ae
 from aioengine import lifecycle
 
 from .test_fork import needs_fork, run_script
@@ -203,3 +204,19 @@ def test_exit_runs_pools_before_joining_threads_and_portals_after() -> None:
     proc = run_script(textwrap.dedent(EXIT_ORDER))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:-1] == ["main ends", "pools", "thread ends", "portals"]
+
+
+async def test_new_var_on_a_closed_engine_raises_like_every_other_call() -> None:
+    engine = ae.Engine()
+    engine.new_var("before")
+    await engine.aclose()
+    with pytest.raises(ae.EngineClosedError, match="closed"):
+        engine.new_var("after")
+    with pytest.raises(ae.EngineClosedError, match="closed"):
+        engine.new_var("after", value=1)
+
+
+def test_a_plain_with_says_to_use_async_with_or_blocking_engine() -> None:
+    engine = ae.Engine()
+    with pytest.raises(TypeError, match=r"async with.*BlockingEngine"), engine:
+        pytest.fail("the body of a plain `with` must not run")
