@@ -532,7 +532,9 @@ class Scheduler:
             ops = list(self._live.values())  # released once unlocked (lock.py)
             for op in ops:
                 if op._state is _PENDING or op._state is _READY:
-                    self._finish_locked(op, _CANCELLED, None, None, ready)
+                    # The message its awaiter's CancelledError carries: not its own cancel.
+                    msg = f"{op.name!r} was cancelled before it started: the engine was closed"
+                    self._finish_locked(op, _CANCELLED, msg + " (aclose(cancel=True))", None, ready)
             todo = self._dispatch_locked(ready)
         self._submit(todo)
 

@@ -696,3 +696,26 @@ class TestDroppedInsideTheScheduler:
         proc = run_script(body + "\nrun(main)\nprint('returned', flush=True)\n", timeout=30)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split() == ["loop", "alive", "returned"]
+
+
+async def test_aclose_cancel_tells_an_awaiter_the_engine_was_closed() -> None:
+    """An operation cancelled by ``aclose(cancel=True)`` before it started: its awaiter's
+    CancelledError says the engine was closed, not a bare cancellation (issue 35)."""
+    engine = ae.Engine(cpu_workers=1)
+    var = engine.new_var("v")
+    gate = asyncio.Event()
+
+    async def hold(rctx: ae.RunContext) -> None:
+        await gate.wait()
+
+    holder = engine.push_async(hold, mutate_vars=[var], name="hold")
+    queued = engine.push_sync(lambda rctx: None, ae.cpu(), [var], [], name="queued")
+    closing = asyncio.ensure_future(engine.aclose(cancel=True))
+    with pytest.raises(
+        asyncio.CancelledError,
+        match="'queued' was cancelled before it started: the engine was closed",
+    ):
+        await queued
+    gate.set()
+    await holder
+    await closing
