@@ -35,6 +35,7 @@ from . import instrument as _instrument
 from .context import Context, RunContext, cpu
 from .ergonomic import OpDecorator
 from .errors import (
+    DependencyError,
     EngineClosedError,
     OperatorDeletedError,
     VarDeletedError,
@@ -1155,7 +1156,14 @@ class Engine:
         return build_statistics(self)
 
     async def _get_value(self, var: Var) -> Any:
-        """:meth:`Var.get`: the ergonomic layer's read of ``var``'s value."""
+        """:meth:`Var.get`: the ergonomic layer's read of ``var``'s value; on a closed engine,
+        the value as it was left (nothing can change it any more)."""
+        if self._core._state is State.CLOSED and type(var) is Var and var._owner is self:
+            box = var._failure
+            if box is not None and box.unthrown:
+                raise DependencyError(f"{var!r} carries a failure") from box.exc
+            value = var._value
+            return _ergonomic.checked(var, NO_VALUE if value is NO_VALUE else (value,))
         return await _ergonomic.get(self, var)
 
     @overload

@@ -485,7 +485,8 @@ class Var:
 
         A read operation run inline on the loop (``FnProperty.ASYNC``): it waits for earlier
         writers, overlaps with other readers, and returns the value object itself (not a
-        copy). Must be awaited on the engine's loop.
+        copy). Must be awaited on the engine's loop. On a closed engine it returns the value as
+        the engine left it (nothing can change it any more).
 
         Raises:
             DependencyError: if the Var carries a failure (its ``__cause__`` is the failure).

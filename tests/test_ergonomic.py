@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import operator
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -277,3 +278,22 @@ async def test_a_failed_get_is_thrown_once(engine: ae.Engine) -> None:
     await engine.wait_for_all()  # nothing recorded
     await empty.set(3)
     assert await empty.get() == 3
+
+
+async def test_get_after_aclose_returns_the_final_value() -> None:
+    """Nothing can change a Var's value once its engine is closed: get() returns it, rather
+    than refusing with EngineClosedError (issue 35); one that carries none still says so."""
+    engine = ae.Engine()
+    total = engine.new_var("total", value=0)
+    empty = engine.new_var("empty")
+    for i in range(5):
+        engine.submit(operator.add, total, i, out=total)
+    bad = engine.new_var("bad", value=1)
+    engine.submit(operator.truediv, bad, 0, out=bad)
+    with pytest.raises(ExceptionGroup):
+        await engine.aclose()  # raises the ZeroDivisionError, once
+    assert engine.closed
+    assert await total.get() == 10
+    assert await bad.get() == 1  # the failed write replaced nothing; its failure was thrown
+    with pytest.raises(ValueError, match="no value"):
+        await empty.get()
