@@ -15,14 +15,13 @@ from typing import Any
 import numpy as np
 
 from .. import Context
-from . import _meta
+from . import _meta, _push
 from ._array import Array
 from ._meta import as_dtype
 from ._push import (
     _CPU,
     _CPU0,
     _SCALARS,
-    INLINE_COST,
     Pusher,
     _copy,
     _partial,
@@ -100,7 +99,7 @@ class Creation(Pusher):
                 f"device must be an aioengine Context (ae.cpu(i) or ae.gpu(i)), got {device!r}"
             )
         size = math.prod(shape)
-        if device.device_type is _CPU and size <= INLINE_COST:
+        if device.device_type is _CPU and size <= _push.INLINE_COST:  # (one setting)
             value = fn(*args, **kwargs)
             if not value.flags.c_contiguous:
                 value = value.copy(order="C")
