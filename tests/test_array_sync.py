@@ -40,6 +40,13 @@ def _noop(rctx: ae.RunContext) -> None:
     pass
 
 
+def _signalled(event: threading.Event, point: Callable[[aa.Array], Any], x: aa.Array) -> Any:
+    """``point(x)`` on this thread, once ``event`` has told the test it is about to call it
+    (x's writer still holds it then, so the call can only return after the release)."""
+    event.set()
+    return point(x)
+
+
 # -- the sync points ------------------------------------------------------------------------
 
 # name -> (shape, dtype, the sync point, what it gives once the value is 5 everywhere)
@@ -113,9 +120,14 @@ class TestSyncPoints:
         x, base = _zeros(xp, name)
         hold = Hold(engine, x.var, effect=_set5(base))
         y = x + 0
-        tasks = [asyncio.ensure_future(asyncio.to_thread(point, a)) for a in (x, y)]
+        calling = [threading.Event(), threading.Event()]
+        tasks = [
+            asyncio.ensure_future(asyncio.to_thread(_signalled, event, point, a))
+            for event, a in zip(calling, (x, y), strict=True)
+        ]
         await hold.started.wait()
-        await asyncio.sleep(0.05)  # let the threads reach the sync point (not an assertion)
+        for event in calling:  # each thread is at its sync point while the writer holds x
+            assert await asyncio.to_thread(event.wait, 30)
         assert not any(t.done() for t in tasks)
         await hold.release()
         for t in tasks:
@@ -132,9 +144,10 @@ class TestSyncPoints:
         _, _, point, want = SYNC_POINTS[name]
         x, base = _zeros(xp, name)
         hold = Hold(engine, x.var, effect=_set5(base))
-        task = asyncio.ensure_future(asyncio.to_thread(point, x))
+        calling = threading.Event()
+        task = asyncio.ensure_future(asyncio.to_thread(_signalled, calling, point, x))
         await hold.started.wait()
-        await asyncio.sleep(0.05)  # let the thread reach the sync point (not an assertion)
+        assert await asyncio.to_thread(calling.wait, 30)  # at its sync point, x still held
         assert not task.done()
         await hold.release()
         _check(name, await asyncio.wait_for(task, 30), want)

@@ -21,7 +21,9 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
   deleted with ``delete_var`` when the Buffer goes.
 * ``more``, ``share``: fusion (``_push.py``): the operations fused into the one that makes
   this Buffer, run after it in push order (until it has run); and, for every Buffer of such a
-  group, which then share the first one's Var, the :class:`Shared` record of them.
+  group, which then share the first one's Var, the :class:`Shared` record of them. Loop thread
+  only: steps join only while the operation has not started, and it runs on the loop too, so
+  ``more`` is never appended to and read at once.
 * ``carrier``: a fused step that raised pushed an operation of its own that raises the same
   exception, writing this Var (so that the engine records it, once); ``await`` throws it.
 * ``rewritten``: an in-place write was pushed on it (set at push): only then can a value be

@@ -42,7 +42,7 @@ _ALIASES = {
     "amin": "min",
 }
 # NumPy's keyword -> the namespace's.
-_KEYWORDS = {"ddof": "correction", "axes": "axes"}
+_KEYWORDS = {"ddof": "correction"}
 
 
 def _inplace_call(ufunc: np.ufunc, kwargs: dict[str, Any], target: Any, *values: Any) -> None:

@@ -41,13 +41,10 @@ __all__ = (
     "layout",
     "reduced",
     "sample_dtype",
-    "size_of",
 )
 
 #: A shape: a dimension is an int, or None when it depends on data not computed yet.
 Shape = tuple[int | None, ...]
-
-_SCALARS = (bool, int, float, complex)
 
 
 def as_dtype(dtype: object) -> np.dtype[Any]:
@@ -62,16 +59,6 @@ def as_dtype(dtype: object) -> np.dtype[Any]:
         raise TypeError(
             f"expected a dtype of the namespace (e.g. xp.float64), got {dtype!r}"
         ) from None
-
-
-def size_of(shape: Shape) -> int | None:
-    """The number of elements of ``shape``, or None if a dimension is unknown."""
-    n = 1
-    for d in shape:
-        if d is None:
-            return None
-        n *= d
-    return n
 
 
 def broadcast(*shapes: Shape) -> Shape:
