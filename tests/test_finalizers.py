@@ -205,13 +205,14 @@ def test_cyclic_garbage_collected_while_threads_push() -> None:
                 self.cycle = self
 
         gc.set_threshold(2, 2, 2)  # collect very often: inside critical sections too
-        stop = threading.Event()
         async with ae.Engine(cpu_workers=2) as engine:
             x = engine.new_var("x")
             await engine.push_sync(lambda r: None, mutate_vars=[x])
 
             def producer():
-                while not stop.is_set():
+                # A fixed count: pushing until told to stop made the work, and the cost of
+                # each collection over it, grow with how slowly the loop got scheduled.
+                for _ in range(300):
                     Cyclic(engine)
                     engine.push_sync(lambda r: [Cyclic(engine)], const_vars=[x])
 
@@ -222,9 +223,8 @@ def test_cyclic_garbage_collected_while_threads_push() -> None:
                 Cyclic(engine)
                 engine.push_sync(lambda r: None, mutate_vars=[x])
                 await asyncio.sleep(0)
-            stop.set()
             for thread in threads:
-                thread.join()
+                await asyncio.to_thread(thread.join)
             gc.collect()
             await engine.wait_for_all()
             gc.collect()
