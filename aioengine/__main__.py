@@ -1,4 +1,5 @@
-"""Command line: ``python -m aioengine <command>``; ``--help`` lists the commands."""
+"""Command line: ``aioengine <command>`` (the console script) or ``python -m aioengine
+<command>``; ``--help`` lists the commands."""
 
 from __future__ import annotations
 
@@ -185,10 +186,17 @@ def _add_common(parser: argparse.ArgumentParser, *, trace: str, what: str) -> No
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m aioengine`` and the ``aioengine`` script."""
+def main(argv: Sequence[str] | None = None, *, prog: str = "aioengine") -> int:
+    """Entry point of the ``aioengine`` script and of ``python -m aioengine``.
+
+    Args:
+        argv: the arguments (default: ``sys.argv[1:]``).
+        prog: the command's name in usage lines and errors: the script's ``aioengine`` by
+            default; ``python -m aioengine`` passes its own (argparse would say
+            ``__main__.py``).
+    """
     parser = argparse.ArgumentParser(
-        prog="python -m aioengine", description="aioengine: an asyncio-native dependency engine"
+        prog=prog, description="aioengine: an asyncio-native dependency engine"
     )
     parser.add_argument("--version", action="version", version=f"aioengine {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="command", required=True)
@@ -263,4 +271,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m aioengine"))

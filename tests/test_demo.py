@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -230,8 +231,32 @@ def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     assert info.value.code == 2
     captured = capsys.readouterr()
     assert captured.out == ""  # not even the header
-    assert "usage: python -m aioengine " in captured.err
+    assert "usage: aioengine " in captured.err
     return captured.err
+
+
+def test_help_names_the_command_as_it_was_run(tmp_path: pathlib.Path) -> None:
+    """Issue 35: the ``aioengine`` script's ``--help`` said ``usage: python -m aioengine``."""
+    bin_dir = pathlib.Path(sys.executable).parent
+    script = shutil.which("aioengine", path=str(bin_dir))
+    if script is None:
+        pytest.skip(f"the aioengine console script is not installed in {bin_dir}")
+    runs = {
+        "aioengine": [script, "--help"],
+        "python -m aioengine": [sys.executable, "-m", "aioengine", "--help"],
+    }
+    for prog, command in runs.items():
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=_python_env(),
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(f"usage: {prog} [-h] [--version] command ..."), done.stdout
 
 
 @pytest.mark.usefixtures("no_work")
