@@ -1,4 +1,5 @@
-"""wait_for_all(progress=True): a tqdm bar, or a text line without tqdm."""
+"""wait_for_all(progress=True): a tqdm bar (a widget in Jupyter with ipywidgets), or a text
+line without tqdm."""
 
 from __future__ import annotations
 
@@ -41,6 +42,12 @@ async def run(engine: ae.Engine) -> None:
     await engine.wait_for_all(progress=True)
 
 
+def no_tqdm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make tqdm unimportable (both modules the bar may come from)."""
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    monkeypatch.setitem(sys.modules, "tqdm.std", None)
+
+
 class TestProgress:
     async def test_tqdm_bar(
         self, threaded_engine: ae.Engine, capsys: pytest.CaptureFixture[str]
@@ -54,7 +61,7 @@ class TestProgress:
     async def test_text_fallback_in_a_terminal_rewrites_one_line(
         self, threaded_engine: ae.Engine, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+        no_tqdm(monkeypatch)
         err = Stderr(tty=True)
         monkeypatch.setattr(sys, "stderr", err)
         await run(threaded_engine)
@@ -66,7 +73,7 @@ class TestProgress:
     async def test_text_fallback_elsewhere_writes_a_line_per_refresh(
         self, threaded_engine: ae.Engine, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+        no_tqdm(monkeypatch)
         err = Stderr(tty=False)  # a log file, a pipe, CI output
         monkeypatch.setattr(sys, "stderr", err)
         await run(threaded_engine)
@@ -77,6 +84,31 @@ class TestProgress:
         assert lines[0] == "aioengine: 0/4 operations"
         assert lines[-1] == "aioengine: 4/4 operations"
         assert len(lines) == len(set(lines))  # a refresh that changed nothing wrote nothing
+
+    def test_the_bar_is_tqdm_auto_with_ipywidgets(self) -> None:
+        pytest.importorskip("ipywidgets")
+        tqdm_auto = pytest.importorskip("tqdm.auto")
+        bar = progress._make_bar(3)
+        try:
+            assert type(bar) is tqdm_auto.tqdm  # a widget in a kernel, text in a terminal
+        finally:
+            bar.close()
+
+    def test_without_ipywidgets_the_bar_is_tqdm_text(
+        self, monkeypatch: pytest.MonkeyPatch, recwarn: pytest.WarningsRecorder
+    ) -> None:
+        """Without ipywidgets, tqdm.auto is not even imported: in a Jupyter kernel it warns
+        "IProgress not found" before drawing this same text bar."""
+        tqdm_std = pytest.importorskip("tqdm.std")
+        monkeypatch.setitem(sys.modules, "ipywidgets", None)  # as if not installed
+        monkeypatch.delitem(sys.modules, "tqdm.auto", raising=False)
+        bar = progress._make_bar(3)
+        try:
+            assert type(bar) is tqdm_std.tqdm
+            assert "tqdm.auto" not in sys.modules
+        finally:
+            bar.close()
+        assert list(recwarn) == []
 
     async def test_nothing_pending_shows_no_bar(
         self, threaded_engine: ae.Engine, capsys: pytest.CaptureFixture[str]
@@ -132,3 +164,25 @@ class TestProgressInJupyter:
             o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
         ]
         assert len(widgets) == 1, outputs
+
+    def test_without_ipywidgets_a_text_bar_and_no_warning(self, tmp_path: pathlib.Path) -> None:
+        """Issue 35: a plain install (no ``notebook`` extra) printed "TqdmWarning: IProgress
+        not found" in every notebook that showed a bar; now the bar is text, without it."""
+        nbformat = pytest.importorskip("nbformat")
+        pytest.importorskip("tqdm")
+        source = (
+            "import sys\n"
+            "sys.modules['ipywidgets'] = None  # as if it were not installed\n"
+            "import aioengine as ae\n"
+            "async with ae.Engine(cpu_workers=1) as engine:\n"
+            "    engine.push_sync(lambda r: None)\n"
+            "    await engine.wait_for_all(progress=True)\n"
+        )
+        notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+        assert execute_notebook(notebook, tmp_path) == []
+        outputs = notebook.cells[0].outputs
+        streams = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+        assert "IProgress" not in streams
+        assert "Warning" not in streams
+        assert "aioengine: 100%" in streams, outputs
+        assert "1/1" in streams, outputs

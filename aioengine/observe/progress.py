@@ -1,7 +1,10 @@
 """``await engine.wait_for_all(progress=True)``: a progress bar of finished vs pushed operations.
 
-The bar is ``tqdm.auto.tqdm`` (a widget in Jupyter, text in a terminal); tqdm is a dependency
-of aioengine, and where it is missing anyway a plain ``done/total`` line goes to stderr
+The bar is ``tqdm.auto.tqdm`` (a widget in Jupyter, text in a terminal) where ipywidgets is
+installed (the ``notebook`` extra), else ``tqdm.std.tqdm`` (text everywhere): ``tqdm.auto`` in
+a Jupyter kernel without ipywidgets warns "IProgress not found" before printing that same text
+bar, and the warning only says to install an optional package. tqdm is a dependency of
+aioengine, and where it is missing anyway a plain ``done/total`` line goes to stderr
 (:class:`_TextBar`). Its total is the number of operations pending when the wait started plus
 those pushed while it runs, so it grows when more work arrives. It is refreshed every
 :data:`INTERVAL` seconds from the engine's counters; the operations themselves pay nothing.
@@ -10,6 +13,7 @@ those pushed while it runs, so it grows when more work arrives. It is refreshed 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import sys
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -74,9 +78,20 @@ def _isatty(stream: Any) -> bool:
         return False
 
 
+def _widgets() -> bool:
+    """Whether ipywidgets can be imported (looked up, not imported: it is large)."""
+    try:
+        return importlib.util.find_spec("ipywidgets") is not None
+    except (ImportError, ValueError):  # ValueError: a module in sys.modules without a spec
+        return False
+
+
 def _make_bar(total: int) -> _Bar:
     try:
-        from tqdm.auto import tqdm
+        if _widgets():
+            from tqdm.auto import tqdm  # the widget in a Jupyter kernel, text elsewhere
+        else:  # text everywhere, without tqdm.auto's "IProgress not found" in a kernel
+            from tqdm.std import tqdm
     except ImportError:
         return _TextBar(total)
     bar: _Bar = tqdm(total=total, unit="op", desc="aioengine", leave=True)
