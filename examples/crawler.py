@@ -14,6 +14,7 @@ port of 127.0.0.1, serving pages that link to each other across hosts. The crawl
 The servers count how many requests each host has in flight, so the run proves politeness.
 
 Run: python examples/crawler.py   (AIOENGINE_EXAMPLE_SMALL=1 for a quick run)
+Needs: aiohttp, with pip install '.[examples]' from a checkout (or 'aioengine[examples]')
 """
 
 from __future__ import annotations

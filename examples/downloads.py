@@ -12,6 +12,7 @@ varied times to serve, so the downloads finish in another order than they were s
   result is the sequential program's.
 
 Run: python examples/downloads.py   (AIOENGINE_EXAMPLE_SMALL=1 for a quick run)
+Needs: aiohttp, with pip install '.[examples]' from a checkout (or 'aioengine[examples]')
 """
 
 from __future__ import annotations

@@ -15,8 +15,15 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
 FENCE = re.compile(r"^[ \t]*```([^\n`]*)\n(.*?)^[ \t]*```[ \t]*$", re.S | re.M)
 # Languages of blocks that are not run: shell commands, diagrams, output and C++ listings.
 NOT_RUN = {"bash", "text", "mermaid"}
+# Pages whose blocks run as ``__main__``, their ``if __name__ == "__main__":`` part included:
+# scripts that need the guard (a multi-process Dask cluster starts its workers by importing the
+# main module). Elsewhere a guarded part is only compiled, so that a block may show a server
+# that runs until Ctrl-C.
+RUN_AS_MAIN = {ROOT / "docs" / "howto" / "cluster.md"}
 BLOCKS = [
-    pytest.param(block, id=f"{path.relative_to(ROOT)}:{i}")
+    pytest.param(
+        block, "__main__" if path in RUN_AS_MAIN else "__doc__", id=f"{path.relative_to(ROOT)}:{i}"
+    )
     for path in DOCS
     for i, block in enumerate(
         body for lang, body in FENCE.findall(path.read_text()) if lang.strip() == "python"
@@ -24,11 +31,12 @@ BLOCKS = [
 ]
 
 
-@pytest.mark.parametrize("source", BLOCKS)
-def test_code_block_runs(source: str) -> None:
-    """A block runs as a script; one with top-level ``await`` (a notebook cell) on a new loop."""
+@pytest.mark.parametrize(("source", "name"), BLOCKS)
+def test_code_block_runs(source: str, name: str) -> None:
+    """A block runs as a script named ``name``; one with top-level ``await`` (a notebook cell)
+    on a new loop."""
     code = compile(source, "<doc>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    namespace = {"__name__": "__doc__"}
+    namespace = {"__name__": name}
     if code.co_flags & inspect.CO_COROUTINE:
         asyncio.run(eval(code, namespace))
     else:
@@ -49,6 +57,32 @@ def test_no_block_escapes_the_runner() -> None:
             if lang != "python" and (lang not in NOT_RUN or looks_like_python):
                 escaped.append(f"{path.relative_to(ROOT)}: ```{lang}\n{body[:80]}")
     assert escaped == []
+
+
+def test_the_cluster_blocks_are_guarded_scripts() -> None:
+    """Issue 35: with ``LocalCluster(processes=True)`` swapped in, a block without the guard
+    printed pages of bootstrapping errors (each worker process imports the main module)."""
+    text = (ROOT / "docs" / "howto" / "cluster.md").read_text()
+    blocks = [body for lang, body in FENCE.findall(text) if lang.strip() == "python"]
+    assert blocks
+    unguarded = [b for b in blocks if '\nif __name__ == "__main__":\n' not in b]
+    assert unguarded == []
+    assert ROOT / "docs" / "howto" / "cluster.md" in RUN_AS_MAIN  # the guarded parts run
+    assert any("processes=True" in b for b in blocks)
+    assert any("ae.BlockingEngine(cluster=" in b for b in blocks)
+
+
+def test_the_index_and_the_readme_lead_to_every_page() -> None:
+    """Issue 35: the docs had no "start here" (README linked neither the index nor getting
+    started) and the index's how-to list had fallen behind docs/howto/. (mkdocs.yml's nav is
+    checked by ``mkdocs build --strict``, which fails on a page left out of it.)"""
+    index = (ROOT / "docs" / "index.md").read_text()
+    linked = set(re.findall(r"\]\((howto/[\w.-]+\.md)\)", index))
+    pages = {f"howto/{p.name}" for p in (ROOT / "docs" / "howto").glob("*.md")}
+    assert pages - linked == set()
+    readme = (ROOT / "README.md").read_text()
+    assert "(docs/index.md)" in readme
+    assert "(docs/getting-started.md)" in readme
 
 
 def test_readme_opens_with_the_two_commands() -> None:
