@@ -16,6 +16,7 @@ from .context import cpu as cpu
 from .context import gpu as gpu
 from .context import remote as remote
 from .engine import Engine as Engine
+from .errors import Abort as Abort
 from .errors import DependencyError as DependencyError
 from .errors import DeviceFailedError as DeviceFailedError
 from .errors import DeviceUnavailableError as DeviceUnavailableError
@@ -56,6 +57,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = (
+    "Abort",
     "BlockingEngine",
     "Bulk",
     "Context",

@@ -39,6 +39,7 @@ from .errors import (
     EngineClosedError,
     OperatorDeletedError,
     VarDeletedError,
+    summary,
 )
 from .executors import Executor
 from .executors.device import DeviceBackend
@@ -103,6 +104,18 @@ def _join_executors(executors: list[Executor]) -> None:
     """Join the workers of executors already shut down (on a helper thread, see aclose)."""
     for executor in executors:
         executor.shutdown(True)
+
+
+def _unthrown(core: Scheduler) -> list[BaseException]:
+    """The failures ``core`` recorded that no wait has raised (what ``aclose()`` would raise),
+    for ``Engine.__del__``, which takes no lock: a snapshot of ``_failures`` (``list()`` of a
+    dict runs in C, under the GIL, without calling back into Python)."""
+    lost = []
+    for box in list(core._failures):
+        exc = box.exc
+        if box.cleared is None and exc is not None:
+            lost.append(exc)
+    return lost
 
 
 def _forgetting(
@@ -412,7 +425,25 @@ class Engine:
         # The last reference may be dropped inside one of the scheduler's critical sections
         # on this very thread, so nothing here takes the engine lock.
         core = getattr(self, "_core", None)
-        if core is not None and core._executors and core._state is not State.CLOSED:
+        if core is None or core._state is State.CLOSED:
+            return
+        lost = _unthrown(core)
+        if lost:
+            # What aclose() would have raised is lost with the engine: said once, as asyncio
+            # says "Task exception was never retrieved" (RuntimeWarning: shown by default).
+            warnings.warn(
+                f"{self!r} was garbage collected without being closed, losing {len(lost)} "
+                f"failure(s) that no wait_for_var(), wait_for_all() or aclose() raised; the "
+                f"first: {summary(lost[0])}. Use 'async with Engine()' or "
+                "'await engine.aclose()', which raise them",
+                RuntimeWarning,
+                source=self,
+                stacklevel=1 if _COMPILED else 2,  # as below
+            )
+            if core._executors:
+                core._abandon_executors()
+            return
+        if core._executors:
             if core._state is State.CLOSING:  # aclose() was called, and interrupted
                 core._abandon_executors()
                 return
@@ -1243,7 +1274,12 @@ class Engine:
         ``ordered=True`` merges in push order (deterministic floating point). ``merge`` runs
         inline on the loop: keep it cheap. Returns the merge's :class:`Operation`, whose
         result is ``fn``'s return value; a failure of ``fn`` skips its merge and is recorded
-        on ``var``. ``out=`` cannot be combined with it.
+        on ``var`` (an :class:`~aioengine.Abort` aborts the merge too: ``var`` keeps its
+        value). ``out=`` cannot be combined with it.
+
+        ``fn`` may raise :class:`~aioengine.Abort` to refuse the work: the operation fails
+        with it for its awaiter, and ``out``'s Vars keep their values, with no failure
+        recorded on any of its Vars.
 
         Raises:
             EngineError: ``VarDeletedError``, ``EngineClosedError`` or

@@ -50,6 +50,7 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Protocol, TypeVar, overload
 
 from .context import Context, DeviceType, RunContext, cpu
+from .errors import Abort
 from .functions import ValueCall, default_name
 from .operation import _COROUTINE_TYPES, FnProperty, Operation
 from .var import NO_VALUE, Var
@@ -394,10 +395,17 @@ def _reduce(
     if name is None:
         name = default_name(fn)
     result = engine.new_var(f"{name}.result")
-    submit(engine, fn, args, kwargs, reads, writes, result, ctx, prop, priority, name)
+    call = submit(engine, fn, args, kwargs, reads, writes, result, ctx, prop, priority, name)
 
     def merge_into(rctx: RunContext) -> Any:
         value = result._value
+        if value is NO_VALUE:
+            # The call raised Abort or was cancelled (any other failure would have skipped
+            # this merge): the merge ends the same way, leaving var's value as it was.
+            exc = call._exception
+            if isinstance(exc, Abort):
+                raise exc
+            raise call._cancelled_error()
         result._value = NO_VALUE  # nothing more reads it
         current = accumulate._value
         accumulate._value = value if current is NO_VALUE else merge(current, value)

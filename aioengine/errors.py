@@ -11,15 +11,20 @@ Everything the engine itself raises derives from :class:`EngineError`::
       x DeviceUnavailableError  a push to a context whose device cannot be used here
           x DeviceFailedError   the GPU failed with a CUDA error (sticky: restart the process)
 
+    Abort                       raised by *your* function to refuse work without poisoning
+                                its Vars (a rolled-back transaction); not an EngineError
+
 Exceptions raised by the functions you push are never wrapped: ``await op`` raises them
 unchanged, and ``wait_for_var`` / ``wait_for_all`` raise them (the latter in an
-:class:`ExceptionGroup`). Cancellation stays :class:`asyncio.CancelledError`; bad arguments
-raise the builtin :class:`TypeError` / :class:`ValueError`.
+:class:`ExceptionGroup`), except an :class:`Abort`, which only its operation's awaiter sees.
+Cancellation stays :class:`asyncio.CancelledError`; bad arguments raise the builtin
+:class:`TypeError` / :class:`ValueError`.
 """
 
 from __future__ import annotations
 
 __all__ = (
+    "Abort",
     "DependencyError",
     "DeviceFailedError",
     "DeviceUnavailableError",
@@ -28,6 +33,28 @@ __all__ = (
     "OperatorDeletedError",
     "VarDeletedError",
 )
+
+
+class Abort(Exception):
+    """Raise it from an operation's function to refuse the work without poisoning its Vars.
+
+    The operation fails for its awaiter only: ``await op`` (and ``op.exception()``) gives
+    this very exception, unchanged, and the operation ends ``OpState.FAILED``. Its Vars are
+    left as they were, like a rolled-back transaction: no failure is recorded on its
+    ``mutate_vars`` (nor one it inherited passed on), so the operations after it run
+    normally, :meth:`~aioengine.Engine.wait_for_var`, :meth:`~aioengine.Engine.wait_for_all`
+    and :meth:`~aioengine.Engine.aclose` never raise it, and :attr:`Var.version
+    <aioengine.Var.version>` does not count it as a write. With
+    :meth:`~aioengine.Engine.submit` and ``out=`` the function's return value never becomes
+    the Vars' values, so :meth:`Var.get <aioengine.Var.get>` returns the old ones.
+
+    The engine restores nothing: raise it *before* changing a value in place (an array a
+    ``writes=`` Var carries, say). A subclass aborts the same way and reaches the awaiter as
+    itself (``class InsufficientFunds(ae.Abort)``, caught by its own ``except``); an exception
+    that merely wraps one (an ``ExceptionGroup``, a ``__cause__``) is an ordinary failure.
+    ``raise ae.Abort("insufficient funds")`` shows as ``Abort: insufficient funds``, its
+    ``args`` as any exception's.
+    """
 
 
 class EngineError(Exception):

@@ -114,6 +114,7 @@ from .bulk import Segments
 from .collector import watch as _watch_collections
 from .context import Context, DeviceType, RunContext, cpu
 from .errors import (
+    Abort,
     DependencyError,
     EngineClosedError,
     OperatorDeletedError,
@@ -1378,13 +1379,20 @@ class Scheduler:
         # unlocked (lock.py).
         after.append(op._fn)
         after.append(op._inherited)
-        if state is not _CANCELLED:
+        wrote = state is not _CANCELLED
+        if wrote:
             if box is None:
                 box = op._inherited
                 if state is _FAILED:
                     assert exc is not None
-                    box = _Failure(exc)
-                    self._failures[box] = None
+                    if isinstance(exc, Abort):
+                        # Rolled back (errors.Abort): its Vars keep the failure (or none) and
+                        # version they had, and only its awaiter sees exc.
+                        box = None
+                        wrote = False
+                    else:
+                        box = _Failure(exc)
+                        self._failures[box] = None
             if box is not None:
                 for v in op._mutate:
                     after.append(v._failure)
@@ -1392,13 +1400,13 @@ class Scheduler:
         if op._segment is not None:
             # A bulk segment's member: the segment holds its Vars and releases them after its
             # last member; the member counts its own writes (Var.version).
-            if state is not _CANCELLED:
+            if wrote:
                 for v in op._mutate:
                     v._version += 1
             op._fn = None
             op._inherited = None
             return
-        completed = state is not _CANCELLED and op._kind != _WAIT
+        completed = wrote and op._kind != _WAIT
         if op._wait:  # cancelled before its turn on some Vars: see _withdraw_locked
             self._withdraw_locked(op, completed, ready)
         else:
