@@ -21,7 +21,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
-    if path.stem in ("crawler", "downloads"):
+    if path.stem in ("crawler", "downloads", "service"):
         pytest.importorskip("aiohttp")
     if path.stem == "cluster":
         pytest.importorskip("distributed")
@@ -51,6 +51,8 @@ def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
         assert "as the sequential program's" in done.stdout
     if path.stem == "arrays":
         assert "match NumPy" in done.stdout
+    if path.stem == "service":
+        assert "money conserved" in done.stdout
     if path.stem == "gpu_pipeline":
         assert "results match NumPy" in done.stdout
         if not ae.gpu_available():
@@ -67,5 +69,34 @@ def test_the_expected_examples_exist() -> None:
         "cluster",
         "downloads",
         "arrays",
+        "service",
     }
     assert expected <= {p.stem for p in EXAMPLES}
+
+
+def test_service_with_flags_refuses_and_bounds(tmp_path: pathlib.Path) -> None:
+    """examples/service.py with its size flags: tiny balances make refusals (ae.Abort)
+    common, max_pending 3 makes the handlers wait for room, and money is still conserved."""
+    pytest.importorskip("aiohttp")
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "service.py"),
+            *("--accounts", "5", "--clients", "8", "--requests", "15"),
+            *("--balance", "4", "--max-pending", "3", "--seed", "1"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("bank of 5 accounts x 4 = 20; 8 clients x 15 requests")
+    assert lines[1].startswith("120 requests in ")
+    assert "p99" in lines[1]
+    refused = int(lines[2].split(" transfers, ")[1].split(" refused")[0])
+    assert refused > 0
+    assert "at most 3 operations pending (max_pending=3)" in lines[2]
+    assert lines[3] == "money conserved: 20 == 20, at every audit and after aclose()"
