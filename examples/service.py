@@ -106,7 +106,7 @@ class Bank:
         value = await self.run(lambda: self.engine.submit(read, account, prop=INLINE))
         return web.json_response({"balance": value})
 
-    async def total(self, request: web.Request) -> web.Response:
+    async def audit(self, request: web.Request) -> web.Response:
         # One read of every account: a barrier across the whole bank (see the docstring).
         value = await self.run(lambda: self.engine.submit(total, *self.accounts, prop=INLINE))
         self.audits.append(value)
@@ -117,7 +117,7 @@ async def serve(bank: Bank) -> tuple[web.AppRunner, str]:
     app = web.Application()
     app.router.add_post("/transfer", bank.transfer)
     app.router.add_get("/balance/{i}", bank.balance)
-    app.router.add_get("/total", bank.total)
+    app.router.add_get("/total", bank.audit)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)  # a free port
