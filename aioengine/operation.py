@@ -385,9 +385,13 @@ def _check_await_inside(core: Scheduler, current: Operation[Any], op: Operation[
             "this would deadlock; await it outside the operation"
         )
     # Pushed later and in conflict on a Var that current holds: queued behind it there.
+    # Both concurrent on it is no conflict: the later one joins current's running group
+    # unless something queued ahead keeps it out (the precise check below).
     held_writes = current._mutate
     for v in waits._mutate:
-        if v in held_writes or v in current._const:
+        if v in current._const or (
+            v in held_writes and not (_mode(current, v) == _mode(waits, v) == CONCURRENT)
+        ):
             break
     else:
         for v in waits._const:
@@ -407,6 +411,12 @@ def _check_await_inside(core: Scheduler, current: Operation[Any], op: Operation[
         f"{current.name!r} awaits {op.name!r}, which was pushed after it and waits for it "
         f"on {v.name!r}: this would deadlock; await it outside the operation"
     )
+
+
+def _mode(op: Operation[Any], v: Var) -> int:
+    """The mode in which ``op`` writes ``v``, one of its ``mutate`` Vars."""
+    modes = op._modes
+    return WRITE if modes is None else modes[op._vars.index(v) - op._nreads]
 
 
 def new_operation(

@@ -620,3 +620,41 @@ def test_wait_for_var_inside_a_commute_member_sees_a_contender_behind_it() -> No
         await engine.aclose()
 
     run(main)
+
+
+def test_a_concurrent_member_awaits_a_child_that_joins_its_group() -> None:
+    """A child pushed inside a concurrent member with the same concurrent_vars joins the
+    running group (nothing is queued ahead of it), so awaiting it cannot deadlock (it was
+    refused); a child queued behind a writer pushed in between would, and is refused; a
+    commute child waits for the token its parent holds, and is refused."""
+
+    async def main() -> None:
+        async with ae.Engine() as engine:
+            v = engine.new_var("v")
+
+            async def child(rctx: ae.RunContext) -> str:
+                return "child"
+
+            async def joins(rctx: ae.RunContext) -> str:
+                return await engine.push_async(child, concurrent_vars=[v])
+
+            assert await asyncio.wait_for(engine.push_async(joins, concurrent_vars=[v]), 5) == (
+                "child"
+            )
+
+            async def behind_a_writer(rctx: ae.RunContext) -> None:
+                engine.push_sync(lambda r: None, mutate_vars=[v])
+                late = engine.push_async(child, concurrent_vars=[v])
+                with pytest.raises(RuntimeError, match="deadlock"):
+                    await late
+
+            await asyncio.wait_for(engine.push_async(behind_a_writer, concurrent_vars=[v]), 5)
+
+            async def commute(rctx: ae.RunContext) -> None:
+                with pytest.raises(RuntimeError, match="deadlock"):
+                    await engine.push_async(child, commute_vars=[v])
+
+            await asyncio.wait_for(engine.push_async(commute, commute_vars=[v]), 5)
+            await asyncio.wait_for(engine.wait_for_all(), 5)
+
+    run(main)
