@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from . import __version__
 from .demo import run_demo, run_pipeline_demo
+from .errors import DeviceUnavailableError
 from .pipeline import IO_LATENCY, RECORDS, SIZE, STAGES
 from .settings import Settings
 
@@ -267,7 +268,23 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "aioengine") -> int:
         code: int = args.handler(args)
     except ValueError as exc:
         command_parser.error(str(exc))
+    except (DeviceUnavailableError, BaseExceptionGroup) as exc:
+        # A cluster that cannot be reached (or a device that is missing): one line, not a
+        # traceback; a group made of anything else is a bug to show in full.
+        leaves = _leaves(exc)
+        if not all(isinstance(leaf, DeviceUnavailableError) for leaf in leaves):
+            raise
+        for message in dict.fromkeys(str(leaf) for leaf in leaves):
+            print(f"{command_parser.prog}: error: {message}", file=sys.stderr)
+        return 1
     return code
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside ``exc``, nested groups flattened (``exc`` itself otherwise)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 if __name__ == "__main__":
