@@ -118,14 +118,11 @@ def _unthrown(core: Scheduler) -> list[BaseException]:
     return lost
 
 
-def _forgetting(
-    fn: Callable[[RunContext], object], remote: RemoteBackend, var: Var, rctx: RunContext
-) -> object:
-    """``delete_var``'s function on an engine with a cluster: ``fn``, then drop what ``var``
-    keeps on the cluster (its remote version, its scattered value)."""
-    try:
-        return fn(rctx)
-    finally:
+def _forgetting(remote: RemoteBackend, var: Var, op: Operation[None]) -> None:
+    """``delete_var``'s done callback on an engine with a cluster: drop what ``var`` keeps on
+    the cluster (its remote version, its scattered value), unless the deletion was cancelled
+    (then the Var lives on)."""
+    if not op.cancelled():
         remote.forget(var)
 
 
@@ -814,14 +811,16 @@ class Engine:
             raise ValueError(f"{var!r} belongs to another Engine")
         mutate = (var,)
         fn = delete_fn if delete_fn is not None else delete_nothing
-        remote = self._core._remote
-        if remote is not None:
-            assert isinstance(remote, RemoteBackend)
-            fn = _partial(_forgetting, fn, remote, var)  # its keys go with it
         name = f"delete_var({var.name})"
         op: Operation[None] = self._core._push(
             self, fn, _SYNC, ctx, (), mutate, FnProperty.DELETE_VAR, 0, name, var
         )
+        remote = self._core._remote
+        if remote is not None:
+            # Its keys go with it, here, once it has finished (its function may run on a
+            # worker, which can reach neither the Var nor the client).
+            assert isinstance(remote, RemoteBackend)
+            op.add_done_callback(_partial(_forgetting, remote, var))
         return op
 
     @property

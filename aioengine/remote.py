@@ -85,7 +85,7 @@ from . import instrument as _instrument
 from .context import Context, RemoteOptions, RunContext, remote
 from .errors import DependencyError, DeviceUnavailableError, EngineClosedError, summary
 from .functions import ValueCall
-from .kinds import _CALLBACK, _WAIT, FnProperty, OpState
+from .kinds import _CALLBACK, _CORO, _WAIT, FnProperty, OpState
 from .operation import Operation
 from .scheduler import Scheduler
 from .var import NO_VALUE, Var, _Failure
@@ -102,6 +102,7 @@ _SKIPPED = OpState.SKIPPED
 _CANCELLED = OpState.CANCELLED
 _PENDING = OpState.PENDING
 _DELETE_VAR = FnProperty.DELETE_VAR
+_NO_SKIP = FnProperty.NO_SKIP
 _context_run = contextvars.Context.run
 
 INSTALL = (
@@ -166,10 +167,56 @@ def open_remote(core: Scheduler, ctx: Context, cluster: object, security: object
     return current
 
 
+class _Escaped(Exception):
+    """A ``KeyboardInterrupt`` or ``SystemExit`` raised by a remote function, carried back as
+    an ordinary exception: Dask re-raises those on the worker's event loop (on an in-process
+    cluster, the caller's), which would stop it. It carries the type's name and arguments,
+    not the exception (nor, raised outside the ``except``, its context), which Dask would
+    raise again; :meth:`RemoteBackend._error` rebuilds the original, so the operation fails
+    with it, as a local one does."""
+
+    def __init__(self, kind: str, args: tuple[Any, ...]) -> None:
+        super().__init__(kind, args)
+        self.kind, self.original_args = kind, args
+
+    @classmethod
+    def of(cls, exc: BaseException) -> _Escaped:
+        kind = "KeyboardInterrupt" if isinstance(exc, KeyboardInterrupt) else "SystemExit"
+        return cls(kind, exc.args)
+
+    def original(self) -> BaseException:
+        kind = KeyboardInterrupt if self.kind == "KeyboardInterrupt" else SystemExit
+        return kind(*self.original_args)
+
+
+def _calling(fn: Callable[[RunContext], Any], rctx: RunContext) -> Any:
+    """A side-effect operation's task on the worker (``push_sync``): ``fn(rctx)``."""
+    try:
+        return fn(rctx)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        escaped = _Escaped.of(exc)
+    raise escaped
+
+
+async def _awaiting(fn: Callable[[RunContext], Awaitable[Any]], rctx: RunContext) -> Any:
+    """A side-effect operation's task on the worker (``push_async``), on the worker's event
+    loop: ``await fn(rctx)``, also for a function that is not ``async def`` itself but
+    returns an awaitable (``lambda rctx: coro()``), which Dask would not await."""
+    try:
+        return await fn(rctx)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        escaped = _Escaped.of(exc)
+    raise escaped
+
+
 def _apply(fn: Callable[..., Any], n: int | None, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """A value operation's task on the worker: ``fn(*args, **kwargs)``, checked for
     ``n`` results when ``out`` is a sequence of ``n`` Vars."""
-    return _unpack(fn(*args, **kwargs), n)
+    try:
+        return _unpack(fn(*args, **kwargs), n)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        escaped = _Escaped.of(exc)
+    raise escaped
 
 
 async def _apply_async(
@@ -179,7 +226,22 @@ async def _apply_async(
     kwargs: dict[str, Any],
 ) -> Any:
     """:func:`_apply` for a coroutine function: it runs on the worker's event loop."""
-    return _unpack(await fn(*args, **kwargs), n)
+    try:
+        return _unpack(await fn(*args, **kwargs), n)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        escaped = _Escaped.of(exc)
+    raise escaped
+
+
+def _running(key: str, dask_worker: Any = None) -> bool:
+    """On a worker (``client.run``): whether a function of task ``key`` is still running
+    there (executing, or cancelled while executing)."""
+    state = getattr(dask_worker, "state", None)
+    task = state.tasks.get(key) if state is not None else None
+    return task is not None and task.state in _RUNNING_STATES
+
+
+_RUNNING_STATES = frozenset({"executing", "long-running", "cancelled", "resumed"})
 
 
 def _unpack(result: Any, n: int | None) -> Any:
@@ -334,6 +396,11 @@ class RemoteBackend:
             tuple[tuple[int, RemoteOptions | None], Context, list[Any], list[Any]]
         ] = []
         self._batch_api = _batch_api()
+        #: the failure of connecting, once it failed: every operation that was waiting for
+        #: the connection fails with this one record (one error at ``aclose()``, not one per
+        #: operation), and a later remote push raises at once
+        self._unreachable: _Failure | None = None
+        self._unreachable_text = ""  #: its message
 
     # -- the scheduler's seam ----------------------------------------------------------
 
@@ -351,6 +418,8 @@ class RemoteBackend:
             )
         if self._executor._closed:
             raise EngineClosedError(f"{self._core!r}: its Dask client is closed")
+        if self._unreachable is not None:
+            raise DeviceUnavailableError(self._unreachable_text)
         return self._executor
 
     def hold_locked(self, op: Operation[Any]) -> bool:
@@ -358,6 +427,12 @@ class RemoteBackend:
         reader, not yet gathered here); False if nothing holds it. Lock held (any thread)."""
         if type(op._fn) is ValueCall:
             return False  # Dask orders it by data: it gets the futures
+        scattered = self._scattered
+        if scattered and op._kind != _WAIT:
+            for var in op._mutate:
+                if var in scattered:
+                    # It writes the Var (maybe in place): the copy on the cluster is stale.
+                    self._core._call_soon_locked(functools.partial(self._stale, var))
         gather = (
             op._target is not self._executor
             and op._kind != _WAIT  # a wait_for_var marker needs no value
@@ -381,6 +456,12 @@ class RemoteBackend:
             return True
         return False
 
+    def _stale(self, var: Var) -> None:
+        """Forget the copy of ``var``'s value on the cluster, which a local writer replaces
+        (loop thread, after the batches already collected were sent): a reader already
+        given its future keeps it; the key goes once nobody holds it."""
+        self._scattered.pop(var, None)
+
     # -- connecting ----------------------------------------------------------------------
 
     async def _ready(self) -> DaskClient:
@@ -393,6 +474,21 @@ class RemoteBackend:
         return await asyncio.shield(self._connecting)
 
     async def _connect(self) -> DaskClient:
+        try:
+            return await self._connect_once()
+        except Exception as exc:
+            error = DeviceUnavailableError(
+                f"could not connect to the Dask cluster {_describe(self._cluster)}: {summary(exc)}"
+            )
+            error.__cause__ = exc
+            box = _Failure(error)
+            self._unreachable_text = str(error)
+            with self._core._lock:
+                self._unreachable = box
+                self._core._failures[box] = None
+            raise error from exc
+
+    async def _connect_once(self) -> DaskClient:
         distributed = _distributed()
         cluster = self._cluster
         if isinstance(cluster, distributed.Client):
@@ -414,11 +510,21 @@ class RemoteBackend:
                     asynchronous=True,
                     security=self._security,
                 )
-            elif not isinstance(cluster, str) and not hasattr(cluster, "scheduler_address"):
-                raise TypeError(
-                    "cluster must be a distributed.Client, a cluster object, a scheduler "
-                    f"address or 'local', got {cluster!r}"
-                )
+            elif not isinstance(cluster, str):
+                if not hasattr(cluster, "scheduler_address"):
+                    raise TypeError(
+                        "cluster must be a distributed.Client, a cluster object, a scheduler "
+                        f"address or 'local', got {cluster!r}"
+                    )
+                loop = getattr(getattr(cluster, "loop", None), "asyncio_loop", None)
+                if not (getattr(cluster, "asynchronous", False) and loop is self._loop):
+                    # A blocking cluster (or one on another loop) runs its own loop on a
+                    # thread; a client on this loop cannot share that object, so it
+                    # connects to the scheduler's address (what the cluster's own client
+                    # would do), with the cluster's security unless one was given.
+                    target = cluster.scheduler_address
+                    if self._security is None:
+                        self._security = getattr(cluster, "security", None)
             kwargs: dict[str, Any] = {}
             if self._security is not None:
                 kwargs["security"] = self._security
@@ -521,7 +627,13 @@ class RemoteBackend:
         assert type(call) is ValueCall
         client = self._client
         api = self._batch_api
-        if call.holds or core._settings.serial or client is None or api is None:
+        if (
+            call.holds
+            or op._prop is _NO_SKIP
+            or core._settings.serial
+            or client is None
+            or api is None
+        ):
             return None
         deps: list[RemoteVersion] = []
         args = list(call.args)
@@ -565,7 +677,7 @@ class RemoteBackend:
             self._holders.add(var)
         ready: list[Any] = []
         op._task = None  # submitted: too late to cancel (see Operation.cancel)
-        core._release_locked(op, _DONE, None, ready)
+        core._release_locked(op, _DONE, None, ready, counted=False)
         if ready:
             todo.extend(core._dispatch_locked(ready))
         return future, deps, versions, True
@@ -647,11 +759,14 @@ class RemoteBackend:
         """A side-effect operation: submit ``fn(rctx)``, hold the Vars until it finished."""
         core = self._core
         future = None
+        failure: BaseException | None = None
+        result: object = None
         try:
             client = await self._ready()
             fn = op._fn
             assert fn is not None
             future = client.submit(
+                _awaiting if op._kind == _CORO else _calling,
                 fn,
                 RunContext(op._ctx),
                 key=self._key(op),
@@ -664,16 +779,29 @@ class RemoteBackend:
                 await self._ran_on(client, op, future)
             if future.status == "finished":
                 result = await self._call(client.gather(future, asynchronous=True))
-            else:
-                raise await self._error(future)
+            else:  # (not raised here: it may be a KeyboardInterrupt the function raised)
+                failure = await self._error(future)
         except asyncio.CancelledError as exc:
             if future is not None:
                 await self._cancel_future(future)
+                await self._ended(future.key)  # it holds its Vars until then, as locally
             core._finish(op, _FAILED, None, exc)  # reported as cancelled, with its message
         except Exception as exc:
-            core._finish(op, _FAILED, None, exc)
+            box = self._unreachable
+            if box is not None and exc is box.exc:  # one record for every operation
+                ready: list[Any] = []
+                with core._lock:
+                    core._finish_locked(op, _FAILED, None, exc, ready, box)
+                    todo = core._dispatch_locked(ready) if ready else ready
+                if todo:
+                    core._submit(todo)
+            else:
+                core._finish(op, _FAILED, None, exc)
         else:
-            core._finish(op, _DONE, result, None)
+            if failure is None:
+                core._finish(op, _DONE, result, None)
+            else:
+                core._finish(op, _FAILED, None, failure)
         finally:
             if future is not None:
                 future.release()
@@ -699,7 +827,7 @@ class RemoteBackend:
         """The exception of a Dask future that erred or was cancelled."""
         if future.status == "error":
             exc: BaseException = await self._call(future.exception(asynchronous=True))
-            return exc
+            return exc.original() if type(exc) is _Escaped else exc
         distributed = _distributed()
         return distributed.client.FutureCancelledError(future.key, "cancelled")  # type: ignore[no-any-return]
 
@@ -714,6 +842,32 @@ class RemoteBackend:
             await self._call(client.cancel([future], asynchronous=True))
         except (asyncio.CancelledError, Exception):
             pass  # cancelled again, or the client is closing: the key goes with it
+
+    async def _ended(self, key: str) -> None:
+        """Return once no worker runs the task of ``key`` any more (after its cancellation:
+        Dask drops a cancelled task's result but cannot stop a running function, and an
+        operation holds its Vars until its function has ended). Polled, as Dask sends no
+        event for it; cancelling the caller again does not cut this short. A worker that
+        cannot answer (it died, or the client is closing) runs nothing."""
+        client = self._client
+        delay = 0.005
+        while client is not None:
+            try:
+                running = await asyncio.shield(
+                    self._call(client.run(_running, key, on_error="ignore", asynchronous=True))
+                )
+            except asyncio.CancelledError:
+                continue  # cancelled again: still wait for the function's end
+            except Exception:
+                return
+            if not any(running.values()):
+                return
+            try:
+                await asyncio.sleep(delay)
+            except asyncio.CancelledError:
+                pass
+            delay = min(delay * 2, 0.2)
+            client = self._client
 
     async def _remote_arg(self, client: DaskClient, var: Var, deps: list[RemoteVersion]) -> Any:
         """What a Var argument becomes on the worker: the future of its version."""
@@ -762,6 +916,13 @@ class RemoteBackend:
         released = False
         try:
             client = await self._ready()
+            if op._prop is _NO_SKIP:
+                # It runs even if a version it uses fails, on the value that failure leaves
+                # (the one before): so it is sent only once they have settled.
+                for var in op._vars:
+                    value = var._value
+                    if type(value) is RemoteVersion:
+                        await value.wait_settled(self._loop)
             args = list(call.args)
             kwargs = dict(call.kwargs)
             for i, var in call.arg_vars:
@@ -804,7 +965,7 @@ class RemoteBackend:
                 if not call.holds and not core._settings.serial:
                     released = True
                     op._task = None  # submitted: too late to cancel (see Operation.cancel)
-                    core._release_locked(op, _DONE, None, ready)
+                    core._release_locked(op, _DONE, None, ready, counted=False)
                     todo = core._dispatch_locked(ready) if ready else ready
                 else:
                     todo = ready
@@ -818,7 +979,10 @@ class RemoteBackend:
             await self._settle(op, versions, released, _FAILED, None, exc, None)
             return
         except Exception as exc:
-            await self._settle(op, versions, released, _FAILED, None, exc, _Failure(exc))
+            box = self._unreachable
+            if box is None or exc is not box.exc:
+                box = _Failure(exc)
+            await self._settle(op, versions, released, _FAILED, None, exc, box)
             return
         finally:
             del call
@@ -840,6 +1004,7 @@ class RemoteBackend:
                 await self._ran_on(client, op, future)
         except asyncio.CancelledError as exc:  # a holding operation, cancelled while it ran
             await self._cancel_future(future)
+            await self._ended(future.key)
             await self._settle(op, versions, released, _FAILED, None, exc, None)
             return
         try:
@@ -930,6 +1095,9 @@ class RemoteBackend:
             if state is _FAILED and box is not None:
                 core._failures[box] = None
             if released:
+                if state is not _CANCELLED:  # its writes count now (Var.version)
+                    for var in op._mutate:
+                        var._version += 1
                 op._state = state
                 op._result = result
                 op._exception = exc if state is not _CANCELLED else None
@@ -956,8 +1124,10 @@ class RemoteBackend:
         core = self._core
         try:
             value = await self._call(self._ready_client().gather(version.future, asynchronous=True))
-        except Exception as exc:
-            # Lost (e.g. its worker died and it cannot be recomputed): a failure of the Var.
+        except Exception as cause:
+            # Lost (its worker left and it cannot be recomputed, or it cannot be sent here): a
+            # failure of the Var, which no longer carries the value, so nothing gathers it again.
+            exc = _lost(version, cause)
             box = _Failure(exc)
             with core._lock:
                 version.exc = exc
@@ -965,7 +1135,9 @@ class RemoteBackend:
                 core._failures[box] = None
                 var = version.var()
                 if var is not None and var._value is version:
+                    var._value = NO_VALUE
                     var._failure = box
+                    self._scattered.pop(var, None)
                 ready = [op for op in version.waiters if op._state is _PENDING]
                 version.waiters.clear()
                 version.gathering = False
@@ -1039,6 +1211,30 @@ class RemoteBackend:
         if self._own_cluster is not None:
             cluster, self._own_cluster = self._own_cluster, None
             await cluster.close()
+
+
+def _lost(version: RemoteVersion, cause: BaseException) -> RuntimeError:
+    """The failure of a Var whose version could not be brought here: ``cause`` is Dask's."""
+    exc = RuntimeError(
+        f"the value of {version.name!r} (Dask key {version.future.key!r}) could not be "
+        f"gathered: {summary(cause)}; it was lost with the worker that held it (and cannot "
+        "be recomputed) or cannot be sent to this process"
+    )
+    exc.__cause__ = cause
+    return exc
+
+
+def _describe(cluster: object) -> str:
+    """How an error names the cluster: its address, and the connect timeout Dask used."""
+    address = cluster if isinstance(cluster, str) else getattr(cluster, "scheduler_address", None)
+    try:
+        import dask.config
+        from dask.utils import parse_timedelta
+
+        timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"))
+    except Exception:
+        return repr(address if address is not None else cluster)
+    return f"at {address if address is not None else cluster!r} within {timeout:g} s"
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:

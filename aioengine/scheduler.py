@@ -1367,12 +1367,14 @@ class Scheduler:
         exc: BaseException | None,
         ready: list[Any],
         box: _Failure | None = None,
+        counted: bool = True,
     ) -> None:
         """Record ``op``'s failure on what it mutates and release its Vars (lock held).
 
         A GPU operation does this once enqueued and completes later (:meth:`_complete_locked`).
         :meth:`_done_locked` inlines the common case (a successful operation with no failure
-        to record).
+        to record). ``counted=False``: its writes do not count towards :attr:`Var.version`
+        yet (a remote value operation released once submitted counts them when it settles).
         """
         after = self._lock.after
         # Its function and the failures it replaces may hold user objects: released once
@@ -1406,7 +1408,7 @@ class Scheduler:
             op._fn = None
             op._inherited = None
             return
-        completed = wrote and op._kind != _WAIT
+        completed = wrote and counted and op._kind != _WAIT
         if op._wait:  # cancelled before its turn on some Vars: see _withdraw_locked
             self._withdraw_locked(op, completed, ready)
         else:

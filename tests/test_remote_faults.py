@@ -1,0 +1,340 @@
+"""Remote operations under faults and misuse (issue 35): a read of a value the cluster lost,
+cancelling a running remote operation, keys left after a local overwrite, a remote
+``delete_var``, coroutine results, ``NO_SKIP``, ``Var.version``, ``KeyboardInterrupt`` on a
+worker, a blocking cluster object, an unreachable scheduler.
+
+Each test would hang or give a wrong answer before its fix; the ones that could hang are
+bounded by ``asyncio.wait_for``. In-process clusters (``processes=False``): their workers are
+threads of this process, so a function of this module can block on a ``threading.Event``.
+"""
+
+# ruff: noqa: ASYNC110  (polling Dask's state, which has no events to await)
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+import aioengine as ae
+from aioengine.remote import RemoteBackend
+
+distributed = pytest.importorskip("distributed")
+dask = pytest.importorskip("dask")
+
+pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
+
+BOUND = 30  # seconds: what "never returns" is cut at
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Any]:
+    """Two workers of one thread each, in this process."""
+    asyncio.get_running_loop().set_debug(False)  # Dask shares the loop: debug mode slows it
+    async with distributed.LocalCluster(
+        processes=False,
+        n_workers=2,
+        threads_per_worker=1,
+        dashboard_address=":0",
+        asynchronous=True,
+    ) as c:
+        yield c
+
+
+def engine_keys(cluster: Any, engine: ae.Engine) -> list[str]:
+    remote = engine._core._remote
+    assert isinstance(remote, RemoteBackend)
+    return [str(k) for k in cluster.scheduler.tasks if remote._token in str(k)]
+
+
+async def no_keys_left(cluster: Any, engine: ae.Engine) -> None:
+    """Wait (bounded) until the scheduler forgot every key of ``engine``."""
+    for _ in range(300):
+        if not engine_keys(cluster, engine):
+            return
+        await asyncio.sleep(0.01)
+    assert engine_keys(cluster, engine) == []
+
+
+def inc(x: int) -> int:
+    return x + 1
+
+
+def fail(x: int) -> int:
+    raise KeyError(f"bad {x}")
+
+
+def tag(x: int) -> str:
+    return f"ran on {x}"
+
+
+def nothing(rctx: ae.RunContext) -> None:
+    return None
+
+
+_EVENTS: dict[str, threading.Event] = {}
+_LOGS: dict[str, list[str]] = {}
+
+
+@pytest.fixture
+def gate(request: pytest.FixtureRequest) -> Iterator[str]:
+    name = request.node.nodeid
+    _EVENTS[name] = threading.Event()
+    _LOGS[name] = []
+    yield name
+    _EVENTS.pop(name).set()
+    _LOGS.pop(name)
+
+
+def gated_writer(name: str, rctx: ae.RunContext) -> None:
+    _LOGS[name].append("a:start")
+    assert _EVENTS[name].wait(BOUND)
+    _LOGS[name].append("a:end")
+
+
+def writer(name: str, rctx: ae.RunContext) -> None:
+    _LOGS[name].append("b")
+
+
+def gated_inc(name: str, x: int) -> int:
+    _LOGS[name].append("start")
+    assert _EVENTS[name].wait(BOUND)
+    return x + 1
+
+
+async def until(condition: Any) -> None:
+    for _ in range(BOUND * 100):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the condition never held")
+
+
+class TestLostValues:
+    async def test_a_version_lost_with_its_worker_fails_the_read(self, cluster: Any) -> None:
+        """Its input was scattered to the same worker, so Dask cannot recompute it: the read
+        raises (it used to spin for ever), wait_for_var throws the failure, aclose returns."""
+        async with ae.Engine(cluster=cluster) as engine:
+            v = engine.new_var("v", value=1)
+            await engine.submit(inc, v, out=v, ctx=ae.remote())
+            key = v._value.future.key
+            holders = {ws.address for ws in cluster.scheduler.tasks[key].who_has}
+            for worker in list(cluster.workers.values()):
+                if worker.address in holders:
+                    await worker.close()
+            with pytest.raises(ae.DependencyError, match="could not be gathered") as info:
+                await asyncio.wait_for(v.get(), BOUND)
+            assert isinstance(info.value.__cause__, RuntimeError)
+            assert key in str(info.value.__cause__)
+            with pytest.raises(RuntimeError, match="lost with the worker"):
+                await asyncio.wait_for(engine.wait_for_var(v), BOUND)
+            assert "0 pending operation(s)" in str(engine.dump())
+            # Thrown: the Var can be written again, and then read.
+            await engine.submit(inc, 41, out=v)
+            assert await asyncio.wait_for(v.get(), BOUND) == 42
+
+
+class TestCancel:
+    async def test_a_running_side_effect_operation_holds_its_vars_until_it_ended(
+        self, cluster: Any, gate: str
+    ) -> None:
+        """cancel() of a running remote operation cannot stop its function: the next writer
+        waits for the function's end, as it does behind a running local operation."""
+        async with ae.Engine(cluster=cluster) as engine:
+            v = engine.new_var("v")
+            a = engine.push_sync(lambda r: gated_writer(gate, r), ae.remote(), [], [v])
+            await until(lambda: "a:start" in _LOGS[gate])
+            assert a.cancel()
+            b = engine.push_sync(lambda r: writer(gate, r), ae.remote(), [], [v])
+            await asyncio.sleep(0.2)  # room for b to overlap, were it let in
+            assert _LOGS[gate] == ["a:start"]
+            assert not b.done()
+            _EVENTS[gate].set()
+            await asyncio.wait_for(b, BOUND)
+            assert _LOGS[gate] == ["a:start", "a:end", "b"]
+            assert a.cancelled()
+
+
+class TestKeys:
+    async def test_a_local_overwrite_releases_the_scattered_copy(self, cluster: Any) -> None:
+        async with ae.Engine(cluster=cluster) as engine:
+            v = engine.new_var("v", value=1)
+            r = engine.new_var("r")
+            await engine.submit(inc, v, out=r, ctx=ae.remote())  # v's value is scattered
+            assert any(key.startswith("v-") for key in engine_keys(cluster, engine))
+            await engine.submit(inc, v, out=v)  # a local write: the copy is stale
+            assert await r.get() == 2  # gathered here, then written locally
+            await engine.submit(inc, r, out=r)
+            await no_keys_left(cluster, engine)
+            assert (await v.get(), await r.get()) == (2, 3)
+            # The next remote reader sends the new value.
+            assert await engine.submit(inc, v, ctx=ae.remote()) == 3
+
+    async def test_an_in_place_local_write_is_sent_again(self, cluster: Any) -> None:
+        """A push_sync that mutates the Var's array in place leaves the same object: the copy
+        on the cluster is stale all the same."""
+        np = pytest.importorskip("numpy")
+        async with ae.Engine(cluster=cluster) as engine:
+            a = np.zeros(3)
+            v = engine.new_var("v", value=a)
+            assert await engine.submit(np.sum, v, ctx=ae.remote()) == 0
+
+            def bump(rctx: ae.RunContext) -> None:
+                a[:] += 1
+
+            engine.push_sync(bump, mutate_vars=[v])
+            assert await engine.submit(np.sum, v, ctx=ae.remote()) == 3
+
+
+class TestDeleteVar:
+    @pytest.mark.parametrize("with_fn", [True, False], ids=["delete_fn", "no_delete_fn"])
+    async def test_delete_var_on_the_cluster(self, cluster: Any, with_fn: bool) -> None:
+        engine = ae.Engine(cluster=cluster)
+        d = engine.new_var("d", value=3)
+        await engine.submit(inc, d, out=d, ctx=ae.remote())
+        if with_fn:
+            assert await engine.delete_var(d, nothing, ae.remote()) is None
+        else:
+            assert await engine.delete_var(d) is None
+        await no_keys_left(cluster, engine)
+        await engine.aclose()  # nothing raised again
+
+    async def test_a_cancelled_deletion_keeps_the_value(self, cluster: Any, gate: str) -> None:
+        async with ae.Engine(cluster=cluster) as engine:
+            d = engine.new_var("d", value=3)
+            await engine.submit(inc, d, out=d, ctx=ae.remote())
+            blocker = engine.push_sync(lambda r: gated_writer(gate, r), ae.remote(), [], [d])
+            deletion = engine.delete_var(d)
+            assert deletion.cancel()
+            _EVENTS[gate].set()
+            await blocker
+            assert await d.get() == 4
+
+
+async def seven() -> int:
+    await asyncio.sleep(0)
+    return 7
+
+
+class TestFunctions:
+    async def test_push_async_of_a_function_returning_a_coroutine(self, cluster: Any) -> None:
+        async with ae.Engine(cluster=cluster) as engine:
+            assert await engine.push_async(lambda rctx: seven(), ae.remote()) == 7
+
+    @pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
+    async def test_keyboard_interrupt_and_system_exit_fail_only_the_operation(
+        self, cluster: Any, exc: type[BaseException]
+    ) -> None:
+        def effect(rctx: ae.RunContext) -> None:
+            raise exc("from the worker")
+
+        def value(x: int) -> int:
+            raise exc("from the worker")
+
+        engine = ae.Engine(cluster=cluster)
+        x = engine.new_var("x", value=1)
+        op = engine.push_sync(effect, ae.remote(), [], [x])
+        with pytest.raises(exc, match="from the worker"):
+            await op
+        with pytest.raises(exc):
+            await engine.wait_for_var(x)
+        y = engine.submit(value, x, ctx=ae.remote())
+        with pytest.raises(exc, match="from the worker"):
+            await y
+        # The loop kept running: the engine still works and closes cleanly.
+        assert await engine.submit(inc, x, ctx=ae.remote()) == 2
+        with pytest.raises(BaseExceptionGroup):
+            await engine.aclose()  # y's failure, never thrown by a wait
+
+
+class TestNoSkip:
+    async def test_no_skip_runs_right_after_a_failing_writer(self, cluster: Any) -> None:
+        """Pushed before the failure settled it used to be skipped; after, it ran."""
+        async with ae.Engine(cluster=cluster) as engine:
+            w = engine.new_var("w", value=1)
+            failing = engine.submit(fail, w, out=w, ctx=ae.remote())
+            early = engine.submit(tag, w, ctx=ae.remote(), prop=ae.FnProperty.NO_SKIP)
+            assert await early == "ran on 1"  # the value the failed write left
+            with pytest.raises(KeyError):
+                await failing
+            late = engine.submit(tag, w, ctx=ae.remote(), prop=ae.FnProperty.NO_SKIP)
+            assert await late == "ran on 1"
+            with pytest.raises(KeyError):
+                await engine.wait_for_var(w)
+
+
+class TestVersion:
+    async def test_a_remote_write_counts_once_completed(self, cluster: Any, gate: str) -> None:
+        async with ae.Engine(cluster=cluster) as engine:
+            v = engine.new_var("v", value=1)
+            op = engine.submit(lambda x: gated_inc(gate, x), v, out=v, ctx=ae.remote())
+            await until(lambda: _LOGS[gate] == ["start"])  # submitted, running on a worker
+            assert v.version == 0
+            _EVENTS[gate].set()
+            await op
+            assert v.version == 1
+            failing = engine.submit(fail, v, out=v, ctx=ae.remote())
+            with pytest.raises(KeyError):
+                await failing
+            assert v.version == 2  # a failed write counts too, as locally
+            with pytest.raises(KeyError):
+                await engine.wait_for_var(v)
+
+
+class TestConnecting:
+    def test_a_blocking_cluster_object(self) -> None:
+        """The first thing a newcomer types: a LocalCluster made without asynchronous=True,
+        in an Engine and in a BlockingEngine (both used to hang for ever)."""
+        with distributed.LocalCluster(
+            processes=False, n_workers=1, threads_per_worker=1, dashboard_address=":0"
+        ) as c:
+
+            async def main() -> int:
+                async with ae.Engine(cluster=c) as engine:
+                    v = engine.new_var("v", value=1)
+                    await engine.submit(inc, v, out=v, ctx=ae.remote())
+                    return int(await v.get())
+
+            assert asyncio.run(asyncio.wait_for(main(), BOUND)) == 2
+            with ae.BlockingEngine(cluster=c) as blocking:
+                w = blocking.new_var("w", value=5)
+                assert blocking.submit(inc, w, ctx=ae.remote()).result(BOUND) == 6
+
+    async def test_an_unreachable_scheduler_fails_once(self) -> None:
+        with dask.config.set({"distributed.comm.timeouts.connect": "0.5s"}):
+            engine = ae.Engine(cluster="tcp://127.0.0.1:1")
+            vs = [engine.new_var(f"v{i}", value=i) for i in range(20)]
+            ops = [engine.submit(inc, v, out=v, ctx=ae.remote()) for v in vs]
+            ops.append(engine.push_sync(nothing, ae.remote(), [], [engine.new_var("w")]))
+            v = vs[0]
+            for op in ops:
+                with pytest.raises(ae.DeviceUnavailableError):
+                    await asyncio.wait_for(op, BOUND)
+            with pytest.raises(ae.DeviceUnavailableError, match="127.0.0.1:1.* within 0.5 s"):
+                engine.submit(inc, v, ctx=ae.remote())  # at once, at the push
+            with pytest.raises(BaseExceptionGroup) as info:
+                await engine.aclose()
+            assert len(info.value.exceptions) == 1
+            (error,) = info.value.exceptions
+            assert isinstance(error, ae.DeviceUnavailableError)
+            assert "tcp://127.0.0.1:1" in str(error)
+
+    def test_the_demo_on_an_unreachable_scheduler_prints_one_line(self) -> None:
+        env = dict(os.environ, DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="0.5s")
+        proc = subprocess.run(
+            [sys.executable, "-m", "aioengine", "demo", "--cluster", "tcp://127.0.0.1:1"]
+            + ["--records", "4", "--no-progress", "--no-trace"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert proc.returncode == 1, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1, proc.stderr
+        assert "error: could not connect to the Dask cluster at 'tcp://127.0.0.1:1'" in lines[0]
