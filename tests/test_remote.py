@@ -15,6 +15,7 @@ import importlib
 import operator
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -866,6 +867,81 @@ class TestProcesses:
                 op.result(30)
             with pytest.raises(type(info.value)):
                 engine.wait_for_var(x)
+
+
+def unpicklable(x: int) -> Any:
+    """A result that cannot be sent back from a worker process."""
+    return threading.Lock()
+
+
+class TestProcessesFaults:
+    def test_a_result_that_cannot_be_sent_here_fails_the_read(self, process_cluster: Any) -> None:
+        """The version lives on the worker, but a local reader can never have it: the read
+        fails at once (it used to retry for ever) and so does wait_for_var; close returns."""
+        with ae.BlockingEngine(cluster=process_cluster.scheduler_address) as engine:
+            x = engine.new_var("x", value=1)
+            engine.submit(unpicklable, x, out=x, ctx=ae.remote()).result(30)
+            with pytest.raises(ae.DependencyError, match="could not be gathered"):
+                engine.get(x, timeout=30)
+            with pytest.raises(RuntimeError, match="could not be gathered"):
+                engine.wait_for_var(x, timeout=30)
+
+
+class TestCommandLineCluster:
+    """A ``dask scheduler`` and a ``dask worker`` started from the command line, as a team
+    moving to a cluster starts them, on 127.0.0.1."""
+
+    def test_value_and_side_effect_operations(self, tmp_path: Any) -> None:
+        dask_cli = os.path.join(os.path.dirname(sys.executable), "dask")
+        if not os.path.exists(dask_cli):
+            pytest.skip("the dask command is not installed beside this interpreter")
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, PYTHONPATH=root)  # the workers import this module's functions
+        scheduler_file = str(tmp_path / "scheduler.json")
+        common = ["--scheduler-file", scheduler_file, "--no-dashboard"]
+        procs = [
+            subprocess.Popen(
+                [dask_cli, "scheduler", "--host", "127.0.0.1", "--port", "0", *common],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        ]
+        try:
+            deadline = time.monotonic() + 60
+            while not os.path.exists(scheduler_file):
+                assert time.monotonic() < deadline, "the scheduler did not start"
+                time.sleep(0.05)
+            procs.append(
+                subprocess.Popen(
+                    [dask_cli, "worker", "--nthreads", "1", "--host", "127.0.0.1", *common],
+                    env=env,
+                    cwd=root,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+            with distributed.Client(scheduler_file=scheduler_file, timeout=60) as client:
+                client.wait_for_workers(1, timeout=60)
+                address = client.scheduler.address
+            with ae.BlockingEngine(cluster=address) as engine:
+                x = engine.new_var("x", value=1)
+                for _ in range(3):
+                    engine.submit(inc, x, out=x, ctx=ae.remote())
+                pid, value = engine.submit(where, x, ctx=ae.remote()).result(30)
+                assert pid != os.getpid()
+                assert value == 5
+                assert engine.get(x, timeout=30) == 4
+                assert engine.push_sync(lambda r: "ran", ae.remote(), [], [x]).result(30) == "ran"
+        finally:
+            for proc in reversed(procs):
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
 
 
 # -- random programs against the sequential model -------------------------------------------
