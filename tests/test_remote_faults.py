@@ -8,7 +8,6 @@ bounded by ``asyncio.wait_for``. In-process clusters (``processes=False``): thei
 threads of this process, so a function of this module can block on a ``threading.Event``.
 """
 
-# ruff: noqa: ASYNC110  (polling Dask's state, which has no events to await)
 from __future__ import annotations
 
 import asyncio
@@ -315,7 +314,7 @@ class TestConnecting:
             for op in ops:
                 with pytest.raises(ae.DeviceUnavailableError):
                     await asyncio.wait_for(op, BOUND)
-            with pytest.raises(ae.DeviceUnavailableError, match="127.0.0.1:1.* within 0.5 s"):
+            with pytest.raises(ae.DeviceUnavailableError, match=r"127\.0\.0\.1:1.* within 0\.5 s"):
                 engine.submit(inc, v, ctx=ae.remote())  # at once, at the push
             with pytest.raises(BaseExceptionGroup) as info:
                 await engine.aclose()
@@ -327,8 +326,11 @@ class TestConnecting:
     def test_the_demo_on_an_unreachable_scheduler_prints_one_line(self) -> None:
         env = dict(os.environ, DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="0.5s")
         proc = subprocess.run(
-            [sys.executable, "-m", "aioengine", "demo", "--cluster", "tcp://127.0.0.1:1"]
-            + ["--records", "4", "--no-progress", "--no-trace"],
+            [
+                *(sys.executable, "-m", "aioengine", "demo"),
+                *("--cluster", "tcp://127.0.0.1:1", "--records", "4", "--no-progress"),
+                "--no-trace",
+            ],
             capture_output=True,
             text=True,
             timeout=120,
