@@ -14,8 +14,10 @@ import asyncio
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -324,7 +326,11 @@ class TestConnecting:
             assert "tcp://127.0.0.1:1" in str(error)
 
     def test_the_demo_on_an_unreachable_scheduler_prints_one_line(self) -> None:
-        env = dict(os.environ, DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="0.5s")
+        env = dict(
+            os.environ,
+            DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="0.5s",
+            PYTHONPATH=str(Path(ae.__file__).parent.parent),  # the build under test
+        )
         proc = subprocess.run(
             [
                 *(sys.executable, "-m", "aioengine", "demo"),
@@ -335,6 +341,7 @@ class TestConnecting:
             text=True,
             timeout=120,
             env=env,
+            cwd=tempfile.gettempdir(),
         )
         assert proc.returncode == 1, proc.stderr
         lines = proc.stderr.strip().splitlines()
