@@ -83,7 +83,7 @@ from typing import Any
 
 from . import instrument as _instrument
 from .context import Context, RemoteOptions, RunContext, remote
-from .errors import DependencyError, DeviceUnavailableError, EngineClosedError, summary
+from .errors import Abort, DependencyError, DeviceUnavailableError, EngineClosedError, summary
 from .functions import ValueCall
 from .kinds import _CALLBACK, _CORO, _WAIT, FnProperty, OpState
 from .operation import Operation
@@ -1044,7 +1044,9 @@ class RemoteBackend:
             return _SKIPPED, None, err, failed.box
         if future.status != "finished":
             exc = await self._error(future)
-            return _FAILED, None, exc, _Failure(exc)
+            # An Abort records nothing (errors.Abort): its versions roll back, and only the
+            # awaiter sees it.
+            return _FAILED, None, exc, None if isinstance(exc, Abort) else _Failure(exc)
         result = None
         if not versions:  # no out=: its result is gathered for ``await op``
             result = await self._call(client.gather(future, asynchronous=True))
@@ -1095,7 +1097,7 @@ class RemoteBackend:
             if state is _FAILED and box is not None:
                 core._failures[box] = None
             if released:
-                if state is not _CANCELLED:  # its writes count now (Var.version)
+                if state is not _CANCELLED and not isinstance(exc, Abort):  # Var.version
                     for var in op._mutate:
                         var._version += 1
                 op._state = state

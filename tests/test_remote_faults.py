@@ -347,3 +347,27 @@ class TestConnecting:
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1, proc.stderr
         assert "error: could not connect to the Dask cluster at 'tcp://127.0.0.1:1'" in lines[0]
+
+
+def refuse(x: int) -> int:
+    raise ae.Abort(f"refused {x}")
+
+
+def refuse_effect(rctx: ae.RunContext) -> None:
+    raise ae.Abort("refused")
+
+
+class TestAbort:
+    async def test_abort_on_a_worker_leaves_the_vars_as_they_were(self, cluster: Any) -> None:
+        async with ae.Engine(cluster=cluster) as engine:
+            v = engine.new_var("v", value=1)
+            await engine.submit(inc, v, out=v, ctx=ae.remote())
+            with pytest.raises(ae.Abort, match="refused 2"):
+                await engine.submit(refuse, v, out=v, ctx=ae.remote())
+            with pytest.raises(ae.Abort, match="refused"):
+                await engine.push_sync(refuse_effect, ae.remote(), [], [v])
+            assert v.version == 1
+            await engine.wait_for_var(v)  # nothing recorded
+            assert await engine.submit(inc, v, out=v, ctx=ae.remote()) is None
+            assert await v.get() == 3
+        # ... and aclose() raised nothing
