@@ -195,7 +195,9 @@ class Operation(_OperationCore, Generic[T]):
         Vars are released and no failure is recorded. A running coroutine operation receives
         :class:`asyncio.CancelledError` at its current ``await`` (its Vars are released when it
         ends). A running sync or callback-style operation cannot be cancelled: this returns
-        False and its Vars are released only when it has finished. Safe to call from any thread.
+        False and its Vars are released only when it has finished. A remote value operation,
+        running once submitted to Dask, can be until a later operation was given its result:
+        its Vars get back the values they had before it. Safe to call from any thread.
         ``msg`` becomes the message of the :class:`asyncio.CancelledError` that ``await``,
         :meth:`result` and :meth:`exception` raise, as for :meth:`asyncio.Future.cancel`.
         """

@@ -269,6 +269,7 @@ class RemoteVersion:
         "fallback",
         "future",
         "gathering",
+        "given",
         "name",
         "previous",
         "settled",
@@ -289,6 +290,9 @@ class RemoteVersion:
         self.box: _Failure | None = None  #: the failure record, if it failed
         self.exc: BaseException | None = None  #: that failure's exception
         self.gathering = False  #: a gather to this process is under way
+        #: its future was handed to a later remote operation (an argument, or a dependency of
+        #: its write): from then on its operation can no longer be withdrawn
+        self.given = False
         self.waiters: list[Operation[Any]] = []  #: operations held until it settles or arrives
         self.watchers: list[asyncio.Future[None]] = []  #: loop futures woken when it settles
 
@@ -400,6 +404,11 @@ class RemoteBackend:
         #: the connection fails with this one record (one error at ``aclose()``, not one per
         #: operation), and a later remote push raises at once
         self._unreachable: _Failure | None = None
+        #: the value operations released once submitted, until they settle: their Dask
+        #: future and versions (what withdrawing one needs); lock held
+        self._submitted: dict[Operation[Any], tuple[DaskFuture, list[RemoteVersion]]] = {}
+        #: those withdrawn by ``cancel()``, with its message, until they settle; lock held
+        self._withdrawn: dict[Operation[Any], object] = {}
         self._unreachable_text = ""  #: its message
 
     # -- the scheduler's seam ----------------------------------------------------------
@@ -455,6 +464,33 @@ class RemoteBackend:
                 self._core._call_soon_locked(functools.partial(self._begin_gather, value))
             return True
         return False
+
+    def withdraw_locked(self, op: Operation[Any], msg: object) -> bool:
+        """Cancel a value operation released once submitted (``cancel()`` of a running
+        one), if no later operation was given a version it writes: each Var gets back the
+        value it had before (what starts from now on reads that), its Dask task is cancelled
+        (if it ran anyway, its result is dropped), and it ends CANCELLED when that task has.
+        False if it settled, was withdrawn already, or its result was handed on. Lock held."""
+        entry = self._submitted.get(op)
+        if entry is None or op in self._withdrawn:
+            return False
+        future, versions = entry
+        if any(version.given or version.settled for version in versions):
+            return False
+        self._withdrawn[op] = msg
+        for version in versions:
+            var = version.var()
+            if var is not None and var._value is version:
+                previous = version.previous
+                if type(previous) is RemoteVersion and previous.exc is not None:
+                    previous = previous.fallback
+                var._value = previous
+        self._core._call_soon_locked(functools.partial(self._begin_cancel, future))
+        return True
+
+    def _begin_cancel(self, future: DaskFuture) -> None:
+        task = self._loop.create_task(self._cancel_future(future))
+        task.add_done_callback(_quiet)
 
     def _stale(self, var: Var) -> None:
         """Forget the copy of ``var``'s value on the cluster, which a local writer replaces
@@ -649,6 +685,7 @@ class RemoteBackend:
         for var in op._vars:  # the previous versions of what it writes, too
             value = var._value
             if type(value) is RemoteVersion and value not in deps:
+                value.given = True
                 deps.append(value)
         future_type, task_type, parse_input = api[0], api[1], api[2]
         n = None if call.single or not call.outs else len(call.outs)
@@ -676,7 +713,8 @@ class RemoteBackend:
             versions.append(version)
             self._holders.add(var)
         ready: list[Any] = []
-        op._task = None  # submitted: too late to cancel (see Operation.cancel)
+        op._task = None  # submitted: only withdraw_locked can cancel it now
+        self._submitted[op] = (future, versions)
         core._release_locked(op, _DONE, None, ready, counted=False)
         if ready:
             todo.extend(core._dispatch_locked(ready))
@@ -686,6 +724,7 @@ class RemoteBackend:
         """:meth:`_remote_arg` if nothing is to be sent: the future, else None."""
         value = var._value
         if type(value) is RemoteVersion:
+            value.given = True
             if value not in deps:
                 deps.append(value)
             return value.future
@@ -871,11 +910,13 @@ class RemoteBackend:
 
     async def _remote_arg(self, client: DaskClient, var: Var, deps: list[RemoteVersion]) -> Any:
         """What a Var argument becomes on the worker: the future of its version."""
-        value = var._value
-        if type(value) is RemoteVersion:
-            if value not in deps:
-                deps.append(value)
-            return value.future
+        with self._core._lock:  # (given, against withdraw_locked on another thread)
+            value = var._value
+            if type(value) is RemoteVersion:
+                value.given = True
+                if value not in deps:
+                    deps.append(value)
+                return value.future
         if value is NO_VALUE:
             raise ValueError(
                 f"{var!r} carries no value: create it with engine.new_var(name, value=...) or "
@@ -929,10 +970,12 @@ class RemoteBackend:
                 args[i] = await self._remote_arg(client, var, deps)
             for key, var in call.kw_vars:
                 kwargs[key] = await self._remote_arg(client, var, deps)
-            for var in op._vars:  # the previous versions of what it writes, too
-                value = var._value
-                if type(value) is RemoteVersion and value not in deps:
-                    deps.append(value)
+            with core._lock:
+                for var in op._vars:  # the previous versions of what it writes, too
+                    value = var._value
+                    if type(value) is RemoteVersion and value not in deps:
+                        value.given = True
+                        deps.append(value)
             n = None if call.single or not call.outs else len(call.outs)
             key = self._key(op)
             apply = _apply_async if inspect.iscoroutinefunction(call.fn) else _apply
@@ -964,7 +1007,8 @@ class RemoteBackend:
                     versions.append(version)
                 if not call.holds and not core._settings.serial:
                     released = True
-                    op._task = None  # submitted: too late to cancel (see Operation.cancel)
+                    op._task = None  # submitted: only withdraw_locked can cancel it now
+                    self._submitted[op] = (future, versions)
                     core._release_locked(op, _DONE, None, ready, counted=False)
                     todo = core._dispatch_locked(ready) if ready else ready
                 else:
@@ -1000,6 +1044,12 @@ class RemoteBackend:
         """The rest of a submitted value operation: await its task, then settle."""
         try:
             await self._finished(future)
+            if released and op in self._withdrawn:
+                with self._core._lock:
+                    msg = self._withdrawn.pop(op)
+                future.release()
+                await self._settle(op, versions, released, _CANCELLED, msg, None, None)
+                return
             if self._core._instruments:
                 await self._ran_on(client, op, future)
         except asyncio.CancelledError as exc:  # a holding operation, cancelled while it ran
@@ -1069,6 +1119,7 @@ class RemoteBackend:
         ready: list[Any] = []
         watchers: list[asyncio.Future[None]] = []
         with core._lock:
+            self._submitted.pop(op, None)
             for version in versions:
                 version.settled = True
                 version.box = box

@@ -305,6 +305,10 @@ class RemoteSeam(Protocol):
     def key_of(self, op: Operation[Any]) -> str | None:
         """The Dask key of a remote operation, None for a local one (observers: ``dump()``)."""
 
+    def withdraw_locked(self, op: Operation[Any], msg: object) -> bool:
+        """Cancel a running operation that released its Vars once submitted (a remote value
+        operation) if nothing has used its result yet; False otherwise. Lock held."""
+
 
 class Scheduler:
     """The per-operation cycle of one engine: admission, grant, dispatch, run, finish.
@@ -1577,8 +1581,10 @@ class Scheduler:
                 todo = self._dispatch_locked(ready) if ready else ready
             elif op._kind != _CORO and op._task is None:
                 # A running thread cannot be interrupted (a remote operation has a task
-                # that awaits its Dask future while it holds its Vars: that one can).
-                return False
+                # that awaits its Dask future while it holds its Vars: that one can; and a
+                # remote value operation submitted whose result nobody was given yet).
+                remote = self._remote
+                return remote is not None and remote.withdraw_locked(op, msg)
             else:
                 todo = None
         if todo is not None:

@@ -371,3 +371,34 @@ class TestAbort:
             assert await engine.submit(inc, v, out=v, ctx=ae.remote()) is None
             assert await v.get() == 3
         # ... and aclose() raised nothing
+
+
+class TestWithdraw:
+    async def test_a_submitted_value_operation_is_cancelled_until_its_result_is_used(
+        self, cluster: Any, gate: str
+    ) -> None:
+        """It waits on the scheduler behind a slow writer: cancel() used to return False and
+        its result landed in the Var. Now it is cancelled while nothing read its result."""
+        async with ae.Engine(cluster=cluster) as engine:
+            v = engine.new_var("v", value=1)
+            slow = engine.submit(lambda x: gated_inc(gate, x), v, out=v, ctx=ae.remote())
+            alone = engine.submit(inc, v, ctx=ae.remote())  # no out: nobody reads it
+            queued = engine.submit(inc, v, out=v, ctx=ae.remote())
+            await until(lambda: _LOGS[gate] == ["start"])
+            assert queued.state is ae.OpState.RUNNING  # submitted to Dask
+            assert not slow.cancel()  # queued was given its result
+            assert queued.cancel("not needed")
+            assert alone.cancel()
+            _EVENTS[gate].set()
+            with pytest.raises(asyncio.CancelledError, match="not needed"):
+                await asyncio.wait_for(queued, BOUND)
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(alone, BOUND)
+            await slow
+            assert await v.get() == 2  # the cancelled write never landed
+            assert v.version == 1
+            # What comes next reads the value before it, remote or local.
+            assert await engine.submit(inc, v, ctx=ae.remote()) == 3
+            await engine.submit(inc, v, out=v, ctx=ae.remote())
+            assert await v.get() == 3
+        await no_keys_left(cluster, engine)
