@@ -488,6 +488,33 @@ class RemoteBackend:
         self._core._call_soon_locked(functools.partial(self._begin_cancel, future))
         return True
 
+    def _lost_inputs(
+        self,
+        op: Operation[Any],
+        exc: BaseException,
+        inputs: tuple[list[tuple[int, Var]], list[tuple[str, Var]]],
+        cancelled: bool,
+    ) -> BaseException:
+        """The failure of value operation ``op`` whose task failed with ``exc``: a value
+        this process sent it that is gone (its worker died with the only copy) is forgotten,
+        so that the next operation sends it again; if the cluster ``cancelled`` the task for
+        that, an error that names it, else ``exc`` (loop thread)."""
+        lost = []
+        for _, var in [*inputs[0], *inputs[1]]:
+            cached = self._scattered.get(var)
+            if cached is not None and getattr(cached[1], "status", "finished") != "finished":
+                del self._scattered[var]
+                lost.append(f"{var.name!r} (key {cached[1].key!r})")
+        if not lost or not cancelled:
+            return exc
+        error = RuntimeError(
+            f"the cluster cancelled {op.name!r}: the value of {', '.join(lost)} that this "
+            "process sent was lost with the worker that held it (the worker died); push the "
+            "operation again to send the value again"
+        )
+        error.__cause__ = exc
+        return error
+
     def _begin_cancel(self, future: DaskFuture) -> None:
         task = self._loop.create_task(self._cancel_future(future))
         task.add_done_callback(_quiet)
@@ -653,7 +680,7 @@ class RemoteBackend:
 
     def _collect_locked(
         self, op: Operation[Any], todo: list[Operation[Any]]
-    ) -> tuple[DaskFuture, list[RemoteVersion], list[RemoteVersion], bool] | None:
+    ) -> tuple[DaskFuture, list[RemoteVersion], list[RemoteVersion], bool, Any] | None:
         """Add value operation ``op``'s task to the batch and release its Vars, if it can be
         done now: connected, every argument a future already (nothing to scatter), not
         holding its Vars, not in serial mode (a blocking client's calls are thread-safe).
@@ -718,7 +745,7 @@ class RemoteBackend:
         core._release_locked(op, _DONE, None, ready, counted=False)
         if ready:
             todo.extend(core._dispatch_locked(ready))
-        return future, deps, versions, True
+        return future, deps, versions, True, (call.arg_vars, call.kw_vars)
 
     def _arg_now(self, var: Var, deps: list[RemoteVersion]) -> DaskFuture | None:
         """:meth:`_remote_arg` if nothing is to be sent: the future, else None."""
@@ -955,6 +982,7 @@ class RemoteBackend:
         deps: list[RemoteVersion] = []
         future = None
         released = False
+        inputs = (call.arg_vars, call.kw_vars)
         try:
             client = await self._ready()
             if op._prop is _NO_SKIP:
@@ -1030,7 +1058,7 @@ class RemoteBackend:
             return
         finally:
             del call
-        await self._complete_value(op, client, future, deps, versions, released)
+        await self._complete_value(op, client, future, deps, versions, released, inputs)
 
     async def _complete_value(
         self,
@@ -1040,8 +1068,10 @@ class RemoteBackend:
         deps: list[RemoteVersion],
         versions: list[RemoteVersion],
         released: bool,
+        inputs: tuple[list[tuple[int, Var]], list[tuple[str, Var]]],
     ) -> None:
-        """The rest of a submitted value operation: await its task, then settle."""
+        """The rest of a submitted value operation: await its task, then settle.
+        ``inputs``: its Var arguments (``ValueCall.arg_vars`` and ``kw_vars``)."""
         try:
             await self._finished(future)
             if released and op in self._withdrawn:
@@ -1058,7 +1088,9 @@ class RemoteBackend:
             await self._settle(op, versions, released, _FAILED, None, exc, None)
             return
         try:
-            state, result, failure, box = await self._outcome(op, client, future, deps, versions)
+            state, result, failure, box = await self._outcome(
+                op, client, future, deps, versions, inputs
+            )
         except asyncio.CancelledError as cancel:  # a holding operation, cancelled while it ran
             await self._cancel_future(future)
             state, result, failure, box = _FAILED, None, cancel, None
@@ -1077,6 +1109,7 @@ class RemoteBackend:
         future: DaskFuture,
         deps: list[RemoteVersion],
         versions: list[RemoteVersion],
+        inputs: tuple[list[tuple[int, Var]], list[tuple[str, Var]]],
     ) -> tuple[OpState, object, BaseException | None, _Failure | None]:
         """How a value operation whose task has finished ends: skipped if a version it
         depends on failed (Dask then failed it with that exception), else failed or done."""
@@ -1094,6 +1127,7 @@ class RemoteBackend:
             return _SKIPPED, None, err, failed.box
         if future.status != "finished":
             exc = await self._error(future)
+            exc = self._lost_inputs(op, exc, inputs, future.status == "cancelled")
             # An Abort records nothing (errors.Abort): its versions roll back, and only the
             # awaiter sees it.
             return _FAILED, None, exc, None if isinstance(exc, Abort) else _Failure(exc)

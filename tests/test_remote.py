@@ -874,7 +874,30 @@ def unpicklable(x: int) -> Any:
     return threading.Lock()
 
 
+def die_once(marker: str, x: int) -> int:
+    """Kill the worker process the first time (``marker`` does not exist yet)."""
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)
+    return x + 1
+
+
 class TestProcessesFaults:
+    def test_a_worker_dying_with_a_value_sent_from_here(
+        self, process_cluster: Any, tmp_path: Any
+    ) -> None:
+        """The worker held the only copy of x's value: the next operation sends it again
+        (it used to fail for ever with a FutureCancelledError that named nothing)."""
+        with ae.BlockingEngine(cluster=process_cluster.scheduler_address) as engine:
+            x = engine.new_var("x", value=5)
+            marker = str(tmp_path / "died")
+            first = engine.submit(die_once, marker, x, ctx=ae.remote())
+            with pytest.raises(Exception, match=r"KilledWorker|died|lost"):
+                first.result(60)
+            assert engine.submit(die_once, marker, x, ctx=ae.remote()).result(60) == 6
+            with pytest.raises(BaseExceptionGroup):
+                engine.wait_for_all()  # the first one's failure, thrown once
+
     def test_a_result_that_cannot_be_sent_here_fails_the_read(self, process_cluster: Any) -> None:
         """The version lives on the worker, but a local reader can never have it: the read
         fails at once (it used to retry for ever) and so does wait_for_var; close returns."""
