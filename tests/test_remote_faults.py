@@ -11,16 +11,22 @@ threads of this process, so a function of this module can block on a ``threading
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import itertools
 import os
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import aioengine as ae
 from aioengine.remote import RemoteBackend
@@ -402,3 +408,103 @@ class TestWithdraw:
             await engine.submit(inc, v, out=v, ctx=ae.remote())
             assert await v.get() == 3
         await no_keys_left(cluster, engine)
+
+
+# -- a worker killed at a random point of a random program -----------------------------------
+
+_INTERVALS: dict[str, list[tuple[int, str, float]]] = {}
+
+
+def model_value(tag: int, *xs: int) -> int:
+    return sum(xs) + tag
+
+
+def model_effect(run: str, tag: int, rctx: ae.RunContext) -> int:
+    log = _INTERVALS[run]
+    log.append((tag, "start", time.perf_counter()))
+    time.sleep(0.002)
+    log.append((tag, "end", time.perf_counter()))
+    return tag
+
+
+@st.composite
+def faulty_programs(draw: st.DrawFn) -> tuple[list[tuple[Any, ...]], int]:
+    """Up to 12 operations on 3 Vars, (kind, remote, reads, writes) each, and the number of
+    them pushed before a worker is closed."""
+    ops = []
+    for _ in range(draw(st.integers(1, 12))):
+        kind = draw(st.sampled_from(["value", "effect"]))
+        reads = tuple(sorted(draw(st.sets(st.integers(0, 2), max_size=2))))
+        writes = tuple(sorted(draw(st.sets(st.integers(0, 2), min_size=1, max_size=2))))
+        if kind == "value":
+            writes = writes[:1]
+        ops.append((kind, draw(st.booleans()) or kind == "effect", reads, writes))
+    return ops, draw(st.integers(0, len(ops)))
+
+
+class TestWorkerKilled:
+    @settings(
+        max_examples=10,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(program=faulty_programs())
+    def test_every_operation_ends_the_rule_holds_no_key_is_left(
+        self, program: tuple[list[tuple[Any, ...]], int]
+    ) -> None:
+        ops_spec, kill_at = program
+        run = f"run-{id(program)}"
+        _INTERVALS[run] = []
+
+        async def main() -> None:
+            asyncio.get_running_loop().set_debug(False)
+            async with distributed.LocalCluster(
+                processes=False,
+                n_workers=2,
+                threads_per_worker=2,
+                dashboard_address=":0",
+                asynchronous=True,
+            ) as c:
+                engine = ae.Engine(cluster=c)
+                vs = [engine.new_var(f"v{i}", value=i) for i in range(3)]
+                ops = []
+                for tag, (kind, remote, reads, writes) in enumerate(ops_spec):
+                    if tag == kill_at:
+                        await next(iter(c.workers.values())).close()
+                    ctx = ae.remote() if remote else ae.cpu()
+                    if kind == "value":
+                        args = [vs[r] for r in reads]
+                        ops.append(
+                            engine.submit(model_value, tag, *args, out=vs[writes[0]], ctx=ctx)
+                        )
+                    else:
+                        fn = functools.partial(model_effect, run, tag)
+                        ops.append(
+                            engine.push_sync(
+                                fn,
+                                ctx,
+                                [vs[r] for r in reads if r not in writes],
+                                [vs[w] for w in writes],
+                            )
+                        )
+                    await asyncio.sleep(0)
+                if kill_at == len(ops_spec):
+                    await next(iter(c.workers.values())).close()
+                # Every operation ends: a result or an exception, never a hang.
+                await asyncio.wait_for(asyncio.gather(*ops, return_exceptions=True), BOUND)
+                with contextlib.suppress(BaseExceptionGroup):
+                    await asyncio.wait_for(engine.aclose(), BOUND)
+                if engine._core._remote is not None:
+                    await no_keys_left(c, engine)
+
+        asyncio.run(main())
+        # The rule, on the side-effect operations (their last run, should Dask have run one
+        # again on the other worker): conflicting ones never overlap, and run in push order.
+        spans: dict[int, list[float]] = {}
+        for tag, _, at in _INTERVALS.pop(run):
+            spans.setdefault(tag, []).append(at)
+        for a, b in itertools.combinations(sorted(spans), 2):
+            _, _, ra, wa = ops_spec[a]
+            _, _, rb, wb = ops_spec[b]
+            if set(wa) & (set(rb) | set(wb)) or set(wb) & set(ra):
+                assert spans[a][-1] <= spans[b][-2], (a, b, ops_spec, kill_at)
