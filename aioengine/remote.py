@@ -488,9 +488,10 @@ class RemoteBackend:
         self._core._call_soon_locked(functools.partial(self._begin_cancel, future))
         return True
 
-    def _lost_inputs(
+    async def _lost_inputs(
         self,
         op: Operation[Any],
+        client: DaskClient,
         exc: BaseException,
         inputs: tuple[list[tuple[int, Var]], list[tuple[str, Var]]],
         cancelled: bool,
@@ -498,22 +499,45 @@ class RemoteBackend:
         """The failure of value operation ``op`` whose task failed with ``exc``: a value
         this process sent it that is gone (its worker died with the only copy) is forgotten,
         so that the next operation sends it again; if the cluster ``cancelled`` the task for
-        that, an error that names it, else ``exc`` (loop thread)."""
-        lost = []
+        that, an error that names it and the worker that held it, else ``exc`` (loop
+        thread)."""
+        lost: dict[str, str] = {}  # key: the Var's name
         for _, var in [*inputs[0], *inputs[1]]:
             cached = self._scattered.get(var)
             if cached is not None and getattr(cached[1], "status", "finished") != "finished":
                 del self._scattered[var]
-                lost.append(f"{var.name!r} (key {cached[1].key!r})")
+                lost[cached[1].key] = var.name
         if not lost or not cancelled:
             return exc
+        workers = await self._removed_workers(client, lost.keys())
+        named = ", ".join(
+            f"{name!r} (key {key!r}"
+            + (f", on worker {workers[key]}" if key in workers else "")
+            + ")"
+            for key, name in lost.items()
+        )
         error = RuntimeError(
-            f"the cluster cancelled {op.name!r}: the value of {', '.join(lost)} that this "
-            "process sent was lost with the worker that held it (the worker died); push the "
-            "operation again to send the value again"
+            f"the cluster cancelled {op.name!r}: the value of {named} that this process sent "
+            "was lost with the worker that held it, which left the cluster (it died); push "
+            "the operation again to send the value again"
         )
         error.__cause__ = exc
         return error
+
+    async def _removed_workers(self, client: DaskClient, keys: Any) -> dict[str, str]:
+        """The address of the worker whose removal lost each of ``keys``, from the
+        scheduler's event log (best effort: what it no longer remembers is left out)."""
+        found: dict[str, str] = {}
+        try:
+            events = await self._call(client.scheduler.events(topic="all"))
+        except Exception:
+            return found
+        wanted = set(keys)
+        for _, event in events:
+            if isinstance(event, dict) and event.get("action") == "remove-worker":
+                for key in wanted & set(event.get("lost-scattered-tasks", ())):
+                    found[key] = str(event.get("worker"))
+        return found
 
     def _begin_cancel(self, future: DaskFuture) -> None:
         task = self._loop.create_task(self._cancel_future(future))
@@ -1127,7 +1151,7 @@ class RemoteBackend:
             return _SKIPPED, None, err, failed.box
         if future.status != "finished":
             exc = await self._error(future)
-            exc = self._lost_inputs(op, exc, inputs, future.status == "cancelled")
+            exc = await self._lost_inputs(op, client, exc, inputs, future.status == "cancelled")
             # An Abort records nothing (errors.Abort): its versions roll back, and only the
             # awaiter sees it.
             return _FAILED, None, exc, None if isinstance(exc, Abort) else _Failure(exc)

@@ -898,6 +898,27 @@ class TestProcessesFaults:
             with pytest.raises(BaseExceptionGroup):
                 engine.wait_for_all()  # the first one's failure, thrown once
 
+    def test_the_error_names_the_lost_value_and_its_worker(self, tmp_path: Any) -> None:
+        """With retries left, Dask cancels the task whose input died with its worker: the
+        error says which value was lost, and on which worker."""
+        import dask
+
+        with (
+            dask.config.set({"distributed.scheduler.allowed-failures": 3}),
+            distributed.LocalCluster(
+                processes=True, n_workers=1, threads_per_worker=1, dashboard_address=":0"
+            ) as c,
+            ae.BlockingEngine(cluster=c.scheduler_address) as engine,
+        ):
+            x = engine.new_var("x", value=5)
+            marker = str(tmp_path / "died")
+            first = engine.submit(die_once, marker, x, ctx=ae.remote())
+            with pytest.raises(RuntimeError, match=r"'x' \(key .*, on worker tcp://.*died"):
+                first.result(60)
+            assert engine.submit(die_once, marker, x, ctx=ae.remote()).result(60) == 6
+            with pytest.raises(BaseExceptionGroup):
+                engine.wait_for_all()
+
     def test_a_result_that_cannot_be_sent_here_fails_the_read(self, process_cluster: Any) -> None:
         """The version lives on the worker, but a local reader can never have it: the read
         fails at once (it used to retry for ever) and so does wait_for_var; close returns."""
