@@ -422,7 +422,11 @@ class Engine:
         # The last reference may be dropped inside one of the scheduler's critical sections
         # on this very thread, so nothing here takes the engine lock.
         core = getattr(self, "_core", None)
-        if core is None or core._state is State.CLOSED:
+        # Fields only until there is something to say or release: at interpreter exit this
+        # module's globals (State...) may be gone, and a closed engine has neither left.
+        if core is None or not (core._failures or core._executors):
+            return
+        if core._state is State.CLOSED:
             return
         lost = _unthrown(core)
         if lost:
