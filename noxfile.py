@@ -98,7 +98,8 @@ def tests_compiled(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Check style and formatting with ruff, and the import layers with import-linter.
+    """Check style and formatting with ruff, the import layers with import-linter, and how
+    much the modules reach into each other's private state with tools/reach.py.
 
     ``lint-imports`` checks the contracts in pyproject.toml (``[tool.importlinter]``): the
     package's layers import downwards only, and the observers do not import each other.
@@ -107,6 +108,12 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("lint-imports")
+    # A ratchet (issue 36): writes to another module's private fields, and reads of its private
+    # names. The targets are 0 outside writes and under 300 reaches; these ceilings only go
+    # down. Measured 109-115 writes and 1,032-1,045 reaches while remote.py was being split
+    # into remote/; the ceilings leave ~10 % headroom while that split is in flight: lower them
+    # to the counts once it lands, and with every change that removes some.
+    session.run("python", "tools/reach.py", "--max-writes", "125", "--max-reach", "1150")
 
 
 @nox.session
