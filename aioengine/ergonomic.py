@@ -323,7 +323,7 @@ def submit(
     if name is None:
         name = default_name(fn)
     if type(ctx) is Context and ctx.device_type is _REMOTE:
-        # A value operation on the cluster (remote.py): its Vars' versions, not their values.
+        # A value operation on the cluster (remote/): its Vars' versions, not their values.
         call = ValueCall(fn, args, kwargs, arg_vars, kw_vars, outs, single, bool(writes_))
         return engine.push_sync(call, ctx, const, mutate, prop=prop, priority=priority, name=name)
 

@@ -110,7 +110,7 @@ class ValueCall:
     ctx=remote())``): an ordinary function, its arguments and the Vars among them.
 
     The ergonomic layer (``ergonomic.py``) pushes one with ``push_sync``; the remote backend
-    (``remote.py``) recognises it by its type and sends ``fn`` to the cluster with each Var
+    (``remote/``) recognises it by its type and sends ``fn`` to the cluster with each Var
     argument replaced by the version it must see. It is never called locally.
 
     Attributes:

@@ -477,7 +477,7 @@ def new_operation(
     op._inherited = None  # failure taken from an input at start
     op._waiters = None  # one loop future per awaiter
     op._callbacks = None  # (callback, its context) pairs
-    op._task = None  # the coroutine (kind _CORO), or a remote op's wait (remote.py); loop thread
+    op._task = None  # the coroutine (kind _CORO), or a remote op's wait (remote/); loop thread
     op._context = copy_context()  # the pusher's context vars, for fn
     # The bulk segment (kind _BULK) that holds this operation's Vars and runs it; such a
     # member is in no Var's queue itself (bulk.py).

@@ -29,7 +29,7 @@ the loop in batches through ``_inbox`` and one ``call_soon_threadsafe``.
 
 Collaborators sit above this module and are reached through one field each, behind one cheap
 test: ``_gpu`` (``gpu_sync.py``: GPU streams and fences; None until the first GPU push),
-``_remote`` (``remote.py``: operations on a Dask cluster; None until the first remote push),
+``_remote`` (``remote/``: operations on a Dask cluster; None until the first remote push),
 both behind ``_may_hold`` on the dispatch path, so the CPU-only path pays one test for the
 two, and ``_instruments`` (``observe/``: empty on the fast path). This module imports none
 of them; the façade injects the GPU and remote openers.

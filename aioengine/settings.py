@@ -175,7 +175,7 @@ def cluster_setting(cluster: object) -> object:
     None, the scheduler address in ``AIOENGINE_CLUSTER`` (None if that is unset or empty).
 
     Objects (a ``distributed.Client`` or cluster) are checked when first used, by the remote
-    backend (``remote.py``); here only strings are.
+    backend (``remote/``); here only strings are.
 
     Raises:
         ValueError: if ``cluster`` is an empty string.

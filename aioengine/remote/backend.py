@@ -1,60 +1,13 @@
-"""Remote operations: the collaborator that runs operations on a Dask cluster.
-
-The scheduler (``scheduler.py``) reaches this module through its ``_remote`` field, which stays
-None until the first push to a :func:`~aioengine.remote` context, so a local-only engine pays
-one ``is None`` test. Dask distributed does the work (keys, futures as arguments, cancel,
-TLS); this module only maps the engine's rule onto it. ``docs/howto/cluster.md`` is the
-user's side of the same design.
-
-Two kinds of remote operation:
-
-- *Side-effect operations* (``push_sync`` / ``push_async`` / ``push`` on a remote context):
-  ``fn(rctx)`` runs on a worker and may touch anything, so the operation holds its Vars until
-  the Dask task has finished, exactly like a local one. A task on the engine's loop
-  (``op._task``) awaits the Dask future; cancelling it cancels the Dask task.
-- *Value operations* (``Engine.submit(..., ctx=remote())``, a
-  :class:`~aioengine.functions.ValueCall`): every write makes a new *version* of its ``out``
-  Vars, a :class:`RemoteVersion` that the Var carries as its value and whose Dask future
-  (a new key) stays on the cluster. A Var argument reaches the worker as the Dask future of
-  the version it must see (a local value is scattered once per version). Dask then orders
-  such operations by data, and the engine's rule holds without waiting: read-after-write,
-  the reader has the writer's future as an argument; write-after-read and write-after-write,
-  the writer makes a new key and the version a reader was given never changes. So a value
-  operation releases its Vars once *submitted* (as a GPU operation once enqueued), and a
-  dependent chain reaches the scheduler at once: one whose arguments are all futures already
-  is *collected* as it starts (:meth:`RemoteBackend.start`) and released there, and the
-  collected tasks are sent as one graph at the next loop iteration (:meth:`RemoteBackend._flush`,
-  one ``update-graph`` message instead of one per task). It completes (``await op``) when its task
-  has. Two conditions, documented for users: the function must not modify its inputs in
-  place, and Dask may run it more than once. One that declares ``writes=`` (side effects),
-  and every value operation in serial mode, holds its Vars until it has finished instead.
-
-Any other operation that uses a Var whose version is still being computed (a local one, a
-side-effect one, ``wait_for_var``, ``delete_var``) is held before it starts
-(:meth:`RemoteBackend.hold_locked`, called by the scheduler's dispatch, like the GPU's fences)
-until the version has *settled*; a local reader also until the value is gathered to this
-process, once per version (the Var then carries the local value, and the scatter cache
-remembers its future, so a later remote reader sends nothing).
-
-Failures keep the local semantics. A version settles failed when its operation failed, or
-when the operation was *skipped*: one of the versions it depends on (those of the Vars it reads
-and the previous versions of those it writes) settled failed; Dask then fails it with the
-upstream exception, and the engine reports ``DependencyError`` as for a local skip, sharing the
-upstream failure record. A settled failure is recorded on the Var (``Var._failure``) if that
-version is still its latest, and the Var's value goes back to the last version that did not
-fail (a failed operation leaves its Vars' values as they were): so what starts later is
-skipped, as locally, until the failure is thrown.
+"""The remote collaborator: :class:`RemoteBackend` maps the engine's rule onto Dask (the
+design is in the package's docstring, :mod:`aioengine.remote`).
 
 State (the engine lock, ``core._lock``, guards every field that another thread may read; the
 rest is loop-thread only):
 
 - ``_core``: the scheduler served (it calls the scheduler's ``_locked`` bookkeeping; the
   scheduler never imports this module). ``_loop``: its loop, where every Dask call is made.
-- ``_cluster``, ``_security``: what ``Engine(cluster=, security=)`` (or
-  ``AIOENGINE_CLUSTER``) gave. ``_client``: the connected ``distributed.Client`` (None until
-  connected); ``_connecting``: the task that connects; ``_own_client``, ``_own_cluster``: what
-  the engine made, and so closes; ``_on_loop``: the client runs on the engine's loop (else
-  on its own thread: a blocking client).
+- ``_link``: the :class:`~aioengine.remote.connection.Connection` to the cluster (its own
+  state is documented there).
 - ``_token``: this engine's part of every Dask key it makes (``name-token-seq``).
 - ``_scattered``: per Var, the local value last sent to the cluster and its future (a weak
   mapping: a dropped Var drops its entry).
@@ -65,6 +18,9 @@ rest is loop-thread only):
 - ``_batch``: the collected value operations' tasks not sent yet (a flush is scheduled
   whenever it is not empty); ``_batch_api``: the parts of Dask that sending a graph needs
   (None on a Dask without them: then each is sent by ``client.submit``).
+- ``_submitted``: the value operations released once submitted, until they settle: their
+  Dask future and versions (what withdrawing one needs); ``_withdrawn``: those that
+  ``cancel()`` withdrew, with its message, until they settle. Both under the lock.
 """
 
 from __future__ import annotations
@@ -78,23 +34,25 @@ import operator
 import threading
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from . import instrument as _instrument
-from .context import Context, RemoteOptions, RunContext, remote
-from .errors import Abort, DependencyError, DeviceUnavailableError, EngineClosedError, summary
-from .functions import ValueCall
-from .kinds import _CALLBACK, _CORO, _WAIT, FnProperty, OpState
-from .operation import Operation
-from .scheduler import Scheduler
-from .var import NO_VALUE, Var, _Failure
+from .. import instrument as _instrument
+from ..context import Context, RemoteOptions, RunContext, remote
+from ..errors import Abort, DependencyError, DeviceUnavailableError, EngineClosedError, summary
+from ..functions import ValueCall
+from ..kinds import _CALLBACK, _CORO, _WAIT, FnProperty, OpState
+from ..operation import Operation
+from ..scheduler import Scheduler
+from ..var import NO_VALUE, Var, _Failure
+from . import dask_api, worker
+from .connection import Connection
+from .version import RemoteVersion, lost_error
 
 # distributed is optional and only partly typed: its client and futures are Any here.
 DaskClient = Any  # a distributed.Client
 DaskFuture = Any  # a distributed.Future
 
-__all__ = ("RemoteBackend", "RemoteExecutor", "RemoteVersion", "open_remote")
+__all__ = ("RemoteBackend", "RemoteExecutor", "open_remote")
 
 _DONE = OpState.DONE
 _FAILED = OpState.FAILED
@@ -104,38 +62,6 @@ _PENDING = OpState.PENDING
 _DELETE_VAR = FnProperty.DELETE_VAR
 _NO_SKIP = FnProperty.NO_SKIP
 _context_run = contextvars.Context.run
-
-INSTALL = (
-    "remote operations need Dask distributed: pip install 'aioengine[dask]'; then give the "
-    "engine a cluster (Engine(cluster='local'), Engine(cluster='tcp://host:8786'), or the "
-    "environment variable AIOENGINE_CLUSTER=tcp://host:8786)"
-)
-
-
-def _distributed() -> Any:
-    """Import ``distributed``, or raise DeviceUnavailableError saying how to install it."""
-    try:
-        import distributed
-    except ImportError as exc:
-        raise DeviceUnavailableError(INSTALL) from exc
-    return distributed
-
-
-def _batch_api() -> tuple[Any, Any, Any, Any, Any] | None:
-    """What sending several tasks in one graph needs of Dask (its Future, Task,
-    parse_input, LLGExpr, SpanMetadata and ``Client._graph_to_futures``), or None on a
-    Dask that lacks them: each value operation is then sent by its own ``client.submit``."""
-    try:
-        from dask._expr import LLGExpr
-        from dask._task_spec import Task, parse_input
-        from distributed import Client, Future
-        from distributed.spans import SpanMetadata
-    except ImportError:
-        return None
-    params = inspect.signature(Client._graph_to_futures).parameters
-    if not {"span_metadata", "internal_priority", "user_priority"} <= params.keys():
-        return None
-    return Future, Task, parse_input, LLGExpr, SpanMetadata
 
 
 def open_remote(core: Scheduler, ctx: Context, cluster: object, security: object) -> RemoteBackend:
@@ -149,9 +75,9 @@ def open_remote(core: Scheduler, ctx: Context, cluster: object, security: object
         raise DeviceUnavailableError(
             f"{ctx!r}: no cluster is configured; create the engine with Engine(cluster=...) "
             "(a distributed.Client, a cluster object, a scheduler address or 'local') or set "
-            "AIOENGINE_CLUSTER=tcp://host:8786. " + INSTALL.split(";")[0]
+            "AIOENGINE_CLUSTER=tcp://host:8786. " + dask_api.INSTALL.split(";")[0]
         )
-    _distributed()
+    dask_api.distributed()
     if core._loop is None:
         raise RuntimeError(
             f"{core!r} is not bound to an event loop yet, and remote operations need it (its "
@@ -165,147 +91,6 @@ def open_remote(core: Scheduler, ctx: Context, cluster: object, security: object
             return backend
     assert isinstance(current, RemoteBackend)
     return current
-
-
-class _Escaped(Exception):
-    """A ``KeyboardInterrupt`` or ``SystemExit`` raised by a remote function, carried back as
-    an ordinary exception: Dask re-raises those on the worker's event loop (on an in-process
-    cluster, the caller's), which would stop it. It carries the type's name and arguments,
-    not the exception (nor, raised outside the ``except``, its context), which Dask would
-    raise again; :meth:`RemoteBackend._error` rebuilds the original, so the operation fails
-    with it, as a local one does."""
-
-    def __init__(self, kind: str, args: tuple[Any, ...]) -> None:
-        super().__init__(kind, args)
-        self.kind, self.original_args = kind, args
-
-    @classmethod
-    def of(cls, exc: BaseException) -> _Escaped:
-        kind = "KeyboardInterrupt" if isinstance(exc, KeyboardInterrupt) else "SystemExit"
-        return cls(kind, exc.args)
-
-    def original(self) -> BaseException:
-        kind = KeyboardInterrupt if self.kind == "KeyboardInterrupt" else SystemExit
-        return kind(*self.original_args)
-
-
-def _calling(fn: Callable[[RunContext], Any], rctx: RunContext) -> Any:
-    """A side-effect operation's task on the worker (``push_sync``): ``fn(rctx)``."""
-    try:
-        return fn(rctx)
-    except (KeyboardInterrupt, SystemExit) as exc:
-        escaped = _Escaped.of(exc)
-    raise escaped
-
-
-async def _awaiting(fn: Callable[[RunContext], Awaitable[Any]], rctx: RunContext) -> Any:
-    """A side-effect operation's task on the worker (``push_async``), on the worker's event
-    loop: ``await fn(rctx)``, also for a function that is not ``async def`` itself but
-    returns an awaitable (``lambda rctx: coro()``), which Dask would not await."""
-    try:
-        return await fn(rctx)
-    except (KeyboardInterrupt, SystemExit) as exc:
-        escaped = _Escaped.of(exc)
-    raise escaped
-
-
-def _apply(fn: Callable[..., Any], n: int | None, args: list[Any], kwargs: dict[str, Any]) -> Any:
-    """A value operation's task on the worker: ``fn(*args, **kwargs)``, checked for
-    ``n`` results when ``out`` is a sequence of ``n`` Vars."""
-    try:
-        return _unpack(fn(*args, **kwargs), n)
-    except (KeyboardInterrupt, SystemExit) as exc:
-        escaped = _Escaped.of(exc)
-    raise escaped
-
-
-async def _apply_async(
-    fn: Callable[..., Coroutine[Any, Any, Any]],
-    n: int | None,
-    args: list[Any],
-    kwargs: dict[str, Any],
-) -> Any:
-    """:func:`_apply` for a coroutine function: it runs on the worker's event loop."""
-    try:
-        return _unpack(await fn(*args, **kwargs), n)
-    except (KeyboardInterrupt, SystemExit) as exc:
-        escaped = _Escaped.of(exc)
-    raise escaped
-
-
-def _running(key: str, dask_worker: Any = None) -> bool:
-    """On a worker (``client.run``): whether a function of task ``key`` is still running
-    there (executing, or cancelled while executing)."""
-    state = getattr(dask_worker, "state", None)
-    task = state.tasks.get(key) if state is not None else None
-    return task is not None and task.state in _RUNNING_STATES
-
-
-_RUNNING_STATES = frozenset({"executing", "long-running", "cancelled", "resumed"})
-
-
-def _unpack(result: Any, n: int | None) -> Any:
-    if n is None:
-        return result
-    values = tuple(result)
-    if len(values) != n:
-        raise ValueError(f"the function returned {len(values)} value(s) for out= of {n} Var(s)")
-    return values
-
-
-class RemoteVersion:
-    """One version of a Var written by a remote value operation: the value lives on the
-    cluster under the key of :attr:`future`.
-
-    A Var carries it as its value (``Var._value``) until the next write; an operation's
-    function never sees it (a remote one gets the future, a local one the gathered value).
-    Its fields are written on the loop thread under the engine lock.
-    """
-
-    __slots__ = (
-        "__weakref__",
-        "box",
-        "exc",
-        "fallback",
-        "future",
-        "gathering",
-        "given",
-        "name",
-        "previous",
-        "settled",
-        "var",
-        "waiters",
-        "watchers",
-    )
-
-    def __init__(self, future: DaskFuture, var: Var, previous: object) -> None:
-        self.future = future  #: the Dask future of the value
-        self.var = weakref.ref(var)  #: the Var it is a version of
-        self.name = var.name
-        #: the Var's value before this version, until it settles (then dropped, or kept in
-        #: ``fallback`` if it failed: what the Var goes back to)
-        self.previous: object = previous
-        self.fallback: object = NO_VALUE
-        self.settled = False  #: its operation finished (or was skipped)
-        self.box: _Failure | None = None  #: the failure record, if it failed
-        self.exc: BaseException | None = None  #: that failure's exception
-        self.gathering = False  #: a gather to this process is under way
-        #: its future was handed to a later remote operation (an argument, or a dependency of
-        #: its write): from then on its operation can no longer be withdrawn
-        self.given = False
-        self.waiters: list[Operation[Any]] = []  #: operations held until it settles or arrives
-        self.watchers: list[asyncio.Future[None]] = []  #: loop futures woken when it settles
-
-    def __repr__(self) -> str:
-        state = "failed" if self.exc is not None else "settled" if self.settled else "pending"
-        return f"<RemoteVersion of {self.name!r} {state} key={self.future.key!r}>"
-
-    async def wait_settled(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Return once this version has settled (loop thread)."""
-        if not self.settled:
-            fut = loop.create_future()
-            self.watchers.append(fut)
-            await fut
 
 
 class RemoteExecutor:
@@ -380,13 +165,7 @@ class RemoteBackend:
     ) -> None:
         self._core = core
         self._loop = loop
-        self._cluster = cluster
-        self._security = security
-        self._client: DaskClient | None = None
-        self._connecting: asyncio.Task[DaskClient] | None = None
-        self._own_client = False
-        self._own_cluster: Any = None
-        self._on_loop = True
+        self._link = Connection(loop, cluster, security, self._unreachable)
         self._token = uuid.uuid4().hex[:12]
         self._scattered: weakref.WeakKeyDictionary[Var, tuple[object, Any]] = (
             weakref.WeakKeyDictionary()
@@ -399,17 +178,18 @@ class RemoteBackend:
         self._batch: list[
             tuple[tuple[int, RemoteOptions | None], Context, list[Any], list[Any]]
         ] = []
-        self._batch_api = _batch_api()
-        #: the failure of connecting, once it failed: every operation that was waiting for
-        #: the connection fails with this one record (one error at ``aclose()``, not one per
-        #: operation), and a later remote push raises at once
-        self._unreachable: _Failure | None = None
+        self._batch_api = dask_api.batch_api()
         #: the value operations released once submitted, until they settle: their Dask
         #: future and versions (what withdrawing one needs); lock held
         self._submitted: dict[Operation[Any], tuple[DaskFuture, list[RemoteVersion]]] = {}
         #: those withdrawn by ``cancel()``, with its message, until they settle; lock held
         self._withdrawn: dict[Operation[Any], object] = {}
-        self._unreachable_text = ""  #: its message
+
+    def _unreachable(self, box: _Failure) -> None:
+        """Record the failure of connecting, once: every operation that waited for the
+        connection fails with it (one error at ``aclose()``, not one per operation)."""
+        with self._core._lock:
+            self._core._failures[box] = None
 
     # -- the scheduler's seam ----------------------------------------------------------
 
@@ -427,8 +207,8 @@ class RemoteBackend:
             )
         if self._executor._closed:
             raise EngineClosedError(f"{self._core!r}: its Dask client is closed")
-        if self._unreachable is not None:
-            raise DeviceUnavailableError(self._unreachable_text)
+        if self._link.unreachable is not None:
+            raise DeviceUnavailableError(self._link.unreachable_text)
         return self._executor
 
     def hold_locked(self, op: Operation[Any]) -> bool:
@@ -479,12 +259,7 @@ class RemoteBackend:
             return False
         self._withdrawn[op] = msg
         for version in versions:
-            var = version.var()
-            if var is not None and var._value is version:
-                previous = version.previous
-                if type(previous) is RemoteVersion and previous.exc is not None:
-                    previous = previous.fallback
-                var._value = previous
+            version.withdraw()
         self._core._call_soon_locked(functools.partial(self._begin_cancel, future))
         return True
 
@@ -509,7 +284,7 @@ class RemoteBackend:
                 lost[cached[1].key] = var.name
         if not lost or not cancelled:
             return exc
-        workers = await self._removed_workers(client, lost.keys())
+        workers = await dask_api.removed_workers(self._link.call, client, lost.keys())
         named = ", ".join(
             f"{name!r} (key {key!r}"
             + (f", on worker {workers[key]}" if key in workers else "")
@@ -524,21 +299,6 @@ class RemoteBackend:
         error.__cause__ = exc
         return error
 
-    async def _removed_workers(self, client: DaskClient, keys: Any) -> dict[str, str]:
-        """The address of the worker whose removal lost each of ``keys``, from the
-        scheduler's event log (best effort: what it no longer remembers is left out)."""
-        found: dict[str, str] = {}
-        try:
-            events = await self._call(client.scheduler.events(topic="all"))
-        except Exception:
-            return found
-        wanted = set(keys)
-        for _, event in events:
-            if isinstance(event, dict) and event.get("action") == "remove-worker":
-                for key in wanted & set(event.get("lost-scattered-tasks", ())):
-                    found[key] = str(event.get("worker"))
-        return found
-
     def _begin_cancel(self, future: DaskFuture) -> None:
         task = self._loop.create_task(self._cancel_future(future))
         task.add_done_callback(_quiet)
@@ -548,113 +308,6 @@ class RemoteBackend:
         (loop thread, after the batches already collected were sent): a reader already
         given its future keeps it; the key goes once nobody holds it."""
         self._scattered.pop(var, None)
-
-    # -- connecting ----------------------------------------------------------------------
-
-    async def _ready(self) -> DaskClient:
-        """The connected client (connecting on first use, on the engine's loop)."""
-        client = self._client
-        if client is not None:
-            return client
-        if self._connecting is None:
-            self._connecting = self._loop.create_task(self._connect())
-        return await asyncio.shield(self._connecting)
-
-    async def _connect(self) -> DaskClient:
-        try:
-            return await self._connect_once()
-        except Exception as exc:
-            error = DeviceUnavailableError(
-                f"could not connect to the Dask cluster {_describe(self._cluster)}: {summary(exc)}"
-            )
-            error.__cause__ = exc
-            box = _Failure(error)
-            self._unreachable_text = str(error)
-            with self._core._lock:
-                self._unreachable = box
-                self._core._failures[box] = None
-            raise error from exc
-
-    async def _connect_once(self) -> DaskClient:
-        distributed = _distributed()
-        cluster = self._cluster
-        if isinstance(cluster, distributed.Client):
-            if cluster.asynchronous:
-                if cluster.loop.asyncio_loop is not self._loop:
-                    raise RuntimeError(
-                        f"{cluster!r} is asynchronous on another event loop; create it on the "
-                        "engine's loop (or pass a blocking Client, or an address)"
-                    )
-            else:
-                self._on_loop = False
-            client = cluster
-        else:
-            target = cluster
-            if cluster == "local":
-                self._own_cluster = target = await distributed.LocalCluster(
-                    processes=False,
-                    dashboard_address=":0",
-                    asynchronous=True,
-                    security=self._security,
-                )
-            elif not isinstance(cluster, str):
-                if not hasattr(cluster, "scheduler_address"):
-                    raise TypeError(
-                        "cluster must be a distributed.Client, a cluster object, a scheduler "
-                        f"address or 'local', got {cluster!r}"
-                    )
-                loop = getattr(getattr(cluster, "loop", None), "asyncio_loop", None)
-                if not (getattr(cluster, "asynchronous", False) and loop is self._loop):
-                    # A blocking cluster (or one on another loop) runs its own loop on a
-                    # thread; a client on this loop cannot share that object, so it
-                    # connects to the scheduler's address (what the cluster's own client
-                    # would do), with the cluster's security unless one was given.
-                    target = cluster.scheduler_address
-                    if self._security is None:
-                        self._security = getattr(cluster, "security", None)
-            kwargs: dict[str, Any] = {}
-            if self._security is not None:
-                kwargs["security"] = self._security
-            client = await distributed.Client(
-                target, asynchronous=True, set_as_default=False, **kwargs
-            )
-            self._own_client = True
-        self._client = client
-        return client
-
-    async def _call(self, awaitable: Any) -> Any:
-        """Await a coroutine of the client's (``asynchronous=True``) on the client's loop."""
-        if self._on_loop:
-            return await awaitable
-        assert self._client is not None
-        return await asyncio.wrap_future(
-            asyncio.run_coroutine_threadsafe(awaitable, self._client.loop.asyncio_loop)
-        )
-
-    def _finished(self, future: DaskFuture) -> Awaitable[None]:
-        """What to await until ``future`` has finished, erred or been cancelled (no data moves).
-
-        On the engine's loop, the future's own state (no thread involved; it is what awaiting
-        the future does, without the transfer of its result), returned itself: one coroutine
-        frame fewer per operation; otherwise a done callback, which Dask runs on a thread of
-        its own, wakes the loop.
-        """
-        state = getattr(future, "_state", None)
-        wait = getattr(state, "wait", None)
-        if self._on_loop and wait is not None:
-            return wait()  # type: ignore[no-any-return]
-        return self._settled_by_callback(future)
-
-    async def _settled_by_callback(self, future: DaskFuture) -> None:
-        done = self._loop.create_future()
-        loop = self._loop
-
-        def settle(_: object) -> None:  # a Dask callback thread
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(_set_done, done)
-
-        future.add_done_callback(settle)
-        await done
 
     # -- running -------------------------------------------------------------------------
 
@@ -688,12 +341,12 @@ class RemoteBackend:
             if started:
                 collected = type(op._fn) is ValueCall and self._collect_locked(op, todo)
                 if collected:
-                    assert self._client is not None
-                    run = self._complete_value(op, self._client, *collected)
+                    assert self._link.client is not None
+                    run = self._complete_value(op, self._link.client, *collected)
                 else:
                     run = (self._run_value if type(op._fn) is ValueCall else self._run_effect)(op)
                 task = self._loop.create_task(run, name=op.name, context=op._context)
-                task._log_destroy_pending = False  # type: ignore[attr-defined]
+                dask_api.quiet(task)
                 if not collected:
                     task.add_done_callback(functools.partial(self._task_done, op))
                     op._task = task
@@ -712,7 +365,7 @@ class RemoteBackend:
         core = self._core
         call = op._fn
         assert type(call) is ValueCall
-        client = self._client
+        client = self._link.client
         api = self._batch_api
         if (
             call.holds
@@ -741,7 +394,7 @@ class RemoteBackend:
         future_type, task_type, parse_input = api[0], api[1], api[2]
         n = None if call.single or not call.outs else len(call.outs)
         key = self._key(op)
-        apply = _apply_async if inspect.iscoroutinefunction(call.fn) else _apply
+        apply = worker.apply_async if inspect.iscoroutinefunction(call.fn) else worker.apply
         future = future_type(key, client)
         tasks = [task_type(key, apply, call.fn, n, parse_input(args), parse_input(kwargs))]
         if n is None:
@@ -789,7 +442,7 @@ class RemoteBackend:
         thread). A graph that cannot be sent (a function that cannot be pickled) is sent
         again task by task, and the tasks that still cannot fail their operations."""
         batch, self._batch = self._batch, []
-        client = self._client
+        client = self._link.client
         groups: dict[tuple[int, RemoteOptions | None], list[Any]] = {}
         for entry in batch:
             groups.setdefault(entry[0], []).append(entry)
@@ -805,24 +458,14 @@ class RemoteBackend:
                         self._send(client, entry[2], priority, options)
                     except Exception as error:
                         for future in entry[3]:
-                            future._state.set_error(error, error.__traceback__)
+                            dask_api.set_error(future, error)
 
     def _send(self, client: DaskClient, tasks: list[Any], priority: int, options: Any) -> None:
         if client is None:
             raise EngineClosedError(f"{self._core!r}: its Dask client is closed")
         api = self._batch_api
         assert api is not None
-        expr_type, span_metadata = api[3], api[4]
-        keys = [task.key for task in tasks]
-        client._graph_to_futures(
-            expr_type({task.key: task for task in tasks}, _determ_token=uuid.uuid4().hex),
-            keys,
-            span_metadata=span_metadata(collections=[{"type": "Future"}]),
-            internal_priority={key: i for i, key in enumerate(keys)},
-            user_priority=priority,
-            fifo_timeout="100 ms",
-            **options,
-        )
+        dask_api.send_graph(client, api, tasks, priority, options)
 
     def _task_done(self, op: Operation[Any], task: asyncio.Task[None]) -> None:
         """A task cancelled before its first step never ran its body (which finishes the
@@ -852,11 +495,11 @@ class RemoteBackend:
         failure: BaseException | None = None
         result: object = None
         try:
-            client = await self._ready()
+            client = await self._link.ready()
             fn = op._fn
             assert fn is not None
             future = client.submit(
-                _awaiting if op._kind == _CORO else _calling,
+                worker.awaiting if op._kind == _CORO else worker.calling,
                 fn,
                 RunContext(op._ctx),
                 key=self._key(op),
@@ -864,11 +507,11 @@ class RemoteBackend:
                 priority=_priority(op),
                 **self._options(op._ctx),
             )
-            await self._finished(future)
+            await self._link.finished(future)
             if core._instruments:
                 await self._ran_on(client, op, future)
             if future.status == "finished":
-                result = await self._call(client.gather(future, asynchronous=True))
+                result = await self._link.call(client.gather(future, asynchronous=True))
             else:  # (not raised here: it may be a KeyboardInterrupt the function raised)
                 failure = await self._error(future)
         except asyncio.CancelledError as exc:
@@ -877,7 +520,7 @@ class RemoteBackend:
                 await self._ended(future.key)  # it holds its Vars until then, as locally
             core._finish(op, _FAILED, None, exc)  # reported as cancelled, with its message
         except Exception as exc:
-            box = self._unreachable
+            box = self._link.unreachable
             if box is not None and exc is box.exc:  # one record for every operation
                 ready: list[Any] = []
                 with core._lock:
@@ -906,7 +549,7 @@ class RemoteBackend:
         where: str | None = None
         if future.status == "finished":
             try:
-                who = await self._call(client.scheduler.who_has(keys=[future.key]))
+                who = await self._link.call(client.scheduler.who_has(keys=[future.key]))
             except Exception:
                 who = {}
             holders = sorted(who.get(future.key, ()))
@@ -916,20 +559,19 @@ class RemoteBackend:
     async def _error(self, future: DaskFuture) -> BaseException:
         """The exception of a Dask future that erred or was cancelled."""
         if future.status == "error":
-            exc: BaseException = await self._call(future.exception(asynchronous=True))
-            return exc.original() if type(exc) is _Escaped else exc
-        distributed = _distributed()
-        return distributed.client.FutureCancelledError(future.key, "cancelled")  # type: ignore[no-any-return]
+            exc: BaseException = await self._link.call(future.exception(asynchronous=True))
+            return exc.original() if type(exc) is worker.Escaped else exc
+        return dask_api.cancelled_error(future.key)
 
     async def _cancel_future(self, future: DaskFuture) -> None:
         """Cancel ``future``'s task: not started, it never runs; running, it runs to its end
         and its result is dropped. Dask sends the cancellation in its next batch, so a task
         may still start on a worker that frees a thread in between (best effort)."""
-        client = self._client
+        client = self._link.client
         if client is None:
             return
         try:
-            await self._call(client.cancel([future], asynchronous=True))
+            await self._link.call(client.cancel([future], asynchronous=True))
         except (asyncio.CancelledError, Exception):
             pass  # cancelled again, or the client is closing: the key goes with it
 
@@ -939,12 +581,14 @@ class RemoteBackend:
         operation holds its Vars until its function has ended). Polled, as Dask sends no
         event for it; cancelling the caller again does not cut this short. A worker that
         cannot answer (it died, or the client is closing) runs nothing."""
-        client = self._client
+        client = self._link.client
         delay = 0.005
         while client is not None:
             try:
                 running = await asyncio.shield(
-                    self._call(client.run(_running, key, on_error="ignore", asynchronous=True))
+                    self._link.call(
+                        client.run(dask_api.task_running, key, on_error="ignore", asynchronous=True)
+                    )
                 )
             except asyncio.CancelledError:
                 continue  # cancelled again: still wait for the function's end
@@ -957,7 +601,7 @@ class RemoteBackend:
             except asyncio.CancelledError:
                 pass
             delay = min(delay * 2, 0.2)
-            client = self._client
+            client = self._link.client
 
     async def _remote_arg(self, client: DaskClient, var: Var, deps: list[RemoteVersion]) -> Any:
         """What a Var argument becomes on the worker: the future of its version."""
@@ -985,7 +629,7 @@ class RemoteBackend:
         self._holders.add(var)
         key = f"{var.name}-{self._token}-v{var._version}-{uuid.uuid4().hex[:8]}"
         try:
-            futures = await self._call(client.scatter({key: value}, asynchronous=True))
+            futures = await self._link.call(client.scatter({key: value}, asynchronous=True))
         except BaseException as exc:
             self._scattered.pop(var, None)
             sent.set_exception(exc)
@@ -1008,7 +652,7 @@ class RemoteBackend:
         released = False
         inputs = (call.arg_vars, call.kw_vars)
         try:
-            client = await self._ready()
+            client = await self._link.ready()
             if op._prop is _NO_SKIP:
                 # It runs even if a version it uses fails, on the value that failure leaves
                 # (the one before): so it is sent only once they have settled.
@@ -1030,7 +674,7 @@ class RemoteBackend:
                         deps.append(value)
             n = None if call.single or not call.outs else len(call.outs)
             key = self._key(op)
-            apply = _apply_async if inspect.iscoroutinefunction(call.fn) else _apply
+            apply = worker.apply_async if inspect.iscoroutinefunction(call.fn) else worker.apply
             future = client.submit(
                 apply,
                 call.fn,
@@ -1075,7 +719,7 @@ class RemoteBackend:
             await self._settle(op, versions, released, _FAILED, None, exc, None)
             return
         except Exception as exc:
-            box = self._unreachable
+            box = self._link.unreachable
             if box is None or exc is not box.exc:
                 box = _Failure(exc)
             await self._settle(op, versions, released, _FAILED, None, exc, box)
@@ -1097,7 +741,7 @@ class RemoteBackend:
         """The rest of a submitted value operation: await its task, then settle.
         ``inputs``: its Var arguments (``ValueCall.arg_vars`` and ``kw_vars``)."""
         try:
-            await self._finished(future)
+            await self._link.finished(future)
             if released and op in self._withdrawn:
                 with self._core._lock:
                     msg = self._withdrawn.pop(op)
@@ -1157,7 +801,7 @@ class RemoteBackend:
             return _FAILED, None, exc, None if isinstance(exc, Abort) else _Failure(exc)
         result = None
         if not versions:  # no out=: its result is gathered for ``await op``
-            result = await self._call(client.gather(future, asynchronous=True))
+            result = await self._link.call(client.gather(future, asynchronous=True))
         return _DONE, result, None, None
 
     async def _settle(
@@ -1178,31 +822,16 @@ class RemoteBackend:
         watchers: list[asyncio.Future[None]] = []
         with core._lock:
             self._submitted.pop(op, None)
+            # Cancelled (a holding operation, after its submission): no data either; skipped:
+            # its dependents name the root failure, as locally.
+            if state is _CANCELLED:
+                why: BaseException | None = asyncio.CancelledError()
+            elif state is _SKIPPED:
+                why = exc.__cause__ if exc is not None and exc.__cause__ else exc
+            else:
+                why = exc
             for version in versions:
-                version.settled = True
-                version.box = box
-                # Cancelled (a holding operation, after its submission): no data either.
-                if state is _CANCELLED:
-                    version.exc = asyncio.CancelledError()
-                elif state is _SKIPPED:  # its dependents name the root failure, as locally
-                    version.exc = exc.__cause__ if exc is not None and exc.__cause__ else exc
-                else:
-                    version.exc = exc
-                var = version.var()
-                if version.exc is not None:
-                    previous = version.previous
-                    if type(previous) is RemoteVersion and previous.exc is not None:
-                        previous = previous.fallback
-                    version.fallback = previous
-                    if var is not None and var._value is version:
-                        var._value = previous  # a failed write leaves the value as it was
-                        if box is not None:
-                            var._failure = box
-                version.previous = None
-                ready.extend(op for op in version.waiters if op._state is _PENDING)
-                version.waiters.clear()
-                watchers.extend(version.watchers)
-                version.watchers.clear()
+                version.settle(why, box, ready, watchers)
             if state is _FAILED and box is not None:
                 core._failures[box] = None
             if released:
@@ -1233,42 +862,32 @@ class RemoteBackend:
     async def _gather(self, version: RemoteVersion) -> None:
         """Bring a settled version's value here once, for the local readers it holds."""
         core = self._core
+        ready: list[Any] = []
         try:
-            value = await self._call(self._ready_client().gather(version.future, asynchronous=True))
+            client = self._ready_client()
+            value = await self._link.call(client.gather(version.future, asynchronous=True))
         except Exception as cause:
-            # Lost (its worker left and it cannot be recomputed, or it cannot be sent here): a
-            # failure of the Var, which no longer carries the value, so nothing gathers it again.
-            exc = _lost(version, cause)
+            # Lost (its worker left and it cannot be recomputed, or it cannot be sent here).
+            exc = lost_error(version, cause)
             box = _Failure(exc)
             with core._lock:
-                version.exc = exc
-                version.box = box
                 core._failures[box] = None
-                var = version.var()
-                if var is not None and var._value is version:
-                    var._value = NO_VALUE
-                    var._failure = box
+                var = version.lost(exc, box, ready)
+                if var is not None:
                     self._scattered.pop(var, None)
-                ready = [op for op in version.waiters if op._state is _PENDING]
-                version.waiters.clear()
-                version.gathering = False
                 todo = core._dispatch_locked(ready) if ready else ready
         else:
             with core._lock:
-                var = version.var()
-                if var is not None and var._value is version:
-                    var._value = value
+                var = version.gathered(value, ready)
+                if var is not None:
                     self._scattered[var] = (value, version.future)
-                ready = [op for op in version.waiters if op._state is _PENDING]
-                version.waiters.clear()
-                version.gathering = False
                 todo = core._dispatch_locked(ready) if ready else ready
         if todo:
             core._submit(todo)
 
     def _ready_client(self) -> DaskClient:
-        assert self._client is not None  # a version exists only once connected
-        return self._client
+        assert self._link.client is not None  # a version exists only once connected
+        return self._link.client
 
     # -- the façade's calls --------------------------------------------------------------
 
@@ -1308,44 +927,7 @@ class RemoteBackend:
             if not isinstance(future, asyncio.Future):
                 future.release()
         self._scattered.clear()
-        connecting = self._connecting
-        if connecting is not None and not connecting.done():
-            connecting.cancel()
-            try:
-                await connecting
-            except (asyncio.CancelledError, Exception):
-                pass
-        client = self._client
-        self._client = None
-        if client is not None and self._own_client:
-            await client.close()
-        if self._own_cluster is not None:
-            cluster, self._own_cluster = self._own_cluster, None
-            await cluster.close()
-
-
-def _lost(version: RemoteVersion, cause: BaseException) -> RuntimeError:
-    """The failure of a Var whose version could not be brought here: ``cause`` is Dask's."""
-    exc = RuntimeError(
-        f"the value of {version.name!r} (Dask key {version.future.key!r}) could not be "
-        f"gathered: {summary(cause)}; it was lost with the worker that held it (and cannot "
-        "be recomputed) or cannot be sent to this process"
-    )
-    exc.__cause__ = cause
-    return exc
-
-
-def _describe(cluster: object) -> str:
-    """How an error names the cluster: its address, and the connect timeout Dask used."""
-    address = cluster if isinstance(cluster, str) else getattr(cluster, "scheduler_address", None)
-    try:
-        import dask.config
-        from dask.utils import parse_timedelta
-
-        timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"))
-    except Exception:
-        return repr(address if address is not None else cluster)
-    return f"at {address if address is not None else cluster!r} within {timeout:g} s"
+        await self._link.aclose()
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:

@@ -1,0 +1,163 @@
+"""Every private name of Dask (and of asyncio's tasks) that the remote collaborator uses, in
+one place: the one file to read on a Dask upgrade.
+
+Dask's public API cannot send several tasks in one graph message, observe a future's end
+without a thread, or say which worker left with a key; these helpers do, through names that
+Dask may move. Each one degrades to the public API (or to a plainer message) where the name
+is missing, and :func:`missing` lists what this Dask lacks, which
+``tests/test_remote.py`` checks so that an upgrade that moves one fails loudly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import uuid
+from collections.abc import Awaitable, Iterable
+from typing import Any
+
+from ..errors import DeviceUnavailableError
+
+__all__ = (
+    "INSTALL",
+    "batch_api",
+    "cancelled_error",
+    "distributed",
+    "missing",
+    "quiet",
+    "removed_workers",
+    "send_graph",
+    "set_error",
+    "state_wait",
+    "task_running",
+)
+
+INSTALL = (
+    "remote operations need Dask distributed: pip install 'aioengine[dask]'; then give the "
+    "engine a cluster (Engine(cluster='local'), Engine(cluster='tcp://host:8786'), or the "
+    "environment variable AIOENGINE_CLUSTER=tcp://host:8786)"
+)
+
+#: The states in which a worker's task still runs its function (executing, or cancelled or
+#: resumed while executing): ``distributed.worker_state_machine``'s names.
+_RUNNING_STATES = frozenset({"executing", "long-running", "cancelled", "resumed"})
+
+
+def distributed() -> Any:
+    """Import ``distributed``, or raise DeviceUnavailableError saying how to install it."""
+    try:
+        import distributed
+    except ImportError as exc:
+        raise DeviceUnavailableError(INSTALL) from exc
+    return distributed
+
+
+def batch_api() -> tuple[Any, Any, Any, Any, Any] | None:
+    """What sending several tasks in one graph needs of Dask (its Future, Task,
+    parse_input, LLGExpr, SpanMetadata and ``Client._graph_to_futures``), or None on a
+    Dask that lacks them: each value operation is then sent by its own ``client.submit``."""
+    try:
+        from dask._expr import LLGExpr
+        from dask._task_spec import Task, parse_input
+        from distributed import Client, Future
+        from distributed.spans import SpanMetadata
+    except ImportError:
+        return None
+    params = inspect.signature(Client._graph_to_futures).parameters
+    if not {"span_metadata", "internal_priority", "user_priority"} <= params.keys():
+        return None
+    return Future, Task, parse_input, LLGExpr, SpanMetadata
+
+
+def send_graph(
+    client: Any, api: tuple[Any, ...], tasks: list[Any], priority: int, options: Any
+) -> None:
+    """Send ``tasks`` (built with ``api``, :func:`batch_api`'s) as one graph message."""
+    expr_type, span_metadata = api[3], api[4]
+    keys = [task.key for task in tasks]
+    client._graph_to_futures(
+        expr_type({task.key: task for task in tasks}, _determ_token=uuid.uuid4().hex),
+        keys,
+        span_metadata=span_metadata(collections=[{"type": "Future"}]),
+        internal_priority={key: i for i, key in enumerate(keys)},
+        user_priority=priority,
+        fifo_timeout="100 ms",
+        **options,
+    )
+
+
+def set_error(future: Any, error: BaseException) -> None:
+    """Fail a future whose task could not be sent (it never reached the scheduler)."""
+    future._state.set_error(error, error.__traceback__)
+
+
+def state_wait(future: Any) -> Awaitable[None] | None:
+    """What to await until ``future`` has finished, erred or been cancelled, read from its
+    state on the client's loop (no thread, no transfer); None on a Dask without it."""
+    wait = getattr(getattr(future, "_state", None), "wait", None)
+    return None if wait is None else wait()
+
+
+def quiet(task: asyncio.Task[Any]) -> None:
+    """Let an engine task that awaits a Dask future be destroyed pending without asyncio's
+    "Task was destroyed but it is pending!" (the engine's loop may close under it)."""
+    task._log_destroy_pending = False  # type: ignore[attr-defined]
+
+
+def cancelled_error(key: str) -> BaseException:
+    """The exception of a future that was cancelled, as Dask raises it."""
+    return distributed().client.FutureCancelledError(key, "cancelled")  # type: ignore[no-any-return]
+
+
+def task_running(key: str, dask_worker: Any = None) -> bool:
+    """On a worker (``client.run``): whether a function of task ``key`` still runs there."""
+    state = getattr(dask_worker, "state", None)
+    task = state.tasks.get(key) if state is not None else None
+    return task is not None and task.state in _RUNNING_STATES
+
+
+async def removed_workers(call: Any, client: Any, keys: Iterable[str]) -> dict[str, str]:
+    """The address of the worker whose removal lost each of ``keys`` (scattered data), read
+    from the scheduler's event log with ``call`` (how the backend awaits a client
+    coroutine); best effort: what the log no longer holds is left out."""
+    found: dict[str, str] = {}
+    try:
+        events = await call(client.scheduler.events(topic="all"))
+    except Exception:
+        return found
+    wanted = set(keys)
+    for _, event in events:
+        if isinstance(event, dict) and event.get("action") == "remove-worker":
+            for key in wanted & set(event.get("lost-scattered-tasks", ())):
+                found[key] = str(event.get("worker"))
+    return found
+
+
+def missing() -> list[str]:
+    """The private names above that this Dask lacks (empty when all are there)."""
+    gone = []
+    if batch_api() is None:
+        gone.append("the graph API (dask._expr.LLGExpr, Client._graph_to_futures, ...)")
+    try:
+        from distributed.client import FutureState
+    except ImportError:
+        gone.append("distributed.client.FutureState")
+    else:
+        for name in ("wait", "set_error"):
+            if not callable(getattr(FutureState, name, None)):
+                gone.append(f"FutureState.{name}")
+    try:
+        from distributed.worker_state_machine import TaskState
+    except ImportError:
+        gone.append("distributed.worker_state_machine.TaskState")
+    else:
+        if "state" not in getattr(TaskState, "__dataclass_fields__", {}):
+            gone.append("TaskState.state")
+    try:
+        from distributed.scheduler import Scheduler
+    except ImportError:
+        gone.append("distributed.scheduler.Scheduler")
+    else:
+        if not callable(getattr(Scheduler, "get_events", None)):
+            gone.append("Scheduler.get_events (the 'events' handler)")
+    return gone
