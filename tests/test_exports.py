@@ -45,3 +45,20 @@ def test_errors_derive_from_engine_error() -> None:
     ):
         assert issubclass(exc, ae.EngineError)
     assert issubclass(ae.EngineError, Exception)
+
+
+def test_the_wheel_lists_every_subpackage() -> None:
+    """pyproject.toml lists the packages explicitly: a new subpackage missing from the list
+    would be missing from the wheel users install (the editable install hides it)."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    listed = set(
+        tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        ".".join(init.parent.relative_to(root).parts)
+        for init in (root / "aioengine").rglob("__init__.py")
+    }
+    assert found == listed
