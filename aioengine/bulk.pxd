@@ -13,7 +13,7 @@ from .var cimport Var as _VarType, append_all, release_all
 @cython.final
 cdef class Bulk:
     cdef public bint _active
-    cdef public object _engine
+    cdef public object _core
     cdef public object _outer
     cdef public object _task
     cdef public object _token

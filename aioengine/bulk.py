@@ -72,14 +72,14 @@ class Bulk:
         size: the most operations one segment holds.
     """
 
-    __slots__ = ("_active", "_engine", "_outer", "_task", "_token", "_used", "size")
+    __slots__ = ("_active", "_core", "_outer", "_task", "_token", "_used", "size")
 
     def __init__(self, engine: Scheduler, size: int) -> None:
         if type(size) is not int:
             raise TypeError(f"size must be an int, got {size!r}")
         if size < 1:
             raise ValueError(f"size must be at least 1, got {size}")
-        self._engine = engine
+        self._core = engine
         self.size = size
         self._outer: Bulk | None = None  # the scope active when this one was entered
         self._token: contextvars.Token[Bulk | None] | None = None
@@ -96,10 +96,10 @@ class Bulk:
         return f"<aioengine.Bulk size={self.size} {state}>"
 
     def __enter__(self) -> Bulk:
-        engine = self._engine
+        engine = self._core
         if self._used:
             raise RuntimeError(f"{self!r} was entered already; call engine.bulk() again")
-        loop = engine._require_loop()
+        loop = engine.require_loop()
         if threading.get_ident() != engine._loop_thread or not loop.is_running():
             raise RuntimeError(
                 "engine.bulk() applies to pushes on the engine's event-loop thread; "
@@ -129,7 +129,7 @@ class Bulk:
             _current.reset(token)
         except ValueError:  # exited in another context than entered: nothing to restore
             pass
-        self._engine._segments.exit(self._engine)
+        self._core._segments.exit(self._core)
 
 
 class Segments:
@@ -163,7 +163,7 @@ class Segments:
         (no scope, an ended one, or size 1)."""
         scope = _current.get()
         while scope is not None:
-            if scope._engine is core:
+            if scope._core is core:
                 if not scope._active or scope.size < 2:
                     return 0
                 # The core's loop named: current_task() would ask for the running loop, which
@@ -259,7 +259,7 @@ class Segments:
             seg._wait = wait
         elif core._may_hold:
             # It may have to wait for GPU fences or remote versions; it runs on the loop.
-            core._dispatch_locked([seg])
+            core.dispatch_locked([seg])
         else:
             seg._state = _READY
             core._enqueue_loop_locked(seg)
@@ -298,7 +298,7 @@ class Segments:
                                 v._failure = box
                         done._fn = None
                         done._inherited = None
-                        core._complete_locked(done, _DONE)
+                        core.complete_locked(done, _DONE)
                         done = None
                     while i < n:
                         op = members[i]
@@ -333,13 +333,13 @@ class Segments:
                     result = _context_run(op._context, fn, rctx)
                 except BaseException as exc:
                     trim_traceback(exc)
-                    core._finish(op, _FAILED, None, exc)
+                    core.finish(op, _FAILED, None, exc)
                     del op, fn  # the failure's frames reach this frame: see _execute_one
                     if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                         raise  # recorded; the members after it wait for the loop (below)
                     continue
                 if type(result) in _COROUTINE_TYPES:
-                    core._finish(op, _FAILED, None, core._awaitable_result(op, result))
+                    core.finish(op, _FAILED, None, core._awaitable_result(op, result))
                     continue
                 done = op
         except BaseException:
@@ -375,8 +375,8 @@ class Segments:
             release_all(seg._vars, seg._nreads, ready, False)
             if core._sequencer is not None:
                 core._sequencer._release(True, ready, True)
-            core._complete_locked(seg, _DONE)
-            todo = core._dispatch_locked(ready) if ready else ready
+            core.complete_locked(seg, _DONE)
+            todo = core.dispatch_locked(ready) if ready else ready
             if more:
                 nxt = core._claim_loop_op_locked(todo)
         finally:
@@ -386,5 +386,5 @@ class Segments:
                 lock.owner = 0
                 core._lock_release()
         if todo:
-            core._submit(todo)
+            core.submit_ready(todo)
         return nxt

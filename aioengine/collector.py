@@ -16,7 +16,7 @@ compiled).
 A snapshot must be back in the collector's lists before its last reference goes: a Context's
 dealloc unlinks it from them without checking that it is there. Every path shows it first:
 completion (the operation keeps its snapshot until it is freed, so it is shown by then), a
-push refused after the hide (``Scheduler._push`` shows what it hid before it raises), and a
+push refused after the hide (``Scheduler.push`` shows what it hid before it raises), and a
 full collection (below). The Var tuple may be the caller's, shared by several pending
 operations: whichever of them shows it first tracks it, and a tuple's dealloc accepts an
 untracked tuple.

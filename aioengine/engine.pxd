@@ -1,6 +1,6 @@
 # Declarations for the optional compiled core (setup.py): Cython compiles engine.py with these
 # types. The façade is a final extension type too, so that a push reaches the scheduler's
-# cpdef _push as a C call (its _core is typed). The Python source stays the one
+# cpdef push as a C call (its _core is typed). The Python source stays the one
 # implementation; this file only types it.
 cimport cython
 

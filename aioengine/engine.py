@@ -283,7 +283,7 @@ class Engine:
         unguard_interrupts(core)
         if core._gpu is not None:
             core._gpu.shutdown()
-        core._abandon_executors()
+        core.abandon_executors()
         if unfinished:
             logger.warning(
                 "%r was closing when its event loop closed: closed with %d operation(s) "
@@ -325,7 +325,7 @@ class Engine:
         """Never reached: :meth:`__enter__` refuses a plain ``with``."""
 
     async def __aenter__(self) -> Engine:
-        self._core._require_loop()
+        self._core.require_loop()
         if self._core._state is not State.OPEN:
             raise EngineClosedError(f"{self!r} is closed; create a new Engine")
         return self
@@ -367,12 +367,12 @@ class Engine:
                 callback-style operation whose ``on_complete`` is never called); the message
                 names them.
         """
-        self._core._check_fork()
+        self._core.check_fork()
         _check_timeout(timeout)
         if self.closed:  # (which closes it if its loop has closed)
             return  # even from another loop: closing twice is harmless
-        self._core._require_loop()
-        current = self._core._running_op()
+        self._core.require_loop()
+        current = self._core.running_op()
         if current is not None:
             raise RuntimeError(
                 f"aclose() inside operation {current.name!r} would wait for that operation "
@@ -442,11 +442,11 @@ class Engine:
                 stacklevel=1 if _COMPILED else 2,  # as below
             )
             if core._executors:
-                core._abandon_executors()
+                core.abandon_executors()
             return
         if core._executors:
             if core._state is State.CLOSING:  # aclose() was called, and interrupted
-                core._abandon_executors()
+                core.abandon_executors()
                 return
             warnings.warn(
                 f"{self!r} was garbage collected without being closed; use "
@@ -457,7 +457,7 @@ class Engine:
                 # frame when compiled (a compiled __del__ has no frame of its own).
                 stacklevel=1 if _COMPILED else 2,
             )
-            core._abandon_executors()
+            core.abandon_executors()
 
     def new_var(self, name: str | None = None, *, value: object = NO_VALUE) -> Var:
         """Create a Var of this engine; safe from any thread.
@@ -474,7 +474,7 @@ class Engine:
             var = self.new_var(name)
             var._value = value
             return var
-        self._core._check_fork()
+        self._core.check_fork()
         if self._core._state is State.CLOSED:
             raise EngineClosedError(f"{self!r} is closed; create a new Engine")
         if name is not None and not isinstance(name, str):
@@ -585,7 +585,7 @@ class Engine:
         Raises:
             OperatorDeletedError: if it was already deleted.
         """
-        self._core._check_fork()
+        self._core.check_fork()
         if not isinstance(handle, OprHandle):
             raise TypeError(f"handle must be an aioengine.OprHandle, got {handle!r}")
         if handle._engine is not self:
@@ -649,10 +649,10 @@ class Engine:
         const = checked_reads(self, const_vars, mutate)
         if commute_vars or concurrent_vars:
             const, mutate, modes = checked_modes(self, const, mutate, commute_vars, concurrent_vars)
-            return self._core._push(
+            return self._core.push(
                 self, fn, _SYNC, ctx, const, mutate, prop, priority, name, None, None, modes
             )
-        return self._core._push(self, fn, _SYNC, ctx, const, mutate, prop, priority, name, None)
+        return self._core.push(self, fn, _SYNC, ctx, const, mutate, prop, priority, name, None)
 
     @overload
     def push_async(
@@ -720,10 +720,10 @@ class Engine:
         const = checked_reads(self, const_vars, mutate)
         if commute_vars or concurrent_vars:
             const, mutate, modes = checked_modes(self, const, mutate, commute_vars, concurrent_vars)
-            return self._core._push(
+            return self._core.push(
                 self, fn, kind, ctx, const, mutate, prop, priority, name, None, None, modes
             )
-        return self._core._push(self, fn, kind, ctx, const, mutate, prop, priority, name, None)
+        return self._core.push(self, fn, kind, ctx, const, mutate, prop, priority, name, None)
 
     def push(
         self, handle: OprHandle[T], ctx: Context = _CPU0, *, priority: int = 0
@@ -742,7 +742,7 @@ class Engine:
             raise ValueError(f"{handle!r} belongs to another Engine")
         if handle._deleted:
             raise OperatorDeletedError(f"{handle!r} was deleted; build a new one")
-        op: Operation[T] = self._core._push(
+        op: Operation[T] = self._core.push(
             self,
             handle._fn,
             handle._kind,
@@ -816,7 +816,7 @@ class Engine:
         mutate = (var,)
         fn = delete_fn if delete_fn is not None else delete_nothing
         name = f"delete_var({var.name})"
-        op: Operation[None] = self._core._push(
+        op: Operation[None] = self._core.push(
             self, fn, _SYNC, ctx, (), mutate, FnProperty.DELETE_VAR, 0, name, var
         )
         remote = self._core._remote
@@ -849,8 +849,8 @@ class Engine:
         limit = self._settings.max_pending
         if limit is None or len(self._core._live) < limit:
             return
-        loop = self._core._require_loop()
-        current = self._core._running_op()
+        loop = self._core.require_loop()
+        current = self._core.running_op()
         while True:
             with self._core._lock:
                 if len(self._core._live) < limit:
@@ -915,7 +915,7 @@ class Engine:
         return self.push(handle, ctx, priority=priority)
 
     def _check_open(self) -> None:
-        self._core._check_fork()
+        self._core.check_fork()
         if self._core._state is not State.OPEN:
             raise EngineClosedError(f"{self!r} is {self._core._state.value}; create a new Engine")
 
@@ -934,7 +934,7 @@ class Engine:
             TimeoutError: if ``timeout`` seconds pass first.
             VarDeletedError: if ``var`` was deleted.
         """
-        loop = self._core._require_loop()
+        loop = self._core.require_loop()
         _check_timeout(timeout)
         if type(var) is not Var:
             raise TypeError(f"var must be an aioengine.Var, got {var!r}")
@@ -942,7 +942,7 @@ class Engine:
             raise ValueError(f"{var!r} belongs to another Engine")
         if self._core._state is State.CLOSED:
             raise EngineClosedError(f"{self!r} is closed; create a new Engine")
-        current = self._core._running_op()
+        current = self._core.running_op()
         marker: Operation[None] | None = None
         failure: BaseException | None = None
         with self._core._lock:
@@ -999,9 +999,9 @@ class Engine:
                 self._core._seq += 1  # a marker's request takes its place in the queue's push order
                 marker._seq = marker._key = self._core._seq
                 if var._append(marker, 1):
-                    # Idle, but GPU work on it may be pending: _dispatch_locked waits for
+                    # Idle, but GPU work on it may be pending: dispatch_locked waits for
                     # its fences.
-                    todo = self._core._dispatch_locked([marker])
+                    todo = self._core.dispatch_locked([marker])
                 else:
                     marker._wait = 1
             else:
@@ -1009,7 +1009,7 @@ class Engine:
                 # is released, an operation pushed from another thread may run and fail on it.
                 failure = self._core._take_failure_locked(var._failure)
         if todo:
-            self._core._submit(todo)
+            self._core.submit_ready(todo)
         if marker is not None:
             try:
                 async with asyncio.timeout(timeout):
@@ -1023,7 +1023,7 @@ class Engine:
                     ) from None
                 raise
             with self._core._lock:
-                # Its result: the failure var carried at its turn (see _dispatch_locked).
+                # Its result: the failure var carried at its turn (see dispatch_locked).
                 failure = self._core._take_failure_locked(marker._result)
         if failure is not None:
             raise failure
@@ -1050,11 +1050,11 @@ class Engine:
                 :meth:`wait_for_var`), in the order they happened.
             TimeoutError: if ``timeout`` seconds pass first (failures stay recorded).
         """
-        self._core._require_loop()
+        self._core.require_loop()
         _check_timeout(timeout)
         if self._core._state is State.CLOSED:
             raise EngineClosedError(f"{self!r} is closed; create a new Engine")
-        current = self._core._running_op()
+        current = self._core.running_op()
         if current is not None:
             raise RuntimeError(
                 f"wait_for_all() inside operation {current.name!r} would wait for that "
@@ -1075,7 +1075,7 @@ class Engine:
             raise BaseExceptionGroup("unhandled errors in aioengine.Engine", errors)
 
     async def _drained(self, timeout: float | None) -> None:  # noqa: ASYNC109
-        loop = self._core._require_loop()
+        loop = self._core.require_loop()
         self._core._segments.flush(self._core)
         async with asyncio.timeout(timeout):
             while True:

@@ -206,7 +206,7 @@ class GpuSync(GpuDevices):
                         waits = [f.event for f in deps]
         if skipped is not None:
             if skipped:
-                self._core._submit(skipped)
+                self._core.submit_ready(skipped)
             return
         if broken is not None:
             self._fail_on_device(op, device, broken)
@@ -220,7 +220,7 @@ class GpuSync(GpuDevices):
             if broken is not None:
                 self._fail_on_device(op, device, broken)
             else:
-                self._core._finish(op, _CANCELLED, None, None)
+                self._core.finish(op, _CANCELLED, None, None)
             return
         keep: list[Any] = []
         fn = op._fn
@@ -252,7 +252,7 @@ class GpuSync(GpuDevices):
             self.keep_forever((fn, keep, before, tuple(v._value for v in op._mutate)))
             err = self.fail(device, exc)
             with self._core._lock:
-                self._core._call_soon_locked(functools.partial(self._fail_device_fences, device))
+                self._core.call_soon_locked(functools.partial(self._fail_device_fences, device))
             self._fail_on_device(op, device, err)
             del op, fn, exc  # the failure's frames reach this frame
             return
@@ -276,18 +276,18 @@ class GpuSync(GpuDevices):
                 elif dep.status:
                     poisoned = True
             if not self.host_sync:
-                self._core._release_locked(op, state, exc, ready)
+                self._core.release_locked(op, state, exc, ready)
             # Or the device failed, or its stream got stuck, while op was being enqueued (a
             # cross-device chain settles only the fences pending then): op's work sits behind a
             # wait that never passes, or on a dead device.
             if poisoned or fence.stream_id in self._stuck_streams or self.dead(device):
                 self._fail_devices_locked([fence], ready)
-            todo = self._core._dispatch_locked(ready) if ready else ready
+            todo = self._core.dispatch_locked(ready) if ready else ready
         loop = self._core._loop
         assert loop is not None
         poller_for(loop).watch(fence)
         if todo:
-            self._core._submit(todo)
+            self._core.submit_ready(todo)
         del op, fn, exc, fence  # an idle worker keeps nothing alive
 
     def _fail_on_device(self, op: Operation[Any], device: int, err: DeviceFailedError) -> None:
@@ -295,10 +295,10 @@ class GpuSync(GpuDevices):
         ready: list[Any] = []
         with self._core._lock:
             box = self._device_box_locked(device, err)
-            self._core._finish_locked(op, _FAILED, None, err, ready, box)
-            todo = self._core._dispatch_locked(ready) if ready else ready
+            self._core.finish_locked(op, _FAILED, None, err, ready, box)
+            todo = self._core.dispatch_locked(ready) if ready else ready
         if todo:
-            self._core._submit(todo)
+            self._core.submit_ready(todo)
 
     def _fail_device_fences(self, device: int) -> None:
         """Settle every pending fence of a failed device as failed (loop thread)."""
@@ -309,9 +309,9 @@ class GpuSync(GpuDevices):
                 if fence.device_id == device:
                     failed.extend(self._settle_fence_locked(fence, _DEVICE_FAILED, ready))
             self._fail_devices_locked(failed, ready)
-            todo = self._core._dispatch_locked(ready) if ready else ready
+            todo = self._core.dispatch_locked(ready) if ready else ready
         if todo:
-            self._core._submit(todo)
+            self._core.submit_ready(todo)
 
     def _fences_settled(self, items: list[tuple[Fence, int]]) -> None:
         """The poller saw these fences complete (status 0) or fail (loop thread)."""
@@ -323,9 +323,9 @@ class GpuSync(GpuDevices):
                     failed.extend(self._settle_fence_locked(fence, status, ready))
             if failed:
                 self._fail_devices_locked(failed, ready)
-            todo = self._core._dispatch_locked(ready) if ready else ready
+            todo = self._core.dispatch_locked(ready) if ready else ready
         if todo:
-            self._core._submit(todo)
+            self._core.submit_ready(todo)
 
     def _fail_devices_locked(self, waiting: list[Fence], ready: list[Any]) -> None:
         """Fail the pending fences that wait on a failed fence, and those behind them on
@@ -397,14 +397,9 @@ class GpuSync(GpuDevices):
                 state = _FAILED
                 op._result = None
             if self.host_sync:
-                self._core._finish_locked(op, state, op._result, exc, ready, box)
-            else:
-                if box is not None:  # released as a success: what it wrote carries the failure
-                    for v in op._mutate:
-                        v._failure = box
-                op._state = state
-                op._exception = exc
-                self._core._complete_locked(op, state)
+                self._core.finish_locked(op, state, op._result, exc, ready, box)
+            else:  # released as a success: what it wrote carries a failure found since
+                self._core.complete_released_locked(op, state, op._result, exc, box)
         waiters = fence.waiters
         fence.waiters = None
         if waiters:

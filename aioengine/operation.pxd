@@ -9,7 +9,7 @@ cdef class _OperationCore:
     cdef public object _callbacks
     cdef public object _context
     cdef public object _ctx
-    cdef public object _engine
+    cdef public object _core
     cdef public object _exception
     cdef public object _fn
     cdef public Py_ssize_t _fwait

@@ -80,8 +80,8 @@ class _OperationCore:
         "__weakref__",
         "_callbacks",
         "_context",
+        "_core",
         "_ctx",
-        "_engine",
         "_exception",
         "_fn",
         "_fwait",
@@ -106,7 +106,7 @@ class _OperationCore:
     )
     # The fields' types, for type checkers; new_operation() sets every one of them.
     name: str
-    _engine: Scheduler
+    _core: Scheduler
     _owner: object
     _fn: Callable[..., Any] | None
     _kind: int
@@ -201,7 +201,7 @@ class Operation(_OperationCore, Generic[T]):
         ``msg`` becomes the message of the :class:`asyncio.CancelledError` that ``await``,
         :meth:`result` and :meth:`exception` raise, as for :meth:`asyncio.Future.cancel`.
         """
-        return self._engine._cancel(self, msg)
+        return self._core.cancel(self, msg)
 
     def result(self) -> T:
         """Return the function's result, or raise its exception.
@@ -255,10 +255,10 @@ class Operation(_OperationCore, Generic[T]):
             raise TypeError(f"add_done_callback() needs a callable, got {fn!r}")
         if context is None:
             context = copy_context()
-        core = self._engine
+        core = self._core
         loop = core._loop
         if loop is None:
-            loop = core._require_loop()
+            loop = core.require_loop()
         with core._lock:
             if self._state < _DONE:
                 if self._callbacks is None:
@@ -277,7 +277,7 @@ class Operation(_OperationCore, Generic[T]):
 
     def remove_done_callback(self, fn: Callable[[Operation[T]], object]) -> int:
         """Remove every registration of ``fn``; return how many were removed."""
-        with self._engine._lock:
+        with self._core._lock:
             callbacks = self._callbacks
             if not callbacks or self._state >= _DONE:
                 return 0  # none, or due already: as asyncio.Future's, they will run
@@ -291,7 +291,7 @@ class Operation(_OperationCore, Generic[T]):
         Raises:
             RuntimeError: if the engine is not bound to a loop yet.
         """
-        return self._engine._require_loop()
+        return self._core.require_loop()
 
     def __await__(self) -> Generator[Any, None, T]:
         if self._state < _DONE:
@@ -300,7 +300,7 @@ class Operation(_OperationCore, Generic[T]):
                 try:
                     yield from fut
                 except asyncio.CancelledError:
-                    with self._engine._lock:
+                    with self._core._lock:
                         if self._waiters is not None and fut in self._waiters:
                             self._waiters.remove(fut)
                     raise
@@ -308,13 +308,13 @@ class Operation(_OperationCore, Generic[T]):
 
     def _waiter(self) -> asyncio.Future[None] | None:
         """A loop future resolved when this operation finishes; None if it already has."""
-        core = self._engine
+        core = self._core
         loop = core._bind()
         if loop is None or asyncio._get_running_loop() is not loop:
             raise RuntimeError(f"await {self!r} from a coroutine on the engine's event loop")
         if self._segment is not None and self._segment is core._segments.open:
             core._segments.flush(core)  # do not wait for the loop's next iteration to queue it
-        current = core._running_op()
+        current = core.running_op()
         if current is not None and self._seq >= current._seq:
             _check_await_inside(core, current, self)
         fut = loop.create_future()
@@ -350,7 +350,7 @@ class OnComplete:
         if exc is not None and not isinstance(exc, BaseException):
             raise TypeError(f"on_complete() takes an exception or None, not {exc!r}")
         op = self._op
-        core = op._engine
+        core = op._core
         with core._lock:
             called = self._called
             if called is True:
@@ -362,11 +362,11 @@ class OnComplete:
                 )
             self._called = True
         if exc is None:
-            core._finish(op, _DONE, None, None)
+            core.finish(op, _DONE, None, None)
         elif isinstance(exc, asyncio.CancelledError):  # cancelled, with that error's message
-            core._finish(op, _CANCELLED, exc.args[0] if exc.args else None, None)
+            core.finish(op, _CANCELLED, exc.args[0] if exc.args else None, None)
         else:
-            core._finish(op, OpState.FAILED, None, exc)
+            core.finish(op, OpState.FAILED, None, exc)
 
     def __repr__(self) -> str:
         called = self._called
@@ -443,7 +443,7 @@ def new_operation(
     cls: type[Operation[Any]] = Operation  # typed `type` in the compiled core: its tp_new slot
     op = cls.__new__(cls)  # is called directly, as a C function
     op.name = name
-    op._engine = engine
+    op._core = engine
     # The façade (Engine): an engine with live operations stays alive, as before the split;
     # its finalizer takes no lock, for the scheduler may drop the last reference inside a
     # critical section.

@@ -68,7 +68,7 @@ cdef class Scheduler:
     # Every operation's path: push, queue, start, run, finish, release.
     @cython.locals(op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType, lock=_LockType,
                    me="unsigned long", collecting="unsigned long")
-    cpdef _push(self, owner, fn, int kind, ctx, tuple const, tuple mutate, prop, priority, name,
+    cpdef push(self, owner, fn, int kind, ctx, tuple const, tuple mutate, prop, priority, name,
                 deleting, handle=*, modes=*, made=*)
     @cython.locals(op=_OperationCore)
     cpdef _enqueue_loop_locked(self, op)
@@ -77,7 +77,7 @@ cdef class Scheduler:
     @cython.locals(op=_OperationCore, queue=LoopQueue)
     cpdef _claim_loop_op_locked(self, list todo)
     @cython.locals(op=_OperationCore)
-    cpdef bint _start_locked(self, op, list todo) except -1
+    cpdef bint start_locked(self, op, list todo) except -1
     @cython.locals(op=_OperationCore, kind=int, lock=_LockType)
     cpdef _execute_one(self, op, rctx, bint claimed=*, bint more=*)
     @cython.locals(op=_OperationCore, only=_OperationCore, candidate=_OperationCore,
@@ -86,10 +86,10 @@ cdef class Scheduler:
     @cython.locals(op=_OperationCore)
     cpdef _done_locked(self, op, result, list ready)
     @cython.locals(op=_OperationCore, finished=dict, row=list, i=Py_ssize_t)
-    cpdef _complete_locked(self, op, state)
+    cpdef complete_locked(self, op, state)
     @cython.locals(op=_OperationCore)
     cpdef _notify_locked(self, op)
     @cython.locals(op=_OperationCore)
     cpdef _show_live(self)
     @cython.locals(op=_OperationCore, i=Py_ssize_t, queue=LoopQueue)
-    cpdef list _dispatch_locked(self, list ready)
+    cpdef list dispatch_locked(self, list ready)

@@ -7,20 +7,20 @@ in any order (one at a time) or together (``var.py``, where the grant rule lives
 (``engine.py``): the façade validates arguments, binds settings, runs the lifecycle and the
 waits, and calls in here for the cycle every operation goes through:
 
-1. *Admission* (:meth:`Scheduler._push`): under ``_lock``, the operation takes the next
+1. *Admission* (:meth:`Scheduler.push`): under ``_lock``, the operation takes the next
    sequence number and appends one request per Var to the Vars' queues (``var.py``, where the
    grant rule lives). A push is atomic across all of its Vars, so two threads pushing on the
    same Vars in opposite orders cannot build a cycle (MXNet 1.9.1 deadlocks there).
-2. *Grant and dispatch* (:meth:`_dispatch_locked`, :meth:`_submit`): when an operation's last
+2. *Grant and dispatch* (:meth:`dispatch_locked`, :meth:`submit_ready`): when an operation's last
    request is granted it is READY and goes to its executor: the thread pool of its context
    (``executors/``), or the loop queue for coroutine functions, ``FnProperty.ASYNC`` functions
    and serial mode.
 3. *Run* (:meth:`_execute`, :meth:`_execute_one`): the executor starts the operation (or skips
    it when an input carries a failure) and runs its function.
-4. *Finish and release* (:meth:`_finish`, :meth:`_finish_and_continue`): under ``_lock`` the
+4. *Finish and release* (:meth:`finish`, :meth:`_finish_and_continue`): under ``_lock`` the
    outcome is recorded, the Vars are released and whatever became ready is dispatched, on the
    thread that finished (MXNet continues on the completing thread too).
-5. *Cancel* (:meth:`_cancel`) and *bulk segments* (``bulk.py``: :class:`~aioengine.bulk.Segments`,
+5. *Cancel* (:meth:`cancel`) and *bulk segments* (``bulk.py``: :class:`~aioengine.bulk.Segments`,
    the core's part that joins, queues and runs them, beside the user's scope).
 
 Nothing touches the event loop unless someone waits: loop futures exist only for awaiters of
@@ -387,7 +387,7 @@ class Scheduler:
         if _COMPILED:  # live operations are hidden from the collector (collector.py)
             _watch_collections(self)
 
-    def _abandon_executors(self) -> None:
+    def abandon_executors(self) -> None:
         """Shut every executor down without waiting and without the lock.
 
         For the façade's finalizer, which may run inside a critical section of this thread
@@ -482,7 +482,7 @@ class Scheduler:
         an unbound engine; a thread running a different loop may not use the engine at all.
         """
         if self._forked:
-            self._check_fork()
+            self.check_fork()
         if not self._guarded:  # a Ctrl-C never splits a critical section (lock.py)
             self._guarded = guard_interrupts(self)
         loop = _get_running_loop()
@@ -510,7 +510,7 @@ class Scheduler:
             "first used on: create one Engine per loop"
         )
 
-    def _require_loop(self) -> asyncio.AbstractEventLoop:
+    def require_loop(self) -> asyncio.AbstractEventLoop:
         loop = self._bind()
         if loop is None:
             raise RuntimeError(
@@ -539,11 +539,11 @@ class Scheduler:
                 if op._state is _PENDING or op._state is _READY:
                     # The message its awaiter's CancelledError carries: not its own cancel.
                     msg = f"{op.name!r} was cancelled before it started: the engine was closed"
-                    self._finish_locked(op, _CANCELLED, msg + " (aclose(cancel=True))", None, ready)
-            todo = self._dispatch_locked(ready)
-        self._submit(todo)
+                    self.finish_locked(op, _CANCELLED, msg + " (aclose(cancel=True))", None, ready)
+            todo = self.dispatch_locked(ready)
+        self.submit_ready(todo)
 
-    def _push(
+    def push(
         self,
         owner: object,
         fn: Callable[..., Any],
@@ -580,7 +580,7 @@ class Scheduler:
             if name is None:
                 name = default_name(fn)
             op = new_operation(self, owner, fn, kind, ctx, const, mutate, prop, priority, name)
-            push = _partial(self._push, owner, fn, kind, ctx, const, mutate, prop, priority,
+            push = _partial(self.push, owner, fn, kind, ctx, const, mutate, prop, priority,
                             name, deleting, handle, modes, op)  # fmt: skip
             _defer(lock, me, Deferred(self._admit_deferred, op, push))
             return op
@@ -688,12 +688,12 @@ class Scheduler:
                 op._wait = wait
                 return op
             if self._may_hold:  # GPU fences or remote versions may hold it
-                todo = self._dispatch_locked([op])
+                todo = self.dispatch_locked([op])
             else:
                 op._state = _READY
                 if target is None:
                     if self._loop_queue.put_locked(op):  # _enqueue_loop_locked, inlined
-                        self._call_soon_locked(self._run_loop_queue)
+                        self.call_soon_locked(self._run_loop_queue)
                     return op
                 todo = None
         except BaseException:
@@ -710,7 +710,7 @@ class Scheduler:
             assert target is not None
             self._submit_one(target, op)
         elif todo:
-            self._submit(todo)
+            self.submit_ready(todo)
         return op
 
     def _admit_deferred(self, op: Operation[Any], push: Callable[[], object]) -> None:
@@ -718,7 +718,7 @@ class Scheduler:
         section or the collection has ended (a :class:`~aioengine.lock.Deferred` call; no
         lock held).
 
-        ``push`` is the :meth:`_push` call that admits it (``op`` passed as ``made``). Its
+        ``push`` is the :meth:`push` call that admits it (``op`` passed as ``made``). Its
         caller got ``op`` back long ago, so a push refused now (the engine closed, a Var
         deleted meanwhile) fails ``op`` with that error and reports it, except a deletion
         refused because the engine is closing or closed (clean-up with nothing left to do).
@@ -756,7 +756,7 @@ class Scheduler:
                 self._may_hold = True
         return remote
 
-    def _check_fork(self) -> None:
+    def check_fork(self) -> None:
         if self._forked:
             raise RuntimeError(
                 f"{self!r} was created in process {self._pid} and cannot be used after "
@@ -810,7 +810,7 @@ class Scheduler:
                 self._executors[key] = executor
             return executor
 
-    def _dispatch_locked(self, ready: list[Any]) -> list[Operation[Any]]:
+    def dispatch_locked(self, ready: list[Any]) -> list[Operation[Any]]:
         """Mark newly ready operations READY (lock held).
 
         Host consumers of pending GPU work wait for its fences first. Wait markers complete
@@ -834,7 +834,7 @@ class Scheduler:
                     continue
                 # Its result: the failure its Var carries now that every earlier user has
                 # finished, not one that a later operation records before the waiter resumes.
-                self._finish_locked(op, _DONE, op._mutate[0]._failure, None, ready)
+                self.finish_locked(op, _DONE, op._mutate[0]._failure, None, ready)
             elif op._state is _PENDING:
                 if self._may_hold and self._held_locked(op):
                     continue
@@ -849,9 +849,9 @@ class Scheduler:
                     and self._loop is not None
                     and self._loop.get_task_factory() is None
                 ):
-                    todo.append(op)  # started at once by _submit
+                    todo.append(op)  # started at once by submit_ready
                 elif queue.put_locked(op):  # _enqueue_loop_locked, inlined
-                    self._call_soon_locked(self._run_loop_queue)
+                    self.call_soon_locked(self._run_loop_queue)
         return todo
 
     def _held_locked(self, op: Operation[Any]) -> bool:
@@ -868,9 +868,9 @@ class Scheduler:
         remote = self._remote
         return remote is not None and remote.hold_locked(op)
 
-    def _submit(self, todo: list[Operation[Any]]) -> None:
+    def submit_ready(self, todo: list[Operation[Any]]) -> None:
         """Hand READY operations to their executors, or start them on the loop thread (see
-        :meth:`_dispatch_locked`); lock not held."""
+        :meth:`dispatch_locked`); lock not held."""
         if len(todo) > 1:
             todo.sort(key=_run_order)  # the loop's ones start in this order
         for op in todo:
@@ -914,11 +914,11 @@ class Scheduler:
             with self._lock:
                 for op in dropped:
                     if op._state is _READY:
-                        self._finish_locked(op, _CANCELLED, None, None, ready)
-                todo = self._dispatch_locked(ready) if ready else ready
+                        self.finish_locked(op, _CANCELLED, None, None, ready)
+                todo = self.dispatch_locked(ready) if ready else ready
             dropped = [o for o in todo if o._target is not None and o._target.abandoned]
             if len(dropped) < len(todo):
-                self._submit([o for o in todo if o._target is None or not o._target.abandoned])
+                self.submit_ready([o for o in todo if o._target is None or not o._target.abandoned])
 
     def _flush_wakes(self) -> None:
         """Wake the executors that the loop thread submitted to (loop thread)."""
@@ -930,9 +930,9 @@ class Scheduler:
     def _enqueue_loop_locked(self, op: Operation[Any]) -> None:
         """Queue a READY operation for the loop thread; run the queue soon (lock held)."""
         if self._loop_queue.put_locked(op):
-            self._call_soon_locked(self._run_loop_queue)
+            self.call_soon_locked(self._run_loop_queue)
 
-    def _call_soon_locked(self, callback: Callable[[], None]) -> None:
+    def call_soon_locked(self, callback: Callable[[], None]) -> None:
         """Schedule ``callback`` on the engine's loop from any thread (lock held)."""
         loop = self._loop
         assert loop is not None
@@ -968,7 +968,7 @@ class Scheduler:
                         lock.owner = 0
                         self._lock_release()
                 if todo:
-                    self._submit(todo)  # what skipped operations released
+                    self.submit_ready(todo)  # what skipped operations released
                 if op is None:
                     return
                 while op is not None:
@@ -986,7 +986,7 @@ class Scheduler:
         """After a run of the loop queue that did not empty it: run it again soon, if needed."""
         with self._lock:
             if not self._loop_queue.empty_locked():
-                self._call_soon_locked(self._run_loop_queue)
+                self.call_soon_locked(self._run_loop_queue)
             else:
                 self._loop_queue.scheduled = False
 
@@ -999,11 +999,11 @@ class Scheduler:
         queue = self._loop_queue
         while True:
             op = queue.pop_locked()
-            if op is None or self._start_locked(op, todo):
+            if op is None or self.start_locked(op, todo):
                 return op
             self._lock.after.append(op)  # cancelled or skipped: released once unlocked
 
-    def _start_locked(self, op: Operation[Any], todo: list[Operation[Any]]) -> bool:
+    def start_locked(self, op: Operation[Any], todo: list[Operation[Any]]) -> bool:
         """Mark READY ``op`` RUNNING and return True; False if it was cancelled while queued
         or is skipped because an input carries a failure (what a skip releases is appended to
         ``todo``, for the caller to submit once the lock is released). Lock held."""
@@ -1032,7 +1032,7 @@ class Scheduler:
         """
         # A failure's traceback reaches this frame (f_back), whose locals it keeps as they are
         # when it returns: so hold no operation by then.
-        self = op._engine
+        self = op._core
         if rctx.ctx.device_type is _GPU:
             gpu = self._gpu  # set before its first executor existed
             assert gpu is not None
@@ -1063,7 +1063,7 @@ class Scheduler:
             self._lock_acquire()
             lock.owner = _get_ident()
             try:
-                started = self._start_locked(op, todo)
+                started = self.start_locked(op, todo)
             finally:
                 if lock.after:
                     lock.unlock()
@@ -1072,7 +1072,7 @@ class Scheduler:
                     self._lock_release()
             if not started:
                 if todo:
-                    self._submit(todo)
+                    self.submit_ready(todo)
                 return None
         kind = op._kind
         if self._instruments and kind != _BULK:  # a segment's members are reported instead
@@ -1095,7 +1095,7 @@ class Scheduler:
                 # Drop this frame from the traceback: the recorded failure must not keep the
                 # operation (and through it its Vars) alive until someone throws it.
                 trim_traceback(exc)
-                self._finish(op, _FAILED, None, exc)
+                self.finish(op, _FAILED, None, exc)
                 # The failure's frames reach this frame through f_back: hold no operation.
                 del op, fn
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)) and (
@@ -1104,11 +1104,11 @@ class Scheduler:
                     raise  # inline on the loop thread: recorded, and the loop still stops
                 return None
             if result is not None and type(result) in _COROUTINE_TYPES:
-                self._finish(op, _FAILED, None, self._awaitable_result(op, result))
+                self.finish(op, _FAILED, None, self._awaitable_result(op, result))
             elif more:
                 return self._finish_and_continue(op, result)
             else:
-                self._finish(op, _DONE, result, None)
+                self.finish(op, _DONE, result, None)
         elif kind == _CORO:
             assert fn is not None
             self._start_task(op, fn, rctx)
@@ -1166,8 +1166,8 @@ class Scheduler:
                 )
                 err.__cause__ = box.exc
                 ready: list[Any] = []
-                self._finish_locked(op, _SKIPPED, None, err, ready)
-                return self._dispatch_locked(ready) if ready else []
+                self.finish_locked(op, _SKIPPED, None, err, ready)
+                return self.dispatch_locked(ready) if ready else []
         return None
 
     @staticmethod
@@ -1194,7 +1194,7 @@ class Scheduler:
         # a cancelled one), the operation is simply never finished, which is not worth a
         # "Task was destroyed but it is pending!" on stderr at interpreter exit.
         task._log_destroy_pending = False  # type: ignore[attr-defined]
-        op._task = task  # read on the loop thread only (_cancel hands off to it), so no lock
+        op._task = task  # read on the loop thread only (cancel hands off to it), so no lock
 
     def _callback_raised(self, op: Operation[Any], token: OnComplete, exc: BaseException) -> None:
         """A callback-style function raised: fail the op, or report if already completed."""
@@ -1203,7 +1203,7 @@ class Scheduler:
             if not already:
                 token._called = exc
         if not already:
-            self._finish(op, _FAILED, None, exc)
+            self.finish(op, _FAILED, None, exc)
             return
         self._report(
             f"{op.name!r} raised after calling on_complete(); the exception is reported here",
@@ -1221,7 +1221,7 @@ class Scheduler:
         else:
             logger.error(message, exc_info=exc)
 
-    def _finish(
+    def finish(
         self, op: Operation[Any], state: OpState, result: object, exc: BaseException | None
     ) -> None:
         """Record ``op``'s outcome, release its Vars, dispatch what became ready."""
@@ -1239,8 +1239,8 @@ class Scheduler:
             if state is _DONE:
                 self._done_locked(op, result, ready)
             else:
-                self._finish_locked(op, state, result, exc, ready)
-            todo = self._dispatch_locked(ready) if ready else ready
+                self.finish_locked(op, state, result, exc, ready)
+            todo = self.dispatch_locked(ready) if ready else ready
         finally:
             if lock.after:
                 lock.unlock()
@@ -1248,10 +1248,10 @@ class Scheduler:
                 lock.owner = 0
                 self._lock_release()
         if todo:
-            self._submit(todo)
+            self.submit_ready(todo)
 
     def _finish_and_continue(self, op: Operation[Any], result: object) -> Operation[Any] | None:
-        """:meth:`_finish` a sync ``op`` that returned; start its successor on this thread.
+        """:meth:`finish` a sync ``op`` that returned; start its successor on this thread.
 
         On a worker, the successor is an operation of the same pool that this completion
         made ready, else the best one queued on the pool; with a failure recorded the start
@@ -1288,11 +1288,11 @@ class Scheduler:
                 if only._target is None and only._kind != _WAIT:
                     # The one operation made ready runs on the loop too and nothing else
                     # waits there: it is the best of the loop queue without going through it.
-                    # (_dispatch_locked's other checks do not apply: no failure to inherit, no GPU
+                    # (dispatch_locked's other checks do not apply: no failure to inherit, no GPU
                     # fence to wait for, and a wait marker is not run but completed.)
                     only._state = _RUNNING
                     return only
-            todo = self._dispatch_locked(ready) if ready else ready
+            todo = self.dispatch_locked(ready) if ready else ready
             if target is None:
                 nxt = self._claim_loop_op_locked(todo)
             # Abandoned (interpreter exit): this worker must return to its pool and stop.
@@ -1314,7 +1314,7 @@ class Scheduler:
                 self._lock_release()
         if nxt is None or target is None:
             if todo:
-                self._submit(todo)  # a worker returns to its pool and pops one of them
+                self.submit_ready(todo)  # a worker returns to its pool and pops one of them
             return nxt
         if todo:
             # This worker goes on with nxt: wake others for every operation queued here.
@@ -1328,7 +1328,7 @@ class Scheduler:
         return nxt
 
     def _done_locked(self, op: Operation[Any], result: object, ready: list[Any]) -> None:
-        """:meth:`_finish_locked` for an operation whose function returned ``result`` (lock
+        """:meth:`finish_locked` for an operation whose function returned ``result`` (lock
         held): every operation's path, so the release is inlined unless a failure is to be
         recorded (an input's, inherited by a NO_SKIP operation) or it has commute or
         concurrent Vars: one test, ``_modes``, which ``_skip_locked`` sets for the former."""
@@ -1340,10 +1340,10 @@ class Scheduler:
                 self._sequencer._release(True, ready, True)
             op._fn = None
         else:
-            self._release_locked(op, _DONE, None, ready)
-        self._complete_locked(op, _DONE)
+            self.release_locked(op, _DONE, None, ready)
+        self.complete_locked(op, _DONE)
 
-    def _finish_locked(
+    def finish_locked(
         self,
         op: Operation[Any],
         state: OpState,
@@ -1352,7 +1352,7 @@ class Scheduler:
         ready: list[Any],
         box: _Failure | None = None,
     ) -> None:
-        """The bookkeeping of :meth:`_finish` (lock held; no user code runs here).
+        """The bookkeeping of :meth:`finish` (lock held; no user code runs here).
 
         ``box``: the failure record to share, for a failure that many operations have in
         common (a failed GPU); by default a FAILED state records a new one.
@@ -1361,10 +1361,10 @@ class Scheduler:
         op._result = result
         op._exception = exc
         self._lock.after.append(op._vars)  # released once unlocked (lock.py)
-        self._release_locked(op, state, exc, ready, box)
-        self._complete_locked(op, state)
+        self.release_locked(op, state, exc, ready, box)
+        self.complete_locked(op, state)
 
-    def _release_locked(
+    def release_locked(
         self,
         op: Operation[Any],
         state: OpState,
@@ -1375,7 +1375,7 @@ class Scheduler:
     ) -> None:
         """Record ``op``'s failure on what it mutates and release its Vars (lock held).
 
-        A GPU operation does this once enqueued and completes later (:meth:`_complete_locked`).
+        A GPU operation does this once enqueued and completes later (:meth:`complete_locked`).
         :meth:`_done_locked` inlines the common case (a successful operation with no failure
         to record). ``counted=False``: its writes do not count towards :attr:`Var.version`
         yet (a remote value operation released once submitted counts them when it settles).
@@ -1441,7 +1441,29 @@ class Scheduler:
                 sequencer._withdraw(ready)
         op._wait = 0
 
-    def _complete_locked(self, op: Operation[Any], state: OpState) -> None:
+    def complete_released_locked(
+        self,
+        op: Operation[Any],
+        state: OpState,
+        result: object,
+        exc: BaseException | None,
+        box: _Failure | None = None,
+    ) -> None:
+        """Complete ``op``, whose Vars :meth:`release_locked` released before it finished
+        (the GPU collaborator's, once its work is enqueued; the remote one's, once submitted),
+        with its outcome; ``box``: a failure found after the release (a failed device), now
+        recorded on what it wrote. Release early, complete later: the collaborators' one way
+        to finish such an operation (lock held)."""
+        if box is not None:
+            for v in op._mutate:
+                v._failure = box
+        op._state = state
+        op._result = result
+        op._exception = exc
+        op._fn = None
+        self.complete_locked(op, state)
+
+    def complete_locked(self, op: Operation[Any], state: OpState) -> None:
         """Make ``op`` final: counters, ``wait_for_all``, awaiters and callbacks (lock held)."""
         if self._instruments and op._kind < _WAIT:
             _instrument.notify_locked(self, "on_finish", op)
@@ -1505,7 +1527,7 @@ class Scheduler:
         """Make sure a ``_drain_inbox`` is scheduled on the loop (lock held)."""
         if not self._inbox_scheduled:
             self._inbox_scheduled = True
-            self._call_soon_locked(self._drain_inbox)
+            self.call_soon_locked(self._drain_inbox)
 
     def _drain_inbox(self) -> None:
         with self._lock:
@@ -1560,12 +1582,12 @@ class Scheduler:
             if not fut.done():
                 fut.set_result(None)
 
-    def _cancel(self, op: Operation[Any], msg: object) -> bool:
-        self._check_fork()  # the parent's operations cannot be cancelled in a forked child
+    def cancel(self, op: Operation[Any], msg: object) -> bool:
+        self.check_fork()  # the parent's operations cannot be cancelled in a forked child
         lock = self._lock
         me = _get_ident()
         if lock.owner == me or _collection.thread == me:  # from a finalizer (lock.py)
-            _defer(lock, me, Deferred(self._cancel, op, msg))
+            _defer(lock, me, Deferred(self.cancel, op, msg))
             return op._state < _DONE
         ready: list[Any] = []
         with self._lock:
@@ -1577,8 +1599,8 @@ class Scheduler:
                     for v in op._mutate:  # (finishing forgets them)
                         if v._deleted is op:
                             v._deleted = False  # a deletion cancelled did not happen
-                self._finish_locked(op, _CANCELLED, msg, None, ready)
-                todo = self._dispatch_locked(ready) if ready else ready
+                self.finish_locked(op, _CANCELLED, msg, None, ready)
+                todo = self.dispatch_locked(ready) if ready else ready
             elif op._kind != _CORO and op._task is None:
                 # A running thread cannot be interrupted (a remote operation has a task
                 # that awaits its Dask future while it holds its Vars: that one can; and a
@@ -1589,7 +1611,7 @@ class Scheduler:
                 todo = None
         if todo is not None:
             if todo:
-                self._submit(todo)
+                self.submit_ready(todo)
             return True
         # A running coroutine: cancel its task on the loop thread.
         loop = self._loop
@@ -1607,11 +1629,11 @@ class Scheduler:
         if task is not None:
             task.cancel(msg)
 
-    def _running_op(self) -> Operation[Any] | None:
+    def running_op(self) -> Operation[Any] | None:
         """The running coroutine operation of this engine the caller is inside, if any."""
         ref = current_op.get()
         current = ref() if ref is not None else None
-        if current is None or current._engine is not self or current._state is not _RUNNING:
+        if current is None or current._core is not self or current._state is not _RUNNING:
             return None
         return current
 
@@ -1651,10 +1673,10 @@ class Scheduler:
         ready: list[Any] = []
         with self._lock:
             if marker._state < _DONE:
-                self._finish_locked(marker, _CANCELLED, None, None, ready)
-            todo = self._dispatch_locked(ready) if ready else ready
+                self.finish_locked(marker, _CANCELLED, None, None, ready)
+            todo = self.dispatch_locked(ready) if ready else ready
         if todo:
-            self._submit(todo)
+            self.submit_ready(todo)
 
     def _take_failures(self) -> list[BaseException]:
         """Claim every failure not thrown yet, in the order they happened, and clear them

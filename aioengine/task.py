@@ -55,7 +55,7 @@ async def run_coroutine(op: Operation[Any], fn: Callable[..., Any], rctx: RunCon
     the task (see ``Scheduler._start_task``): so whatever later happens to the task, even a
     cancellation before its first step, lands in this ``try`` and finishes ``op``.
     """
-    engine = op._engine
+    core = op._core
     current_op.set(weakref.ref(op))  # in op's context: the task runs in it
     try:
         await _handoff()
@@ -64,35 +64,35 @@ async def run_coroutine(op: Operation[Any], fn: Callable[..., Any], rctx: RunCon
             if not inspect.isawaitable(awaitable):
                 raise TypeError(f"{op.name!r} did not return an awaitable, got {awaitable!r}")
             awaitable = _await(awaitable)
-        for inst in engine._instruments:
+        for inst in core._instruments:
             try:
                 awaitable = inst.wrap_coroutine(op, awaitable)
             except Exception as exc:  # uninstalled and reported, as for the other hooks
-                _instrument.failed(engine, inst, "wrap_coroutine", exc)
+                _instrument.failed(core, inst, "wrap_coroutine", exc)
         result = await awaitable
     except GeneratorExit as exc:
-        if not _in_own_step(engine._loop, sys._getframe()):
+        if not _in_own_step(core._loop, sys._getframe()):
             raise  # thrown in by close() (its task destroyed with its loop): it never finishes
         # Raised by fn in a step of this task: a failure like any other (below).
         trim_traceback(exc)
-        engine._finish(op, OpState.FAILED, None, exc)
+        core.finish(op, OpState.FAILED, None, exc)
     except asyncio.CancelledError as exc:  # its message, if any, is cancel()'s
-        engine._finish(op, OpState.CANCELLED, exc.args[0] if exc.args else None, None)
+        core.finish(op, OpState.CANCELLED, exc.args[0] if exc.args else None, None)
         raise
     except BaseException as exc:
         # Drop this frame from the traceback: the recorded failure must not keep the
         # operation (and through it its Vars and fn) alive until someone throws it.
         trim_traceback(exc)
-        engine._finish(op, OpState.FAILED, None, exc)
+        core.finish(op, OpState.FAILED, None, exc)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             # Recorded, and the loop still stops, as for every operation that raises one on
             # the loop thread (docs/guarantees.md). Raised by a loop callback, not by this
             # task: the task ends normally, so asyncio reports nothing about the engine's
             # own task ("Task exception was never retrieved").
-            assert engine._loop is not None
-            engine._loop.call_soon(_reraise, exc)
+            assert core._loop is not None
+            core._loop.call_soon(_reraise, exc)
     else:
-        engine._finish(op, OpState.DONE, result, None)
+        core.finish(op, OpState.DONE, result, None)
 
 
 def _in_own_step(loop: asyncio.AbstractEventLoop | None, frame: types.FrameType) -> bool:

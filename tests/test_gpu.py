@@ -68,7 +68,7 @@ def enqueued(*ops: ae.Operation[Any]) -> Callable[[], bool]:
         for op in ops:
             if op.done():
                 continue
-            fences = op._engine._gpu._gpu_pending
+            fences = op._core._gpu._gpu_pending
             if not any(f.op is op for f in list(fences)):
                 return False
         return True

@@ -265,7 +265,7 @@ def test_the_parser_reads_every_cdef_class() -> None:
     core = seen["Scheduler"]
     assert core is not None
     assert core.has_dict
-    assert "_push" in core.methods
+    assert "push" in core.methods
 
 
 SAMPLE_PXD = """\

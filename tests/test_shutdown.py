@@ -25,6 +25,8 @@ import pytest
 
 import aioengine as ae
 
+from .helpers import Boom
+
 try:
     import uvloop
 except ImportError:  # pragma: no cover - uvloop is in the test group
@@ -41,10 +43,6 @@ def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
         factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
         return factory
     return asyncio.new_event_loop
-
-
-class Boom(Exception):
-    """An exception raised by a test's fn."""
 
 
 class Gate:
@@ -301,7 +299,7 @@ class TestCloseRaces:
         first = engine.push_async(callback, mutate_vars=[x])
         second = engine.push_sync(lambda r: pytest.fail("ran"), mutate_vars=[x])
         assert await asyncio.to_thread(started.wait, 10)
-        in_window, go = self.hold_hand_off(engine._core, "_submit")
+        in_window, go = self.hold_hand_off(engine._core, "submit_ready")
         errors: list[BaseException] = []
 
         def complete() -> None:

@@ -221,7 +221,7 @@ class RemoteBackend:
             for var in op._mutate:
                 if var in scattered:
                     # It writes the Var (maybe in place): the copy on the cluster is stale.
-                    self._core._call_soon_locked(functools.partial(self._stale, var))
+                    self._core.call_soon_locked(functools.partial(self._stale, var))
         gather = (
             op._target is not self._executor
             and op._kind != _WAIT  # a wait_for_var marker needs no value
@@ -241,7 +241,7 @@ class RemoteBackend:
             value.waiters.append(op)
             if not value.gathering:
                 value.gathering = True
-                self._core._call_soon_locked(functools.partial(self._begin_gather, value))
+                self._core.call_soon_locked(functools.partial(self._begin_gather, value))
             return True
         return False
 
@@ -260,7 +260,7 @@ class RemoteBackend:
         self._withdrawn[op] = msg
         for version in versions:
             version.withdraw()
-        self._core._call_soon_locked(functools.partial(self._begin_cancel, future))
+        self._core.call_soon_locked(functools.partial(self._begin_cancel, future))
         return True
 
     async def _lost_inputs(
@@ -337,7 +337,7 @@ class RemoteBackend:
         core = self._core
         todo: list[Operation[Any]] = []
         with core._lock:
-            started = core._start_locked(op, todo)
+            started = core.start_locked(op, todo)
             if started:
                 collected = type(op._fn) is ValueCall and self._collect_locked(op, todo)
                 if collected:
@@ -351,7 +351,7 @@ class RemoteBackend:
                     task.add_done_callback(functools.partial(self._task_done, op))
                     op._task = task
         if todo:
-            core._submit(todo)
+            core.submit_ready(todo)
         if started and core._instruments:
             _instrument.notify_start(core, op)
 
@@ -419,9 +419,9 @@ class RemoteBackend:
         ready: list[Any] = []
         op._task = None  # submitted: only withdraw_locked can cancel it now
         self._submitted[op] = (future, versions)
-        core._release_locked(op, _DONE, None, ready, counted=False)
+        core.release_locked(op, _DONE, None, ready, counted=False)
         if ready:
-            todo.extend(core._dispatch_locked(ready))
+            todo.extend(core.dispatch_locked(ready))
         return future, deps, versions, True, (call.arg_vars, call.kw_vars)
 
     def _arg_now(self, var: Var, deps: list[RemoteVersion]) -> DaskFuture | None:
@@ -471,7 +471,7 @@ class RemoteBackend:
         """A task cancelled before its first step never ran its body (which finishes the
         operation in every other case): nothing was submitted, so ``op`` is cancelled."""
         if task.cancelled() and op._state < _DONE:
-            self._core._finish(op, _CANCELLED, None, None)
+            self._core.finish(op, _CANCELLED, None, None)
 
     def _key(self, op: Operation[Any]) -> str:
         return f"{op.name}-{self._token}-{op._seq}"
@@ -518,23 +518,23 @@ class RemoteBackend:
             if future is not None:
                 await self._cancel_future(future)
                 await self._ended(future.key)  # it holds its Vars until then, as locally
-            core._finish(op, _FAILED, None, exc)  # reported as cancelled, with its message
+            core.finish(op, _FAILED, None, exc)  # reported as cancelled, with its message
         except Exception as exc:
             box = self._link.unreachable
             if box is not None and exc is box.exc:  # one record for every operation
                 ready: list[Any] = []
                 with core._lock:
-                    core._finish_locked(op, _FAILED, None, exc, ready, box)
-                    todo = core._dispatch_locked(ready) if ready else ready
+                    core.finish_locked(op, _FAILED, None, exc, ready, box)
+                    todo = core.dispatch_locked(ready) if ready else ready
                 if todo:
-                    core._submit(todo)
+                    core.submit_ready(todo)
             else:
-                core._finish(op, _FAILED, None, exc)
+                core.finish(op, _FAILED, None, exc)
         else:
             if failure is None:
-                core._finish(op, _DONE, result, None)
+                core.finish(op, _DONE, result, None)
             else:
-                core._finish(op, _FAILED, None, failure)
+                core.finish(op, _FAILED, None, failure)
         finally:
             if future is not None:
                 future.release()
@@ -705,14 +705,14 @@ class RemoteBackend:
                     released = True
                     op._task = None  # submitted: only withdraw_locked can cancel it now
                     self._submitted[op] = (future, versions)
-                    core._release_locked(op, _DONE, None, ready, counted=False)
-                    todo = core._dispatch_locked(ready) if ready else ready
+                    core.release_locked(op, _DONE, None, ready, counted=False)
+                    todo = core.dispatch_locked(ready) if ready else ready
                 else:
                     todo = ready
             for var in call.outs:
                 self._holders.add(var)
             if todo:
-                core._submit(todo)
+                core.submit_ready(todo)
         except asyncio.CancelledError as exc:
             if future is not None:
                 await self._cancel_future(future)
@@ -838,18 +838,16 @@ class RemoteBackend:
                 if state is not _CANCELLED and not isinstance(exc, Abort):  # Var.version
                     for var in op._mutate:
                         var._version += 1
-                op._state = state
-                op._result = result
-                op._exception = exc if state is not _CANCELLED else None
-                op._fn = None
-                core._complete_locked(op, state)
+                core.complete_released_locked(
+                    op, state, result, exc if state is not _CANCELLED else None
+                )
             elif state is _DONE:
-                core._finish_locked(op, state, result, None, ready)
+                core.finish_locked(op, state, result, None, ready)
             else:
-                core._finish_locked(op, state, result, exc, ready, box)
-            todo = core._dispatch_locked(ready) if ready else ready
+                core.finish_locked(op, state, result, exc, ready, box)
+            todo = core.dispatch_locked(ready) if ready else ready
         if todo:
-            core._submit(todo)
+            core.submit_ready(todo)
         for fut in watchers:
             _set_done(fut)
 
@@ -875,15 +873,15 @@ class RemoteBackend:
                 var = version.lost(exc, box, ready)
                 if var is not None:
                     self._scattered.pop(var, None)
-                todo = core._dispatch_locked(ready) if ready else ready
+                todo = core.dispatch_locked(ready) if ready else ready
         else:
             with core._lock:
                 var = version.gathered(value, ready)
                 if var is not None:
                     self._scattered[var] = (value, version.future)
-                todo = core._dispatch_locked(ready) if ready else ready
+                todo = core.dispatch_locked(ready) if ready else ready
         if todo:
-            core._submit(todo)
+            core.submit_ready(todo)
 
     def _ready_client(self) -> DaskClient:
         assert self._link.client is not None  # a version exists only once connected
