@@ -25,10 +25,7 @@ import aioengine.array as aa
 from aioengine.array._buffer import Buffer
 
 from .conftest import Hold
-
-
-class Boom(Exception):
-    """What failing apply functions raise."""
+from .helpers import Boom
 
 
 def _noop(rctx: ae.RunContext) -> None:

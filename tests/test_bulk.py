@@ -21,12 +21,9 @@ import pytest
 import aioengine as ae
 
 from .conftest import Blocker
+from .helpers import Boom
 
 ASYNC = ae.FnProperty.ASYNC
-
-
-class Boom(Exception):
-    """An exception raised by a test's fn."""
 
 
 def record(trace: list[str], name: str) -> Any:

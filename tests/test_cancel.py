@@ -19,10 +19,7 @@ import pytest
 import aioengine as ae
 
 from .conftest import Blocker, blocked_var
-
-
-class Boom(Exception):
-    """An exception raised by a test's fn."""
+from .helpers import Boom
 
 
 def push_probe(

@@ -22,11 +22,9 @@ import pytest
 import aioengine as ae
 from aioengine.lock import EngineLock, run_after
 
+from .helpers import Boom
+
 KINDS = ("sync", "coroutine", "callback-raises", "on_complete-exc")
-
-
-class Boom(Exception):
-    """The exception the failing functions raise (a fresh instance per test)."""
 
 
 def push_failing(

@@ -9,6 +9,7 @@ scheduler. ``manual=True`` devices run nothing until the test steps them, which 
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import random
 import threading
@@ -29,6 +30,7 @@ from aioengine.fence import Fence
 from aioengine.poller import Poller, poller_for
 
 from .conftest import ci_examples
+from .helpers import Outcome, SequentialModel
 
 F = ae.FnProperty
 GPU0 = ae.gpu(0)
@@ -852,9 +854,14 @@ def kernel(out: np.ndarray, ins: list[np.ndarray], k: int) -> None:
 
 
 def model(program: list[tuple[str, ae.FnProperty, list[int], int, int]]) -> list[list[float]]:
+    """The final arrays: the program's kernels through the shared sequential model
+    (helpers.py), in push order, on the host."""
     arrays = [np.full(2, float(i)) for i in range(N_VARS)]
+    seq = SequentialModel()
     for _, _, reads, write, k in program:
-        kernel(arrays[write], [arrays[r] for r in reads if r != write], k)
+        ins = [arrays[r] for r in reads if r != write]
+        outcome, _ = seq.push(functools.partial(kernel, arrays[write], ins, k), reads, [write])
+        assert outcome is Outcome.DONE
     return [a.tolist() for a in arrays]
 
 

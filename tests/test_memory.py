@@ -24,11 +24,9 @@ import pytest
 
 import aioengine as ae
 
+from .helpers import Boom
+
 ONE_LOOP = pytest.mark.asyncio(loop_factories=["asyncio"])
-
-
-class Boom(Exception):
-    """An exception raised by a test's fn."""
 
 
 def noop(rctx: ae.RunContext) -> None:

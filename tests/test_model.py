@@ -42,11 +42,9 @@ from hypothesis import strategies as st
 
 import aioengine as ae
 
+from .helpers import Boom, Outcome, SequentialModel
+
 INITIAL = "init"  # the value every Var starts with; a write stores the writer's name
-
-
-class Boom(Exception):
-    """What a failing operation raises."""
 
 
 class Kind(enum.Enum):
@@ -165,13 +163,6 @@ def programs(draw: st.DrawFn) -> Program:
 # -- the sequential reference model ---------------------------------------------------------
 
 
-class Outcome(enum.Enum):
-    DONE = "done"
-    FAILED = "failed"
-    SKIPPED = "skipped"
-    CANCELLED = "cancelled"
-
-
 @dataclass
 class Expected:
     """What the model predicts. Failures are named by the op whose fn raised them."""
@@ -190,60 +181,48 @@ class Expected:
 
 
 def model(program: Program) -> Expected:
-    exp = Expected(values=[INITIAL] * program.n_vars, versions=[0] * program.n_vars)
-    carried: list[str | None] = [None] * program.n_vars  # failure each Var carries
-    recorded: list[str] = []  # failures not thrown yet, in push order
+    """What ``program`` must do: its operations through the shared :class:`SequentialModel`
+    (helpers.py), in push order, with the waits of its segments."""
+    exp = Expected(values=[INITIAL] * program.n_vars)
+    seq = SequentialModel()
 
-    def clear(failure: str) -> None:
-        for v, f in enumerate(carried):
-            if f == failure:
-                carried[v] = None
-        recorded.remove(failure)
+    def name(failure: object) -> str:
+        assert isinstance(failure, Boom), failure
+        return str(failure.args[0])
 
     for segment in program.segments:
         for spec in (segment.blocker, *segment.ops):
-            if spec.cancel:
-                exp.outcome[spec.name] = (Outcome.CANCELLED, None)
-                continue
             reads, writes = spec.var_sets()
-            inherited = next((carried[v] for v in (*reads, *writes) if carried[v]), None)
-            for v in writes:
-                exp.versions[v] += 1
-            if inherited is not None and spec.prop is not ae.FnProperty.NO_SKIP:
-                exp.outcome[spec.name] = (Outcome.SKIPPED, inherited)
-                for v in writes:
-                    carried[v] = inherited
-                continue
-            exp.reads[spec.name] = tuple((v, exp.values[v]) for v in sorted((*reads, *writes)))
-            if spec.raises:
-                exp.outcome[spec.name] = (Outcome.FAILED, spec.name)
-                recorded.append(spec.name)
-                for v in writes:
-                    carried[v] = spec.name
-            else:
-                exp.outcome[spec.name] = (Outcome.DONE, None)
-                for v in writes:
+
+            def body(spec: OpSpec = spec, used: tuple[int, ...] = (*reads, *writes)) -> None:
+                exp.reads[spec.name] = tuple((v, exp.values[v]) for v in sorted(used))
+                if spec.raises:
+                    raise Boom(spec.name)
+                for v in spec.var_sets()[1]:
                     exp.values[v] = spec.name
-                    carried[v] = inherited  # NO_SKIP ran: its outputs carry the input failure
+
+            outcome, detail = seq.push(
+                body,
+                reads,
+                writes,
+                no_skip=spec.prop is ae.FnProperty.NO_SKIP,
+                cancelled=spec.cancel,
+            )
+            failed = outcome in (Outcome.FAILED, Outcome.SKIPPED)
+            exp.outcome[spec.name] = (outcome, name(detail) if failed else None)
         wait = segment.wait
         if wait is not None and wait.kind is WaitKind.VAR_CONCURRENT:
             n = program.n_vars
-            clean = [v for v in ((wait.var + i) % n for i in range(n)) if not carried[v]]
+            clean = [v for v in ((wait.var + i) % n for i in range(n)) if not seq.carries(v)]
             kind = WaitKind.VAR_CONCURRENT if clean else WaitKind.VAR_DRAINED
             wait = WaitSpec(kind, clean[0] if clean else wait.var)
         exp.wait_plan.append(wait)
         if wait is None or wait.kind is WaitKind.VAR_CONCURRENT:
             continue  # a concurrent wait raises nothing (run_program asserts it)
-        if wait.kind is WaitKind.ALL:
-            exp.waits.append(tuple(recorded))
-            for name in list(recorded):
-                clear(name)
-        else:
-            carries = carried[wait.var]
-            exp.waits.append((carries,) if carries else ())
-            if carries:
-                clear(carries)
-    exp.final_wait_for_all = tuple(recorded)
+        thrown = seq.wait_for_all() if wait.kind is WaitKind.ALL else seq.wait_for_var(wait.var)
+        exp.waits.append(tuple(map(name, thrown)))
+    exp.final_wait_for_all = tuple(map(name, seq.failures))
+    exp.versions = [seq.version(v) for v in range(program.n_vars)]
     return exp
 
 

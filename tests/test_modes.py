@@ -17,9 +17,7 @@ from hypothesis import strategies as st
 
 import aioengine as ae
 
-
-class Boom(Exception):
-    """What a failing operation raises."""
+from .helpers import Boom
 
 
 class Spans:

@@ -19,12 +19,9 @@ import pytest
 import aioengine as ae
 
 from .conftest import blocked_var
+from .helpers import Boom
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
-
-
-class Boom(Exception):
-    """An exception raised by a test's fn."""
 
 
 def push_value(

@@ -29,6 +29,8 @@ from hypothesis import strategies as st
 import aioengine as ae
 from aioengine.remote import RemoteBackend
 
+from .helpers import Outcome, SequentialModel
+
 # The module of Dask's private names (``aioengine.remote`` as an attribute is the ``remote()``
 # function, so the package's modules are imported by name).
 dask_api = importlib.import_module("aioengine.remote.dask_api")
@@ -1075,31 +1077,30 @@ class TestAgainstSequentialModel:
                 thrown = {str(e) for e in group.exceptions}
             values = [await x.get() for x in xs]
 
-        # The sequential model: push order, a failed or skipped operation leaves its Vars'
-        # values as they were and records its failure on what it writes.
+        # The sequential model (helpers.py): push order, a failed or skipped operation leaves
+        # its Vars' values as they were and records its failure on what it writes.
         model_values = [0, 1, 2]
-        failure: list[str | None] = [None, None, None]
+
+        def body(k: int, kind: str, remote: bool, reads: Any, writes: Any, fails: bool) -> object:
+            if fails:
+                raise ValueError(f"op{k}")
+            if kind != "value":
+                return f"op{k}"
+            result = sum(model_values[i] for i in reads) + k
+            model_values[writes[0]] = result
+            return None if remote else result
+
+        seq = SequentialModel()
         expected = []
         for k, (kind, remote, reads, writes, fails, _) in enumerate(program):
-            tag = f"op{k}"
-            if pushed[k][1]:
-                expected.append(("cancelled", None))
-                continue
-            carried = next((failure[i] for i in (*reads, *writes) if failure[i]), None)
-            if carried is not None:
-                for i in writes:
-                    failure[i] = carried
-                expected.append(("skipped", None))
-            elif fails:
-                for i in writes:
-                    failure[i] = tag
-                expected.append(("failed", tag))
-            elif kind == "value":
-                result = sum(model_values[i] for i in reads) + k
-                model_values[writes[0]] = result
-                expected.append(("done", None if remote else result))
+            fn = functools.partial(body, k, kind, remote, reads, writes, fails)
+            outcome, detail = seq.push(fn, reads, writes, cancelled=pushed[k][1])
+            if outcome is Outcome.FAILED:
+                expected.append(("failed", str(detail)))
+            elif outcome is Outcome.DONE:
+                expected.append(("done", detail))
             else:
-                expected.append(("done", tag))
+                expected.append((outcome.value, None))
         assert outcomes == expected
         assert thrown == {tag for outcome, tag in expected if outcome == "failed"}
         assert values == model_values

@@ -21,6 +21,8 @@ from aioengine.observe.history import DepTracker
 from aioengine.observe.trace import Tracer
 from aioengine.var import Var
 
+from .helpers import Boom
+
 PHASES = {"X", "i", "s", "f", "M"}
 
 
@@ -318,9 +320,6 @@ class TestTrace:
         engine = threaded_engine
 
         class Result:
-            pass
-
-        class Boom(Exception):
             pass
 
         def fail(rctx: ae.RunContext) -> None:

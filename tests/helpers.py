@@ -1,0 +1,132 @@
+"""What several test modules share and is not a fixture: the exception failing operations
+raise, and the sequential reference model that the random-program tests compare the engine
+with (fixtures, monitors and blockers are in ``conftest.py``)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Hashable, Iterable, Sequence
+
+__all__ = ("Boom", "Outcome", "SequentialModel", "run_sequential")
+
+
+class Boom(Exception):
+    """What a test's failing operation raises (a fresh instance per failure)."""
+
+
+class Outcome(enum.Enum):
+    """How an operation ended, as the model and the tests name it."""
+
+    DONE = "done"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+
+class SequentialModel:
+    """The engine's rule run one operation at a time, in push order: what the engine must
+    agree with whatever it runs concurrently.
+
+    Failure semantics are MXNet's (issue 2): an operation whose function raises records the
+    exception on the Vars it mutates; a later operation that reads or mutates a Var carrying
+    a failure is skipped (unless ``no_skip``) and its own mutated Vars carry that failure
+    too; a ``no_skip`` operation that runs passes the failure its inputs carried on to its
+    outputs; a wait throws each failure once and clears it from every Var; a cancelled
+    operation never runs and records nothing. Every operation that is not cancelled bumps
+    the version of each Var it mutates, skipped or not.
+
+    Vars are any hashable keys (the tests use indices); the operations' functions take no
+    argument and change the test's own model state (values, reads) themselves.
+    """
+
+    def __init__(self) -> None:
+        self._carried: dict[Hashable, BaseException] = {}
+        self._recorded: list[BaseException] = []  # not thrown yet, in the order they happened
+        self._versions: dict[Hashable, int] = {}
+
+    def push(
+        self,
+        fn: Callable[[], object],
+        const: Sequence[Hashable] = (),
+        mutate: Sequence[Hashable] = (),
+        *,
+        no_skip: bool = False,
+        cancelled: bool = False,
+    ) -> tuple[Outcome, object]:
+        """Run ``fn`` now if the rule lets it run; return its outcome and, with it, ``fn``'s
+        result (DONE), the exception it raised (FAILED), the failure it inherited (SKIPPED),
+        or None (CANCELLED).
+
+        A Var in both lists is mutated, duplicates count once (as the engine takes them);
+        a skipped operation inherits the failure of its first input that carries one,
+        reads before writes.
+        """
+        if cancelled:
+            return Outcome.CANCELLED, None
+        writes = tuple(dict.fromkeys(mutate))
+        reads = tuple(v for v in dict.fromkeys(const) if v not in writes)
+        inherited = next((self._carried[v] for v in (*reads, *writes) if v in self._carried), None)
+        for v in writes:
+            self._versions[v] = self._versions.get(v, 0) + 1
+        if inherited is not None and not no_skip:
+            self._carry(writes, inherited)
+            return Outcome.SKIPPED, inherited
+        try:
+            result = fn()
+        except Exception as exc:
+            self._recorded.append(exc)
+            self._carry(writes, exc)
+            return Outcome.FAILED, exc
+        self._carry(writes, inherited)
+        return Outcome.DONE, result
+
+    def _carry(self, writes: Iterable[Hashable], failure: BaseException | None) -> None:
+        for v in writes:
+            if failure is None:
+                self._carried.pop(v, None)
+            else:
+                self._carried[v] = failure
+
+    def carries(self, var: Hashable) -> BaseException | None:
+        """The failure ``var`` carries, if any."""
+        return self._carried.get(var)
+
+    def version(self, var: Hashable) -> int:
+        """How many operations (not cancelled) mutated ``var``."""
+        return self._versions.get(var, 0)
+
+    @property
+    def failures(self) -> tuple[BaseException, ...]:
+        """The failures not thrown yet, in the order they happened (what ``wait_for_all``
+        raises)."""
+        return tuple(self._recorded)
+
+    def _clear(self, failure: BaseException) -> None:
+        for v in [v for v, f in self._carried.items() if f is failure]:
+            del self._carried[v]
+        self._recorded.remove(failure)
+
+    def wait_for_var(self, var: Hashable) -> tuple[BaseException, ...]:
+        """What ``wait_for_var(var)`` raises once every operation pushed so far finished:
+        the failure ``var`` carries, thrown once (cleared from every Var)."""
+        failure = self._carried.get(var)
+        if failure is None:
+            return ()
+        self._clear(failure)
+        return (failure,)
+
+    def wait_for_all(self) -> tuple[BaseException, ...]:
+        """What ``wait_for_all()`` raises: every failure not thrown yet, thrown once."""
+        thrown = self.failures
+        for failure in thrown:
+            self._clear(failure)
+        return thrown
+
+
+def run_sequential(
+    ops: Iterable[tuple[Callable[[], object], Sequence[Hashable], Sequence[Hashable]]],
+) -> list[tuple[Outcome, object]]:
+    """Run ``(fn, const_vars, mutate_vars)`` operations through a fresh
+    :class:`SequentialModel`, in push order; their outcomes."""
+    model = SequentialModel()
+    return [model.push(fn, const, mutate) for fn, const, mutate in ops]
