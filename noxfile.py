@@ -59,7 +59,9 @@ def tests(session: nox.Session) -> None:
     """Run the test suite on asyncio and uvloop, with coverage (GPU tests skip without CuPy).
 
     The sources run (an editable install is pure Python); ``tests_compiled`` runs the suite
-    again against the compiled core.
+    again against the compiled core. ``AIOENGINE_VALIDATE=1`` checks the scheduler's
+    invariants (``validate_state()``) of every engine a test created, after each test
+    (tests/conftest.py); it costs no measurable time.
     """
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "test"))
     args = session.posargs or [
@@ -67,7 +69,7 @@ def tests(session: nox.Session) -> None:
         "--cov-report=term-missing:skip-covered",
         "--cov-fail-under=90",
     ]
-    session.run("pytest", *args)
+    session.run("pytest", *args, env={"AIOENGINE_VALIDATE": "1"})
 
 
 @nox.session

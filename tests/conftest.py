@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -49,11 +51,20 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"aioengine: {build}, from {os.path.dirname(ae.__file__)}"
 
 
+# ``AIOENGINE_VALIDATE=1`` (nox -s tests): after every test, the scheduler of each Engine the
+# test created and that is still alive checks its invariants (``validate_state()``), open or
+# closed. Pure Python only: the compiled Engine's ``__init__`` cannot be wrapped.
+VALIDATE = os.environ.get("AIOENGINE_VALIDATE", "") not in ("", "0")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """``AIOENGINE_EXPECT_COMPILED=1`` (nox -s tests_compiled): refuse to test the sources
-    instead of the compiled core, which a stray ``sys.path`` entry would make happen."""
+    instead of the compiled core, which a stray ``sys.path`` entry would make happen; and
+    refuse ``AIOENGINE_VALIDATE=1`` on the compiled core rather than check nothing."""
     if os.environ.get("AIOENGINE_EXPECT_COMPILED", "") not in ("", "0") and not COMPILED:
         raise pytest.UsageError(f"expected the compiled aioengine core, got {ae.engine.__file__}")
+    if VALIDATE and COMPILED:
+        raise pytest.UsageError("AIOENGINE_VALIDATE=1 needs the pure-Python build (nox -s tests)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -77,6 +88,55 @@ def pytest_asyncio_loop_factories(
     if uvloop is not None:
         factories["uvloop"] = uvloop.new_event_loop
     return factories
+
+
+class EngineRecorder:
+    """The Engines created while it records (weakly: it keeps none alive)."""
+
+    def __init__(self) -> None:
+        self._refs: list[weakref.ref[ae.Engine]] = []
+
+    def record(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Record every Engine constructed from now until ``monkeypatch`` is undone."""
+        init = ae.Engine.__init__
+        refs = self._refs
+
+        @functools.wraps(init)
+        def recording_init(engine: ae.Engine, *args: Any, **kwargs: Any) -> None:
+            init(engine, *args, **kwargs)
+            refs.append(weakref.ref(engine))
+
+        monkeypatch.setattr(ae.Engine, "__init__", recording_init)
+
+    def engines(self) -> list[ae.Engine]:
+        """The recorded Engines still alive, in the order they were created."""
+        return [e for e in (ref() for ref in self._refs) if e is not None]
+
+    def validate(self) -> int:
+        """Check the invariants of every recorded Engine still alive (``validate_state()``);
+        return how many were checked.
+
+        Raises:
+            AssertionError: naming the first invariant that does not hold.
+        """
+        engines = self.engines()
+        for engine in engines:
+            engine._core.validate_state()
+        return len(engines)
+
+
+@pytest.fixture(autouse=True)
+def validated_engines(monkeypatch: pytest.MonkeyPatch) -> Iterator[EngineRecorder]:
+    """With ``AIOENGINE_VALIDATE=1``, record the Engines a test creates and validate them
+    after it (the engine fixtures, set up later, have closed theirs by then); without it,
+    an idle recorder."""
+    recorder = EngineRecorder()
+    if not VALIDATE:
+        yield recorder
+        return
+    recorder.record(monkeypatch)
+    yield recorder
+    recorder.validate()
 
 
 @pytest.fixture(params=[pytest.param(False, id="threaded"), pytest.param(True, id="serial")])
