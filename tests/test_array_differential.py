@@ -427,7 +427,9 @@ class Program:
         ndim = self.draw(st.integers(0, 3), "ndim")
         return tuple(self.draw(st.integers(1, 4), "dim") for _ in range(ndim))
 
-    def expect(self, fn: Callable[..., Any], args: list[Any], np_fn: Callable[..., Any] | None):
+    def expect(
+        self, fn: Callable[..., Any], args: list[Any], np_fn: Callable[..., Any] | None
+    ) -> Any:
         """Run the step on the model and on strict copies; what the engine must give."""
         ref_args = [a.ref if isinstance(a, Entry) else a for a in args]
         try:
@@ -1304,7 +1306,7 @@ _B2 = [True, True, False]
 _M = [[4.0, 1.0, 0.5], [1.0, 3.0, 0.25], [0.5, 0.25, 2.0]]  # symmetric positive definite
 _R = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
 
-UNARY_INPUT = {
+UNARY_INPUT: dict[str, Callable[[Any], Any]] = {
     "acosh": lambda xp: A(xp, [1.5, 2.0, 3.0]),
     "bitwise_invert": lambda xp: A(xp, _I, "int32"),
     "logical_not": lambda xp: A(xp, _B, "bool"),
@@ -1313,7 +1315,7 @@ UNARY_INPUT = {
     "imag": lambda xp: A(xp, [1 + 2j, 3 - 1j], "complex64"),
     "round": lambda xp: A(xp, [0.5, 1.5, -2.5, 2.4]),
 }
-BINARY_INPUT = {
+BINARY_INPUT: dict[str, Callable[[Any], Any]] = {
     **{
         n: lambda xp: (A(xp, _I, "int16"), A(xp, _J, "int16"))
         for n in (
@@ -1340,7 +1342,7 @@ def _unary(name: str) -> Callable[[Any], Any]:
 
 
 def _binary(name: str) -> Callable[[Any], Any]:
-    make = BINARY_INPUT.get(name, lambda xp: (A(xp, _F), A(xp, _G)))
+    make: Callable[[Any], Any] = BINARY_INPUT.get(name, lambda xp: (A(xp, _F), A(xp, _G)))
     return lambda xp: getattr(xp, name)(*make(xp))
 
 

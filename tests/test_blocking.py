@@ -8,6 +8,7 @@ import signal
 import sys
 import textwrap
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from .test_shutdown import run_script
 
 
 @pytest.fixture(params=[pytest.param(False, id="threaded"), pytest.param(True, id="serial")])
-def be(request: pytest.FixtureRequest):
+def be(request: pytest.FixtureRequest) -> Iterator[ae.BlockingEngine]:
     with ae.BlockingEngine(cpu_workers=2, serial=request.param) as engine:
         yield engine
 
@@ -73,7 +74,12 @@ def test_many_threads_at_once_keep_the_rule(monitor: Monitor) -> None:
                 i, j = (t + k) % 4, (t + 2 * k + 1) % 4
                 reads, writes = ((vars_[j],) if j != i else ()), (vars_[i],)
 
-                def fn(r: ae.RunContext, i: int = i, reads=reads, writes=writes) -> None:
+                def fn(
+                    r: ae.RunContext,
+                    i: int = i,
+                    reads: tuple[ae.Var, ...] = reads,
+                    writes: tuple[ae.Var, ...] = writes,
+                ) -> None:
                     monitor.enter("op", reads, writes)
                     counts[i] += 1
                     monitor.exit(reads, writes)
@@ -315,12 +321,13 @@ def test_blocking_inside_a_worker_operation_raises_instead_of_deadlocking(wait: 
 
         def waits(rctx: ae.RunContext) -> None:
             behind = be.push_sync(lambda r: None, mutate_vars=[later])  # queued behind us
-            {
+            calls: dict[str, Callable[[], object]] = {
                 "wait_for_var": lambda: be.wait_for_var(x),  # we hold x
                 "wait_for_all": be.wait_for_all,  # waits for us
                 "get": lambda: be.get(x),  # a read behind our write
                 "result": behind.result,  # the one worker is ours
-            }[wait]()
+            }
+            calls[wait]()
 
         exc = be.push_sync(waits, mutate_vars=[x]).exception(timeout=10)
         assert isinstance(exc, RuntimeError)

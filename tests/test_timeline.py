@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import aioengine as ae
+from aioengine.observe.trace import TraceSession
 
 SVG = "{http://www.w3.org/2000/svg}"
 TOLERANCE = 0.011  # px: the SVG writes coordinates with two decimals
@@ -132,7 +133,7 @@ def complete(trace: dict[str, Any]) -> list[dict[str, Any]]:
     return [e for e in trace["traceEvents"] if e["ph"] == "X"]
 
 
-async def run_program(engine: ae.Engine) -> ae.trace.TraceSession:
+async def run_program(engine: ae.Engine) -> TraceSession:
     """Two sync fills (one per worker, held together by a barrier), a coroutine, a reader."""
     x, y = engine.new_var("x"), engine.new_var("y")
     both = threading.Barrier(2, timeout=10)
