@@ -84,6 +84,19 @@ the invariants):
 - ``_may_hold``: one of those two is open, so a READY operation may be held back by it
   (``_held_locked``); False, the local-only fast path, pays one test for both.
 
+The API for the façade and the collaborators (bulk, GPU, remote, task, observers): the
+methods without a leading underscore, and only those, are called from other modules; a
+``_locked`` suffix says the caller holds ``_lock``. Admission: :meth:`Scheduler.push`,
+:meth:`cancel`, :meth:`require_loop`, :meth:`check_fork`, :meth:`running_op`. Running:
+:meth:`start_locked` (an executor claims a READY operation), :meth:`finish` (its outcome,
+from any thread), :meth:`finish_locked`, :meth:`dispatch_locked` then :meth:`submit_ready`
+(what a release made READY, handed to executors once unlocked), :meth:`call_soon_locked`
+(a callback on the loop). Release early, complete later (the GPU once enqueued, the remote
+backend once submitted): :meth:`release_locked`, then :meth:`complete_released_locked`;
+:meth:`complete_locked` makes any operation final. Shutdown: :meth:`abandon_executors`.
+Everything else, fields included, is this module's own (the fields' writers from outside
+are counted by ``tools/reach.py``, and only go down).
+
 Read-only API for observers (``observe/``, the façade's waits): they may take ``_lock`` to
 read a consistent snapshot of ``_live``, ``_finished``, ``_instruments``, ``_segments.open`` and
 the Vars and operations reachable from them, and read ``_loop_thread`` and ``_forked``;
