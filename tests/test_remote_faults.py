@@ -508,3 +508,51 @@ class TestWorkerKilled:
             _, _, rb, wb = ops_spec[b]
             if set(wa) & (set(rb) | set(wb)) or set(wb) & set(ra):
                 assert spans[a][-1] <= spans[b][-2], (a, b, ops_spec, kill_at)
+
+
+def refuse_if_odd(x: int) -> int:
+    if x % 2:
+        raise ae.Abort(f"odd {x}")
+    return x
+
+
+class TestAbortDependents:
+    async def test_remote_readers_of_an_aborted_write_run_on_the_value_before(
+        self, cluster: Any, gate: str
+    ) -> None:
+        """A chain sent at once: b's write aborts, so c (which read b's result) and d
+        (which read c's) run on the value a had, as they would locally; nothing is poisoned."""
+        async with ae.Engine(cluster=cluster) as engine:
+            v = engine.new_var("v", value=2)
+            first = engine.submit(lambda x: gated_inc(gate, x), v, out=v, ctx=ae.remote())  # 3
+            aborted = engine.submit(refuse_if_odd, v, out=v, ctx=ae.remote())  # 3 is odd
+            reader = engine.submit(inc, v, out=v, ctx=ae.remote())  # on 3: 4
+            after = engine.submit(inc, v, out=v, ctx=ae.remote())  # 5
+            value = engine.submit(tag, v, ctx=ae.remote())  # 'ran on 5'
+            await until(lambda: _LOGS[gate] == ["start"])
+            _EVENTS[gate].set()
+            await first
+            with pytest.raises(ae.Abort, match="odd 3"):
+                await aborted
+            assert await reader is None
+            assert await after is None
+            assert await value == "ran on 5"
+            assert await v.get() == 5
+            assert v.version == 3  # first, reader, after
+            await engine.wait_for_var(v)  # nothing recorded
+            remote = engine._core._remote
+            assert isinstance(remote, RemoteBackend)
+            assert remote._resent >= 2  # reader and after were sent again (value too, maybe)
+
+    async def test_a_local_value_before_the_abort_is_sent(self, cluster: Any) -> None:
+        async with ae.Engine(cluster=cluster) as engine:
+            v = engine.new_var("v", value=7)
+            aborted = engine.submit(refuse_if_odd, v, out=v, ctx=ae.remote())
+            reader = engine.submit(inc, v, ctx=ae.remote())
+            with pytest.raises(ae.Abort):
+                await aborted
+            assert await reader == 8
+            remote = engine._core._remote
+            assert isinstance(remote, RemoteBackend)
+            assert remote._resent == 1
+        await no_keys_left(cluster, engine)

@@ -147,6 +147,15 @@ class RemoteExecutor:
         self._closed = True
 
 
+#: What a value operation was sent with: its call, and the arguments (futures in place of its
+#: Vars) of its task.
+_Sent = tuple[ValueCall, list[Any], dict[str, Any]]
+
+#: How many times a value operation is sent again because a version it read was aborted
+#: (once per aborted or re-sent input upstream, in practice); past it, it fails.
+_RESENDS = 8
+
+
 def _priority(op: Operation[Any]) -> int:
     """The ``priority`` an operation was pushed with (its run key encodes it)."""
     return (op._seq - op._key) >> 64
@@ -184,6 +193,7 @@ class RemoteBackend:
         self._submitted: dict[Operation[Any], tuple[DaskFuture, list[RemoteVersion]]] = {}
         #: those withdrawn by ``cancel()``, with its message, until they settle; lock held
         self._withdrawn: dict[Operation[Any], object] = {}
+        self._resent = 0  # value operations sent again (part of their new keys)
 
     def _unreachable(self, box: _Failure) -> None:
         """Record the failure of connecting, once: every operation that waited for the
@@ -268,7 +278,7 @@ class RemoteBackend:
         op: Operation[Any],
         client: DaskClient,
         exc: BaseException,
-        inputs: tuple[list[tuple[int, Var]], list[tuple[str, Var]]],
+        sent: _Sent,
         cancelled: bool,
     ) -> BaseException:
         """The failure of value operation ``op`` whose task failed with ``exc``: a value
@@ -277,7 +287,8 @@ class RemoteBackend:
         that, an error that names it and the worker that held it, else ``exc`` (loop
         thread)."""
         lost: dict[str, str] = {}  # key: the Var's name
-        for _, var in [*inputs[0], *inputs[1]]:
+        call = sent[0]
+        for _, var in [*call.arg_vars, *call.kw_vars]:
             cached = self._scattered.get(var)
             if cached is not None and getattr(cached[1], "status", "finished") != "finished":
                 del self._scattered[var]
@@ -357,7 +368,7 @@ class RemoteBackend:
 
     def _collect_locked(
         self, op: Operation[Any], todo: list[Operation[Any]]
-    ) -> tuple[DaskFuture, list[RemoteVersion], list[RemoteVersion], bool, Any] | None:
+    ) -> tuple[DaskFuture, list[RemoteVersion], list[RemoteVersion], bool, _Sent] | None:
         """Add value operation ``op``'s task to the batch and release its Vars, if it can be
         done now: connected, every argument a future already (nothing to scatter), not
         holding its Vars, not in serial mode (a blocking client's calls are thread-safe).
@@ -422,7 +433,7 @@ class RemoteBackend:
         core.release_locked(op, _DONE, None, ready, counted=False)
         if ready:
             todo.extend(core.dispatch_locked(ready))
-        return future, deps, versions, True, (call.arg_vars, call.kw_vars)
+        return future, deps, versions, True, (call, args, kwargs)
 
     def _arg_now(self, var: Var, deps: list[RemoteVersion]) -> DaskFuture | None:
         """:meth:`_remote_arg` if nothing is to be sent: the future, else None."""
@@ -650,7 +661,6 @@ class RemoteBackend:
         deps: list[RemoteVersion] = []
         future = None
         released = False
-        inputs = (call.arg_vars, call.kw_vars)
         try:
             client = await self._link.ready()
             if op._prop is _NO_SKIP:
@@ -672,6 +682,7 @@ class RemoteBackend:
                     if type(value) is RemoteVersion and value not in deps:
                         value.given = True
                         deps.append(value)
+            sent = (call, args, kwargs)
             n = None if call.single or not call.outs else len(call.outs)
             key = self._key(op)
             apply = worker.apply_async if inspect.iscoroutinefunction(call.fn) else worker.apply
@@ -726,7 +737,7 @@ class RemoteBackend:
             return
         finally:
             del call
-        await self._complete_value(op, client, future, deps, versions, released, inputs)
+        await self._complete_value(op, client, future, deps, versions, released, sent)
 
     async def _complete_value(
         self,
@@ -736,10 +747,33 @@ class RemoteBackend:
         deps: list[RemoteVersion],
         versions: list[RemoteVersion],
         released: bool,
-        inputs: tuple[list[tuple[int, Var]], list[tuple[str, Var]]],
+        sent: _Sent,
     ) -> None:
-        """The rest of a submitted value operation: await its task, then settle.
-        ``inputs``: its Var arguments (``ValueCall.arg_vars`` and ``kw_vars``)."""
+        """The rest of a submitted value operation: await its task, then settle (or, if it
+        failed only because a version it read was aborted, send it again on the value the
+        abort left: :meth:`_resend`). ``sent``: its call, and the arguments it was sent."""
+        for _ in range(_RESENDS):
+            again = await self._await_value(op, client, future, deps, versions, released, sent)
+            if again is None:
+                return
+            future = again
+        error = RuntimeError(
+            f"{op.name!r} was sent again {_RESENDS} times: its inputs kept aborting"
+        )
+        await self._settle(op, versions, released, _FAILED, None, error, _Failure(error))
+
+    async def _await_value(
+        self,
+        op: Operation[Any],
+        client: DaskClient,
+        future: DaskFuture,
+        deps: list[RemoteVersion],
+        versions: list[RemoteVersion],
+        released: bool,
+        sent: _Sent,
+    ) -> DaskFuture | None:
+        """One round of :meth:`_complete_value`: None once settled, else the future of the
+        task sent again."""
         try:
             await self._link.finished(future)
             if released and op in self._withdrawn:
@@ -747,18 +781,20 @@ class RemoteBackend:
                     msg = self._withdrawn.pop(op)
                 future.release()
                 await self._settle(op, versions, released, _CANCELLED, msg, None, None)
-                return
+                return None
             if self._core._instruments:
                 await self._ran_on(client, op, future)
         except asyncio.CancelledError as exc:  # a holding operation, cancelled while it ran
             await self._cancel_future(future)
             await self._ended(future.key)
             await self._settle(op, versions, released, _FAILED, None, exc, None)
-            return
+            return None
         try:
             state, result, failure, box = await self._outcome(
-                op, client, future, deps, versions, inputs
+                op, client, future, deps, versions, sent
             )
+            if state is None:  # failed for an aborted input: sent again
+                return await self._resend(op, client, future, deps, versions, sent)
         except asyncio.CancelledError as cancel:  # a holding operation, cancelled while it ran
             await self._cancel_future(future)
             state, result, failure, box = _FAILED, None, cancel, None
@@ -767,8 +803,79 @@ class RemoteBackend:
         finally:
             if not any(version.future is future for version in versions):
                 future.release()  # (a version's future lives as long as the version)
-            del deps
         await self._settle(op, versions, released, state, result, failure, box)
+        return None
+
+    async def _resend(
+        self,
+        op: Operation[Any],
+        client: DaskClient,
+        future: DaskFuture,
+        deps: list[RemoteVersion],
+        versions: list[RemoteVersion],
+        sent: _Sent,
+    ) -> DaskFuture:
+        """Send value operation ``op`` again, its task having failed only because a version
+        it read was aborted (``ae.Abort``: its operation rolled back) or sent again itself:
+        each such argument is now the value the abort left (the version before, or the
+        local value, scattered), or the version's new future. Its own versions take the new
+        futures, so what reads them sees the new values. Returns the new task's future."""
+        call, args, kwargs = sent
+        by_first = {id(dep.first): dep for dep in deps}
+
+        async def now(arg: Any) -> Any:
+            dep = by_first.get(id(arg))
+            if dep is None:
+                return arg
+            if not isinstance(dep.exc, Abort):
+                return dep.future
+            value = dep.fallback
+            if type(value) is RemoteVersion:
+                return value.future
+            if value is NO_VALUE:
+                raise ValueError(
+                    f"{dep.name!r} carries no value: the write {op.name!r} read was aborted "
+                    "and nothing was written before it"
+                )
+            return await self._link.call(client.scatter(value, asynchronous=True))
+
+        new_args = list(args)
+        for i, _ in call.arg_vars:
+            new_args[i] = await now(args[i])
+        new_kwargs = dict(kwargs)
+        for name, _ in call.kw_vars:
+            new_kwargs[name] = await now(kwargs[name])
+        n = None if call.single or not call.outs else len(call.outs)
+        self._resent += 1
+        key = f"{self._key(op)}-again{self._resent}"
+        apply = worker.apply_async if inspect.iscoroutinefunction(call.fn) else worker.apply
+        again = client.submit(
+            apply,
+            call.fn,
+            n,
+            new_args,
+            new_kwargs,
+            key=key,
+            pure=False,
+            priority=_priority(op),
+            **self._options(op._ctx),
+        )
+        if n is None:
+            parts = [again] if call.outs else []
+        else:
+            parts = [
+                client.submit(operator.getitem, again, i, key=f"{key}-{i}", priority=_priority(op))
+                for i in range(n)
+            ]
+        with self._core._lock:
+            for version, part in zip(versions, parts, strict=True):
+                version.future = part
+            entry = self._submitted.get(op)
+            if entry is not None:
+                self._submitted[op] = (again, entry[1])
+        if not any(version.future is future for version in versions):
+            future.release()
+        return again
 
     async def _outcome(
         self,
@@ -777,13 +884,17 @@ class RemoteBackend:
         future: DaskFuture,
         deps: list[RemoteVersion],
         versions: list[RemoteVersion],
-        inputs: tuple[list[tuple[int, Var]], list[tuple[str, Var]]],
-    ) -> tuple[OpState, object, BaseException | None, _Failure | None]:
+        sent: _Sent,
+    ) -> tuple[OpState | None, object, BaseException | None, _Failure | None]:
         """How a value operation whose task has finished ends: skipped if a version it
-        depends on failed (Dask then failed it with that exception), else failed or done."""
+        depends on failed (Dask then failed it with that exception), else failed or done;
+        None for the state if it must be sent again (:meth:`_resend`)."""
         for dep in deps:
             await dep.wait_settled(self._loop)
-        failed = next((dep for dep in deps if dep.exc is not None), None)
+        # An aborted version failed nothing (errors.Abort): what read it is sent again.
+        failed = next(
+            (dep for dep in deps if dep.exc is not None and not isinstance(dep.exc, Abort)), None
+        )
         if failed is not None:
             cause = failed.exc
             assert cause is not None
@@ -795,7 +906,11 @@ class RemoteBackend:
             return _SKIPPED, None, err, failed.box
         if future.status != "finished":
             exc = await self._error(future)
-            exc = await self._lost_inputs(op, client, exc, inputs, future.status == "cancelled")
+            if isinstance(exc, Abort) and any(
+                isinstance(dep.exc, Abort) or dep.future is not dep.first for dep in deps
+            ):
+                return None, None, None, None  # maybe only its input's abort: send it again
+            exc = await self._lost_inputs(op, client, exc, sent, future.status == "cancelled")
             # An Abort records nothing (errors.Abort): its versions roll back, and only the
             # awaiter sees it.
             return _FAILED, None, exc, None if isinstance(exc, Abort) else _Failure(exc)

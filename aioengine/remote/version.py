@@ -42,6 +42,7 @@ class RemoteVersion:
         "box",
         "exc",
         "fallback",
+        "first",
         "future",
         "gathering",
         "given",
@@ -55,6 +56,9 @@ class RemoteVersion:
 
     def __init__(self, future: Any, var: Var, previous: object) -> None:
         self.future = future  #: the Dask future of the value
+        #: the future it was made with (``future`` changes if its operation is sent again,
+        #: after an input of it was aborted): what the operations given it were sent
+        self.first = future
         self.var = weakref.ref(var)  #: the Var it is a version of
         self.name = var.name
         #: the Var's value before this version, until it settles (then dropped, or kept in
