@@ -393,7 +393,7 @@ class Engine:
                 f"aclose() timed out after {timeout} s with {len(self._core._live)} operation(s) "
                 f"still pending, first: {', '.join(map(repr, names))}"
             ) from None
-        errors = self._core._take_failures()
+        errors = self._core.take_failures()
         if self._core._gpu is not None:
             self._core._gpu.shutdown()
         remote = self._core._remote
@@ -1007,7 +1007,7 @@ class Engine:
             else:
                 # Idle: its failure is the wait's now, in this critical section; once the lock
                 # is released, an operation pushed from another thread may run and fail on it.
-                failure = self._core._take_failure_locked(var._failure)
+                failure = self._core.take_failure_locked(var._failure)
         if todo:
             self._core.submit_ready(todo)
         if marker is not None:
@@ -1024,7 +1024,7 @@ class Engine:
                 raise
             with self._core._lock:
                 # Its result: the failure var carried at its turn (see dispatch_locked).
-                failure = self._core._take_failure_locked(marker._result)
+                failure = self._core.take_failure_locked(marker._result)
         if failure is not None:
             raise failure
 
@@ -1070,7 +1070,7 @@ class Engine:
                 f"wait_for_all() timed out after {timeout} s with {len(self._core._live)} "
                 f"operation(s) pending:\n{_dump.describe_all(self)}"
             ) from None
-        errors = self._core._take_failures()
+        errors = self._core.take_failures()
         if errors:
             raise BaseExceptionGroup("unhandled errors in aioengine.Engine", errors)
 

@@ -160,7 +160,7 @@ class GpuSync(GpuDevices):
         box = self._device_boxes.get(device_id)
         if box is None or not box.unthrown:  # none yet, or thrown (and so cleared) already
             box = self._device_boxes[device_id] = _Failure(err)
-            self._core._failures[box] = None
+            self._core.record_failure_locked(box)
         return box
 
     def hold_for_fences_locked(self, op: Operation[Any]) -> bool:

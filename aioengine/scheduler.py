@@ -93,7 +93,9 @@ from any thread), :meth:`finish_locked`, :meth:`dispatch_locked` then :meth:`sub
 (what a release made READY, handed to executors once unlocked), :meth:`call_soon_locked`
 (a callback on the loop). Release early, complete later (the GPU once enqueued, the remote
 backend once submitted): :meth:`release_locked`, then :meth:`complete_released_locked`;
-:meth:`complete_locked` makes any operation final. Shutdown: :meth:`abandon_executors`.
+:meth:`complete_locked` makes any operation final. Failures: :meth:`record_failure_locked`
+(one a collaborator found), :meth:`take_failure_locked` and :meth:`take_failures` (the
+façade's waits throw them). Shutdown: :meth:`abandon_executors`.
 Everything else, fields included, is this module's own (the fields' writers from outside
 are counted by ``tools/reach.py``, and only go down).
 
@@ -1650,7 +1652,12 @@ class Scheduler:
             return None
         return current
 
-    def _take_failure_locked(self, box: _Failure | None) -> BaseException | None:
+    def record_failure_locked(self, box: _Failure) -> None:
+        """Record a failure that a collaborator found (a GPU's device, a remote version lost
+        or failed, a cluster out of reach): waits raise it until it is thrown (lock held)."""
+        self._failures[box] = None
+
+    def take_failure_locked(self, box: _Failure | None) -> BaseException | None:
         """Claim the exception of ``box``, the failure a Var carried at a wait's turn, unless
         it was thrown already, and clear it everywhere for the operations pushed from now on
         (lock held): under the lock, so two waits never both throw it."""
@@ -1691,7 +1698,7 @@ class Scheduler:
         if todo:
             self.submit_ready(todo)
 
-    def _take_failures(self) -> list[BaseException]:
+    def take_failures(self) -> list[BaseException]:
         """Claim every failure not thrown yet, in the order they happened, and clear them
         everywhere for the operations pushed from now on (``wait_for_all``, ``aclose``)."""
         with self._lock:

@@ -199,7 +199,7 @@ class RemoteBackend:
         """Record the failure of connecting, once: every operation that waited for the
         connection fails with it (one error at ``aclose()``, not one per operation)."""
         with self._core._lock:
-            self._core._failures[box] = None
+            self._core.record_failure_locked(box)
 
     # -- the scheduler's seam ----------------------------------------------------------
 
@@ -948,7 +948,7 @@ class RemoteBackend:
             for version in versions:
                 version.settle(why, box, ready, watchers)
             if state is _FAILED and box is not None:
-                core._failures[box] = None
+                core.record_failure_locked(box)
             if released:
                 if state is not _CANCELLED and not isinstance(exc, Abort):  # Var.version
                     for var in op._mutate:
@@ -984,7 +984,7 @@ class RemoteBackend:
             exc = lost_error(version, cause)
             box = _Failure(exc)
             with core._lock:
-                core._failures[box] = None
+                core.record_failure_locked(box)
                 var = version.lost(exc, box, ready)
                 if var is not None:
                     self._scattered.pop(var, None)
