@@ -1456,6 +1456,19 @@ class Scheduler:
                 sequencer._withdraw(ready)
         op._wait = 0
 
+    def release_submitted_locked(self, op: Operation[Any], ready: list[Any]) -> None:
+        """Release the Vars of ``op``, a remote value operation just submitted to Dask (the
+        data orders it now), without counting its writes yet; from now on no task of its
+        own can cancel it (the remote collaborator's ``withdraw_locked`` may). Complete it
+        with :meth:`complete_released_locked` (lock held)."""
+        op._task = None
+        self.release_locked(op, _DONE, None, ready, counted=False)
+
+    def attach_task_locked(self, op: Operation[Any], task: asyncio.Task[Any]) -> None:
+        """``task`` runs ``op`` on the loop (a remote operation awaiting its Dask task):
+        :meth:`cancel` of the running operation cancels it (lock held)."""
+        op._task = task
+
     def complete_released_locked(
         self,
         op: Operation[Any],
@@ -1463,12 +1476,17 @@ class Scheduler:
         result: object,
         exc: BaseException | None,
         box: _Failure | None = None,
+        count: bool = False,
     ) -> None:
         """Complete ``op``, whose Vars :meth:`release_locked` released before it finished
         (the GPU collaborator's, once its work is enqueued; the remote one's, once submitted),
         with its outcome; ``box``: a failure found after the release (a failed device), now
-        recorded on what it wrote. Release early, complete later: the collaborators' one way
-        to finish such an operation (lock held)."""
+        recorded on what it wrote; ``count``: its writes count towards :attr:`Var.version`
+        now (released by :meth:`release_submitted_locked`). Release early, complete later:
+        the collaborators' one way to finish such an operation (lock held)."""
+        if count:
+            for v in op._mutate:
+                v._version += 1
         if box is not None:
             for v in op._mutate:
                 v._failure = box

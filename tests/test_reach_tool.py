@@ -317,3 +317,27 @@ def test_list_and_json_show_every_occurrence(
         ("_state", "assign", True),
         ("_seq", "read", False),
     }
+
+
+def test_writes_inside_the_core_are_not_outside_writes(
+    reach: ModuleType, tmp_path: pathlib.Path
+) -> None:
+    """The scheduler writing an operation's field is the core changing its own state (still a
+    reach); a collaborator writing it is an outside write."""
+    root = tmp_path / "aioengine"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "operation.py").write_text(textwrap.dedent(OPERATION))
+    (root / "scheduler.py").write_text(textwrap.dedent(SCHEDULER))
+    (root / "remote.py").write_text("def settle(op):\n    op._state = 3\n")
+    report = reach.scan(root)
+    counts = report.per_module()
+    assert (counts["aioengine/scheduler.py"].writes, counts["aioengine/scheduler.py"].reach) == (
+        0,
+        1,
+    )
+    assert (counts["aioengine/remote.py"].writes, counts["aioengine/remote.py"].reach) == (1, 1)
+    assert {hit.path: hit.core for hit in report.hits} == {
+        "aioengine/remote.py": False,
+        "aioengine/scheduler.py": True,
+    }

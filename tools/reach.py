@@ -24,6 +24,12 @@ It reads the sources with :mod:`ast` (nothing is imported) and counts two things
     not counted); ``scheduler._name`` on an imported module of the package. Outside writes
     are counted among the reaches too.
 
+Writes inside the core (the modules of :data:`CORE`: the scheduler, its operations, Vars,
+bulk segments, loop queue, tasks, collector hooks, instruments and lock) to a name that a
+core module declares are the core's own business: the issue asks that the core's state change
+only inside the core, so they are listed (kind ``core``) and counted among the reaches, but
+not as outside writes.
+
 A module *declares* (owns) an attribute name when one of its classes has it in its body (a
 method, a class attribute, an annotation), lists it in ``__slots__``, or when the module
 assigns it as ``self._name``/``cls._name``. The names are matched by spelling, not by type
@@ -82,6 +88,21 @@ WRITE_KINDS = frozenset(
     {"assign", "augassign", "del", "setitem", "delitem", "mutate", "setattr", "delattr"}
 )
 SELF_NAMES = frozenset({"self", "cls"})
+# The compiled core (docs/design.md, "Layers"): writes among these modules are inside the core.
+CORE = frozenset(
+    f"aioengine.{name}"
+    for name in (
+        "scheduler",
+        "loopqueue",
+        "bulk",
+        "task",
+        "var",
+        "operation",
+        "collector",
+        "instrument",
+        "lock",
+    )
+)
 
 
 def is_private(name: str) -> bool:
@@ -100,10 +121,12 @@ class Hit:
     attr: str
     kind: str  # "read", "getattr", "import", "module", or one of WRITE_KINDS
     foreign: bool = False  # a name no module of the package declares
+    core: bool = False  # a core module writing a name a core module declares
 
     @property
     def write(self) -> bool:
-        return self.kind in WRITE_KINDS
+        """An outside write: it changes the attribute, and not from inside the core."""
+        return self.kind in WRITE_KINDS and not self.core
 
 
 @dataclasses.dataclass
@@ -250,9 +273,11 @@ class Scanner:
         self.hits: list[Hit] = []
         self.kinds: dict[int, str] = {}  # id(Attribute node) -> kind, for the written ones
 
-    def hit(self, node: ast.AST, attr: str, kind: str, *, foreign: bool = False) -> None:
+    def hit(
+        self, node: ast.AST, attr: str, kind: str, *, foreign: bool = False, core: bool = False
+    ) -> None:
         line = getattr(node, "lineno", 0)
-        self.hits.append(Hit(self.module.display, line, attr, kind, foreign))
+        self.hits.append(Hit(self.module.display, line, attr, kind, foreign, core))
 
     def scan(self) -> list[Hit]:
         tree = self.module.tree
@@ -367,7 +392,12 @@ class Scanner:
     def account(self, node: ast.AST, attr: str, kind: str) -> None:
         if attr in self.module.owned:
             return
-        self.hit(node, attr, kind, foreign=attr not in self.declared)
+        core = (
+            kind in WRITE_KINDS
+            and self.module.name in CORE
+            and any(attr in self.modules[name].owned for name in CORE if name in self.modules)
+        )
+        self.hit(node, attr, kind, foreign=attr not in self.declared, core=core)
 
     def reflective(self, node: ast.Call) -> None:
         """``getattr(x, "_name")`` and its kin, with a literal private name."""
@@ -410,7 +440,7 @@ def render(report: Report, *, listing: bool) -> str:
     lines = []
     if listing:
         for hit in report.hits:
-            mark = ", foreign" if hit.foreign else ""
+            mark = ", foreign" if hit.foreign else ", core" if hit.core else ""
             lines.append(f"{hit.path}:{hit.line}: {hit.attr} ({hit.kind}{mark})")
         lines.append("")
     per_module = report.per_module()

@@ -360,7 +360,7 @@ class RemoteBackend:
                 dask_api.quiet(task)
                 if not collected:
                     task.add_done_callback(functools.partial(self._task_done, op))
-                    op._task = task
+                    core.attach_task_locked(op, task)
         if todo:
             core.submit_ready(todo)
         if started and core._instruments:
@@ -428,9 +428,8 @@ class RemoteBackend:
             versions.append(version)
             self._holders.add(var)
         ready: list[Any] = []
-        op._task = None  # submitted: only withdraw_locked can cancel it now
         self._submitted[op] = (future, versions)
-        core.release_locked(op, _DONE, None, ready, counted=False)
+        core.release_submitted_locked(op, ready)
         if ready:
             todo.extend(core.dispatch_locked(ready))
         return future, deps, versions, True, (call, args, kwargs)
@@ -714,9 +713,8 @@ class RemoteBackend:
                     versions.append(version)
                 if not call.holds and not core._settings.serial:
                     released = True
-                    op._task = None  # submitted: only withdraw_locked can cancel it now
                     self._submitted[op] = (future, versions)
-                    core.release_locked(op, _DONE, None, ready, counted=False)
+                    core.release_submitted_locked(op, ready)
                     todo = core.dispatch_locked(ready) if ready else ready
                 else:
                     todo = ready
@@ -950,11 +948,13 @@ class RemoteBackend:
             if state is _FAILED and box is not None:
                 core.record_failure_locked(box)
             if released:
-                if state is not _CANCELLED and not isinstance(exc, Abort):  # Var.version
-                    for var in op._mutate:
-                        var._version += 1
+                cancelled = state is _CANCELLED
                 core.complete_released_locked(
-                    op, state, result, exc if state is not _CANCELLED else None
+                    op,
+                    state,
+                    result,
+                    None if cancelled else exc,
+                    count=not cancelled and not isinstance(exc, Abort),  # Var.version
                 )
             elif state is _DONE:
                 core.finish_locked(op, state, result, None, ready)
