@@ -277,7 +277,7 @@ class Engine:
         with core._lock:
             if core._state is not State.CLOSING:
                 return
-            core._state = State.CLOSED
+            core.set_state_locked(State.CLOSED)
             unfinished = len(core._live)
             names = [op.name for op in list(core._live.values())[:10]]
         unguard_interrupts(core)
@@ -381,7 +381,7 @@ class Engine:
         with self._core._lock:
             if self._core._state is State.CLOSED:
                 return
-            self._core._state = State.CLOSING
+            self._core.set_state_locked(State.CLOSING)
         if cancel:
             self._core._cancel_not_started()
         try:
@@ -412,7 +412,8 @@ class Engine:
                 _join_executors(executors)
             else:
                 await joined
-        self._core._state = State.CLOSED
+        with self._core._lock:
+            self._core.set_state_locked(State.CLOSED)
         unguard_interrupts(self._core)
         if errors:
             raise BaseExceptionGroup("unhandled errors in aioengine.Engine", errors)
@@ -859,14 +860,12 @@ class Engine:
                     # Checked again after each wake-up: meanwhile other pushes may have
                     # queued behind current what would have made room.
                     _check_room_inside_locked(self._core, current, limit, what)
-                fut: asyncio.Future[None] = loop.create_future()
-                self._core._capacity_waiters.append(fut)
+                fut = self._core.capacity_waiter_locked(loop)
             try:
                 await fut
             except BaseException:
                 with self._core._lock:
-                    if fut in self._core._capacity_waiters:
-                        self._core._capacity_waiters.remove(fut)
+                    self._core.drop_waiter_locked(fut)
                 raise
 
     async def push_sync_wait(
@@ -995,15 +994,7 @@ class Engine:
                     f"wait_for_var({var.name})",
                 )
                 fut: asyncio.Future[None] = loop.create_future()
-                marker._waiters = [fut]
-                self._core._seq += 1  # a marker's request takes its place in the queue's push order
-                marker._seq = marker._key = self._core._seq
-                if var._append(marker, 1):
-                    # Idle, but GPU work on it may be pending: dispatch_locked waits for
-                    # its fences.
-                    todo = self._core.dispatch_locked([marker])
-                else:
-                    marker._wait = 1
+                todo = self._core.queue_marker_locked(marker, var, fut)
             else:
                 # Idle: its failure is the wait's now, in this critical section; once the lock
                 # is released, an operation pushed from another thread may run and fail on it.
@@ -1082,14 +1073,12 @@ class Engine:
                 with self._core._lock:
                     if not self._core._live:
                         return
-                    fut: asyncio.Future[None] = loop.create_future()
-                    self._core._idle_waiters.append(fut)
+                    fut = self._core.idle_waiter_locked(loop)
                 try:
                     await fut
                 except BaseException:
                     with self._core._lock:
-                        if fut in self._core._idle_waiters:
-                            self._core._idle_waiters.remove(fut)
+                        self._core.drop_waiter_locked(fut)
                     raise
 
     def trace(self, path: str | os.PathLike[str] | None = None) -> _trace.TraceSession:

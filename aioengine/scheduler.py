@@ -95,7 +95,9 @@ from any thread), :meth:`finish_locked`, :meth:`dispatch_locked` then :meth:`sub
 backend once submitted): :meth:`release_locked`, then :meth:`complete_released_locked`;
 :meth:`complete_locked` makes any operation final. Failures: :meth:`record_failure_locked`
 (one a collaborator found), :meth:`take_failure_locked` and :meth:`take_failures` (the
-façade's waits throw them). Shutdown: :meth:`abandon_executors`.
+façade's waits throw them). Waits: :meth:`idle_waiter_locked`, :meth:`capacity_waiter_locked`,
+:meth:`drop_waiter_locked`, :meth:`queue_marker_locked` (``wait_for_var``). Shutdown:
+:meth:`set_state_locked`, :meth:`abandon_executors`.
 Everything else, fields included, is this module's own (the fields' writers from outside
 are counted by ``tools/reach.py``, and only go down).
 
@@ -1669,6 +1671,43 @@ class Scheduler:
         if current is None or current._core is not self or current._state is not _RUNNING:
             return None
         return current
+
+    def set_state_locked(self, state: State) -> None:
+        """Move the lifecycle on (the façade's close: CLOSING, then CLOSED; lock held)."""
+        self._state = state
+
+    def idle_waiter_locked(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        """A loop future set once no operation is pending (``wait_for_all``; lock held)."""
+        fut: asyncio.Future[None] = loop.create_future()
+        self._idle_waiters.append(fut)
+        return fut
+
+    def capacity_waiter_locked(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        """A loop future set once fewer operations than ``max_pending`` are pending (the
+        backpressured pushes; lock held)."""
+        fut: asyncio.Future[None] = loop.create_future()
+        self._capacity_waiters.append(fut)
+        return fut
+
+    def drop_waiter_locked(self, fut: asyncio.Future[None]) -> None:
+        """Forget a waiter whose awaiter was cancelled before it was set (lock held)."""
+        for waiters in (self._idle_waiters, self._capacity_waiters):
+            if fut in waiters:
+                waiters.remove(fut)
+
+    def queue_marker_locked(
+        self, marker: Operation[None], var: Var, fut: asyncio.Future[None]
+    ) -> list[Operation[Any]]:
+        """Queue ``wait_for_var``'s marker on ``var``, in push order, ``fut`` its awaiter's
+        future; returns what to submit once unlocked (the marker, granted at once, goes
+        through dispatch: GPU work on ``var`` may still hold it). Lock held."""
+        marker._waiters = [fut]
+        self._seq += 1  # a marker's request takes its place in the queue's push order
+        marker._seq = marker._key = self._seq
+        if var._append(marker, 1):
+            return self.dispatch_locked([marker])
+        marker._wait = 1
+        return []
 
     def record_failure_locked(self, box: _Failure) -> None:
         """Record a failure that a collaborator found (a GPU's device, a remote version lost
