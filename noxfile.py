@@ -120,7 +120,7 @@ def lint(session: nox.Session) -> None:
 def mypy(session: nox.Session) -> None:
     """Type-check the package and tools/ (strict), this noxfile, and the tests.
 
-    The ``dask`` extra is installed so that ``remote.py`` is checked against distributed's
+    The ``dask`` extra is installed so that ``remote/`` is checked against distributed's
     own type hints, and the test group so that the tests are checked against what they
     import. The tests run under pyproject.toml's settings with the override for ``tests.*``,
     which turns off the error codes they trip on purpose (wrong argument types, ...).
@@ -131,7 +131,14 @@ def mypy(session: nox.Session) -> None:
         *nox.project.dependency_groups(PYPROJECT, "lint"),
         *nox.project.dependency_groups(PYPROJECT, "test"),
     )
-    session.run("mypy", "--strict", "aioengine", "tests/test_typing.py", "tools/gen_blocking.py")
+    session.run(
+        "mypy",
+        "--strict",
+        "aioengine",
+        "tests/test_typing.py",
+        "tools/gen_blocking.py",
+        "tools/reach.py",
+    )
     session.run("mypy", "noxfile.py")
     session.run("mypy", "tests")
 
