@@ -40,6 +40,7 @@ cdef class Scheduler:
     cdef public tuple _instruments
     cdef public tuple _last_route
     cdef public dict _live
+    cdef public object _ledger
     cdef public object _lock
     cdef public object _lock_acquire
     cdef public object _lock_release
@@ -62,7 +63,6 @@ cdef class Scheduler:
     cdef public _VarType _sequencer  # serial mode's Var, else None
     cdef public object _settings
     cdef public object _state
-    cdef public list _thrown
     cdef public list _wakes
 
     # Every operation's path: push, queue, start, run, finish, release.

@@ -55,12 +55,9 @@ the invariants):
   ident and a call whose truth is its ``is_running()`` (``_is_running``).
 - ``_seq``: the sequence number of the latest operation (or marker, or segment).
 - ``_live``: operations pushed and not finished, by sequence number (so in push order).
-- ``_failures``: the failures an operation may still see, in the order they happened: those
-  not thrown yet, and those thrown (``_thrown``) while an operation pushed before the throw
-  is live. Empty on the fast path: a start checks for skips only when it is not.
-- ``_thrown``: the thrown failures still in ``_failures``, in the order they were thrown
-  (so by ``_Failure.cleared``); retired (``_retire_thrown_locked``) once no live operation
-  was pushed before their throw.
+- ``_ledger``: the failure ledger (``failures.py``: the failures an operation may still
+  see, which were thrown, and their retirement). ``_failures`` is its dict of them, read
+  here on the fast path: empty, a start checks for no skip.
 - ``_deleted_vars``: some Var was deleted, so pushes must check their Vars.
 - ``_idle_waiters``, ``_capacity_waiters``: loop futures of ``wait_for_all`` and of the
   backpressured pushes; ``_idle_due``, ``_capacity_due``: they need waking (set off the loop).
@@ -142,6 +139,7 @@ from .errors import (
 from .executors import Executor
 from .executors.gpu import GpuExecutor
 from .executors.threads import ThreadExecutor
+from .failures import Ledger
 from .functions import default_name, delete_nothing
 from .instrument import Instrument
 from .kinds import _BULK, _CORO, _SYNC, _WAIT, FnProperty, OpState
@@ -363,8 +361,8 @@ class Scheduler:
         # under the lock) cannot miss it.
         self._deleted_vars = False
         self._live: dict[int, Operation[Any]] = {}
-        self._failures: dict[_Failure, None] = {}
-        self._thrown: list[_Failure] = []  # invariant: each is in _failures, cleared set
+        self._ledger = Ledger()  # its state is documented in failures.py
+        self._failures: dict[_Failure, None] = self._ledger.failures  # the same dict
         self._idle_waiters: list[asyncio.Future[None]] = []
         self._capacity_waiters: list[asyncio.Future[None]] = []
         self._executors: dict[str, Executor] = {}
@@ -442,13 +440,8 @@ class Scheduler:
                 assert op._kind < _WAIT, op
             seg = self._segments.open
             assert seg is None or seg._kind == _BULK, seg
-            cleared = [box.cleared for box in self._thrown]
-            assert None not in cleared, cleared
-            assert cleared == sorted(cleared), cleared  # type: ignore[type-var]
-            assert all(box in self._failures for box in self._thrown), "thrown box not tracked"
-            assert all(box.cleared is not None or box.exc is not None for box in self._failures), (
-                "a retired failure is tracked"
-            )
+            assert self._failures is self._ledger.failures, "the ledger's dict was replaced"
+            self._ledger.validate()
             assert not self._inbox or self._inbox_scheduled, "inbox not scheduled"
             # Groups and commute tokens (var.py): each Var's own invariants; a token is held
             # by exactly one dispatched commute member, and a parked operation (_wait -1) is
@@ -1165,8 +1158,8 @@ class Scheduler:
         should run; when it was skipped, the operations its release made ready, for the
         caller to submit once the lock is released.
         """
-        if self._thrown:
-            self._retire_thrown_locked()
+        if self._ledger.thrown:
+            self._ledger.retire(next(iter(self._live), None))
         seq = op._seq
         for v in op._vars:
             box = v._failure
@@ -1528,8 +1521,8 @@ class Scheduler:
                     self._capacity_due = True
                     self._post_locked()
             if not self._live:
-                if self._thrown:  # nothing pushed before a throw is live: retire them all
-                    self._retire_thrown_locked()
+                if self._ledger.thrown:  # nothing pushed before a throw is live: retire all
+                    self._ledger.retire(None)
                 if self._idle_waiters:
                     if _get_ident() == self._loop_thread:
                         self._wake_idle_waiters_locked()
@@ -1712,39 +1705,12 @@ class Scheduler:
     def record_failure_locked(self, box: _Failure) -> None:
         """Record a failure that a collaborator found (a GPU's device, a remote version lost
         or failed, a cluster out of reach): waits raise it until it is thrown (lock held)."""
-        self._failures[box] = None
+        self._ledger.record(box)
 
     def take_failure_locked(self, box: _Failure | None) -> BaseException | None:
-        """Claim the exception of ``box``, the failure a Var carried at a wait's turn, unless
-        it was thrown already, and clear it everywhere for the operations pushed from now on
-        (lock held): under the lock, so two waits never both throw it."""
-        if box is None or not box.unthrown:
-            return None
-        exc = box.exc
-        self._throw_locked(box)
-        self._retire_thrown_locked()
-        return exc
-
-    def _throw_locked(self, box: _Failure) -> None:
-        """Mark ``box`` thrown now: operations pushed from now on no longer see it, the ones
-        pushed before still do (lock held). It stays in ``_failures`` until retired."""
-        box.cleared = self._seq
-        self._thrown.append(box)
-
-    def _retire_thrown_locked(self) -> None:
-        """Retire the thrown failures that no live operation sees any more (lock held): once
-        every operation pushed before a throw has finished, drop its exception and stop
-        tracking it. ``_live`` is in push order, so its first key is the oldest."""
-        thrown = self._thrown
-        oldest = next(iter(self._live), None)
-        n = 0
-        for box in thrown:
-            if oldest is not None and box.cleared >= oldest:
-                break  # an operation pushed before this throw may still see it
-            box.exc = None
-            del self._failures[box]
-            n += 1
-        del thrown[:n]
+        """Throw ``box``, the failure a Var carried at a wait's turn, unless it was thrown
+        already: its exception, or None (lock held; failures.py)."""
+        return self._ledger.take(box, self._seq, next(iter(self._live), None))
 
     def _cancel_marker(self, marker: Operation[None]) -> None:
         ready: list[Any] = []
@@ -1759,11 +1725,4 @@ class Scheduler:
         """Claim every failure not thrown yet, in the order they happened, and clear them
         everywhere for the operations pushed from now on (``wait_for_all``, ``aclose``)."""
         with self._lock:
-            errors = []
-            for box in self._failures:
-                if box.cleared is None:
-                    assert box.exc is not None
-                    errors.append(box.exc)
-                    self._throw_locked(box)
-            self._retire_thrown_locked()
-        return errors
+            return self._ledger.take_all(self._seq, next(iter(self._live), None))

@@ -100,6 +100,7 @@ CORE = frozenset(
         "operation",
         "collector",
         "instrument",
+        "failures",
         "lock",
     )
 )
