@@ -152,18 +152,27 @@ def _multi(ns: Namespace, ufunc: np.ufunc, inputs: tuple[Any, ...]) -> tuple[Arr
     return ns._push(ufunc, operands, outs, device, ufunc.__name__, _meta.prod(shape))
 
 
-@functools.cache
-def _table() -> dict[Callable[..., Any], tuple[str, str]]:
-    """NumPy function -> (namespace path, name): built once, from the names both have."""
-    from ._fft import FFT
-    from ._linalg import Linalg
-    from ._namespace import Namespace
+_TABLES: dict[type, dict[Callable[..., Any], tuple[str, str]]] = {}
 
+
+def _table(ns: Namespace) -> dict[Callable[..., Any], tuple[str, str]]:
+    """NumPy function -> (namespace path, name): built once per namespace class, from the
+    names both have (the classes come from ``ns``: this module is imported by the
+    namespace's, not the reverse)."""
+    table = _TABLES.get(type(ns))
+    if table is None:
+        table = _TABLES[type(ns)] = _build_table(type(ns), type(ns.linalg), type(ns.fft))
+    return table
+
+
+def _build_table(
+    namespace: type, linalg: type, fft: type
+) -> dict[Callable[..., Any], tuple[str, str]]:
     table: dict[Callable[..., Any], tuple[str, str]] = {}
     for module, cls, path in (
-        (np, Namespace, ""),
-        (np.linalg, Linalg, "linalg"),
-        (np.fft, FFT, "fft"),
+        (np, namespace, ""),
+        (np.linalg, linalg, "linalg"),
+        (np.fft, fft, "fft"),
     ):
         for name in dir(cls):
             if name.startswith("_"):
@@ -194,7 +203,7 @@ def array_function(
     kwargs: dict[str, Any],
 ) -> Any:
     """``__array_function__`` of the arrays of ``ns``."""
-    entry = _table().get(func)
+    entry = _table(ns).get(func)
     if entry is None:
         return NotImplemented
     path, name = entry

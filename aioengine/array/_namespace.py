@@ -24,6 +24,7 @@ from ._creation import Creation
 from ._dtypes import DataTypes
 from ._fft import FFT
 from ._info import DTYPE_NAMES, Info
+from ._interop import array_function, array_ufunc
 from ._kernel import Const
 from ._linalg import Linalg
 from ._manipulation import Manipulation
@@ -257,15 +258,11 @@ class Namespace(Creation, DataTypes, Manipulation, Searching, Statistics, Produc
     def _array_ufunc(
         self, ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        from ._interop import array_ufunc
-
         return array_ufunc(self, ufunc, method, inputs, kwargs)
 
     def _array_function(
         self, func: Callable[..., Any], types: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        from ._interop import array_function
-
         return array_function(self, func, types, args, kwargs)
 
 
