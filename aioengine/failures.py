@@ -1,7 +1,7 @@
 """The failure ledger of one engine: the failures its operations may still see, and which of
 them have been thrown (MXNet's throw-once).
 
-A failure is a shared :class:`~aioengine.var._Failure` record: the Vars an operation wrote
+A failure is a shared :class:`~aioengine.var.Failure` record: the Vars an operation wrote
 carry it, and the operations that start afterwards inherit it (they are skipped). A wait
 that raises it *throws* it (``wait_for_var``, ``wait_for_all``, ``aclose``): from then on
 the operations pushed later no longer see it, while those pushed before still do, however
@@ -15,12 +15,12 @@ State (lock held for every access):
   not thrown yet, and those thrown while an operation pushed before the throw is live. The
   scheduler reads the same dict as ``_failures`` on its fast path (empty: nothing to skip).
 - ``thrown``: the thrown failures still in ``failures``, in the order they were thrown (so by
-  ``_Failure.cleared``); invariant: each is in ``failures``, its ``cleared`` set.
+  ``Failure.cleared``); invariant: each is in ``failures``, its ``cleared`` set.
 """
 
 from __future__ import annotations
 
-from .var import _Failure
+from .var import Failure
 
 __all__ = ("Ledger",)
 
@@ -31,14 +31,14 @@ class Ledger:
     __slots__ = ("failures", "thrown")
 
     def __init__(self) -> None:
-        self.failures: dict[_Failure, None] = {}
-        self.thrown: list[_Failure] = []
+        self.failures: dict[Failure, None] = {}
+        self.thrown: list[Failure] = []
 
-    def record(self, box: _Failure) -> None:
+    def record(self, box: Failure) -> None:
         """Track a new failure: waits raise it until it is thrown."""
         self.failures[box] = None
 
-    def throw(self, box: _Failure, seq: int) -> None:
+    def throw(self, box: Failure, seq: int) -> None:
         """Mark ``box`` thrown at sequence number ``seq``: operations pushed from then on no
         longer see it, the ones pushed before still do. It stays tracked until retired."""
         box.cleared = seq
@@ -58,7 +58,7 @@ class Ledger:
             n += 1
         del thrown[:n]
 
-    def take(self, box: _Failure | None, seq: int, oldest: int | None) -> BaseException | None:
+    def take(self, box: Failure | None, seq: int, oldest: int | None) -> BaseException | None:
         """Claim the exception of ``box``, the failure a Var carried at a wait's turn, unless
         it was thrown already, and throw it (under the lock, so two waits never both do)."""
         if box is None or not box.unthrown:

@@ -50,7 +50,7 @@ from .kinds import _SYNC, FnProperty, OpState
 from .operation import Operation
 from .poller import poller_for
 from .scheduler import Scheduler
-from .var import _Failure
+from .var import Failure
 
 __all__ = ("GpuSync", "open_gpu")
 
@@ -133,7 +133,7 @@ class GpuSync(GpuDevices):
         self._fence_seq = 0
         self._gpu_pending: dict[Fence, None] = {}
         self._stuck_streams: set[int] = set()
-        self._device_boxes: dict[int, _Failure] = {}
+        self._device_boxes: dict[int, Failure] = {}
 
     def route(self, ctx: Context, prop: FnProperty, kind: int) -> Executor | None:
         """Route an operation on a GPU context (not cached: a device may fail meanwhile).
@@ -155,11 +155,11 @@ class GpuSync(GpuDevices):
             raise DeviceFailedError(f"cannot push to {ctx!r}: {err}") from err.__cause__
         return self
 
-    def _device_box_locked(self, device_id: int, err: DeviceFailedError) -> _Failure:
+    def _device_box_locked(self, device_id: int, err: DeviceFailedError) -> Failure:
         """The one failure record all operations failed by ``device_id`` share (lock held)."""
         box = self._device_boxes.get(device_id)
         if box is None or not box.unthrown:  # none yet, or thrown (and so cleared) already
-            box = self._device_boxes[device_id] = _Failure(err)
+            box = self._device_boxes[device_id] = Failure(err)
             self._core.record_failure_locked(box)
         return box
 

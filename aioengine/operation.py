@@ -36,7 +36,7 @@ from .var import COMMUTE, CONCURRENT, MODE_NAMES, WRITE, queued_behind
 if TYPE_CHECKING:
     from .context import Context
     from .scheduler import Scheduler
-    from .var import Var, _Failure
+    from .var import Failure, Var
 
 __all__ = ("FnProperty", "OnComplete", "OpState", "Operation", "OprHandle")
 
@@ -124,7 +124,7 @@ class _OperationCore:
     _state: OpState
     _result: Any
     _exception: BaseException | None
-    _inherited: _Failure | None
+    _inherited: Failure | None
     _waiters: list[asyncio.Future[None]] | None
     _callbacks: list[tuple[Callable[[Operation[Any]], object], contextvars.Context]] | None
     _task: asyncio.Task[Any] | None

@@ -158,8 +158,8 @@ from .task import current_op, run_coroutine
 from .var import (
     COMMUTE,
     WRITE,
+    Failure,
     Var,
-    _Failure,
     append_all,
     append_modes,
     release_all,
@@ -362,7 +362,7 @@ class Scheduler:
         self._deleted_vars = False
         self._live: dict[int, Operation[Any]] = {}
         self._ledger = Ledger()  # its state is documented in failures.py
-        self._failures: dict[_Failure, None] = self._ledger.failures  # the same dict
+        self._failures: dict[Failure, None] = self._ledger.failures  # the same dict
         self._idle_waiters: list[asyncio.Future[None]] = []
         self._capacity_waiters: list[asyncio.Future[None]] = []
         self._executors: dict[str, Executor] = {}
@@ -1154,7 +1154,7 @@ class Scheduler:
         Called with the lock held when ``_failures`` is not empty. As in MXNet, the failure is
         taken at start (when every earlier writer of the inputs has finished), from the first
         const Var carrying one that ``op`` sees (one thrown after ``op`` was pushed still
-        counts: ``_Failure.seen_by``), else the first mutated Var. Returns None when ``op``
+        counts: ``Failure.seen_by``), else the first mutated Var. Returns None when ``op``
         should run; when it was skipped, the operations its release made ready, for the
         caller to submit once the lock is released.
         """
@@ -1360,7 +1360,7 @@ class Scheduler:
         result: object,
         exc: BaseException | None,
         ready: list[Any],
-        box: _Failure | None = None,
+        box: Failure | None = None,
     ) -> None:
         """The bookkeeping of :meth:`finish` (lock held; no user code runs here).
 
@@ -1380,7 +1380,7 @@ class Scheduler:
         state: OpState,
         exc: BaseException | None,
         ready: list[Any],
-        box: _Failure | None = None,
+        box: Failure | None = None,
         counted: bool = True,
     ) -> None:
         """Record ``op``'s failure on what it mutates and release its Vars (lock held).
@@ -1407,7 +1407,7 @@ class Scheduler:
                         box = None
                         wrote = False
                     else:
-                        box = _Failure(exc)
+                        box = Failure(exc)
                         self._failures[box] = None
             if box is not None:
                 for v in op._mutate:
@@ -1470,7 +1470,7 @@ class Scheduler:
         state: OpState,
         result: object,
         exc: BaseException | None,
-        box: _Failure | None = None,
+        box: Failure | None = None,
         count: bool = False,
     ) -> None:
         """Complete ``op``, whose Vars :meth:`release_locked` released before it finished
@@ -1702,12 +1702,12 @@ class Scheduler:
         marker._wait = 1
         return []
 
-    def record_failure_locked(self, box: _Failure) -> None:
+    def record_failure_locked(self, box: Failure) -> None:
         """Record a failure that a collaborator found (a GPU's device, a remote version lost
         or failed, a cluster out of reach): waits raise it until it is thrown (lock held)."""
         self._ledger.record(box)
 
-    def take_failure_locked(self, box: _Failure | None) -> BaseException | None:
+    def take_failure_locked(self, box: Failure | None) -> BaseException | None:
         """Throw ``box``, the failure a Var carried at a wait's turn, unless it was thrown
         already: its exception, or None (lock held; failures.py)."""
         return self._ledger.take(box, self._seq, next(iter(self._live), None))

@@ -70,6 +70,7 @@ __all__ = (
     "MODE_NAMES",
     "READ",
     "WRITE",
+    "Failure",
     "Var",
     "VarStatistics",
     "append_all",
@@ -108,7 +109,7 @@ class _Waiter(Protocol):
     _nreads: int
 
 
-class _Failure:
+class Failure:
     """A recorded failure, shared by every Var that carries it (MXNet's shared exception_ptr).
 
     A wait that throws it (``wait_for_var``, ``wait_for_all``, ``aclose``) sets ``cleared``
@@ -232,8 +233,8 @@ class Var:
         self._contenders: deque[Any] | None = None
         self._version = 0  # completed (run or skipped) writes
         # The failure this Var carries: its latest writer's (or an input's it passed on);
-        # kept when thrown, for the operations pushed before the throw (_Failure).
-        self._failure: _Failure | None = None
+        # kept when thrown, for the operations pushed before the throw (Failure).
+        self._failure: Failure | None = None
         # delete_var was called (the deleting operation, else False): no new request may be
         # appended. Set and cleared (when that operation is cancelled) under the engine lock.
         self._deleted: object = False

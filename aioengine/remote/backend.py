@@ -43,7 +43,7 @@ from ..functions import ValueCall
 from ..kinds import _CALLBACK, _CORO, _WAIT, FnProperty, OpState
 from ..operation import Operation
 from ..scheduler import Scheduler
-from ..var import NO_VALUE, Var, _Failure
+from ..var import NO_VALUE, Failure, Var
 from . import dask_api, worker
 from .connection import Connection
 from .version import RemoteVersion, lost_error
@@ -195,7 +195,7 @@ class RemoteBackend:
         self._withdrawn: dict[Operation[Any], object] = {}
         self._resent = 0  # value operations sent again (part of their new keys)
 
-    def _unreachable(self, box: _Failure) -> None:
+    def _unreachable(self, box: Failure) -> None:
         """Record the failure of connecting, once: every operation that waited for the
         connection fails with it (one error at ``aclose()``, not one per operation)."""
         with self._core._lock:
@@ -730,7 +730,7 @@ class RemoteBackend:
         except Exception as exc:
             box = self._link.unreachable
             if box is None or exc is not box.exc:
-                box = _Failure(exc)
+                box = Failure(exc)
             await self._settle(op, versions, released, _FAILED, None, exc, box)
             return
         finally:
@@ -758,7 +758,7 @@ class RemoteBackend:
         error = RuntimeError(
             f"{op.name!r} was sent again {_RESENDS} times: its inputs kept aborting"
         )
-        await self._settle(op, versions, released, _FAILED, None, error, _Failure(error))
+        await self._settle(op, versions, released, _FAILED, None, error, Failure(error))
 
     async def _await_value(
         self,
@@ -797,7 +797,7 @@ class RemoteBackend:
             await self._cancel_future(future)
             state, result, failure, box = _FAILED, None, cancel, None
         except Exception as error:
-            state, result, failure, box = _FAILED, None, error, _Failure(error)
+            state, result, failure, box = _FAILED, None, error, Failure(error)
         finally:
             if not any(version.future is future for version in versions):
                 future.release()  # (a version's future lives as long as the version)
@@ -883,7 +883,7 @@ class RemoteBackend:
         deps: list[RemoteVersion],
         versions: list[RemoteVersion],
         sent: _Sent,
-    ) -> tuple[OpState | None, object, BaseException | None, _Failure | None]:
+    ) -> tuple[OpState | None, object, BaseException | None, Failure | None]:
         """How a value operation whose task has finished ends: skipped if a version it
         depends on failed (Dask then failed it with that exception), else failed or done;
         None for the state if it must be sent again (:meth:`_resend`)."""
@@ -911,7 +911,7 @@ class RemoteBackend:
             exc = await self._lost_inputs(op, client, exc, sent, future.status == "cancelled")
             # An Abort records nothing (errors.Abort): its versions roll back, and only the
             # awaiter sees it.
-            return _FAILED, None, exc, None if isinstance(exc, Abort) else _Failure(exc)
+            return _FAILED, None, exc, None if isinstance(exc, Abort) else Failure(exc)
         result = None
         if not versions:  # no out=: its result is gathered for ``await op``
             result = await self._link.call(client.gather(future, asynchronous=True))
@@ -925,7 +925,7 @@ class RemoteBackend:
         state: OpState,
         result: object,
         exc: BaseException | None,
-        box: _Failure | None,
+        box: Failure | None,
     ) -> None:
         """Finish ``op`` and settle its versions (loop thread); wake what they held."""
         core = self._core
@@ -982,7 +982,7 @@ class RemoteBackend:
         except Exception as cause:
             # Lost (its worker left and it cannot be recomputed, or it cannot be sent here).
             exc = lost_error(version, cause)
-            box = _Failure(exc)
+            box = Failure(exc)
             with core._lock:
                 core.record_failure_locked(box)
                 var = version.lost(exc, box, ready)

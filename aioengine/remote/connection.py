@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import DeviceUnavailableError, summary
-from ..var import _Failure
+from ..var import Failure
 from . import dask_api
 
 __all__ = ("Connection", "describe")
@@ -40,7 +40,7 @@ class Connection:
         loop: asyncio.AbstractEventLoop,
         cluster: object,
         security: object,
-        on_unreachable: Callable[[_Failure], None],
+        on_unreachable: Callable[[Failure], None],
     ) -> None:
         self.loop = loop
         self.cluster = cluster
@@ -50,7 +50,7 @@ class Connection:
         self.own_client = False
         self.own_cluster: Any = None
         self.on_loop = True
-        self.unreachable: _Failure | None = None
+        self.unreachable: Failure | None = None
         self.unreachable_text = ""
         self._on_unreachable = on_unreachable
 
@@ -76,7 +76,7 @@ class Connection:
                 f"could not connect to the Dask cluster {describe(self.cluster)}: {summary(exc)}"
             )
             error.__cause__ = exc
-            box = _Failure(error)
+            box = Failure(error)
             self.unreachable_text = str(error)
             self.unreachable = box
             self._on_unreachable(box)

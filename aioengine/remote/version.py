@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import summary
 from ..kinds import OpState
-from ..var import NO_VALUE, Var, _Failure
+from ..var import NO_VALUE, Failure, Var
 
 if TYPE_CHECKING:
     from ..operation import Operation
@@ -66,7 +66,7 @@ class RemoteVersion:
         self.previous: object = previous
         self.fallback: object = NO_VALUE
         self.settled = False  #: its operation finished (or was skipped)
-        self.box: _Failure | None = None  #: the failure record, if it failed
+        self.box: Failure | None = None  #: the failure record, if it failed
         self.exc: BaseException | None = None  #: that failure's exception
         self.gathering = False  #: a gather to this process is under way
         #: its future was handed to a later remote operation (an argument, or a dependency of
@@ -96,7 +96,7 @@ class RemoteVersion:
     def settle(
         self,
         exc: BaseException | None,
-        box: _Failure | None,
+        box: Failure | None,
         ready: list[Any],
         watchers: list[asyncio.Future[None]],
     ) -> None:
@@ -133,7 +133,7 @@ class RemoteVersion:
         self._release(ready)
         return var if current else None
 
-    def lost(self, exc: BaseException, box: _Failure, ready: list[Any]) -> Var | None:
+    def lost(self, exc: BaseException, box: Failure, ready: list[Any]) -> Var | None:
         """Its value cannot arrive (the cluster lost it, or it cannot be sent here): the
         failure ``box`` of the Var, which no longer carries a value, so nothing gathers it
         again (the Var is returned if this was its version). Appends the operations it held

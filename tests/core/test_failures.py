@@ -6,14 +6,14 @@ import pytest
 
 import aioengine as ae
 from aioengine.failures import Ledger
-from aioengine.var import _Failure
+from aioengine.var import Failure
 
 from ..helpers import Boom
 
 
 def test_a_failure_is_thrown_once_and_retired_when_nothing_can_see_it() -> None:
     ledger = Ledger()
-    first, second = _Failure(Boom("first")), _Failure(Boom("second"))
+    first, second = Failure(Boom("first")), Failure(Boom("second"))
     ledger.record(first)
     ledger.record(second)
     assert ledger.take(first, seq=5, oldest=3) is first.exc
@@ -33,7 +33,7 @@ def test_a_failure_is_thrown_once_and_retired_when_nothing_can_see_it() -> None:
 
 def test_retire_keeps_what_an_older_live_operation_sees() -> None:
     ledger = Ledger()
-    box = _Failure(Boom())
+    box = Failure(Boom())
     ledger.record(box)
     ledger.throw(box, seq=10)
     ledger.retire(oldest=10)  # operation 10 was pushed before the throw (seq <= cleared)
