@@ -682,29 +682,7 @@ class RemoteBackend:
                         value.given = True
                         deps.append(value)
             sent = (call, args, kwargs)
-            n = None if call.single or not call.outs else len(call.outs)
-            key = self._key(op)
-            apply = worker.apply_async if inspect.iscoroutinefunction(call.fn) else worker.apply
-            future = client.submit(
-                apply,
-                call.fn,
-                n,
-                args,
-                kwargs,
-                key=key,
-                pure=False,
-                priority=_priority(op),
-                **self._options(op._ctx),
-            )
-            if n is None:
-                parts = [future] if call.outs else []
-            else:
-                parts = [
-                    client.submit(
-                        operator.getitem, future, i, key=f"{key}-{i}", priority=_priority(op)
-                    )
-                    for i in range(n)
-                ]
+            future, parts = self._submit_value(client, op, call, args, kwargs, self._key(op))
             ready: list[Any] = []
             with core._lock:
                 for var, part in zip(call.outs, parts, strict=True):
@@ -804,6 +782,39 @@ class RemoteBackend:
         await self._settle(op, versions, released, state, result, failure, box)
         return None
 
+    def _submit_value(
+        self,
+        client: DaskClient,
+        op: Operation[Any],
+        call: ValueCall,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        key: str,
+    ) -> tuple[DaskFuture, list[DaskFuture]]:
+        """Submit a value operation's task by ``client.submit`` under ``key``: its future,
+        and the futures of what its ``out`` Vars get (one per Var of a sequence ``out``)."""
+        n = None if call.single or not call.outs else len(call.outs)
+        apply = worker.apply_async if inspect.iscoroutinefunction(call.fn) else worker.apply
+        priority = _priority(op)
+        future = client.submit(
+            apply,
+            call.fn,
+            n,
+            args,
+            kwargs,
+            key=key,
+            pure=False,
+            priority=priority,
+            **self._options(op._ctx),
+        )
+        if n is None:
+            return future, [future] if call.outs else []
+        parts = [
+            client.submit(operator.getitem, future, i, key=f"{key}-{i}", priority=priority)
+            for i in range(n)
+        ]
+        return future, parts
+
     async def _resend(
         self,
         op: Operation[Any],
@@ -843,28 +854,9 @@ class RemoteBackend:
         new_kwargs = dict(kwargs)
         for name, _ in call.kw_vars:
             new_kwargs[name] = await now(kwargs[name])
-        n = None if call.single or not call.outs else len(call.outs)
         self._resent += 1
         key = f"{self._key(op)}-again{self._resent}"
-        apply = worker.apply_async if inspect.iscoroutinefunction(call.fn) else worker.apply
-        again = client.submit(
-            apply,
-            call.fn,
-            n,
-            new_args,
-            new_kwargs,
-            key=key,
-            pure=False,
-            priority=_priority(op),
-            **self._options(op._ctx),
-        )
-        if n is None:
-            parts = [again] if call.outs else []
-        else:
-            parts = [
-                client.submit(operator.getitem, again, i, key=f"{key}-{i}", priority=_priority(op))
-                for i in range(n)
-            ]
+        again, parts = self._submit_value(client, op, call, new_args, new_kwargs, key)
         with self._core._lock:
             for version, part in zip(versions, parts, strict=True):
                 version.future = part
