@@ -66,7 +66,7 @@ from .operation import (
 from .remote import RemoteBackend, open_remote
 from .scheduler import _COMPILED, Scheduler, State, check_prop
 from .settings import Settings, cluster_setting
-from .var import NO_VALUE, Var, checked_modes, checked_reads, checked_writes, queued_behind
+from .var import NO_VALUE, Var, carry, checked_modes, checked_reads, checked_writes, queued_behind
 
 __all__ = ("Engine",)
 
@@ -473,7 +473,7 @@ class Engine:
         """
         if value is not NO_VALUE:
             var = self.new_var(name)
-            var._value = value
+            carry(var, value)
             return var
         self._core.check_fork()
         if self._core._state is State.CLOSED:

@@ -53,7 +53,7 @@ from .context import Context, DeviceType, RunContext, cpu
 from .errors import Abort
 from .functions import ValueCall, default_name
 from .operation import _COROUTINE_TYPES, FnProperty, Operation
-from .var import NO_VALUE, Var
+from .var import NO_VALUE, Var, carry
 
 __all__ = ("OpDecorator", "Pusher", "checked", "get", "op", "read", "submit")
 
@@ -266,7 +266,7 @@ def _check_var(engine: Pusher, label: str, var: object) -> None:
 def _store(outs: tuple[Var, ...], single: bool, result: Any) -> None:
     """Give the ``out`` Vars their new values (the operation holds their write turn)."""
     if single:
-        outs[0]._value = result
+        carry(outs[0], result)
         return
     values = tuple(result)
     if len(values) != len(outs):
@@ -274,7 +274,7 @@ def _store(outs: tuple[Var, ...], single: bool, result: Any) -> None:
             f"the function returned {len(values)} value(s) for out= of {len(outs)} Var(s)"
         )
     for var, value in zip(outs, values, strict=True):
-        var._value = value
+        carry(var, value)
 
 
 def submit(
@@ -406,9 +406,9 @@ def _reduce(
             if isinstance(exc, Abort):
                 raise exc
             raise call._cancelled_error()
-        result._value = NO_VALUE  # nothing more reads it
+        carry(result, NO_VALUE)  # nothing more reads it
         current = accumulate._value
-        accumulate._value = value if current is NO_VALUE else merge(current, value)
+        carry(accumulate, value if current is NO_VALUE else merge(current, value))
         return value
 
     if ordered:

@@ -75,6 +75,7 @@ __all__ = (
     "VarStatistics",
     "append_all",
     "append_modes",
+    "carry",
     "drop_consumed",
     "queued_behind",
     "release_all",
@@ -684,6 +685,15 @@ def release_all(vars_: tuple[Var, ...], nreads: int, ready: list[Any], completed
             v._version += 1
         if v._queued:
             v._grant(ready)
+
+
+def carry(var: Var, value: object) -> None:
+    """Make ``value`` the data ``var`` carries (``NO_VALUE``: none): the one way the layers
+    above the core change it (the ergonomic layer's writes ``out=``, the remote versions).
+    The caller holds ``var``'s write turn, or the engine lock for a remote version's
+    transitions. A function of this module, not a method: users change a value through an
+    operation (``Var.set``, ``submit(..., out=var)``), in push order."""
+    var._value = value
 
 
 def queued_behind(first: Any, target: Any = None) -> set[Any]:

@@ -43,7 +43,7 @@ from ..functions import ValueCall
 from ..kinds import _CALLBACK, _CORO, _WAIT, FnProperty, OpState
 from ..operation import Operation
 from ..scheduler import Scheduler
-from ..var import NO_VALUE, Failure, Var
+from ..var import NO_VALUE, Failure, Var, carry
 from . import dask_api, worker
 from .connection import Connection
 from .version import RemoteVersion, lost_error
@@ -424,7 +424,7 @@ class RemoteBackend:
         versions: list[RemoteVersion] = []
         for var, part in zip(call.outs, parts, strict=True):
             version = RemoteVersion(part, var, var._value)
-            var._value = version
+            carry(var, version)
             versions.append(version)
             self._holders.add(var)
         ready: list[Any] = []
@@ -687,7 +687,7 @@ class RemoteBackend:
             with core._lock:
                 for var, part in zip(call.outs, parts, strict=True):
                     version = RemoteVersion(part, var, var._value)
-                    var._value = version
+                    carry(var, version)
                     versions.append(version)
                 if not call.holds and not core._settings.serial:
                     released = True
@@ -1004,7 +1004,7 @@ class RemoteBackend:
     def forget(self, var: Var) -> None:
         """Drop what ``var`` keeps on the cluster (``delete_var``, once its turn came)."""
         if type(var._value) is RemoteVersion:
-            var._value = NO_VALUE
+            carry(var, NO_VALUE)
         self._scattered.pop(var, None)
 
     def statistics(self) -> dict[str, int]:
@@ -1026,7 +1026,7 @@ class RemoteBackend:
         self._executor.shutdown(False)
         for var in list(self._holders):
             if type(var._value) is RemoteVersion:
-                var._value = NO_VALUE
+                carry(var, NO_VALUE)
         self._holders.clear()
         for _, future in list(self._scattered.values()):
             if not isinstance(future, asyncio.Future):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import summary
 from ..kinds import OpState
-from ..var import NO_VALUE, Failure, Var
+from ..var import NO_VALUE, Failure, Var, carry
 
 if TYPE_CHECKING:
     from ..operation import Operation
@@ -112,7 +112,7 @@ class RemoteVersion:
             self.fallback = previous = self._before()
             var = self.var()
             if var is not None and var._value is self:
-                var._value = previous  # a failed write leaves the value as it was
+                carry(var, previous)  # a failed write leaves the value as it was
                 if box is not None:
                     var._failure = box
         self.previous = None
@@ -128,7 +128,7 @@ class RemoteVersion:
         current = var is not None and var._value is self
         if current:
             assert var is not None
-            var._value = value
+            carry(var, value)
         self.gathering = False
         self._release(ready)
         return var if current else None
@@ -144,7 +144,7 @@ class RemoteVersion:
         current = var is not None and var._value is self
         if current:
             assert var is not None
-            var._value = NO_VALUE
+            carry(var, NO_VALUE)
             var._failure = box
         self.gathering = False
         self._release(ready)
@@ -156,7 +156,7 @@ class RemoteVersion:
         reads. It settles later, when the operation ends. Lock held."""
         var = self.var()
         if var is not None and var._value is self:
-            var._value = self._before()
+            carry(var, self._before())
 
     def _release(self, ready: list[Any]) -> None:
         ready.extend(op for op in self.waiters if op._state is _PENDING)
