@@ -1,13 +1,18 @@
 """What several test modules share and is not a fixture: the exception failing operations
-raise, and the sequential reference model that the random-program tests compare the engine
-with (fixtures, monitors and blockers are in ``conftest.py``)."""
+raise, the sequential reference model that the random-program tests compare the engine
+with, and what the remote tests ask Dask's scheduler (fixtures, monitors and blockers are in
+``conftest.py``)."""
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
 
-__all__ = ("Boom", "Outcome", "SequentialModel", "run_sequential")
+import aioengine as ae
+
+__all__ = ("Boom", "Outcome", "SequentialModel", "engine_keys", "no_keys_left", "run_sequential")
 
 
 class Boom(Exception):
@@ -130,3 +135,22 @@ def run_sequential(
     :class:`SequentialModel`, in push order; their outcomes."""
     model = SequentialModel()
     return [model.push(fn, const, mutate) for fn, const, mutate in ops]
+
+
+def engine_keys(cluster: Any, engine: ae.Engine) -> list[str]:
+    """The keys of ``engine`` that the in-process ``cluster``'s scheduler still knows."""
+    from aioengine.remote import RemoteBackend
+
+    remote = engine._core._remote
+    assert isinstance(remote, RemoteBackend)
+    return [str(k) for k in cluster.scheduler.tasks if remote._token in str(k)]
+
+
+async def no_keys_left(cluster: Any, engine: ae.Engine) -> None:
+    """Wait (bounded) until the scheduler has forgotten every key of ``engine``: releases
+    reach it in batches."""
+    for _ in range(300):
+        if not engine_keys(cluster, engine):
+            return
+        await asyncio.sleep(0.01)
+    assert engine_keys(cluster, engine) == []

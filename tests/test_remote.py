@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 import aioengine as ae
 from aioengine.remote import RemoteBackend
 
-from .helpers import Outcome, SequentialModel
+from .helpers import Outcome, SequentialModel, engine_keys, no_keys_left
 
 # The module of Dask's private names (``aioengine.remote`` as an attribute is the ``remote()``
 # function, so the package's modules are imported by name).
@@ -56,24 +56,6 @@ async def cluster() -> AsyncIterator[Any]:
         asynchronous=True,
     ) as c:
         yield c
-
-
-def engine_keys(cluster: Any, engine: ae.Engine) -> list[str]:
-    """The keys of ``engine`` the scheduler still knows."""
-    remote = engine._core._remote
-    assert isinstance(remote, RemoteBackend)
-    token = remote._token
-    return [str(k) for k in cluster.scheduler.tasks if token in str(k)]
-
-
-async def no_keys_left(cluster: Any, engine: ae.Engine) -> None:
-    """Wait (bounded) until the scheduler has forgotten every key of ``engine``: releases
-    reach it in batches."""
-    for _ in range(200):
-        if not engine_keys(cluster, engine):
-            return
-        await asyncio.sleep(0.01)
-    assert engine_keys(cluster, engine) == []
 
 
 def inc(x: int) -> int:

@@ -31,6 +31,8 @@ from hypothesis import strategies as st
 import aioengine as ae
 from aioengine.remote import RemoteBackend
 
+from .helpers import engine_keys, no_keys_left
+
 distributed = pytest.importorskip("distributed")
 dask = pytest.importorskip("dask")
 
@@ -51,21 +53,6 @@ async def cluster() -> AsyncIterator[Any]:
         asynchronous=True,
     ) as c:
         yield c
-
-
-def engine_keys(cluster: Any, engine: ae.Engine) -> list[str]:
-    remote = engine._core._remote
-    assert isinstance(remote, RemoteBackend)
-    return [str(k) for k in cluster.scheduler.tasks if remote._token in str(k)]
-
-
-async def no_keys_left(cluster: Any, engine: ae.Engine) -> None:
-    """Wait (bounded) until the scheduler forgot every key of ``engine``."""
-    for _ in range(300):
-        if not engine_keys(cluster, engine):
-            return
-        await asyncio.sleep(0.01)
-    assert engine_keys(cluster, engine) == []
 
 
 def inc(x: int) -> int:
