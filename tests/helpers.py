@@ -12,7 +12,15 @@ from typing import Any
 
 import aioengine as ae
 
-__all__ = ("Boom", "Outcome", "SequentialModel", "engine_keys", "no_keys_left", "run_sequential")
+__all__ = (
+    "Boom",
+    "Outcome",
+    "SequentialModel",
+    "engine_keys",
+    "in_process_cluster",
+    "no_keys_left",
+    "run_sequential",
+)
 
 
 class Boom(Exception):
@@ -135,6 +143,24 @@ def run_sequential(
     :class:`SequentialModel`, in push order; their outcomes."""
     model = SequentialModel()
     return [model.push(fn, const, mutate) for fn, const, mutate in ops]
+
+
+def in_process_cluster(n_workers: int, threads_per_worker: int, **kwargs: Any) -> Any:
+    """An asynchronous ``LocalCluster`` whose workers are threads of this process (a function
+    of a test module runs on them by reference, so it can block on the test's Events), to use
+    as ``async with``; the running loop leaves asyncio's debug mode, which makes Dask's own
+    loop-bound work (it shares the loop) several times slower."""
+    import distributed
+
+    asyncio.get_running_loop().set_debug(False)
+    return distributed.LocalCluster(  # type: ignore[no-untyped-call]
+        processes=False,
+        n_workers=n_workers,
+        threads_per_worker=threads_per_worker,
+        dashboard_address=":0",
+        asynchronous=True,
+        **kwargs,
+    )
 
 
 def engine_keys(cluster: Any, engine: ae.Engine) -> list[str]:

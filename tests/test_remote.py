@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 import aioengine as ae
 from aioengine.remote import RemoteBackend
 
-from .helpers import Outcome, SequentialModel, engine_keys, no_keys_left
+from .helpers import Outcome, SequentialModel, engine_keys, in_process_cluster, no_keys_left
 
 # The module of Dask's private names (``aioengine.remote`` as an attribute is the ``remote()``
 # function, so the package's modules are imported by name).
@@ -42,19 +42,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
 @pytest.fixture
 async def cluster() -> AsyncIterator[Any]:
-    """One worker with two threads, in this process (fast to start: ~50 ms).
-
-    The loop leaves asyncio's debug mode, which makes Dask's own loop-bound work (it shares
-    this loop) several times slower; the engine's checks in debug mode are the other tests'.
-    """
-    asyncio.get_running_loop().set_debug(False)
-    async with distributed.LocalCluster(
-        processes=False,
-        n_workers=1,
-        threads_per_worker=2,
-        dashboard_address=":0",
-        asynchronous=True,
-    ) as c:
+    """One worker with two threads, in this process (fast to start: ~50 ms); the engine's
+    checks in debug mode are the other tests'."""
+    async with in_process_cluster(1, 2) as c:
         yield c
 
 

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 import aioengine as ae
 from aioengine.remote import RemoteBackend
 
-from .helpers import engine_keys, no_keys_left
+from .helpers import engine_keys, in_process_cluster, no_keys_left
 
 distributed = pytest.importorskip("distributed")
 dask = pytest.importorskip("dask")
@@ -44,14 +44,7 @@ BOUND = 30  # seconds: what "never returns" is cut at
 @pytest.fixture
 async def cluster() -> AsyncIterator[Any]:
     """Two workers of one thread each, in this process."""
-    asyncio.get_running_loop().set_debug(False)  # Dask shares the loop: debug mode slows it
-    async with distributed.LocalCluster(
-        processes=False,
-        n_workers=2,
-        threads_per_worker=1,
-        dashboard_address=":0",
-        asynchronous=True,
-    ) as c:
+    async with in_process_cluster(2, 1) as c:
         yield c
 
 
@@ -444,14 +437,7 @@ class TestWorkerKilled:
         _INTERVALS[run] = []
 
         async def main() -> None:
-            asyncio.get_running_loop().set_debug(False)
-            async with distributed.LocalCluster(
-                processes=False,
-                n_workers=2,
-                threads_per_worker=2,
-                dashboard_address=":0",
-                asynchronous=True,
-            ) as c:
+            async with in_process_cluster(2, 2) as c:
                 engine = ae.Engine(cluster=c)
                 vs = [engine.new_var(f"v{i}", value=i) for i in range(3)]
                 ops = []
