@@ -21,7 +21,7 @@ from __future__ import annotations
 import weakref
 
 from .. import BlockingEngine, Engine
-from ._array import Array
+from ._array import Array, blocking_of
 from ._namespace import Namespace
 from ._push import FUSE_MAX, INLINE_COST
 from ._sync import PendingArrayError
@@ -42,6 +42,6 @@ def namespace(engine: Engine | BlockingEngine) -> Namespace:
         raise TypeError(f"namespace() needs an aioengine Engine or BlockingEngine, got {engine!r}")
     key = engine.engine if isinstance(engine, BlockingEngine) else engine
     ns = _NAMESPACES.get(key)
-    if ns is None or (isinstance(engine, BlockingEngine) and ns._blocking is None):
+    if ns is None or (isinstance(engine, BlockingEngine) and blocking_of(ns) is None):
         ns = _NAMESPACES[key] = Namespace(engine)
     return ns

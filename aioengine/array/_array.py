@@ -3,7 +3,17 @@
 An :class:`Array` is a view (``_steps``, applied to the value in order; empty for a whole
 buffer) of a :class:`~aioengine.array._buffer.Buffer`, plus the metadata computed at push time:
 ``shape``, ``dtype`` and ``device``. Operators and methods push operations through the
-array's namespace (``_namespace.py``) and return at once.
+array's namespace (``_namespace.py``) and return at once. :class:`Bound`, the base of the
+namespace's machinery, is the engine the namespace is bound to and its event loop: what
+``await`` and the sync points wait on.
+
+The other modules of the package reach an array's state through the functions at the end of
+this module (its internal API: :func:`known_shape`, :func:`buffer_of`, :func:`view`,
+:func:`concrete_shape`, :func:`layout_of`, ...) or its properties, not through its fields
+(but for the kernels, ``_kernel.py``, a layer below this module, which read an argument's
+``_buf``, a ``Const``'s being None, and an array's ``_steps`` when its operation runs). Users
+see the properties (``shape``, ``dtype``, ``device``, ...), which give the same values where
+there is one (``shape`` also learns a data-dependent dimension once the value is ready).
 
 Reading the value:
 
@@ -21,22 +31,49 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine, Generator, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import numpy as np
 
-from .. import Context, DependencyError, DeviceType, FnProperty, Operation, Var, cpu
+from .. import (
+    BlockingEngine,
+    Context,
+    DependencyError,
+    DeviceType,
+    Engine,
+    FnProperty,
+    Operation,
+    Var,
+    cpu,
+)
 from ._buffer import Buffer
-from ._kernel import failure_of
-from ._meta import Shape
-from ._sync import PendingArrayError, in_operation, on_loop_thread
+from ._kernel import Const, failure_of
+from ._meta import Shape, layout
+from ._sync import PendingArrayError, in_operation, on_loop_thread, running_loop
 
 if TYPE_CHECKING:
     from ._namespace import Namespace
     from ._push import Pusher
 
-__all__ = ("Array",)
+__all__ = (
+    "SCALARS",
+    "Array",
+    "Bound",
+    "blocking_of",
+    "buffer_of",
+    "check_writable",
+    "concrete_shape",
+    "engine_of",
+    "known_shape",
+    "layout_of",
+    "namespace_of",
+    "operand_ok",
+    "unpack",
+    "view",
+)
+
+T = TypeVar("T")
 
 _ASYNC = FnProperty.ASYNC
 _CPU = DeviceType.CPU
@@ -194,7 +231,7 @@ class Array:
     def __await__(self) -> Generator[Any, None, Any]:
         ns = self._ns
         loop = ns._loop
-        if ns._blocking is not None and asyncio._get_running_loop() is not loop:
+        if ns._blocking is not None and running_loop() is not loop:
             # A BlockingEngine's array awaited on another loop (a notebook's): read it on the
             # engine's loop and wait here without blocking this one.
             future = asyncio.run_coroutine_threadsafe(self._get(), loop)  # type: ignore[arg-type]
@@ -271,7 +308,7 @@ class Array:
                 "deadlock (the value may be queued behind this very operation); pass the "
                 "array to the operation instead (xp.apply)"
             )
-        loop = ns._learn_loop() if asyncio._get_running_loop() is None else ns._loop
+        loop = ns._learn_loop() if running_loop() is None else ns._loop
         if loop is None or on_loop_thread(loop):
             raise PendingArrayError(
                 f"{what} needs the value of {self._describe()}, which is not computed yet: "
@@ -446,8 +483,22 @@ def _binary(name: str, reflected: bool = False) -> Callable[[Array, Any], Any]:
                 and other._ns is ns
                 and other._device is self._device
             ):  # the hot path
-                return ns._fast(ufunc, name, self, other, other._shape, other._dtype, other._dtype)
-            if not ns._operand_ok(other):
+                dtype = other._dtype
+                return ns._fast(
+                    ufunc,
+                    name,
+                    self,
+                    self._buf,
+                    self._shape,
+                    self._dtype,
+                    self._device,
+                    other,
+                    other._buf,
+                    other._shape,
+                    dtype,
+                    dtype,
+                )
+            if not operand_ok(other):
                 return NotImplemented
             if reflected:
                 return ns._binop(ufunc, name, other, self)
@@ -457,7 +508,7 @@ def _binary(name: str, reflected: bool = False) -> Callable[[Array, Any], Any]:
 
         def method(self: Array, other: Any) -> Any:
             ns = self._ns
-            if not ns._operand_ok(other):
+            if not operand_ok(other):
                 return NotImplemented
             return ns.matmul(other, self) if reflected else ns.matmul(self, other)
 
@@ -468,7 +519,7 @@ def _binary(name: str, reflected: bool = False) -> Callable[[Array, Any], Any]:
 def _inplace(name: str) -> Callable[[Array, Any], Any]:
     def method(self: Array, other: Any) -> Any:
         ns = self._ns
-        if not ns._operand_ok(other):
+        if not operand_ok(other):
             return NotImplemented
         ns._inplace(name, self, other)
         return self
@@ -519,3 +570,156 @@ for _dunder, _fname in {
     "invert": "bitwise_invert",
 }.items():
     setattr(Array, f"__{_dunder}__", _unary(_fname))
+
+
+# -- the namespace's binding to its engine --------------------------------------------------
+
+
+def _nothing(rctx: object) -> None:
+    """Pushed once by a BlockingEngine's namespace, to learn the engine's loop."""
+
+
+class Bound:
+    """The engine a namespace is bound to, and that engine's event loop: what ``await`` and
+    the sync points of the namespace's arrays wait on. The base of the namespace's machinery
+    (:class:`~aioengine.array._push.Pusher`), kept beside the code that waits.
+
+    ``_engine`` (and ``_blocking`` for a BlockingEngine); ``_loop``, the engine's loop once
+    known (set once, read from any thread).
+    """
+
+    def __init__(self, engine: Engine | BlockingEngine) -> None:
+        if isinstance(engine, BlockingEngine):
+            self._blocking: BlockingEngine | None = engine
+            self._engine: Engine = engine.engine
+        elif isinstance(engine, Engine):
+            self._blocking = None
+            self._engine = engine
+        else:
+            raise TypeError(f"expected an aioengine Engine or BlockingEngine, got {engine!r}")
+        #: The engine's event loop, learnt from the first operation pushed (sync points off
+        #: the loop thread wait on it); a BlockingEngine's is known at once.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if self._blocking is not None:
+            probe = self._blocking.push_sync(_nothing, prop=_ASYNC, name="namespace")
+            self._loop = probe.operation.get_loop()  # type: ignore[attr-defined]
+
+    def _bind(self, op: Operation[Any]) -> None:
+        if self._loop is None:
+            try:
+                self._loop = op.get_loop()
+            except RuntimeError:  # the engine is not bound to a loop yet
+                pass
+
+    def _learn_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The engine's loop, asking the engine (with a no-op push) if no array operation has
+        told it yet; None if the engine is not bound to a loop."""
+        if self._loop is None:
+            try:
+                self._bind(self._engine.push_sync(_nothing, prop=_ASYNC, name="namespace"))
+            except RuntimeError:  # not bound to a loop yet
+                pass
+        return self._loop
+
+    def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the engine's loop and block this (non-loop) thread for its result."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            coro.close()
+            raise RuntimeError(f"{self._engine!r} has no running event loop to wait on")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+# -- the package's internal API on arrays and namespaces --------------------------------------
+# Functions, not methods: users see the methods and properties of Array and of the namespace;
+# these serve the other modules of aioengine.array, which read an array's state through them
+# (and change it only through them: a learnt shape, a cached layout).
+
+#: The Python scalars an array operation takes as operands (as they are: NEP 50's weak scalars).
+SCALARS = (bool, int, float, complex)
+
+
+def operand_ok(x: object) -> bool:
+    """Whether ``x`` can be an operand of an array operation: an array, a NumPy array or
+    scalar, or a Python scalar (an operator returns NotImplemented for anything else)."""
+    return isinstance(x, Array | np.ndarray | np.generic) or type(x) in SCALARS
+
+
+def known_shape(x: Array) -> Shape:
+    """``x``'s shape as known without its value: a data-dependent dimension is None until it
+    is learnt (``x.shape`` learns it once the value is ready, :func:`concrete_shape` waits
+    for it); the metadata of the operations on ``x`` follows this one."""
+    return x._shape
+
+
+@overload
+def buffer_of(x: Array) -> Buffer: ...
+
+
+@overload
+def buffer_of(x: Const) -> None: ...
+
+
+def buffer_of(x: Array | Const) -> Buffer | None:
+    """The Buffer an operand reads: an array's (shared by its views); None for a
+    :class:`~aioengine.array._kernel.Const` (both keep it as ``_buf``, which the kernels read)."""
+    return x._buf
+
+
+def unpack(x: Array) -> tuple[Namespace, Buffer, Shape, np.dtype[Any], Context]:
+    """``x``'s namespace, Buffer, known shape, dtype and device, in one call (for the hot
+    path of the binary functions, ``_push.Pusher._binop``)."""
+    return x._ns, x._buf, x._shape, x._dtype, x._device
+
+
+def namespace_of(x: Array) -> Namespace:
+    """The namespace ``x`` belongs to (``x.__array_namespace__()``, without its version check)."""
+    return x._ns
+
+
+def engine_of(ns: Bound) -> Engine:
+    """The Engine ``ns`` pushes to (a BlockingEngine's own engine)."""
+    return ns._engine
+
+
+def blocking_of(ns: Bound) -> BlockingEngine | None:
+    """The BlockingEngine ``ns`` was made for, or None (made for an Engine)."""
+    return ns._blocking
+
+
+def view(ns: Pusher, x: Array, step: Callable[[Any], Any], lay: np.ndarray[Any, Any]) -> Array:
+    """An array of ``ns`` sharing ``x``'s Buffer, seen through ``step`` after ``x``'s own steps;
+    ``lay`` is its layout (:func:`~aioengine.array._meta.layout`), whose shape is its shape."""
+    return Array(ns, x._buf, tuple(lay.shape), x._dtype, x._device, (*x._steps, step), lay)
+
+
+def concrete_shape(ns: Bound, x: Array, what: str) -> tuple[int, ...]:
+    """``x.shape`` with every dimension known, for ``what`` (a function of ``ns``): an unknown
+    (data-dependent) one is learnt from the value, and kept (a sync point: blocking off the
+    loop thread, PendingArrayError on it)."""
+    shape = x.shape
+    if None in shape:
+        if not x.ready and (ns._loop is None or on_loop_thread(ns._loop)):
+            raise PendingArrayError(
+                f"{what} needs the shape of an array whose shape depends on its data "
+                f"{x._shape}; `await` it first (blocking the loop thread could only "
+                "deadlock)"
+            )
+        value = x._value_now(what)
+        shape = x._shape = tuple(value.shape)
+    return shape  # type: ignore[return-value]
+
+
+def layout_of(ns: Bound, x: Array) -> np.ndarray[Any, Any]:
+    """``x``'s layout dummy (:func:`~aioengine.array._meta.layout`), made once and kept (its
+    shape learnt first if it depends on data: :func:`concrete_shape`)."""
+    lay = x._layout
+    if lay is None:
+        lay = x._layout = layout(concrete_shape(ns, x, "a view"), x._dtype)
+    return lay
+
+
+def check_writable(ns: Bound, x: Array) -> None:
+    """ValueError if ``x`` is a view that cannot be written through (a broadcast one)."""
+    if x._steps and not layout_of(ns, x).flags.writeable:
+        raise ValueError("assignment destination is read-only (a broadcast view)")

@@ -2,30 +2,24 @@
 
 A small CPU array (at most ``INLINE_COST`` elements) is computed on the caller's thread, with
 no push; a larger one, or one on a GPU, is allocated by an operation of its own, in parallel
-with the rest. ``asarray`` of a NumPy array shares its memory unless a copy is asked for.
+with the rest (``_push.create``, which the ``fft`` extension's ``fftfreq`` uses too).
+``asarray`` of a NumPy array shares its memory unless a copy is asked for.
 """
 
 from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from .. import Context
-from . import _meta, _push
-from ._array import Array
+from . import _meta
+from ._array import SCALARS, Array, concrete_shape, known_shape, namespace_of
 from ._meta import as_dtype
-from ._push import (
-    _CPU,
-    _CPU0,
-    _SCALARS,
-    Pusher,
-    _copy,
-    _partial,
-)
+from ._push import CPU0, Pusher, check_same, copy_value, create, push, push1, same_shape
 
 __all__ = ("Creation",)
 
@@ -51,15 +45,17 @@ class Creation(Pusher):
         if dtype is not None:
             dtype = as_dtype(dtype)
         if isinstance(obj, Array):
-            self._check_same([obj])
+            check_same(self, [obj])
             out = obj
-            if dtype is not None and dtype != obj._dtype:
+            if dtype is not None and dtype != obj.dtype:
                 if copy is False:
                     raise ValueError("asarray: a dtype change needs a copy (copy=False)")
                 out = self.astype(obj, dtype)
             elif copy:
-                out = self._push1(_copy, (obj,), obj._shape, obj._dtype, obj._device, "copy")
-            if device is not None and device != out._device:
+                out = push1(
+                    self, copy_value, (obj,), known_shape(obj), obj.dtype, obj.device, "copy"
+                )
+            if device is not None and device != out.device:
                 if copy is False:
                     raise ValueError("asarray: a device change needs a copy (copy=False)")
                 out = out.to_device(device)
@@ -79,37 +75,9 @@ class Creation(Pusher):
         if type(value) is not np.ndarray:
             value = value.view(np.ndarray)
         array = self._from_value(value)
-        if device is not None and device != _CPU0:
+        if device is not None and device != CPU0:
             return array.to_device(device)
         return array
-
-    def _create(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        shape: tuple[int, ...],
-        dtype: np.dtype[Any],
-        device: Context | None,
-        name: str,
-    ) -> Array:
-        device = _CPU0 if device is None else device
-        if type(device) is not Context:
-            raise ValueError(
-                f"device must be an aioengine Context (ae.cpu(i) or ae.gpu(i)), got {device!r}"
-            )
-        size = math.prod(shape)
-        if device.device_type is _CPU and size <= _push.INLINE_COST:  # (one setting)
-            value = fn(*args, **kwargs)
-            if not value.flags.c_contiguous:
-                value = value.copy(order="C")
-            return self._from_value(value, device)
-        xp = self._xp(device)
-        if xp is not np:
-            fn = getattr(xp, fn.__name__)
-        return self._push1(
-            _partial(_creation, fn, args, kwargs), (), shape, dtype, device, name, cost=size
-        )
 
     def _dtype_or(self, dtype: Any, default: np.dtype[Any]) -> np.dtype[Any]:
         return default if dtype is None else as_dtype(dtype)
@@ -118,19 +86,19 @@ class Creation(Pusher):
         """An array of zeros."""
         shape = self._shape_arg(shape)
         dtype = self._dtype_or(dtype, np.dtype(np.float64))
-        return self._create(np.zeros, (shape,), {"dtype": dtype}, shape, dtype, device, "zeros")
+        return create(self, np.zeros, (shape,), {"dtype": dtype}, shape, dtype, device, "zeros")
 
     def ones(self, shape: Any, *, dtype: Any = None, device: Context | None = None) -> Array:
         """An array of ones."""
         shape = self._shape_arg(shape)
         dtype = self._dtype_or(dtype, np.dtype(np.float64))
-        return self._create(np.ones, (shape,), {"dtype": dtype}, shape, dtype, device, "ones")
+        return create(self, np.ones, (shape,), {"dtype": dtype}, shape, dtype, device, "ones")
 
     def empty(self, shape: Any, *, dtype: Any = None, device: Context | None = None) -> Array:
         """An array whose values are unspecified (allocated, not filled)."""
         shape = self._shape_arg(shape)
         dtype = self._dtype_or(dtype, np.dtype(np.float64))
-        return self._create(np.empty, (shape,), {"dtype": dtype}, shape, dtype, device, "empty")
+        return create(self, np.empty, (shape,), {"dtype": dtype}, shape, dtype, device, "empty")
 
     def full(
         self, shape: Any, fill_value: Any, *, dtype: Any = None, device: Context | None = None
@@ -139,15 +107,15 @@ class Creation(Pusher):
         shape = self._shape_arg(shape)
         if isinstance(fill_value, Array):
             fill_value = fill_value.item()
-        if type(fill_value) not in _SCALARS and not isinstance(fill_value, np.generic):
+        if type(fill_value) not in SCALARS and not isinstance(fill_value, np.generic):
             raise TypeError(f"fill_value must be a scalar, got {type(fill_value).__name__}")
         if dtype is None:
             dtype = np.asarray(fill_value).dtype
         else:
             dtype = as_dtype(dtype)
             _meta.sample_dtype(np.full, [], shape=(1,), fill_value=fill_value, dtype=dtype)
-        return self._create(
-            np.full, (shape, fill_value), {"dtype": dtype}, shape, dtype, device, "full"
+        return create(
+            self, np.full, (shape, fill_value), {"dtype": dtype}, shape, dtype, device, "full"
         )
 
     def _like(
@@ -156,9 +124,9 @@ class Creation(Pusher):
         if not isinstance(x, Array):
             raise TypeError(f"expected an array, got {type(x).__name__}")
         return (
-            self._concrete(x, "*_like"),
-            x._dtype if dtype is None else as_dtype(dtype),
-            x._device if device is None else device,
+            concrete_shape(self, x, "*_like"),
+            x.dtype if dtype is None else as_dtype(dtype),
+            x.device if device is None else device,
         )
 
     def zeros_like(self, x: Array, /, *, dtype: Any = None, device: Context | None = None) -> Array:
@@ -207,8 +175,8 @@ class Creation(Pusher):
             dtype = np.dtype(np.float64 if floating else np.int64)
         else:
             dtype = as_dtype(dtype)
-        return self._create(
-            np.arange, (start, stop, step), {"dtype": dtype}, (n,), dtype, device, "arange"
+        return create(
+            self, np.arange, (start, stop, step), {"dtype": dtype}, (n,), dtype, device, "arange"
         )
 
     def linspace(
@@ -231,7 +199,8 @@ class Creation(Pusher):
             dtype = np.dtype(np.complex128 if kind else np.float64)
         else:
             dtype = as_dtype(dtype)
-        return self._create(
+        return create(
+            self,
             np.linspace,
             (start, stop, num),
             {"dtype": dtype, "endpoint": endpoint},
@@ -255,24 +224,24 @@ class Creation(Pusher):
         n_cols = n_rows if n_cols is None else n_cols
         shape = self._shape_arg((n_rows, n_cols))
         dtype = self._dtype_or(dtype, np.dtype(np.float64))
-        return self._create(np.eye, shape, {"k": k, "dtype": dtype}, shape, dtype, device, "eye")
+        return create(self, np.eye, shape, {"k": k, "dtype": dtype}, shape, dtype, device, "eye")
 
     def from_dlpack(
         self, x: Any, /, *, device: Context | None = None, copy: bool | None = None
     ) -> Array:
         """An array from any object that implements DLPack (a sync point for an Array of
         another engine)."""
-        if isinstance(x, Array) and x._ns is self:
+        if isinstance(x, Array) and namespace_of(x) is self:
             return self.asarray(x, device=device, copy=copy)
         return self.asarray(np.from_dlpack(x), device=device, copy=copy)
 
     def tril(self, x: Array, /, *, k: int = 0) -> Array:
         """The lower triangle of the last two axes (zeros above the ``k``-th diagonal)."""
-        return self._same_shape(np.tril, "tril", x, min_ndim=2, k=k)
+        return same_shape(self, np.tril, "tril", x, min_ndim=2, k=k)
 
     def triu(self, x: Array, /, *, k: int = 0) -> Array:
         """The upper triangle of the last two axes (zeros below the ``k``-th diagonal)."""
-        return self._same_shape(np.triu, "triu", x, min_ndim=2, k=k)
+        return same_shape(self, np.triu, "triu", x, min_ndim=2, k=k)
 
     def meshgrid(self, *arrays: Array, indexing: str = "xy") -> list[Array]:
         """Coordinate matrices from 1-D coordinate arrays."""
@@ -280,25 +249,21 @@ class Creation(Pusher):
             raise ValueError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
         if not arrays:
             return []
-        device = self._check_same(arrays)
+        device = check_same(self, arrays)
         dtype = self.result_type(*arrays)
         sizes = []
         for a in arrays:
             if a.ndim != 1:
                 raise ValueError("meshgrid: every array must be 1-D")
-            sizes.append(self._concrete(a, "meshgrid")[0])
+            sizes.append(concrete_shape(self, a, "meshgrid")[0])
         shape = list(sizes)
         if indexing == "xy" and len(shape) > 1:
             shape[0], shape[1] = shape[1], shape[0]
         outs = tuple((tuple(shape), dtype) for _ in arrays)
-        fn = _partial(_meshgrid, indexing, dtype)
+        fn = partial(_meshgrid, indexing, dtype)
         return list(
-            self._push(fn, arrays, outs, device, "meshgrid", math.prod(shape) * len(arrays))
+            push(self, fn, arrays, outs, device, "meshgrid", math.prod(shape) * len(arrays))
         )
-
-
-def _creation(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return fn(*args, **kwargs)
 
 
 def _meshgrid(indexing: str, dtype: np.dtype[Any], *values: Any) -> Any:

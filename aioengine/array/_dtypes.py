@@ -6,18 +6,15 @@ standard's table.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from .. import Context
-from ._array import Array
+from ._array import SCALARS, Array, known_shape
 from ._meta import as_dtype
-from ._push import (
-    _SCALARS,
-    Pusher,
-    _partial,
-)
+from ._push import Pusher, check_same, push1
 
 __all__ = ("DataTypes",)
 
@@ -33,26 +30,28 @@ class DataTypes(Pusher):
         changes)."""
         dtype = as_dtype(dtype)
         out = x
-        if dtype != x._dtype or copy:
-            self._check_same([x])
-            out = self._push1(_partial(_astype, dtype), (x,), x._shape, dtype, x._device, "astype")
-        if device is not None and device != out._device:
+        if dtype != x.dtype or copy:
+            check_same(self, [x])
+            out = push1(
+                self, partial(_astype, dtype), (x,), known_shape(x), dtype, x.device, "astype"
+            )
+        if device is not None and device != out.device:
             out = out.to_device(device)
         return out
 
     def can_cast(self, from_: Any, to: Any, /) -> bool:
         """Whether ``from_`` (a dtype or an array) can be cast to ``to`` by the promotion rules."""
         if isinstance(from_, Array):
-            from_ = from_._dtype
+            from_ = from_.dtype
         return bool(np.can_cast(as_dtype(from_), as_dtype(to)))
 
     def finfo(self, type: Any, /) -> Any:
         """Machine limits of a floating-point dtype (or array)."""
-        return np.finfo(type._dtype if isinstance(type, Array) else as_dtype(type))
+        return np.finfo(type.dtype if isinstance(type, Array) else as_dtype(type))
 
     def iinfo(self, type: Any, /) -> Any:
         """Machine limits of an integer dtype (or array)."""
-        return np.iinfo(type._dtype if isinstance(type, Array) else as_dtype(type))
+        return np.iinfo(type.dtype if isinstance(type, Array) else as_dtype(type))
 
     def isdtype(self, dtype: Any, kind: Any) -> bool:
         """Whether ``dtype`` is of ``kind`` (``"real floating"``, a dtype, a tuple, ...)."""
@@ -63,10 +62,10 @@ class DataTypes(Pusher):
         if not arrays_and_dtypes:
             raise ValueError("at least one array or dtype is required")
         args = [
-            a._dtype if isinstance(a, Array) else a if type(a) in _SCALARS else as_dtype(a)
+            a.dtype if isinstance(a, Array) else a if type(a) in SCALARS else as_dtype(a)
             for a in arrays_and_dtypes
         ]
-        if all(type(a) in _SCALARS for a in args):
+        if all(type(a) in SCALARS for a in args):
             raise ValueError("result_type needs at least one array or dtype")
         return np.result_type(*args)
 

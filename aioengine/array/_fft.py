@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _meta
+from ._array import known_shape
 from ._meta import Shape, axis_index
+from ._push import check_same, create, push1, same_shape
 
 if TYPE_CHECKING:
     from .. import Context
@@ -40,11 +42,18 @@ class FFT:
         self, fn: Callable[..., Any], name: str, x: Array, shape: Shape, **kwargs: Any
     ) -> Array:
         ns = self._ns
-        device = ns._check_same([x])
-        dtype = _meta.sample_dtype(fn, [(x._dtype, (2,) * x.ndim)], **kwargs)
-        cost = max(_meta.prod(shape), _meta.prod(x._shape)) * 8
-        return ns._push1(
-            functools.partial(_call, fn, kwargs), (x,), shape, dtype, device, f"fft.{name}", cost
+        device = check_same(ns, [x])
+        dtype = _meta.sample_dtype(fn, [(x.dtype, (2,) * x.ndim)], **kwargs)
+        cost = max(_meta.prod(shape), _meta.prod(known_shape(x))) * 8
+        return push1(
+            ns,
+            functools.partial(_call, fn, kwargs),
+            (x,),
+            shape,
+            dtype,
+            device,
+            f"fft.{name}",
+            cost,
         )
 
     @staticmethod
@@ -68,7 +77,7 @@ class FFT:
         ax = axis_index(axis, x.ndim)
         if n is not None and n < 1:
             raise ValueError(f"fft.{name}: invalid number of data points ({n})")
-        shape = list(x._shape)
+        shape = list(known_shape(x))
         shape[ax] = rule(shape[ax], n)
         return self._push(fn, name, x, tuple(shape), n=n, axis=axis, norm=norm)
 
@@ -147,7 +156,7 @@ class FFT:
         real: str = "",
     ) -> Array:
         self._check_norm(norm)
-        shape = list(x._shape)
+        shape = list(known_shape(x))
         if axes is None:
             axes = list(range(x.ndim)) if s is None else list(range(x.ndim - len(s), x.ndim))
         axes = [axis_index(a, x.ndim) for a in axes]
@@ -160,7 +169,7 @@ class FFT:
             last = sizes[-1]
             shape[axes[-1]] = None if last is None else last // 2 + 1
         elif real == "inverse" and axes and s is None:
-            m = x._shape[axes[-1]]
+            m = known_shape(x)[axes[-1]]
             shape[axes[-1]] = None if m is None else 2 * (m - 1)
         return self._push(
             fn,
@@ -225,8 +234,8 @@ class FFT:
     ) -> Array:
         """The sample frequencies of an ``n``-point transform."""
         dt = np.dtype(np.float64) if dtype is None else _meta.as_dtype(dtype)
-        return self._ns._create(
-            _freq, (_fft.fftfreq, n, d, dt), {}, (n,), dt, device, "fft.fftfreq"
+        return create(
+            self._ns, _freq, (_fft.fftfreq, n, d, dt), {}, (n,), dt, device, "fft.fftfreq"
         )
 
     def rfftfreq(
@@ -234,17 +243,24 @@ class FFT:
     ) -> Array:
         """The sample frequencies of an ``n``-point real transform (``n // 2 + 1``)."""
         dt = np.dtype(np.float64) if dtype is None else _meta.as_dtype(dtype)
-        return self._ns._create(
-            _freq, (_fft.rfftfreq, n, d, dt), {}, (n // 2 + 1,), dt, device, "fft.rfftfreq"
+        return create(
+            self._ns,
+            _freq,
+            (_fft.rfftfreq, n, d, dt),
+            {},
+            (n // 2 + 1,),
+            dt,
+            device,
+            "fft.rfftfreq",
         )
 
     def fftshift(self, x: Array, /, *, axes: Any = None) -> Array:
         """The zero-frequency term moved to the centre."""
-        return self._ns._same_shape(_fft.fftshift, "fft.fftshift", x, axes=axes)
+        return same_shape(self._ns, _fft.fftshift, "fft.fftshift", x, axes=axes)
 
     def ifftshift(self, x: Array, /, *, axes: Any = None) -> Array:
         """The inverse of :meth:`fftshift`."""
-        return self._ns._same_shape(_fft.ifftshift, "fft.ifftshift", x, axes=axes)
+        return same_shape(self._ns, _fft.ifftshift, "fft.ifftshift", x, axes=axes)
 
 
 def _freq(fn: Callable[..., Any], n: int, d: float, dtype: np.dtype[Any]) -> Any:

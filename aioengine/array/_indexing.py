@@ -10,18 +10,15 @@ buffer's Var.
 from __future__ import annotations
 
 import operator
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from . import _meta
-from ._array import Array
+from ._array import Array, check_writable, concrete_shape, known_shape, layout_of, view
 from ._meta import Shape, axis_index, broadcast
-from ._push import (
-    Pusher,
-    _call,
-    _partial,
-)
+from ._push import Pusher, call_with, check_same, operand, push, push1
 
 __all__ = ("Indexing",)
 
@@ -64,14 +61,14 @@ class Indexing(Pusher):
         if not arrays:
             if Ellipsis not in parts:
                 parts = (*parts, Ellipsis)  # x[i, j] as a 0-d view, not a copied scalar
-            lay = self._layout_of(x)[parts]
-            return self._view(x, _partial(_index_step, parts), lay)
-        device = self._check_same([x, *arrays])
-        if len(arrays) == 1 and arrays[0]._dtype.kind == "b":
+            lay = layout_of(self, x)[parts]
+            return view(self, x, partial(_index_step, parts), lay)
+        device = check_same(self, [x, *arrays])
+        if len(arrays) == 1 and arrays[0].dtype.kind == "b":
             mask = arrays[0]
             if len(parts) != 1:
                 raise IndexError("a boolean array index must be the only index")
-            mshape, xshape = mask._shape, x._shape
+            mshape, xshape = known_shape(mask), known_shape(x)
             if len(mshape) > len(xshape) or any(
                 m is not None and d is not None and m != d
                 for m, d in zip(mshape, xshape, strict=False)
@@ -82,91 +79,100 @@ class Indexing(Pusher):
             shape: Shape = (None, *xshape[len(mshape) :])
         else:
             for a in arrays:
-                if a._dtype.kind not in "iu":
+                if a.dtype.kind not in "iu":
                     raise IndexError(
                         "arrays used as indices must be of integer (or boolean) type, "
-                        f"not {a._dtype}"
+                        f"not {a.dtype}"
                     )
-            dummy = np.broadcast_to(np.zeros((), np.int8), self._concrete(x, "indexing"))
+            dummy = np.broadcast_to(np.zeros((), np.int8), concrete_shape(self, x, "indexing"))
             probe = list(parts)
             for pos, a in zip(positions, arrays, strict=True):
-                probe[pos] = np.broadcast_to(np.zeros((), np.intp), self._concrete(a, "indexing"))
+                probe[pos] = np.broadcast_to(
+                    np.zeros((), np.intp), concrete_shape(self, a, "indexing")
+                )
             shape = dummy[tuple(probe)].shape
-        fn = _partial(_take_key, parts, tuple(positions))
+        fn = partial(_take_key, parts, tuple(positions))
         cost = max(_meta.prod(shape), 1)
-        return self._push1(fn, (x, *arrays), shape, x._dtype, device, "getitem", cost)
+        return push1(self, fn, (x, *arrays), shape, x.dtype, device, "getitem", cost)
 
     def _setitem(self, x: Array, key: Any, value: Any) -> None:
         parts, positions, arrays = self._key(x, key)
-        operand = self._operand(value)
-        device = self._check_same([x, *arrays, *([operand] if operand._buf is not None else [])])
-        self._writable(x)
-        if operand._buf is not None:
-            vdtype = operand._dtype
-            if np.result_type(x._dtype, vdtype) != x._dtype:
+        src = operand(self, value)
+        device = check_same(self, [x, *arrays, *([src] if isinstance(src, Array) else [])])
+        check_writable(self, x)
+        if isinstance(src, Array):
+            vdtype = src.dtype
+            if np.result_type(x.dtype, vdtype) != x.dtype:
                 raise TypeError(
-                    f"cannot assign an array of dtype {vdtype} into an array of dtype {x._dtype}"
+                    f"cannot assign an array of dtype {vdtype} into an array of dtype {x.dtype}"
                 )
         else:
-            v = operand.value
-            kind = x._dtype.kind
+            v = src.value
+            kind = x.dtype.kind
             if (
                 (type(v) is float and kind in "biu")
                 or (type(v) is complex and kind != "c")
                 or (type(v) is int and kind == "b")
             ):
                 raise TypeError(
-                    f"cannot assign a Python {type(v).__name__} into an array of dtype {x._dtype}"
+                    f"cannot assign a Python {type(v).__name__} into an array of dtype {x.dtype}"
                 )
             if type(v) is int and kind in "iu":
-                info = np.iinfo(x._dtype)
+                info = np.iinfo(x.dtype)
                 if not info.min <= v <= info.max:
-                    raise OverflowError(f"Python integer {v} out of bounds for {x._dtype}")
+                    raise OverflowError(f"Python integer {v} out of bounds for {x.dtype}")
         if not arrays:
-            target_shape = self._layout_of(x)[parts].shape
-            broadcast(target_shape, operand.shape)  # ValueError if it cannot broadcast
-            if len(broadcast(target_shape, operand.shape)) > len(target_shape):
-                raise ValueError(
-                    f"cannot broadcast a value of shape {operand.shape} to {target_shape}"
-                )
-        fn = _partial(_assign, parts, tuple(positions))
-        cost = max(_meta.prod(x._shape), 1)
-        self._push(fn, (x, operand, *arrays), (), device, "setitem", cost, target=x)
+            target_shape = layout_of(self, x)[parts].shape
+            broadcast(target_shape, src.shape)  # ValueError if it cannot broadcast
+            if len(broadcast(target_shape, src.shape)) > len(target_shape):
+                raise ValueError(f"cannot broadcast a value of shape {src.shape} to {target_shape}")
+        fn = partial(_assign, parts, tuple(positions))
+        cost = max(_meta.prod(known_shape(x)), 1)
+        push(self, fn, (x, src, *arrays), (), device, "setitem", cost, target=x)
 
     def take(self, x: Array, indices: Array, /, *, axis: int | None = None) -> Array:
         """Elements of ``x`` at integer ``indices`` along ``axis`` (optional for 1-D ``x``)."""
-        device = self._check_same([x, indices])
-        if indices._dtype.kind not in "iu" or indices.ndim != 1:
+        device = check_same(self, [x, indices])
+        if indices.dtype.kind not in "iu" or indices.ndim != 1:
             raise IndexError("take: indices must be a 1-D integer array")
         if axis is None:
             if x.ndim != 1:
                 raise ValueError("take: axis is required for an array of more than one dimension")
             axis = 0
         ax = axis_index(axis, x.ndim)
-        shape = (*x._shape[:ax], *indices._shape, *x._shape[ax + 1 :])
-        return self._push1(
-            _partial(_call, np.take, {"axis": ax}), (x, indices), shape, x._dtype, device, "take"
+        xshape = known_shape(x)
+        shape = (*xshape[:ax], *known_shape(indices), *xshape[ax + 1 :])
+        return push1(
+            self,
+            partial(call_with, np.take, {"axis": ax}),
+            (x, indices),
+            shape,
+            x.dtype,
+            device,
+            "take",
         )
 
     def take_along_axis(self, x: Array, indices: Array, /, *, axis: int = -1) -> Array:
         """Elements of ``x`` at ``indices`` along ``axis``, matched position by position."""
-        device = self._check_same([x, indices])
-        if indices._dtype.kind not in "iu":
+        device = check_same(self, [x, indices])
+        if indices.dtype.kind not in "iu":
             raise IndexError("take_along_axis: indices must be an integer array")
         if x.ndim != indices.ndim:
             raise ValueError(
                 "take_along_axis: x and indices must have the same number of dimensions"
             )
         ax = axis_index(axis, x.ndim)
-        xs = tuple(d for i, d in enumerate(x._shape) if i != ax)
-        js = tuple(d for i, d in enumerate(indices._shape) if i != ax)
+        ishape = known_shape(indices)
+        xs = tuple(d for i, d in enumerate(known_shape(x)) if i != ax)
+        js = tuple(d for i, d in enumerate(ishape) if i != ax)
         b = list(broadcast(xs, js))
-        b.insert(ax, indices._shape[ax])
-        return self._push1(
-            _partial(_call, np.take_along_axis, {"axis": ax}),
+        b.insert(ax, ishape[ax])
+        return push1(
+            self,
+            partial(call_with, np.take_along_axis, {"axis": ax}),
             (x, indices),
             tuple(b),
-            x._dtype,
+            x.dtype,
             device,
             "take_along_axis",
         )

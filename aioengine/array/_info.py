@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 
 from .. import Context, gpu
-from ._push import _CPU0, Pusher
+from ._array import engine_of
+from ._push import CPU0, Pusher
 
 __all__ = ("DTYPE_NAMES", "Info")
 
@@ -43,12 +44,12 @@ class Info:
 
     def default_device(self) -> Context:
         """``cpu(0)``."""
-        return _CPU0
+        return CPU0
 
     def devices(self) -> list[Context]:
         """``cpu(0)``, and ``gpu(0)`` where the engine's GPU backend has a device."""
-        devices = [_CPU0]
-        backend = self._ns._engine.gpu_backend
+        devices = [CPU0]
+        backend = engine_of(self._ns).gpu_backend
         try:
             if backend is not None:
                 backend.check(0)

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _meta
-from ._array import Array
+from ._array import Array, check_writable, known_shape, operand_ok
 from ._meta import broadcast
+from ._push import check_same, elementwise, operand, push, push1, reduction
 
 if TYPE_CHECKING:
     from ._namespace import Namespace
@@ -58,7 +59,7 @@ def array_ufunc(
 ) -> Any:
     """``__array_ufunc__`` of the arrays of ``ns``."""
     for x in inputs:
-        if not ns._operand_ok(x):
+        if not operand_ok(x):
             return NotImplemented
     out = kwargs.pop("out", None)
     extra = set(kwargs) - {"dtype", "axis", "keepdims"}
@@ -76,32 +77,32 @@ def array_ufunc(
             if not isinstance(target, Array):
                 return NotImplemented  # writing into a NumPy array asynchronously: no
             return _into(ns, ufunc, inputs, target, kwargs)
-        return ns._elementwise(ufunc, name, inputs, **kwargs)
+        return elementwise(ns, ufunc, name, inputs, **kwargs)
     if out is not None:
         return NotImplemented
     (x, *rest) = inputs
-    x = ns._operand(x)
+    x = operand(ns, x)
     if not isinstance(x, Array):
         return NotImplemented
     if method == "reduce" and not rest:
         axis = kwargs.pop("axis", 0)
         keepdims = kwargs.pop("keepdims", False)
-        return ns._reduce(ufunc.reduce, f"{name}.reduce", x, axis, keepdims, **kwargs)
+        return reduction(ns, ufunc.reduce, f"{name}.reduce", x, axis, keepdims, **kwargs)
     if method == "accumulate" and not rest:
         axis = _meta.axis_index(kwargs.pop("axis", 0), x.ndim)
         fn = functools.partial(ufunc.accumulate, axis=axis, **kwargs)
         dtype = _meta.sample_dtype(
-            ufunc.accumulate, [(x._dtype, (1,) * x.ndim)], axis=axis, **kwargs
+            ufunc.accumulate, [(x.dtype, (1,) * x.ndim)], axis=axis, **kwargs
         )
-        return ns._push1(fn, (x,), x._shape, dtype, ns._check_same([x]), f"{name}.accumulate")
+        return push1(ns, fn, (x,), known_shape(x), dtype, check_same(ns, [x]), f"{name}.accumulate")
     if method == "outer" and len(rest) == 1:
-        y = ns._operand(rest[0])
+        y = operand(ns, rest[0])
         arrays = [a for a in (x, y) if isinstance(a, Array)]
-        device = ns._check_same(arrays)
-        dtype = _meta.sample_dtype(ufunc, [x._dtype, y._dtype if isinstance(y, Array) else y.value])
-        shape = (*x._shape, *y.shape)
-        return ns._push1(
-            functools.partial(_outer, ufunc), (x, y), shape, dtype, device, f"{name}.outer"
+        device = check_same(ns, arrays)
+        dtype = _meta.sample_dtype(ufunc, [x.dtype, y.dtype if isinstance(y, Array) else y.value])
+        shape = (*known_shape(x), *y.shape)
+        return push1(
+            ns, functools.partial(_outer, ufunc), (x, y), shape, dtype, device, f"{name}.outer"
         )
     return NotImplemented
 
@@ -109,47 +110,49 @@ def array_ufunc(
 def _into(
     ns: Namespace, ufunc: np.ufunc, inputs: tuple[Any, ...], target: Array, kwargs: dict[str, Any]
 ) -> Array:
-    operands = tuple(map(ns._operand, inputs))
+    operands = tuple(operand(ns, a) for a in inputs)
     arrays = [a for a in operands if isinstance(a, Array)]
-    device = ns._check_same([target, *arrays])
-    ns._writable(target)
-    shape = broadcast(*(a._shape for a in arrays))
+    device = check_same(ns, [target, *arrays])
+    check_writable(ns, target)
+    shape = broadcast(*(known_shape(a) for a in arrays))
     dtype = _meta.sample_dtype(
-        ufunc, [a._dtype if isinstance(a, Array) else a.value for a in operands], **kwargs
+        ufunc, [a.dtype if isinstance(a, Array) else a.value for a in operands], **kwargs
     )
-    if dtype != target._dtype:
+    if dtype != target.dtype:
         raise TypeError(
             f"{ufunc.__name__}(..., out=): the result dtype {dtype} is not out's dtype "
-            f"{target._dtype}"
+            f"{target.dtype}"
         )
-    if broadcast(shape, target._shape) != target._shape:
+    tshape = known_shape(target)
+    if broadcast(shape, tshape) != tshape:
         raise ValueError(
             f"{ufunc.__name__}(..., out=): the result shape {shape} does not fit out's shape "
-            f"{target._shape}"
+            f"{tshape}"
         )
     fn = functools.partial(_inplace_call, ufunc, kwargs)
-    ns._push(
+    push(
+        ns,
         fn,
         (target, *operands),
         (),
         device,
         ufunc.__name__,
-        _meta.prod(target._shape),
+        _meta.prod(tshape),
         target=target,
     )
     return target
 
 
 def _multi(ns: Namespace, ufunc: np.ufunc, inputs: tuple[Any, ...]) -> tuple[Array, ...]:
-    operands = tuple(map(ns._operand, inputs))
+    operands = tuple(operand(ns, a) for a in inputs)
     arrays = [a for a in operands if isinstance(a, Array)]
-    device = ns._check_same(arrays)
-    shape = broadcast(*(a._shape for a in arrays))
+    device = check_same(ns, arrays)
+    shape = broadcast(*(known_shape(a) for a in arrays))
     dtypes = _meta.sample_dtype(
-        ufunc, [a._dtype if isinstance(a, Array) else a.value for a in operands]
+        ufunc, [a.dtype if isinstance(a, Array) else a.value for a in operands]
     )
     outs = tuple((shape, d) for d in dtypes)
-    return ns._push(ufunc, operands, outs, device, ufunc.__name__, _meta.prod(shape))
+    return push(ns, ufunc, operands, outs, device, ufunc.__name__, _meta.prod(shape))
 
 
 _TABLES: dict[type, dict[Callable[..., Any], tuple[str, str]]] = {}

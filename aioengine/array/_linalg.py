@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from . import _meta
+from ._array import known_shape
 from ._meta import Shape, axis_index, broadcast, reduced
+from ._push import check_same, push, push1
 
 if TYPE_CHECKING:
     from ._array import Array
@@ -76,13 +78,14 @@ class Linalg:
         **kwargs: Any,
     ) -> tuple[Array, ...]:
         ns = self._ns
-        device = ns._check_same(arrays)
-        samples = [(a._dtype, (1,) * max(a.ndim, 1)) for a in arrays]
+        device = check_same(ns, arrays)
+        samples = [(a.dtype, (1,) * max(a.ndim, 1)) for a in arrays]
         dtypes = _meta.sample_dtype(fn, samples, **kwargs)
         if not isinstance(dtypes, tuple):
             dtypes = (dtypes,)
         outs = tuple(zip(shapes, dtypes, strict=True))
-        return ns._push(
+        return push(
+            ns,
             functools.partial(_call, fn, kwargs),
             tuple(arrays),
             outs,
@@ -96,7 +99,7 @@ class Linalg:
             raise ValueError(
                 f"linalg.{name} needs an array of at least two dimensions, got {x.ndim}"
             )
-        shape = x._shape
+        shape = known_shape(x)
         if square and shape[-1] is not None and shape[-2] is not None and shape[-1] != shape[-2]:
             raise ValueError(
                 f"linalg.{name}: last 2 dimensions of the array must be square, got {shape}"
@@ -115,16 +118,17 @@ class Linalg:
 
     def cross(self, x1: Array, x2: Array, /, *, axis: int = -1) -> Array:
         """The cross product of 3-element vectors along ``axis``."""
-        shape = broadcast(x1._shape, x2._shape)
+        s1, s2 = known_shape(x1), known_shape(x2)
+        shape = broadcast(s1, s2)
         ax = axis_index(axis, len(shape))
-        if shape[ax] != 3 or x1._shape[axis] != 3 or x2._shape[axis] != 3:
+        if shape[ax] != 3 or s1[axis] != 3 or s2[axis] != 3:
             raise ValueError("linalg.cross: both arrays must have size 3 along axis")
         ns = self._ns
-        device = ns._check_same([x1, x2])
+        device = check_same(ns, [x1, x2])
         # Sampled on 3-element vectors: NumPy refuses any other length.
-        dtype = _meta.sample_dtype(_la.cross, [(x1._dtype, (3,)), (x2._dtype, (3,))])
+        dtype = _meta.sample_dtype(_la.cross, [(x1.dtype, (3,)), (x2.dtype, (3,))])
         fn = functools.partial(_call, _la.cross, {"axis": axis})
-        return ns._push1(fn, (x1, x2), shape, dtype, device, "linalg.cross")
+        return push1(ns, fn, (x1, x2), shape, dtype, device, "linalg.cross")
 
     def det(self, x: Array, /) -> Array:
         """The determinant of each square matrix."""
@@ -192,7 +196,7 @@ class Linalg:
         """The outer product of two 1-D arrays."""
         if x1.ndim != 1 or x2.ndim != 1:
             raise ValueError("linalg.outer needs two 1-D arrays")
-        shape = (x1._shape[0], x2._shape[0])
+        shape = (known_shape(x1)[0], known_shape(x2)[0])
         return self._push(_la.outer, "outer", [x1, x2], [shape], _meta.prod(shape))[0]
 
     def pinv(self, x: Array, /, *, rtol: Any = None) -> Array:
@@ -226,7 +230,7 @@ class Linalg:
     def solve(self, x1: Array, x2: Array, /) -> Array:
         """The solution ``X`` of ``x1 @ X = x2`` (x2 a vector if 1-D, else stacked matrices)."""
         s1 = self._matrix(x1, "solve")
-        s2 = x2._shape
+        s2 = known_shape(x2)
         if len(s2) == 1:
             if s2[0] != s1[-1]:
                 raise ValueError(f"linalg.solve: shapes {s1} and {s2} do not match")
@@ -280,13 +284,14 @@ class Linalg:
         """The vector norm along ``axis`` (all elements if None)."""
         if isinstance(axis, list):
             axis = tuple(axis)
-        shape = reduced(x._shape, axis, keepdims)
+        xshape = known_shape(x)
+        shape = reduced(xshape, axis, keepdims)
         return self._push(
             _la.vector_norm,
             "vector_norm",
             [x],
             [shape],
-            _meta.prod(x._shape),
+            _meta.prod(xshape),
             axis=axis,
             keepdims=keepdims,
             ord=ord,

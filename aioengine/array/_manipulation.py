@@ -10,18 +10,16 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from . import _meta
-from ._array import Array
+from ._array import Array, concrete_shape, known_shape, layout_of, view
 from ._indexing import Indexing
 from ._meta import Shape, axis_index, broadcast
-from ._push import (
-    _call,
-    _partial,
-)
+from ._push import call_with, check_same, push1, same_shape
 
 __all__ = ("Manipulation",)
 
@@ -34,7 +32,7 @@ class Manipulation(Indexing):
         """``x`` with a new shape: a view of contiguous data (unless ``copy=True``), a copy
         otherwise (ValueError with ``copy=False``)."""
         shape = tuple(operator.index(d) for d in shape)
-        lay = self._layout_of(x)
+        lay = layout_of(self, x)
         try:
             new = lay.reshape(shape, copy=False)
         except ValueError as exc:
@@ -47,22 +45,22 @@ class Manipulation(Indexing):
             new = None
         if copy or new is None:
             target = np.reshape(np.broadcast_to(np.zeros((), np.int8), lay.shape), shape).shape
-            return self._push1(
-                _partial(_reshape_copy, target), (x,), target, x._dtype, x._device, "reshape"
+            return push1(
+                self, partial(_reshape_copy, target), (x,), target, x.dtype, x.device, "reshape"
             )
-        return self._view(x, _partial(_reshape_step, new.shape), new)
+        return view(self, x, partial(_reshape_step, new.shape), new)
 
     def permute_dims(self, x: Array, /, axes: tuple[int, ...]) -> Array:
         """``x`` with its axes permuted (a view)."""
-        lay = self._layout_of(x)
+        lay = layout_of(self, x)
         axes = tuple(axes)
         if len(axes) != x.ndim:
             raise ValueError(
                 f"permute_dims: axes {axes} do not match an array of {x.ndim} dimensions"
             )
         new = lay.transpose(axes)
-        return self._view(
-            x, _partial(_transpose_step, tuple(axis_index(a, x.ndim) for a in axes)), new
+        return view(
+            self, x, partial(_transpose_step, tuple(axis_index(a, x.ndim) for a in axes)), new
         )
 
     def matrix_transpose(self, x: Array, /) -> Array:
@@ -80,10 +78,10 @@ class Manipulation(Indexing):
 
     def squeeze(self, x: Array, /, axis: int | tuple[int, ...]) -> Array:
         """``x`` without the size-one axes ``axis`` (a view)."""
-        lay = self._layout_of(x)
+        lay = layout_of(self, x)
         new = np.squeeze(lay, axis=axis)
         axes = _meta.reduced(tuple(range(x.ndim)), axis, False)
-        return self._view(x, _partial(_reshape_step, new.shape), new) if axes is not None else x
+        return view(self, x, partial(_reshape_step, new.shape), new) if axes is not None else x
 
     def flip(self, x: Array, /, *, axis: int | tuple[int, ...] | None = None) -> Array:
         """``x`` with the order of elements reversed along ``axis`` (a view)."""
@@ -93,25 +91,25 @@ class Manipulation(Indexing):
 
     def moveaxis(self, x: Array, source: Any, destination: Any, /) -> Array:
         """``x`` with axes moved to new positions (a view)."""
-        lay = self._layout_of(x)
+        lay = layout_of(self, x)
         new = np.moveaxis(lay, source, destination)
         src = _normalize_axes(source, x.ndim)
         dst = _normalize_axes(destination, x.ndim)
         order = [n for n in range(x.ndim) if n not in src]
         for d, s in sorted(zip(dst, src, strict=True)):
             order.insert(d, s)
-        return self._view(x, _partial(_transpose_step, tuple(order)), new)
+        return view(self, x, partial(_transpose_step, tuple(order)), new)
 
     def broadcast_to(self, x: Array, /, shape: Any) -> Array:
         """``x`` broadcast to ``shape`` (a read-only view)."""
         shape = self._shape_arg(shape)
-        lay = np.broadcast_to(self._layout_of(x), shape)
-        return self._view(x, _partial(_broadcast_step, shape), lay)
+        lay = np.broadcast_to(layout_of(self, x), shape)
+        return view(self, x, partial(_broadcast_step, shape), lay)
 
     def broadcast_arrays(self, *arrays: Array) -> list[Array]:
         """The arrays broadcast against each other (read-only views)."""
-        self._check_same(arrays)
-        shape = broadcast(*(tuple(self._concrete(a, "broadcast_arrays")) for a in arrays))
+        check_same(self, arrays)
+        shape = broadcast(*(tuple(concrete_shape(self, a, "broadcast_arrays")) for a in arrays))
         return [self.broadcast_to(a, shape) for a in arrays]
 
     def concat(self, arrays: Sequence[Array], /, *, axis: int | None = 0) -> Array:
@@ -119,9 +117,9 @@ class Manipulation(Indexing):
         arrays = tuple(arrays)
         if not arrays:
             raise ValueError("need at least one array to concatenate")
-        device = self._check_same(arrays)
+        device = check_same(self, arrays)
         dtype = self.result_type(*arrays)
-        shapes = [self._concrete(a, "concat") for a in arrays]
+        shapes = [concrete_shape(self, a, "concat") for a in arrays]
         if axis is None:
             shape: tuple[int, ...] = (sum(math.prod(s) for s in shapes),)
         else:
@@ -138,30 +136,30 @@ class Manipulation(Indexing):
                         f"match exactly, got shapes {shapes}"
                     )
             shape = (*shapes[0][:ax], sum(s[ax] for s in shapes), *shapes[0][ax + 1 :])
-        fn = _partial(_concat, axis, dtype)
-        return self._push1(fn, arrays, shape, dtype, device, "concat")
+        fn = partial(_concat, axis, dtype)
+        return push1(self, fn, arrays, shape, dtype, device, "concat")
 
     def stack(self, arrays: Sequence[Array], /, *, axis: int = 0) -> Array:
         """The arrays joined along a new ``axis``."""
         arrays = tuple(arrays)
         if not arrays:
             raise ValueError("need at least one array to stack")
-        device = self._check_same(arrays)
+        device = check_same(self, arrays)
         dtype = self.result_type(*arrays)
-        shapes = {self._concrete(a, "stack") for a in arrays}
+        shapes = {concrete_shape(self, a, "stack") for a in arrays}
         if len(shapes) != 1:
             raise ValueError(f"all input arrays must have the same shape, got {sorted(shapes)}")
         (s,) = shapes
         ax = axis_index(axis, len(s) + 1)
         shape = (*s[:ax], len(arrays), *s[ax:])
-        return self._push1(_partial(_stack, ax, dtype), arrays, shape, dtype, device, "stack")
+        return push1(self, partial(_stack, ax, dtype), arrays, shape, dtype, device, "stack")
 
     def unstack(self, x: Array, /, *, axis: int = 0) -> tuple[Array, ...]:
         """The slices of ``x`` along ``axis`` (views)."""
         if x.ndim == 0:
             raise ValueError("unstack needs an array of at least one dimension")
         ax = axis_index(axis, x.ndim)
-        n = self._concrete(x, "unstack")[ax]
+        n = concrete_shape(self, x, "unstack")[ax]
         return tuple(self._getitem(x, (slice(None),) * ax + (i,)) for i in range(n))
 
     def roll(
@@ -175,44 +173,44 @@ class Manipulation(Indexing):
         """``x`` with elements shifted cyclically along ``axis`` (all, flattened, if None)."""
         if axis is not None:
             np.roll(np.zeros((1,) * x.ndim), shift, axis=axis)  # bad axes and shifts raise here
-        return self._same_shape(np.roll, "roll", x, shift=shift, axis=axis)
+        return same_shape(self, np.roll, "roll", x, shift=shift, axis=axis)
 
     def repeat(self, x: Array, repeats: int | Array, /, *, axis: int | None = None) -> Array:
         """Each element of ``x`` repeated ``repeats`` times along ``axis`` (flattened if
         None); with an array of repeats the length depends on its data."""
-        device = self._check_same([x, *([repeats] if isinstance(repeats, Array) else [])])
-        shape = self._concrete(x, "repeat")
+        device = check_same(self, [x, *([repeats] if isinstance(repeats, Array) else [])])
+        shape = concrete_shape(self, x, "repeat")
         base: Shape = (math.prod(shape),) if axis is None else shape
         ax = 0 if axis is None else axis_index(axis, x.ndim)
         if isinstance(repeats, Array):
-            if repeats._dtype.kind not in "iu":
+            if repeats.dtype.kind not in "iu":
                 raise TypeError("repeat: repeats must be an integer array")
             n: int | None = None
             args: tuple[Any, ...] = (x, repeats)
-            fn: Callable[..., Any] = _partial(_call, np.repeat, {"axis": axis})
+            fn: Callable[..., Any] = partial(call_with, np.repeat, {"axis": axis})
         else:
             r = operator.index(repeats)
             if r < 0:
                 raise ValueError("repeat: repeats may not be negative")
             n = base[ax] * r  # type: ignore[operator]
             args = (x,)
-            fn = _partial(_call, np.repeat, {"repeats": r, "axis": axis})
+            fn = partial(call_with, np.repeat, {"repeats": r, "axis": axis})
         out = (*base[:ax], n, *base[ax + 1 :])
-        return self._push1(fn, args, out, x._dtype, device, "repeat", cost=_meta.prod(base) * 2)
+        return push1(self, fn, args, out, x.dtype, device, "repeat", cost=_meta.prod(base) * 2)
 
     def tile(self, x: Array, repetitions: tuple[int, ...], /) -> Array:
         """``x`` repeated ``repetitions`` times along each axis."""
         reps = tuple(operator.index(r) for r in repetitions)
         shape = np.tile(
-            np.broadcast_to(np.zeros((), np.int8), self._concrete(x, "tile")),
+            np.broadcast_to(np.zeros((), np.int8), concrete_shape(self, x, "tile")),
             tuple(min(r, 1) for r in reps),
         ).shape
         ndim = max(len(shape), len(reps))
         reps_full = (1,) * (ndim - len(reps)) + reps
-        base = (1,) * (ndim - x.ndim) + tuple(x._shape)
+        base = (1,) * (ndim - x.ndim) + tuple(known_shape(x))
         out = tuple(int(b) * r for b, r in zip(base, reps_full, strict=True))  # type: ignore[arg-type]
-        return self._push1(
-            _partial(_call, np.tile, {"reps": reps}), (x,), out, x._dtype, x._device, "tile"
+        return push1(
+            self, partial(call_with, np.tile, {"reps": reps}), (x,), out, x.dtype, x.device, "tile"
         )
 
 

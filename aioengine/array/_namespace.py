@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from .. import BlockingEngine, Context, Engine, FnProperty
 from . import _meta
-from ._array import Array
+from ._array import Array, known_shape
 from ._creation import Creation
 from ._dtypes import DataTypes
 from ._fft import FFT
@@ -30,7 +31,7 @@ from ._linalg import Linalg
 from ._manipulation import Manipulation
 from ._meta import Shape, as_dtype, broadcast
 from ._products import Products
-from ._push import _CPU, _NORMAL, _copy, _partial
+from ._push import CPU, NORMAL, check_same, copy_value, elementwise, operand, push1
 from ._searching import Searching
 from ._statistics import Statistics
 
@@ -186,16 +187,17 @@ class Namespace(Creation, DataTypes, Manipulation, Searching, Statistics, Produc
         if not isinstance(x, Array):
             raise TypeError("clip() needs an array")
         names = tuple(kw for bound, kw in ((min, "min"), (max, "max")) if bound is not None)
-        operands = tuple(map(self._operand, (x, *(b for b in (min, max) if b is not None))))
+        operands = tuple(operand(self, a) for a in (x, *(b for b in (min, max) if b is not None)))
         arrays = [a for a in operands if isinstance(a, Array)]
-        device = self._check_same(arrays)
-        if broadcast(*(a._shape for a in arrays)) != x._shape:
-            raise ValueError(f"clip: the bounds do not broadcast to x's shape {x._shape}")
+        device = check_same(self, arrays)
+        xshape = known_shape(x)
+        if broadcast(*(known_shape(a) for a in arrays)) != xshape:
+            raise ValueError(f"clip: the bounds do not broadcast to x's shape {xshape}")
         for a in operands[1:]:
-            bound = a._dtype if isinstance(a, Array) else a.value
-            if _meta.sample_dtype(np.maximum, [x._dtype, bound]) != x._dtype:
-                raise TypeError(f"clip: a bound {bound!r} does not fit x's dtype {x._dtype}")
-        return self._push1(_partial(_clip, names), operands, x._shape, x._dtype, device, "clip")
+            bound = a.dtype if isinstance(a, Array) else a.value
+            if _meta.sample_dtype(np.maximum, [x.dtype, bound]) != x.dtype:
+                raise TypeError(f"clip: a bound {bound!r} does not fit x's dtype {x.dtype}")
+        return push1(self, partial(_clip, names), operands, xshape, x.dtype, device, "clip")
 
     def apply(self, fn: Callable[..., Any], /, *args: Any, shape: Any, dtype: Any) -> Array:
         """Run ``fn(*values)`` on the CPU pool as one operation reading the array arguments
@@ -208,20 +210,21 @@ class Namespace(Creation, DataTypes, Manipulation, Searching, Statistics, Produc
         dtype = as_dtype(dtype)
         operands = tuple(a if isinstance(a, Array) else Const(a) for a in args)
         arrays = [a for a in operands if isinstance(a, Array)]
-        device = self._check_same(arrays)
-        if device.device_type is not _CPU:
+        device = check_same(self, arrays)
+        if device.device_type is not CPU:
             raise ValueError(
                 f"apply runs on the CPU pool: move GPU arrays with to_device (got {device})"
             )
         name = getattr(fn, "__name__", "apply")
-        return self._push1(
-            _partial(_apply_checked, fn, shape, dtype),
+        return push1(
+            self,
+            partial(_apply_checked, fn, shape, dtype),
             operands,
             shape,
             dtype,
             device,
             f"apply({name})",
-            prop=_NORMAL,
+            prop=NORMAL,
         )
 
     def _to_device(self, x: Array, device: Context) -> Array:
@@ -229,31 +232,39 @@ class Namespace(Creation, DataTypes, Manipulation, Searching, Statistics, Produc
             raise ValueError(
                 f"device must be an aioengine Context (ae.cpu(i) or ae.gpu(i)), got {device!r}"
             )
-        if device == x._device:
+        if device == x.device:
             return x
-        src_gpu = x._device.device_type is not _CPU
-        dst_gpu = device.device_type is not _CPU
+        src_gpu = x.device.device_type is not CPU
+        dst_gpu = device.device_type is not CPU
         if dst_gpu and not src_gpu:
             xp = self._xp(device)
-            fn: Callable[..., Any] = _partial(_upload, xp)
-            return self._push1(
-                fn, (x,), x._shape, x._dtype, device, "to_device", prop=FnProperty.COPY_TO_GPU
+            fn: Callable[..., Any] = partial(_upload, xp)
+            return push1(
+                self,
+                fn,
+                (x,),
+                known_shape(x),
+                x.dtype,
+                device,
+                "to_device",
+                prop=FnProperty.COPY_TO_GPU,
             )
         if src_gpu and not dst_gpu:
             # On the GPU's copy stream; the CPU array's first reader waits for its fence.
-            return self._push1(
+            return push1(
+                self,
                 _download,
                 (x,),
-                x._shape,
-                x._dtype,
+                known_shape(x),
+                x.dtype,
                 device,
                 "to_device",
                 prop=FnProperty.COPY_FROM_GPU,
-                run_on=x._device,
+                run_on=x.device,
             )
         if src_gpu and dst_gpu:
-            return self._push1(_copy, (x,), x._shape, x._dtype, device, "to_device")
-        return self._push1(_copy, (x,), x._shape, x._dtype, device, "to_device")
+            return push1(self, copy_value, (x,), known_shape(x), x.dtype, device, "to_device")
+        return push1(self, copy_value, (x,), known_shape(x), x.dtype, device, "to_device")
 
     def _array_ufunc(
         self, ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]
@@ -274,7 +285,7 @@ def _make_elementwise(name: str, arity: int) -> Callable[..., Array]:
         def unary(self: Namespace, x: Array, /) -> Array:
             if not isinstance(x, Array):
                 raise TypeError(f"{name}() needs an array, got {type(x).__name__}")
-            return self._elementwise(fn, name, (x,))
+            return elementwise(self, fn, name, (x,))
 
         func: Callable[..., Array] = unary
     else:

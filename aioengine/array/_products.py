@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from . import _meta
-from ._array import Array
+from ._array import Array, concrete_shape, known_shape
 from ._meta import axis_index, broadcast
-from ._push import (
-    Pusher,
-    _call,
-    _partial,
-)
+from ._push import Pusher, call_with, check_same, push1
 
 __all__ = ("Products",)
 
@@ -35,22 +32,23 @@ class Products(Pusher):
             x2 = self.asarray(x2)
         if not isinstance(x1, Array) or not isinstance(x2, Array):
             raise TypeError("matmul needs two arrays (Python scalars are not allowed)")
-        device = self._check_same([x1, x2])
-        shape = _meta.matmul_shape(x1._shape, x2._shape)
+        device = check_same(self, [x1, x2])
+        s1 = known_shape(x1)
+        shape = _meta.matmul_shape(s1, known_shape(x2))
         dtype = _meta.sample_dtype(
-            np.matmul, [(x1._dtype, (1,) * x1.ndim), (x2._dtype, (1,) * x2.ndim)]
+            np.matmul, [(x1.dtype, (1,) * x1.ndim), (x2.dtype, (1,) * x2.ndim)]
         )
-        k = x1._shape[-1] or 1
-        return self._push1(
-            np.matmul, (x1, x2), shape, dtype, device, "matmul", cost=_meta.prod(shape) * k
+        k = s1[-1] or 1
+        return push1(
+            self, np.matmul, (x1, x2), shape, dtype, device, "matmul", cost=_meta.prod(shape) * k
         )
 
     def tensordot(
         self, x1: Array, x2: Array, /, *, axes: int | tuple[Sequence[int], Sequence[int]] = 2
     ) -> Array:
         """The sum of products over ``axes`` (the last ``axes`` of x1 and first of x2)."""
-        device = self._check_same([x1, x2])
-        s1, s2 = self._concrete(x1, "tensordot"), self._concrete(x2, "tensordot")
+        device = check_same(self, [x1, x2])
+        s1, s2 = concrete_shape(self, x1, "tensordot"), concrete_shape(self, x2, "tensordot")
         if isinstance(axes, int):
             if axes < 0 or axes > min(len(s1), len(s2)):
                 raise ValueError(f"tensordot: axes={axes} is out of range for shapes {s1} and {s2}")
@@ -66,9 +64,10 @@ class Products(Pusher):
         shape = tuple(d for i, d in enumerate(s1) if i not in a1) + tuple(
             d for j, d in enumerate(s2) if j not in a2
         )
-        dtype = np.result_type(x1._dtype, x2._dtype)
-        return self._push1(
-            _partial(_call, np.tensordot, {"axes": axes}),
+        dtype = np.result_type(x1.dtype, x2.dtype)
+        return push1(
+            self,
+            partial(call_with, np.tensordot, {"axes": axes}),
             (x1, x2),
             shape,
             dtype,
@@ -79,18 +78,20 @@ class Products(Pusher):
 
     def vecdot(self, x1: Array, x2: Array, /, *, axis: int = -1) -> Array:
         """The dot product of vectors along ``axis`` (complex x1 conjugated)."""
-        device = self._check_same([x1, x2])
+        device = check_same(self, [x1, x2])
         if x1.ndim == 0 or x2.ndim == 0:
             raise ValueError("vecdot needs arrays of at least one dimension")
-        full = broadcast(x1._shape, x2._shape)
+        s1, s2 = known_shape(x1), known_shape(x2)
+        full = broadcast(s1, s2)
         ax = axis_index(axis, len(full))
-        n1, n2 = x1._shape[ax - len(full) + x1.ndim], x2._shape[ax - len(full) + x2.ndim]
+        n1, n2 = s1[ax - len(full) + x1.ndim], s2[ax - len(full) + x2.ndim]
         if n1 is not None and n2 is not None and n1 != n2:
             raise ValueError(f"vecdot: the sizes along axis {axis} differ: {n1} and {n2}")
         shape = tuple(d for i, d in enumerate(full) if i != ax)
-        dtype = np.result_type(x1._dtype, x2._dtype)
-        return self._push1(
-            _partial(_call, np.vecdot, {"axis": axis}),
+        dtype = np.result_type(x1.dtype, x2.dtype)
+        return push1(
+            self,
+            partial(call_with, np.vecdot, {"axis": axis}),
             (x1, x2),
             shape,
             dtype,

@@ -7,17 +7,15 @@ is None until the value is computed (``unique_inverse``'s indices have the input
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import _meta
-from ._array import Array
+from ._array import Array, known_shape
 from ._meta import Shape, axis_index
-from ._push import (
-    Pusher,
-    _partial,
-)
+from ._push import Pusher, check_same, elementwise, operand, push, push1, reduction
 
 __all__ = ("Searching", "UniqueAllResult", "UniqueCountsResult", "UniqueInverseResult")
 
@@ -51,91 +49,99 @@ class Searching(Pusher):
 
     def argmax(self, x: Array, /, *, axis: int | None = None, keepdims: bool = False) -> Array:
         """Indices of the maxima along ``axis`` (of the flattened array if None)."""
-        return self._reduce(np.argmax, "argmax", x, axis, keepdims, single_axis=True)
+        return reduction(self, np.argmax, "argmax", x, axis, keepdims, single_axis=True)
 
     def argmin(self, x: Array, /, *, axis: int | None = None, keepdims: bool = False) -> Array:
         """Indices of the minima along ``axis`` (of the flattened array if None)."""
-        return self._reduce(np.argmin, "argmin", x, axis, keepdims, single_axis=True)
+        return reduction(self, np.argmin, "argmin", x, axis, keepdims, single_axis=True)
 
     def count_nonzero(self, x: Array, /, *, axis: Any = None, keepdims: bool = False) -> Array:
         """The number of non-zero elements along ``axis``."""
-        return self._reduce(np.count_nonzero, "count_nonzero", x, axis, keepdims)
+        return reduction(self, np.count_nonzero, "count_nonzero", x, axis, keepdims)
 
     def nonzero(self, x: Array, /) -> tuple[Array, ...]:
         """The indices of the non-zero elements, one array per dimension (their length
         depends on the data: None until the value is known)."""
         if x.ndim == 0:
             raise ValueError("nonzero of a 0-d array is not allowed")
-        device = self._check_same([x])
+        device = check_same(self, [x])
         outs = tuple(((None,), np.dtype(np.int64)) for _ in range(x.ndim))
         fn = _nonzero if x.ndim > 1 else np.flatnonzero
-        return self._push(fn, (x,), outs, device, "nonzero", _meta.prod(x._shape))
+        return push(self, fn, (x,), outs, device, "nonzero", _meta.prod(known_shape(x)))
 
     def searchsorted(
         self, x1: Array, x2: Array, /, *, side: str = "left", sorter: Array | None = None
     ) -> Array:
         """Where the elements of ``x2`` would be inserted into the sorted 1-D ``x1``."""
         arrays = [x1, x2] + ([sorter] if sorter is not None else [])
-        x2 = self._operand(x2)  # type: ignore[assignment]
-        device = self._check_same([a for a in arrays if isinstance(a, Array)])
+        x2 = operand(self, x2)  # type: ignore[assignment]
+        device = check_same(self, [a for a in arrays if isinstance(a, Array)])
         if x1.ndim != 1:
             raise ValueError("searchsorted: x1 must be 1-D")
         if side not in ("left", "right"):
             raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
-        fn = _partial(_searchsorted, side)
+        fn = partial(_searchsorted, side)
         args = (x1, x2, *([sorter] if sorter is not None else []))
-        return self._push1(fn, args, x2.shape, np.dtype(np.int64), device, "searchsorted")
+        return push1(self, fn, args, x2.shape, np.dtype(np.int64), device, "searchsorted")
 
     def where(self, condition: Array, x1: Any, x2: Any, /) -> Array:
         """Elements of ``x1`` where ``condition`` is true, of ``x2`` elsewhere."""
-        if not isinstance(condition, Array) or condition._dtype.kind != "b":
+        if not isinstance(condition, Array) or condition.dtype.kind != "b":
             raise TypeError("where: condition must be a boolean array")
-        return self._elementwise(np.where, "where", (condition, x1, x2))
+        return elementwise(self, np.where, "where", (condition, x1, x2))
 
     def argsort(
         self, x: Array, /, *, axis: int = -1, descending: bool = False, stable: bool = True
     ) -> Array:
         """The indices that sort ``x`` along ``axis``."""
         ax = axis_index(axis, x.ndim) if x.ndim else axis_index(axis, 1)
-        fn = _partial(_sort, descending, stable, ax, True)
-        return self._push1(fn, (x,), x._shape, np.dtype(np.int64), self._check_same([x]), "argsort")
+        fn = partial(_sort, descending, stable, ax, True)
+        return push1(
+            self, fn, (x,), known_shape(x), np.dtype(np.int64), check_same(self, [x]), "argsort"
+        )
 
     def sort(
         self, x: Array, /, *, axis: int = -1, descending: bool = False, stable: bool = True
     ) -> Array:
         """``x`` sorted along ``axis``."""
         ax = axis_index(axis, x.ndim) if x.ndim else axis_index(axis, 1)
-        fn = _partial(_sort, descending, stable, ax, False)
-        return self._push1(fn, (x,), x._shape, x._dtype, self._check_same([x]), "sort")
+        fn = partial(_sort, descending, stable, ax, False)
+        return push1(self, fn, (x,), known_shape(x), x.dtype, check_same(self, [x]), "sort")
 
     def _unique(
         self, x: Array, kind: str, outs: tuple[tuple[Shape, np.dtype[Any]], ...]
     ) -> tuple[Array, ...]:
-        device = self._check_same([x])
-        return self._push(
-            _partial(_unique, kind), (x,), outs, device, f"unique_{kind}", _meta.prod(x._shape)
+        device = check_same(self, [x])
+        return push(
+            self,
+            partial(_unique, kind),
+            (x,),
+            outs,
+            device,
+            f"unique_{kind}",
+            _meta.prod(known_shape(x)),
         )
 
     def unique_values(self, x: Array, /) -> Array:
         """The unique elements of ``x`` (their number depends on the data)."""
-        return self._unique(x, "values", (((None,), x._dtype),))[0]
+        return self._unique(x, "values", (((None,), x.dtype),))[0]
 
     def unique_counts(self, x: Array, /) -> UniqueCountsResult:
         """The unique elements of ``x`` and how often each occurs."""
         i64 = np.dtype(np.int64)
-        return UniqueCountsResult(*self._unique(x, "counts", (((None,), x._dtype), ((None,), i64))))
+        return UniqueCountsResult(*self._unique(x, "counts", (((None,), x.dtype), ((None,), i64))))
 
     def unique_inverse(self, x: Array, /) -> UniqueInverseResult:
         """The unique elements of ``x`` and, for each element of ``x``, its index among them."""
         i64 = np.dtype(np.int64)
         return UniqueInverseResult(
-            *self._unique(x, "inverse", (((None,), x._dtype), (x._shape, i64)))
+            *self._unique(x, "inverse", (((None,), x.dtype), (known_shape(x), i64)))
         )
 
     def unique_all(self, x: Array, /) -> UniqueAllResult:
         """The unique elements, their first indices, the inverse indices and the counts."""
         i64 = np.dtype(np.int64)
-        outs = (((None,), x._dtype), ((None,), i64), (x._shape, i64), ((None,), i64))
+        outs = (((None,), x.dtype), ((None,), i64), (known_shape(x), i64), ((None,), i64))
         return UniqueAllResult(*self._unique(x, "all", outs))
 
 

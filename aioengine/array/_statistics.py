@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from . import _meta
-from ._array import Array
+from ._array import Array, known_shape
 from ._meta import as_dtype, axis_index
-from ._push import (
-    Pusher,
-    _call,
-    _partial,
-)
+from ._push import Pusher, call_with, check_same, push1, reduction
 
 __all__ = ("Statistics",)
 
@@ -31,21 +28,27 @@ class Statistics(Pusher):
         self, x: Array, /, *, axis: Any = None, dtype: Any = None, keepdims: bool = False
     ) -> Array:
         """The sum along ``axis`` (all axes if None)."""
-        return self._reduce(
-            np.sum, "sum", x, axis, keepdims, dtype=None if dtype is None else as_dtype(dtype)
+        return reduction(
+            self, np.sum, "sum", x, axis, keepdims, dtype=None if dtype is None else as_dtype(dtype)
         )
 
     def prod(
         self, x: Array, /, *, axis: Any = None, dtype: Any = None, keepdims: bool = False
     ) -> Array:
         """The product along ``axis``."""
-        return self._reduce(
-            np.prod, "prod", x, axis, keepdims, dtype=None if dtype is None else as_dtype(dtype)
+        return reduction(
+            self,
+            np.prod,
+            "prod",
+            x,
+            axis,
+            keepdims,
+            dtype=None if dtype is None else as_dtype(dtype),
         )
 
     def mean(self, x: Array, /, *, axis: Any = None, keepdims: bool = False) -> Array:
         """The arithmetic mean along ``axis``."""
-        return self._reduce(np.mean, "mean", x, axis, keepdims)
+        return reduction(self, np.mean, "mean", x, axis, keepdims)
 
     def var(
         self,
@@ -57,7 +60,7 @@ class Statistics(Pusher):
         keepdims: bool = False,
     ) -> Array:
         """The variance along ``axis`` (``correction``: degrees of freedom subtracted)."""
-        return self._reduce(np.var, "var", x, axis, keepdims, correction=correction)
+        return reduction(self, np.var, "var", x, axis, keepdims, correction=correction)
 
     def std(
         self,
@@ -69,23 +72,23 @@ class Statistics(Pusher):
         keepdims: bool = False,
     ) -> Array:
         """The standard deviation along ``axis``."""
-        return self._reduce(np.std, "std", x, axis, keepdims, correction=correction)
+        return reduction(self, np.std, "std", x, axis, keepdims, correction=correction)
 
     def max(self, x: Array, /, *, axis: Any = None, keepdims: bool = False) -> Array:
         """The maximum along ``axis``."""
-        return self._reduce(np.max, "max", x, axis, keepdims)
+        return reduction(self, np.max, "max", x, axis, keepdims)
 
     def min(self, x: Array, /, *, axis: Any = None, keepdims: bool = False) -> Array:
         """The minimum along ``axis``."""
-        return self._reduce(np.min, "min", x, axis, keepdims)
+        return reduction(self, np.min, "min", x, axis, keepdims)
 
     def all(self, x: Array, /, *, axis: Any = None, keepdims: bool = False) -> Array:
         """Whether every element along ``axis`` is true."""
-        return self._reduce(np.all, "all", x, axis, keepdims)
+        return reduction(self, np.all, "all", x, axis, keepdims)
 
     def any(self, x: Array, /, *, axis: Any = None, keepdims: bool = False) -> Array:
         """Whether any element along ``axis`` is true."""
-        return self._reduce(np.any, "any", x, axis, keepdims)
+        return reduction(self, np.any, "any", x, axis, keepdims)
 
     def _cumulative(
         self,
@@ -96,7 +99,7 @@ class Statistics(Pusher):
         dtype: Any,
         include_initial: bool,
     ) -> Array:
-        device = self._check_same([x])
+        device = check_same(self, [x])
         if axis is None:
             if x.ndim > 1:
                 raise ValueError(
@@ -111,11 +114,13 @@ class Statistics(Pusher):
             "dtype": None if dtype is None else as_dtype(dtype),
             "include_initial": include_initial,
         }
-        out_dtype = _meta.sample_dtype(fn, [(x._dtype, (1,) * x.ndim)], **kwargs)
-        shape = list(x._shape)
+        out_dtype = _meta.sample_dtype(fn, [(x.dtype, (1,) * x.ndim)], **kwargs)
+        shape = list(known_shape(x))
         if include_initial and shape[ax] is not None:
             shape[ax] += 1  # type: ignore[operator]
-        return self._push1(_partial(_call, fn, kwargs), (x,), tuple(shape), out_dtype, device, name)
+        return push1(
+            self, partial(call_with, fn, kwargs), (x,), tuple(shape), out_dtype, device, name
+        )
 
     def cumulative_sum(
         self,
@@ -157,23 +162,25 @@ class Statistics(Pusher):
     ) -> Array:
         """The ``n``-th discrete difference along ``axis``."""
         extra = [a for a in (prepend, append) if a is not None]
-        device = self._check_same([x, *extra])
+        device = check_same(self, [x, *extra])
         if x.ndim == 0:
             raise ValueError("diff needs an array of at least one dimension")
         ax = axis_index(axis, x.ndim)
         n = operator.index(n)
         if n < 0:
             raise ValueError(f"diff: order n must be non-negative, got {n}")
-        dtype = self.result_type(x, *extra) if extra else x._dtype
-        length = x._shape[ax]
+        dtype = self.result_type(x, *extra) if extra else x.dtype
+        xshape = known_shape(x)
+        length = xshape[ax]
         for a in extra:
             if a.ndim != x.ndim:
                 raise ValueError("diff: prepend and append must have the dimensions of x")
-            length = None if length is None or a._shape[ax] is None else length + a._shape[ax]  # type: ignore[operator]
-        shape = list(x._shape)
+            more = known_shape(a)[ax]
+            length = None if length is None or more is None else length + more
+        shape = list(xshape)
         shape[ax] = None if length is None else max(length - n, 0)
-        fn = _partial(_diff, ax, n, prepend is not None, append is not None)
-        return self._push1(fn, (x, *extra), tuple(shape), dtype, device, "diff")
+        fn = partial(_diff, ax, n, prepend is not None, append is not None)
+        return push1(self, fn, (x, *extra), tuple(shape), dtype, device, "diff")
 
 
 def _diff(axis: int, n: int, has_prepend: bool, has_append: bool, x: Any, *extra: Any) -> Any:

@@ -16,7 +16,12 @@ from __future__ import annotations
 import asyncio
 import threading
 
-__all__ = ("PendingArrayError", "in_operation", "on_loop_thread")
+__all__ = ("PendingArrayError", "in_operation", "on_loop_thread", "running_loop")
+
+#: The event loop running on the calling thread, or None: asyncio's own accessor (the one
+#: ``asyncio.get_running_loop()`` calls, without its RuntimeError), bound once here because
+#: the fusion hot path and every sync point ask it; the package's one use of it.
+running_loop = asyncio._get_running_loop
 
 
 class PendingArrayError(ValueError, RuntimeError):
@@ -27,7 +32,7 @@ class PendingArrayError(ValueError, RuntimeError):
 def on_loop_thread(loop: asyncio.AbstractEventLoop | None) -> bool:
     """Whether the calling thread is running ``loop`` (inside a coroutine, a callback or an
     operation run inline on it)."""
-    return loop is not None and asyncio._get_running_loop() is loop
+    return loop is not None and running_loop() is loop
 
 
 def in_operation() -> bool:
