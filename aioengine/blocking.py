@@ -75,6 +75,25 @@ def _abandon_at_exit(engine: BlockingEngine) -> None:
     engine._abandon()
 
 
+def _mark_stopped(portal: BlockingPortal) -> None:
+    """Mark ``portal`` stopped in a forked child, where no thread runs its loop: run
+    :meth:`BlockingPortal.stop` here, not through the loop (``portal.call`` would wait for a
+    loop that never runs). Its first step marks the portal stopped (from then on its calls
+    raise RuntimeError, which its context's exit expects of a stopped portal) and sets its
+    stop event; it awaits nothing (anyio 4), and whatever it would do after a first await is
+    not done: the loop's tasks are the parent's. Setting the event only schedules, on the
+    copy of the parent's loop, callbacks that never run here (asyncio's debug mode refuses
+    even that from this thread: a RuntimeError, once the portal is marked)."""
+    stop = portal.stop()
+    try:
+        stop.send(None)
+    except StopIteration:
+        return
+    except RuntimeError:
+        return
+    stop.close()
+
+
 def _forget_in_child(engine: BlockingEngine) -> None:
     """In a forked child (lifecycle.portals_after_fork): the loop thread is the parent's."""
     engine._forget_loop()
@@ -307,10 +326,11 @@ class BlockingEngine(BlockingMethods):
         """In a forked child: forget the loop thread, which is the parent's; every later use
         raises (see :meth:`_portal_or_raise`), and exit does not wait for that thread.
 
-        The lock may have been copied held, so it is replaced. The portal is marked stopped,
-        as :meth:`BlockingPortal.stop` marks it (which the child cannot call: no thread runs
-        its loop here), so that finalizing its context calls nothing on the loop and only
-        joins the loop thread, which the child's threading module knows has stopped.
+        The lock may have been copied held, so it is replaced. The portal is marked stopped
+        (:func:`_mark_stopped`), so that finalizing its context calls nothing on the loop and
+        only joins the loop thread, which the child's threading module knows has stopped:
+        else that context's exit would hand ``portal.stop`` to a loop that no thread runs
+        here, and wait for it forever.
         """
         self._lock = threading.Lock()
         self._forked = True
@@ -319,7 +339,7 @@ class BlockingEngine(BlockingMethods):
         self._stack = self._portal = None
         self._unregister()
         if portal is not None:
-            portal._event_loop_thread_id = None
+            _mark_stopped(portal)
         del portal, stack  # finalized here, at once, calling nothing on the loop
 
     def _portal_or_raise(self, what: str) -> BlockingPortal:
@@ -353,7 +373,7 @@ class BlockingEngine(BlockingMethods):
                 "async Engine (blocking_engine.engine) there instead, or call from another "
                 "thread"
             )
-        if self._engine._core._on_worker_thread():
+        if self._engine._core.routes.on_worker_thread(self._engine._core):
             raise RuntimeError(
                 f"BlockingEngine.{what} was called inside an operation, on one of the "
                 "engine's worker threads; blocking there can deadlock (the operation holds "

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from . import instrument as _instrument
 from .context import cpu
 from .errors import EngineClosedError, trim_traceback
+from .functions import returned_coroutine
 from .kinds import _BULK, FnProperty, OpState
 from .operation import _COROUTINE_TYPES, Operation, new_operation
 from .var import Var, append_all, release_all
@@ -74,12 +75,12 @@ class Bulk:
 
     __slots__ = ("_active", "_core", "_outer", "_task", "_token", "_used", "size")
 
-    def __init__(self, engine: Scheduler, size: int) -> None:
+    def __init__(self, core: Scheduler, size: int) -> None:
         if type(size) is not int:
             raise TypeError(f"size must be an int, got {size!r}")
         if size < 1:
             raise ValueError(f"size must be at least 1, got {size}")
-        self._core = engine
+        self._core = core
         self.size = size
         self._outer: Bulk | None = None  # the scope active when this one was entered
         self._token: contextvars.Token[Bulk | None] | None = None
@@ -96,23 +97,23 @@ class Bulk:
         return f"<aioengine.Bulk size={self.size} {state}>"
 
     def __enter__(self) -> Bulk:
-        engine = self._core
+        core = self._core
         if self._used:
             raise RuntimeError(f"{self!r} was entered already; call engine.bulk() again")
-        loop = engine.require_loop()
-        if threading.get_ident() != engine._loop_thread or not loop.is_running():
+        loop = core.require_loop()
+        if threading.get_ident() != core.loop_thread or not loop.is_running():
             raise RuntimeError(
                 "engine.bulk() applies to pushes on the engine's event-loop thread; "
                 "enter it from a coroutine on that loop"
             )
-        if engine.closed:
-            raise EngineClosedError(f"{engine!r} is closed; create a new Engine")
+        if core.closed:
+            raise EngineClosedError(f"{core!r} is closed; create a new Engine")
         self._used = True
         self._task = asyncio.current_task()
         self._outer = _current.get()
         self._token = _current.set(self)
         self._active = True
-        engine._segments.enter()
+        core.segments.enter()
         return self
 
     def __exit__(
@@ -129,18 +130,18 @@ class Bulk:
             _current.reset(token)
         except ValueError:  # exited in another context than entered: nothing to restore
             pass
-        self._core._segments.exit(self._core)
+        self._core.segments.exit(self._core)
 
 
 class Segments:
     """The bulk segments of one scheduler: the open one, and running a queued one.
 
     A collaborator of :class:`~aioengine.scheduler.Scheduler` inside the core (the scheduler
-    holds one as ``_segments`` and passes itself to every call: no reference back). Its
+    holds one as ``segments`` and passes itself to every call: no reference back). Its
     methods are the scheduler's own cycle for a segment: join, close (queue on the Vars), run
     the members, release.
 
-    State, guarded by the scheduler's lock (``core._lock``) unless said otherwise:
+    State, guarded by the scheduler's lock (``core.lock``) unless said otherwise:
 
     - ``scopes``: active ``bulk()`` scopes; a push asks its context for one only while this is
       nonzero. Written on the loop thread only; other threads' pushes read it unlocked,
@@ -168,7 +169,7 @@ class Segments:
                     return 0
                 # The core's loop named: current_task() would ask for the running loop, which
                 # costs a getpid() system call on every push.
-                return scope.size if asyncio.current_task(core._loop) is scope._task else 0
+                return scope.size if asyncio.current_task(core.loop) is scope._task else 0
             scope = scope._outer
         return 0
 
@@ -184,13 +185,13 @@ class Segments:
     def flush(self, core: Scheduler) -> None:
         """Close the open segment, if any (any thread): something is about to wait."""
         if self.open is not None:
-            with core._lock:
+            with core.lock:
                 if self.open is not None:
                     self.flush_locked(core)
 
     def flush_soon(self, core: Scheduler) -> None:
         """The loop's next iteration after a segment opened: close it (loop thread)."""
-        with core._lock:
+        with core.lock:
             self.flush_scheduled = False
             if self.open is not None:
                 self.flush_locked(core)
@@ -207,8 +208,8 @@ class Segments:
             seg._result = members
             if not self.flush_scheduled:
                 self.flush_scheduled = True
-                assert core._loop is not None
-                core._loop.call_soon(self.flush_soon, core)
+                assert core.loop is not None
+                core.loop.call_soon(self.flush_soon, core)
         else:
             members = seg._result
             members.append(op)
@@ -248,8 +249,8 @@ class Segments:
         seg._nreads = len(const)
         seg._priority = priority
         seg.name = f"bulk segment ({len(members)} operations from {members[0].name!r})"
-        core._seq += 1
-        seg._seq = seq = core._seq
+        core.seq += 1
+        seg._seq = seq = core.seq
         seg._key = seq - (priority << 64) if priority else seq
         wait = append_all(seg, const, mutate)
         sequencer = core._sequencer
@@ -257,7 +258,7 @@ class Segments:
             wait += 1
         if wait:
             seg._wait = wait
-        elif core._may_hold:
+        elif core.may_hold:
             # It may have to wait for GPU fences or remote versions; it runs on the loop.
             core.dispatch_locked([seg])
         else:
@@ -282,8 +283,8 @@ class Segments:
         result: object = None
         try:
             while True:
-                lock = core._lock
-                core._lock_acquire()
+                lock = core.lock
+                core.lock_acquire()
                 lock.owner = _get_ident()
                 try:
                     if done is not None:
@@ -305,7 +306,7 @@ class Segments:
                         i += 1
                         if op._state is not _PENDING:
                             pass  # cancelled while it waited
-                        elif core._failures and core._skip_locked(op) is not None:
+                        elif core.failures and core._skip_locked(op) is not None:
                             pass  # skipped (it releases nothing: the segment holds its Vars)
                         else:
                             op._state = _RUNNING
@@ -317,16 +318,16 @@ class Segments:
                         lock.unlock()
                     else:
                         lock.owner = 0
-                        core._lock_release()
+                        core.lock_release()
                 if op is None:
                     break
-                if core._instruments:
+                if core.instruments:
                     _instrument.notify_start(core, op)
                 ctx = op._ctx
-                if ctx is not core._loop_ctx:  # by identity, as in _execute_one: Context
-                    core._loop_rctx = core._run_context(ctx)  # hashes in Python
-                    core._loop_ctx = ctx
-                rctx = core._loop_rctx
+                if ctx is not core.loop_ctx:  # by identity, as in _execute_one: Context
+                    core.loop_rctx = core.routes.run_context(ctx)  # hashes in Python
+                    core.loop_ctx = ctx
+                rctx = core.loop_rctx
                 fn = op._fn
                 assert fn is not None
                 try:
@@ -339,7 +340,7 @@ class Segments:
                         raise  # recorded; the members after it wait for the loop (below)
                     continue
                 if type(result) in _COROUTINE_TYPES:
-                    core.finish(op, _FAILED, None, core._awaitable_result(op, result))
+                    core.finish(op, _FAILED, None, returned_coroutine(op.name, result))
                     continue
                 done = op
         except BaseException:
@@ -347,7 +348,7 @@ class Segments:
             # operation's is: the members after it run (or are skipped) when the loop runs
             # again, as inline operations queued behind that one would. So the segment keeps
             # its Vars and goes back to the loop queue with them.
-            with core._lock:
+            with core.lock:
                 rest = seg._result = members[i:]
                 if rest:
                     seg._state = _READY
@@ -366,8 +367,8 @@ class Segments:
         """Release a segment's Vars; claim the next loop operation if ``more`` (loop thread)."""
         ready: list[Any] = []
         nxt = None
-        lock = core._lock
-        core._lock_acquire()
+        lock = core.lock
+        core.lock_acquire()
         lock.owner = _get_ident()
         try:
             seg._state = _DONE
@@ -384,7 +385,7 @@ class Segments:
                 lock.unlock()
             else:
                 lock.owner = 0
-                core._lock_release()
+                core.lock_release()
         if todo:
             core.submit_ready(todo)
         return nxt

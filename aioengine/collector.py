@@ -1,6 +1,6 @@
 """Live operations and Python's cycle collector.
 
-A pushed operation is reachable from its engine (``Scheduler._live``) until it completes, and it
+A pushed operation is reachable from its engine (``Scheduler.live``) until it completes, and it
 refers back to the engine: the cycle collector cannot free it in that time, yet walks it, its
 context snapshot (``copy_context()`` at the push) and the tuple of its Vars in each of its
 passes, and every full collection walks them together with the whole program's heap. With many

@@ -32,6 +32,7 @@ from typing import Any, TypeVar, overload
 from . import bulk as _bulk
 from . import ergonomic as _ergonomic
 from . import instrument as _instrument
+from .cancellation import cancel_marker, cancel_not_started
 from .context import Context, RunContext, cpu
 from .ergonomic import OpDecorator
 from .errors import (
@@ -47,7 +48,7 @@ from .fence import has_pending
 from .functions import async_kind, default_name, delete_nothing, is_coroutine_function
 from .gpu_sync import open_gpu
 from .instrument import Instrument
-from .kinds import _BULK, _CORO, _SYNC, _WAIT, FnProperty, OpState
+from .kinds import _BULK, _CORO, _SYNC, _WAIT, FnProperty, OpState, check_prop
 from .lock import unguard_interrupts
 from .observe import dump as _dump
 from .observe import graph as _graph
@@ -61,10 +62,11 @@ from .operation import (
     OnComplete,
     Operation,
     OprHandle,
+    delete_handle_locked,
     new_operation,
 )
 from .remote import RemoteBackend, open_remote
-from .scheduler import _COMPILED, Scheduler, State, check_prop
+from .scheduler import _COMPILED, Scheduler, State
 from .settings import Settings, cluster_setting
 from .var import NO_VALUE, Var, carry, checked_modes, checked_reads, checked_writes, queued_behind
 
@@ -104,18 +106,6 @@ def _join_executors(executors: list[Executor]) -> None:
     """Join the workers of executors already shut down (on a helper thread, see aclose)."""
     for executor in executors:
         executor.shutdown(True)
-
-
-def _unthrown(core: Scheduler) -> list[BaseException]:
-    """The failures ``core`` recorded that no wait has raised (what ``aclose()`` would raise),
-    for ``Engine.__del__``, which takes no lock: a snapshot of ``_failures`` (``list()`` of a
-    dict runs in C, under the GIL, without calling back into Python)."""
-    lost = []
-    for box in list(core._failures):
-        exc = box.exc
-        if box.cleared is None and exc is not None:
-            lost.append(exc)
-    return lost
 
 
 def _forgetting(remote: RemoteBackend, var: Var, op: Operation[None]) -> None:
@@ -258,45 +248,13 @@ class Engine:
     def closed(self) -> bool:
         """Whether :meth:`aclose` has finished, or was left unfinished (timed out or
         cancelled) on an event loop that has closed since."""
-        self._close_if_loop_closed()
-        return self._core._state is State.CLOSED
-
-    def _close_if_loop_closed(self) -> None:
-        """Close an engine left closing on a loop that has closed since.
-
-        An :meth:`aclose` that timed out (or was cancelled) leaves the engine closing, to be
-        called again; once its loop is closed nothing can drain it any more, so it is closed
-        now: its pools shut down without waiting (running functions finish, nothing new
-        starts) and the operations left unfinished, which never will be (their loop is
-        gone), are logged. The TimeoutError of that aclose() reported them first.
-        """
-        core = self._core
-        loop = core._loop
-        if loop is None or not loop.is_closed():
-            return
-        with core._lock:
-            if core._state is not State.CLOSING:
-                return
-            core.set_state_locked(State.CLOSED)
-            unfinished = len(core._live)
-            names = [op.name for op in list(core._live.values())[:10]]
-        unguard_interrupts(core)
-        if core._gpu is not None:
-            core._gpu.shutdown()
-        core.abandon_executors()
-        if unfinished:
-            logger.warning(
-                "%r was closing when its event loop closed: closed with %d operation(s) "
-                "unfinished, first: %s",
-                self,
-                unfinished,
-                ", ".join(map(repr, names)),
-            )
+        _close_if_loop_closed(self)
+        return self._core.state is State.CLOSED
 
     @property
     def pending(self) -> int:
         """The number of operations pushed and not finished yet."""
-        return len(self._core._live)
+        return len(self._core.live)
 
     def __repr__(self) -> str:
         return repr(self._core)
@@ -305,13 +263,13 @@ class Engine:
         """Install an :class:`~aioengine.instrument.Instrument`; safe from any thread."""
         if not isinstance(instrument, Instrument):
             raise TypeError(f"instrument must be an aioengine Instrument, got {instrument!r}")
-        with self._core._lock:
+        with self._core.lock:
             _instrument.install_locked(self._core, instrument)
 
     def remove_instrument(self, instrument: Instrument) -> None:
         """Uninstall ``instrument`` (ValueError if it is not installed)."""
-        with self._core._lock:
-            if instrument not in self._core._instruments:
+        with self._core.lock:
+            if instrument not in self._core.instruments:
                 raise ValueError(f"{instrument!r} is not installed on {self!r}")
             _instrument.uninstall_locked(self._core, instrument)
 
@@ -326,7 +284,7 @@ class Engine:
 
     async def __aenter__(self) -> Engine:
         self._core.require_loop()
-        if self._core._state is not State.OPEN:
+        if self._core.state is not State.OPEN:
             raise EngineClosedError(f"{self!r} is closed; create a new Engine")
         return self
 
@@ -378,29 +336,29 @@ class Engine:
                 f"aclose() inside operation {current.name!r} would wait for that operation "
                 "itself; close the engine outside its operations"
             )
-        with self._core._lock:
-            if self._core._state is State.CLOSED:
+        with self._core.lock:
+            if self._core.state is State.CLOSED:
                 return
             self._core.set_state_locked(State.CLOSING)
         if cancel:
-            self._core._cancel_not_started()
+            cancel_not_started(self._core)
         try:
             await self._drained(timeout)
         except TimeoutError:
-            with self._core._lock:
-                names = [op.name for op in list(self._core._live.values())[:10]]
+            with self._core.lock:
+                names = [op.name for op in list(self._core.live.values())[:10]]
             raise TimeoutError(
-                f"aclose() timed out after {timeout} s with {len(self._core._live)} operation(s) "
+                f"aclose() timed out after {timeout} s with {len(self._core.live)} operation(s) "
                 f"still pending, first: {', '.join(map(repr, names))}"
             ) from None
         errors = self._core.take_failures()
-        if self._core._gpu is not None:
-            self._core._gpu.shutdown()
-        remote = self._core._remote
+        if self._core.gpu is not None:
+            self._core.gpu.shutdown()
+        remote = self._core.remote
         if remote is not None:
             assert isinstance(remote, RemoteBackend)
             await remote.aclose()  # nothing is pending: it leaves no key of this engine
-        executors = self._core._shutdown_executors(wait=False)
+        executors = self._core.shutdown_executors(wait=False)
         if executors:
             # Joined off the loop: a callback-style operation is done once on_complete() is
             # called, and the rest of its function may still need the loop.
@@ -412,7 +370,7 @@ class Engine:
                 _join_executors(executors)
             else:
                 await joined
-        with self._core._lock:
+        with self._core.lock:
             self._core.set_state_locked(State.CLOSED)
         unguard_interrupts(self._core)
         if errors:
@@ -425,40 +383,11 @@ class Engine:
         core = getattr(self, "_core", None)
         # Fields only until there is something to say or release: at interpreter exit this
         # module's globals (State...) may be gone, and a closed engine has neither left.
-        if core is None or not (core._failures or core._executors):
+        if core is None or not (core.failures or core.routes.executors):
             return
-        if core._state is State.CLOSED:
+        if core.state is State.CLOSED:
             return
-        lost = _unthrown(core)
-        if lost:
-            # What aclose() would have raised is lost with the engine: said once, as asyncio
-            # says "Task exception was never retrieved" (RuntimeWarning: shown by default).
-            warnings.warn(
-                f"{self!r} was garbage collected without being closed, losing {len(lost)} "
-                f"failure(s) that no wait_for_var(), wait_for_all() or aclose() raised; the "
-                f"first: {summary(lost[0])}. Use 'async with Engine()' or "
-                "'await engine.aclose()', which raise them",
-                RuntimeWarning,
-                source=self,
-                stacklevel=1 if _COMPILED else 2,  # as below
-            )
-            if core._executors:
-                core.abandon_executors()
-            return
-        if core._executors:
-            if core._state is State.CLOSING:  # aclose() was called, and interrupted
-                core.abandon_executors()
-                return
-            warnings.warn(
-                f"{self!r} was garbage collected without being closed; use "
-                "'async with Engine()' or 'await engine.aclose()'",
-                ResourceWarning,
-                source=self,
-                # The line that dropped the engine: __del__'s caller, or the innermost Python
-                # frame when compiled (a compiled __del__ has no frame of its own).
-                stacklevel=1 if _COMPILED else 2,
-            )
-            core.abandon_executors()
+        _collected_unclosed(self, core)
 
     def new_var(self, name: str | None = None, *, value: object = NO_VALUE) -> Var:
         """Create a Var of this engine; safe from any thread.
@@ -476,7 +405,7 @@ class Engine:
             carry(var, value)
             return var
         self._core.check_fork()
-        if self._core._state is State.CLOSED:
+        if self._core.state is State.CLOSED:
             raise EngineClosedError(f"{self!r} is closed; create a new Engine")
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {name!r}")
@@ -591,10 +520,9 @@ class Engine:
             raise TypeError(f"handle must be an aioengine.OprHandle, got {handle!r}")
         if handle._engine is not self:
             raise ValueError(f"{handle!r} belongs to another Engine")
-        with self._core._lock:
-            if handle._deleted:
+        with self._core.lock:
+            if not delete_handle_locked(handle):
                 raise OperatorDeletedError(f"{handle!r} was already deleted")
-            handle._deleted = True
 
     def push_sync(
         self,
@@ -820,7 +748,7 @@ class Engine:
         op: Operation[None] = self._core.push(
             self, fn, _SYNC, ctx, (), mutate, FnProperty.DELETE_VAR, 0, name, var
         )
-        remote = self._core._remote
+        remote = self._core.remote
         if remote is not None:
             # Its keys go with it, here, once it has finished (its function may run on a
             # worker, which can reach neither the Var nor the client).
@@ -848,24 +776,24 @@ class Engine:
     async def _wait_for_capacity(self, what: str) -> None:
         """:meth:`wait_for_capacity`, for the call named ``what`` (in its error message)."""
         limit = self._settings.max_pending
-        if limit is None or len(self._core._live) < limit:
+        if limit is None or len(self._core.live) < limit:
             return
         loop = self._core.require_loop()
         current = self._core.running_op()
         while True:
-            with self._core._lock:
-                if len(self._core._live) < limit:
+            with self._core.lock:
+                if len(self._core.live) < limit:
                     return
                 if current is not None:
                     # Checked again after each wake-up: meanwhile other pushes may have
                     # queued behind current what would have made room.
                     _check_room_inside_locked(self._core, current, limit, what)
-                fut = self._core.capacity_waiter_locked(loop)
+                fut = self._core.wakeups.capacity_waiter_locked(loop)
             try:
                 await fut
             except BaseException:
-                with self._core._lock:
-                    self._core.drop_waiter_locked(fut)
+                with self._core.lock:
+                    self._core.wakeups.drop_waiter_locked(fut)
                 raise
 
     async def push_sync_wait(
@@ -915,8 +843,8 @@ class Engine:
 
     def _check_open(self) -> None:
         self._core.check_fork()
-        if self._core._state is not State.OPEN:
-            raise EngineClosedError(f"{self!r} is {self._core._state.value}; create a new Engine")
+        if self._core.state is not State.OPEN:
+            raise EngineClosedError(f"{self!r} is {self._core.state.value}; create a new Engine")
 
     async def wait_for_var(self, var: Var, *, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Wait until every operation pushed so far that reads or mutates ``var`` finished.
@@ -939,17 +867,17 @@ class Engine:
             raise TypeError(f"var must be an aioengine.Var, got {var!r}")
         if var._owner is not self:
             raise ValueError(f"{var!r} belongs to another Engine")
-        if self._core._state is State.CLOSED:
+        if self._core.state is State.CLOSED:
             raise EngineClosedError(f"{self!r} is closed; create a new Engine")
         current = self._core.running_op()
         marker: Operation[None] | None = None
         failure: BaseException | None = None
-        with self._core._lock:
+        with self._core.lock:
             if var._deleted:
                 raise VarDeletedError(f"{var!r} was deleted; nothing to wait for")
-            if self._core._segments.open is not None:
+            if self._core.segments.open is not None:
                 # Its members may use var: the marker goes behind them.
-                self._core._segments.flush_locked(self._core)
+                self._core.segments.flush_locked(self._core)
             if current is not None and (
                 var in current._const
                 or var in current._mutate
@@ -975,10 +903,10 @@ class Engine:
                         "this would deadlock; wait outside the operation"
                     )
             todo: list[Operation[Any]] = []
-            remote = self._core._remote
+            remote = self._core.remote
             if (
                 not var._is_idle()
-                or (self._core._gpu is not None and has_pending(var))
+                or (self._core.gpu is not None and has_pending(var))
                 or (isinstance(remote, RemoteBackend) and remote.pending(var))
             ):
                 marker = new_operation(
@@ -1006,14 +934,14 @@ class Engine:
                 async with asyncio.timeout(timeout):
                     await fut
             except BaseException as exc:
-                self._core._cancel_marker(marker)
+                cancel_marker(self._core, marker)
                 if isinstance(exc, TimeoutError):
                     raise TimeoutError(
                         f"wait_for_var({var!r}) timed out after {timeout} s; "
                         f"{self._describe_var(var)}"
                     ) from None
                 raise
-            with self._core._lock:
+            with self._core.lock:
                 # Its result: the failure var carried at its turn (see dispatch_locked).
                 failure = self._core.take_failure_locked(marker._result)
         if failure is not None:
@@ -1043,7 +971,7 @@ class Engine:
         """
         self._core.require_loop()
         _check_timeout(timeout)
-        if self._core._state is State.CLOSED:
+        if self._core.state is State.CLOSED:
             raise EngineClosedError(f"{self!r} is closed; create a new Engine")
         current = self._core.running_op()
         if current is not None:
@@ -1058,7 +986,7 @@ class Engine:
                 await self._drained(timeout)
         except TimeoutError:
             raise TimeoutError(
-                f"wait_for_all() timed out after {timeout} s with {len(self._core._live)} "
+                f"wait_for_all() timed out after {timeout} s with {len(self._core.live)} "
                 f"operation(s) pending:\n{_dump.describe_all(self)}"
             ) from None
         errors = self._core.take_failures()
@@ -1067,18 +995,18 @@ class Engine:
 
     async def _drained(self, timeout: float | None) -> None:  # noqa: ASYNC109
         loop = self._core.require_loop()
-        self._core._segments.flush(self._core)
+        self._core.segments.flush(self._core)
         async with asyncio.timeout(timeout):
             while True:
-                with self._core._lock:
-                    if not self._core._live:
+                with self._core.lock:
+                    if not self._core.live:
                         return
-                    fut = self._core.idle_waiter_locked(loop)
+                    fut = self._core.wakeups.idle_waiter_locked(loop)
                 try:
                     await fut
                 except BaseException:
-                    with self._core._lock:
-                        self._core.drop_waiter_locked(fut)
+                    with self._core.lock:
+                        self._core.wakeups.drop_waiter_locked(fut)
                     raise
 
     def trace(self, path: str | os.PathLike[str] | None = None) -> _trace.TraceSession:
@@ -1100,8 +1028,8 @@ class Engine:
             RuntimeError: if a trace is already running.
         """
         core = self._core
-        with core._lock:  # looking and installing: one critical section
-            if _trace.tracer_of(core._instruments) is not None:
+        with core.lock:  # looking and installing: one critical section
+            if _trace.tracer_of(core.instruments) is not None:
                 raise RuntimeError(f"{self!r} is already tracing; call stop_trace() first")
             _instrument.install_locked(core, _trace.Tracer(self))
 
@@ -1116,12 +1044,12 @@ class Engine:
             RuntimeError: if no trace is running.
         """
         core = self._core
-        with core._lock:
-            tracer = _trace.tracer_of(core._instruments)
+        with core.lock:
+            tracer = _trace.tracer_of(core.instruments)
             if tracer is None:
                 raise RuntimeError(f"{self!r} is not tracing; call start_trace() first")
             _instrument.uninstall_locked(core, tracer)
-            live = list(core._live.values())
+            live = list(core.live.values())
         return _trace.finish_trace(tracer, live, path)
 
     def record_history(self, n: int = 1000) -> None:
@@ -1137,7 +1065,7 @@ class Engine:
         core = self._core
         # Looking and installing are one critical section: two threads calling this at once
         # install one recorder, not two that would each record every operation.
-        with core._lock:
+        with core.lock:
             current = Recorder.of(self)
             if current is not None:
                 current.resize(n)
@@ -1150,7 +1078,7 @@ class Engine:
         Edges run from an operation to the ones that waited for it, labelled with the Var.
         Render it with ``to_dot()`` / ``to_mermaid()``; notebooks display it inline.
         """
-        self._core._segments.flush(self._core)
+        self._core.segments.flush(self._core)
         return _graph.build_graph(self)
 
     def dump(self) -> _dump.Dump:
@@ -1163,15 +1091,15 @@ class Engine:
         is empty and its ``note`` says why.
         """
         core = self._core
-        segments = core._segments
+        segments = core.segments
         # An open segment's members queue on their Vars first, to be shown; the wait for the
         # lock is bounded as build_dump's own is (a signal handler may have interrupted it).
-        if segments.open is not None and core._lock.acquire(timeout=_dump._LOCK_WAIT):
+        if segments.open is not None and core.lock.acquire(timeout=_dump._LOCK_WAIT):
             try:
                 if segments.open is not None:
                     segments.flush_locked(core)
             finally:
-                core._lock.release()
+                core.lock.release()
         return _dump.build_dump(self)
 
     def statistics(self) -> EngineStatistics:
@@ -1181,7 +1109,7 @@ class Engine:
     async def _get_value(self, var: Var) -> Any:
         """:meth:`Var.get`: the ergonomic layer's read of ``var``'s value; on a closed engine,
         the value as it was left (nothing can change it any more)."""
-        if self._core._state is State.CLOSED and type(var) is Var and var._owner is self:
+        if self._core.state is State.CLOSED and type(var) is Var and var._owner is self:
             box = var._failure
             if box is not None and box.unthrown:
                 raise DependencyError(f"{var!r} carries a failure") from box.exc
@@ -1368,6 +1296,74 @@ class Engine:
         )  # fmt: skip
 
 
+def _close_if_loop_closed(engine: Engine) -> None:
+    """Close an engine left closing on a loop that has closed since.
+
+    An :meth:`aclose` that timed out (or was cancelled) leaves the engine closing, to be
+    called again; once its loop is closed nothing can drain it any more, so it is closed
+    now: its pools shut down without waiting (running functions finish, nothing new
+    starts) and the operations left unfinished, which never will be (their loop is
+    gone), are logged. The TimeoutError of that aclose() reported them first.
+    """
+    core = engine._core
+    loop = core.loop
+    if loop is None or not loop.is_closed():
+        return
+    with core.lock:
+        if core.state is not State.CLOSING:
+            return
+        core.set_state_locked(State.CLOSED)
+        unfinished = len(core.live)
+        names = [op.name for op in list(core.live.values())[:10]]
+    unguard_interrupts(core)
+    if core.gpu is not None:
+        core.gpu.shutdown()
+    core.abandon_executors()
+    if unfinished:
+        logger.warning(
+            "%r was closing when its event loop closed: closed with %d operation(s) "
+            "unfinished, first: %s",
+            engine,
+            unfinished,
+            ", ".join(map(repr, names)),
+        )
+
+
+def _collected_unclosed(engine: Engine, core: Scheduler) -> None:
+    """``Engine.__del__`` of an engine not closed: warn (its failures lost, or its pools left
+    running), then shut its pools down without waiting; no lock taken (see ``__del__``)."""
+    lost = core.ledger.unthrown()
+    if lost:
+        # What aclose() would have raised is lost with the engine: said once, as asyncio
+        # says "Task exception was never retrieved" (RuntimeWarning: shown by default).
+        warnings.warn(
+            f"{engine!r} was garbage collected without being closed, losing {len(lost)} "
+            f"failure(s) that no wait_for_var(), wait_for_all() or aclose() raised; the "
+            f"first: {summary(lost[0])}. Use 'async with Engine()' or "
+            "'await engine.aclose()', which raise them",
+            RuntimeWarning,
+            source=engine,
+            stacklevel=1 if _COMPILED else 3,  # as below
+        )
+        if core.routes.executors:
+            core.abandon_executors()
+        return
+    if core.routes.executors:
+        if core.state is State.CLOSING:  # aclose() was called, and interrupted
+            core.abandon_executors()
+            return
+        warnings.warn(
+            f"{engine!r} was garbage collected without being closed; use "
+            "'async with Engine()' or 'await engine.aclose()'",
+            ResourceWarning,
+            source=engine,
+            # The line that dropped the engine: __del__'s caller, or the innermost Python
+            # frame when compiled (compiled, __del__ and this function have no frames).
+            stacklevel=1 if _COMPILED else 3,
+        )
+        core.abandon_executors()
+
+
 def _check_room_inside_locked(
     core: Scheduler, current: Operation[Any], limit: int, what: str
 ) -> None:
@@ -1379,10 +1375,10 @@ def _check_room_inside_locked(
     serial mode every pending one. Once the others have finished these are still pending:
     if they fill the bound, the wait could only end after ``current`` ends, which waits.
     """
-    if core._segments.open is not None:
-        core._segments.flush_locked(core)  # its members queue on their Vars, to be counted
-    if core._settings.serial:
-        stuck = len(core._live)
+    if core.segments.open is not None:
+        core.segments.flush_locked(core)  # its members queue on their Vars, to be counted
+    if core.settings.serial:
+        stuck = len(core.live)
     else:
         stuck = 0
         for op in queued_behind(current):

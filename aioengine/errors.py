@@ -23,6 +23,10 @@ Cancellation stays :class:`asyncio.CancelledError`; bad arguments raise the buil
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
+
 __all__ = (
     "Abort",
     "DependencyError",
@@ -32,6 +36,7 @@ __all__ = (
     "EngineError",
     "OperatorDeletedError",
     "VarDeletedError",
+    "report",
 )
 
 
@@ -114,3 +119,19 @@ def trim_traceback(exc: BaseException) -> None:
     """
     tb = exc.__traceback__
     exc.__traceback__ = tb.tb_next if tb is not None else None
+
+
+def report(
+    loop: asyncio.AbstractEventLoop | None, loop_thread: int, message: str, exc: BaseException
+) -> None:
+    """Report ``exc``, which no caller can receive any more (its caller returned long ago), to
+    ``loop``'s exception handler (through ``call_soon_threadsafe`` from a thread other than
+    ``loop_thread``), or log it when there is no open loop."""
+    if loop is not None and not loop.is_closed():
+        context = {"message": message, "exception": exc}
+        if threading.get_ident() == loop_thread:
+            loop.call_exception_handler(context)
+        else:
+            loop.call_soon_threadsafe(loop.call_exception_handler, context)
+    else:
+        logging.getLogger("aioengine").error(message, exc_info=exc)

@@ -6,14 +6,14 @@ carry it, and the operations that start afterwards inherit it (they are skipped)
 that raises it *throws* it (``wait_for_var``, ``wait_for_all``, ``aclose``): from then on
 the operations pushed later no longer see it, while those pushed before still do, however
 late they start. The ledger keeps each failure until nothing can see it any more, then
-*retires* it (drops its exception). The scheduler owns one (``Scheduler._ledger``) and
+*retires* it (drops its exception). The scheduler owns one (``Scheduler.ledger``) and
 calls it with the engine lock held.
 
 State (lock held for every access):
 
 - ``failures``: the failures an operation may still see, in the order they happened: those
   not thrown yet, and those thrown while an operation pushed before the throw is live. The
-  scheduler reads the same dict as ``_failures`` on its fast path (empty: nothing to skip).
+  scheduler reads the same dict as ``failures`` on its fast path (empty: nothing to skip).
 - ``thrown``: the thrown failures still in ``failures``, in the order they were thrown (so by
   ``Failure.cleared``); invariant: each is in ``failures``, its ``cleared`` set.
 """
@@ -78,6 +78,14 @@ class Ledger:
                 self.throw(box, seq)
         self.retire(oldest)
         return errors
+
+    def unthrown(self) -> list[BaseException]:
+        """The failures no wait has raised (what ``aclose()`` would raise), for
+        ``Engine.__del__``, which takes no lock: a snapshot of ``failures`` (``list()`` of a
+        dict runs in C, under the GIL, without calling back into Python)."""
+        return [
+            box.exc for box in list(self.failures) if box.cleared is None and box.exc is not None
+        ]
 
     def validate(self) -> None:
         """Check the invariants above (``Scheduler.validate_state``)."""

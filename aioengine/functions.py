@@ -17,7 +17,13 @@ from typing import Any
 
 from .kinds import _CALLBACK, _CORO
 
-__all__ = ("ValueCall", "async_kind", "default_name", "is_coroutine_function")
+__all__ = (
+    "ValueCall",
+    "async_kind",
+    "default_name",
+    "is_coroutine_function",
+    "returned_coroutine",
+)
 
 _partial = functools.partial
 _CO_COROUTINE = inspect.CO_COROUTINE
@@ -149,6 +155,17 @@ class ValueCall:
 
     def __repr__(self) -> str:
         return f"<ValueCall {default_name(self.fn)}>"
+
+
+def returned_coroutine(name: str, result: object) -> TypeError:
+    """The error of a sync function named ``name`` that returned ``result``, an awaitable: it
+    should have been ``async def``. A never-awaited coroutine is closed first (it would warn)."""
+    close = getattr(result, "close", None)
+    if callable(close):
+        close()
+    return TypeError(
+        f"{name!r} returned a coroutine; declare it 'async def' and push it with push_async()"
+    )
 
 
 def delete_nothing(rctx: object) -> None:

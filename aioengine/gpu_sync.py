@@ -19,7 +19,7 @@ path pays one ``is None`` test. From then on :class:`GpuSync` owns everything GP
 
 Design notes, with the reasons, are in ``docs/design.md`` (section GPU).
 
-State (guarded by the engine lock, ``core._lock``; the device-level state is
+State (guarded by the engine lock, ``core.lock``; the device-level state is
 :class:`~aioengine.executors.gpu.GpuDevices`', which this class extends):
 
 - ``_core``: the scheduler this collaborator serves (it calls the scheduler's ``_locked``
@@ -47,16 +47,13 @@ from .executors.device import DeviceBackend
 from .executors.gpu import GpuDevices
 from .fence import Fence, gpu_waits, host_waits, note_launch
 from .kinds import _SYNC, FnProperty, OpState
-from .operation import Operation
+from .operation import Operation, fence_settled_locked, wait_for_fences_locked
 from .poller import poller_for
 from .scheduler import Scheduler
 from .var import Failure
 
 __all__ = ("GpuSync", "open_gpu")
 
-_PENDING = OpState.PENDING
-_READY = OpState.READY
-_RUNNING = OpState.RUNNING
 _DONE = OpState.DONE
 _FAILED = OpState.FAILED
 _CANCELLED = OpState.CANCELLED
@@ -72,7 +69,7 @@ def open_gpu(core: Scheduler, ctx: Context, backend_box: list[DeviceBackend | No
     :class:`~aioengine.DeviceUnavailableError` if ``ctx``'s device cannot be used, with the
     scheduler unchanged; two threads racing here make one collaborator.
     """
-    if core._loop is None:
+    if core.loop is None:
         raise RuntimeError(
             f"{core!r} is not bound to an event loop yet, and GPU operations need it (its "
             "poller observes their completion); use the engine from a coroutine first"
@@ -86,12 +83,12 @@ def open_gpu(core: Scheduler, ctx: Context, backend_box: list[DeviceBackend | No
         except DeviceUnavailableError as exc:  # no CuPy: say which push failed
             raise DeviceUnavailableError(f"cannot run on {ctx!r}: {exc}") from None
     backend.check(ctx.device_id)
-    settings = core._settings
-    with core._lock:
-        current = core._gpu
+    settings = core.settings
+    with core.lock:
+        current = core.gpu
         if isinstance(current, GpuSync):  # another thread opened it first
             return current
-        gpu = core._gpu = GpuSync(
+        gpu = GpuSync(
             core,
             backend,
             workers=settings.gpu_workers,
@@ -99,6 +96,7 @@ def open_gpu(core: Scheduler, ctx: Context, backend_box: list[DeviceBackend | No
             host_sync=settings.gpu_sync == "host" or settings.serial,
             max_inflight=settings.gpu_max_inflight,
         )
+        core.attach_locked(gpu=gpu)
     return gpu
 
 
@@ -120,7 +118,7 @@ class GpuSync(GpuDevices):
     ) -> None:
         super().__init__(
             backend,
-            run=Scheduler._execute,
+            run=Scheduler.execute,
             workers=workers,
             copy_workers=copy_workers,
             host_sync=host_sync,
@@ -144,8 +142,8 @@ class GpuSync(GpuDevices):
         self.devices_for(ctx)
         if kind != _SYNC or prop is FnProperty.ASYNC or prop is FnProperty.DELETE_VAR:
             return None
-        with self._core._lock:
-            return self.executor(ctx, prop, self._core._executors.__setitem__)
+        with self._core.lock:
+            return self.executor(ctx, prop, self._core.routes.executors.__setitem__)
 
     def devices_for(self, ctx: Context) -> GpuSync:
         """Raise if ``ctx``'s device cannot be used (now); else return self."""
@@ -172,7 +170,7 @@ class GpuSync(GpuDevices):
         fences = host_waits(op._const, op._mutate)
         if not fences:
             return False
-        op._fwait = len(fences)
+        wait_for_fences_locked(op, len(fences))
         for fence in fences:
             assert fence.waiters is not None  # pending fences have a waiter list
             fence.waiters.append(op)
@@ -188,30 +186,28 @@ class GpuSync(GpuDevices):
         """
         stream = rctx.stream
         device = op._ctx.device_id
-        skipped = None
         broken = None
         deps: list[Fence] = []
         waits: list[Any] = []
-        with self._core._lock:
-            if op._state is not _READY:  # cancelled while queued
-                return
-            if self._core._failures:
-                skipped = self._core._skip_locked(op)
-            if skipped is None:
+        released: list[Operation[Any]] = []  # what a skip of op made READY
+        with self._core.lock:
+            # RUNNING from here on (so no cancel() races the device check below); False:
+            # cancelled while queued, or skipped (an input carries a failure).
+            started = self._core.start_locked(op, released)
+            if started:
                 broken = self.broken(device)
                 if broken is None:
-                    op._state = _RUNNING
                     deps = gpu_waits(op._const, op._mutate, stream)
                     if not self.skip_waits:
                         waits = [f.event for f in deps]
-        if skipped is not None:
-            if skipped:
-                self._core.submit_ready(skipped)
+        if not started:
+            if released:
+                self._core.submit_ready(released)
             return
         if broken is not None:
             self._fail_on_device(op, device, broken)
             return
-        if self._core._instruments:
+        if self._core.instruments:
             _instrument.notify_start(self._core, op)
         backend = self.backend
         # The in-flight bound: may wait (this worker only) for completions.
@@ -251,7 +247,7 @@ class GpuSync(GpuDevices):
             # What the function enqueued may still run: keep it for the life of the process.
             self.keep_forever((fn, keep, before, tuple(v._value for v in op._mutate)))
             err = self.fail(device, exc)
-            with self._core._lock:
+            with self._core.lock:
                 self._core.call_soon_locked(functools.partial(self._fail_device_fences, device))
             self._fail_on_device(op, device, err)
             del op, fn, exc  # the failure's frames reach this frame
@@ -259,13 +255,13 @@ class GpuSync(GpuDevices):
         after = tuple(v._value for v in op._mutate)
         fence = Fence(self, backend, event, stream, device, 0, (fn, result, keep, before, after))
         ready: list[Any] = []
-        with self._core._lock:
+        with self._core.lock:
             self._fence_seq += 1
             fence.seq = self._fence_seq
             fence.op = op
             fence.state = state
-            op._result = result
-            op._exception = exc
+            fence.result = result
+            fence.exc = exc
             note_launch(op._const, op._mutate, fence)
             self._gpu_pending[fence] = None
             poisoned = False
@@ -283,7 +279,7 @@ class GpuSync(GpuDevices):
             if poisoned or fence.stream_id in self._stuck_streams or self.dead(device):
                 self._fail_devices_locked([fence], ready)
             todo = self._core.dispatch_locked(ready) if ready else ready
-        loop = self._core._loop
+        loop = self._core.loop
         assert loop is not None
         poller_for(loop).watch(fence)
         if todo:
@@ -293,7 +289,7 @@ class GpuSync(GpuDevices):
     def _fail_on_device(self, op: Operation[Any], device: int, err: DeviceFailedError) -> None:
         """Fail ``op`` (not launched) because its device failed."""
         ready: list[Any] = []
-        with self._core._lock:
+        with self._core.lock:
             box = self._device_box_locked(device, err)
             self._core.finish_locked(op, _FAILED, None, err, ready, box)
             todo = self._core.dispatch_locked(ready) if ready else ready
@@ -303,7 +299,7 @@ class GpuSync(GpuDevices):
     def _fail_device_fences(self, device: int) -> None:
         """Settle every pending fence of a failed device as failed (loop thread)."""
         ready: list[Any] = []
-        with self._core._lock:
+        with self._core.lock:
             failed = []
             for fence in list(self._gpu_pending):
                 if fence.device_id == device:
@@ -316,7 +312,7 @@ class GpuSync(GpuDevices):
     def _fences_settled(self, items: list[tuple[Fence, int]]) -> None:
         """The poller saw these fences complete (status 0) or fail (loop thread)."""
         ready: list[Any] = []
-        with self._core._lock:
+        with self._core.lock:
             failed = []
             for fence, status in items:
                 if fence.status is None:  # else settled already, as its device failed
@@ -382,32 +378,33 @@ class GpuSync(GpuDevices):
         else:  # the failed device may still touch that memory, as after a CUDA error raised
             self.keep_forever(fence.keep)  # in a worker (execute)
         fence.keep = None
-        loop = self._core._loop
+        loop = self._core.loop
         assert loop is not None
         poller_for(loop).release(dropped)
         dependents = fence.dependents
         fence.dependents = None
+        # The outcome of its function (enqueued): the operation's now, not the fence's, which
+        # its Vars keep after this.
+        result, exc = fence.result, fence.exc
+        fence.result = fence.exc = None
         if op is not None:
             state = fence.state
-            exc = op._exception
             box = None
             if status:
                 exc = self.fail(fence.device_id, status)
                 box = self._device_box_locked(fence.device_id, exc)
                 state = _FAILED
-                op._result = None
+                result = None
             if self.host_sync:
-                self._core.finish_locked(op, state, op._result, exc, ready, box)
+                self._core.finish_locked(op, state, result, exc, ready, box)
             else:  # released as a success: what it wrote carries a failure found since
-                self._core.complete_released_locked(op, state, op._result, exc, box)
+                self._core.complete_released_locked(op, state, result, exc, box)
         waiters = fence.waiters
         fence.waiters = None
         if waiters:
             for w in waiters:
-                if w._state is _PENDING and w._fwait:
-                    w._fwait -= 1
-                    if not w._fwait:
-                        ready.append(w)
+                if fence_settled_locked(w):
+                    ready.append(w)
         if not status or not dependents:
             return []
         return [d for d in dependents if d.status is None]

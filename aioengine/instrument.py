@@ -1,7 +1,7 @@
 """Instruments: how tracing, hang dumps and statistics observe the engine.
 
 An :class:`Instrument` is told when an operation is pushed, starts and finishes. The engine
-keeps a tuple of instruments (``Scheduler._instruments``, replaced whole, never mutated, under
+keeps a tuple of instruments (``Scheduler.instruments``, replaced whole, never mutated, under
 its lock: a hook called without the lock iterates the tuple it read, unchanged); with none
 installed the cost on the hot path is one truth test. The functions below are the
 scheduler's plumbing for them: calling the hooks, and uninstalling one that raised.
@@ -56,7 +56,7 @@ def notify_locked(core: Scheduler, hook: str, op: Operation[Any]) -> None:
     """Call the ``hook`` method (``"on_push"`` or ``"on_finish"``) of every instrument (lock
     held). One that raises is uninstalled and reported: a broken observer must not strand the
     operations it observes (the bookkeeping around the hook goes on)."""
-    for inst in core._instruments:
+    for inst in core.instruments:
         try:
             getattr(inst, hook)(op)
         except Exception as exc:
@@ -65,7 +65,7 @@ def notify_locked(core: Scheduler, hook: str, op: Operation[Any]) -> None:
 
 def notify_start(core: Scheduler, op: Operation[Any]) -> None:
     """:func:`notify_locked` for ``Instrument.on_start`` (called without the lock)."""
-    for inst in core._instruments:
+    for inst in core.instruments:
         try:
             inst.on_start(op)
         except Exception as exc:
@@ -74,7 +74,7 @@ def notify_start(core: Scheduler, op: Operation[Any]) -> None:
 
 def notify_ran_on(core: Scheduler, op: Operation[Any], where: str | None) -> None:
     """:func:`notify_locked` for ``Instrument.on_ran_on`` (called without the lock)."""
-    for inst in core._instruments:
+    for inst in core.instruments:
         try:
             inst.on_ran_on(op, where)
         except Exception as exc:
@@ -83,7 +83,7 @@ def notify_ran_on(core: Scheduler, op: Operation[Any], where: str | None) -> Non
 
 def failed(core: Scheduler, inst: Instrument, hook: str, exc: Exception) -> None:
     """:func:`failed_locked` from a hook called without the lock."""
-    with core._lock:
+    with core.lock:
         failed_locked(core, inst, hook, exc)
 
 
@@ -91,7 +91,7 @@ def failed_locked(core: Scheduler, inst: Instrument, hook: str, exc: Exception) 
     """Uninstall ``inst``, whose ``hook`` raised ``exc``, and report it (lock held)."""
     uninstall_locked(core, inst)
     message = f"aioengine: {type(inst).__name__}.{hook} raised; the instrument was removed"
-    loop = core._loop
+    loop = core.loop
     if loop is not None and not loop.is_closed():  # the handler runs later, not locked
         loop.call_soon_threadsafe(
             loop.call_exception_handler, {"message": message, "exception": exc}
@@ -102,9 +102,9 @@ def failed_locked(core: Scheduler, inst: Instrument, hook: str, exc: Exception) 
 
 def install_locked(core: Scheduler, instrument: Instrument) -> None:
     """Install ``instrument`` (lock held)."""
-    core._instruments = (*core._instruments, instrument)
+    core.instruments = (*core.instruments, instrument)
 
 
 def uninstall_locked(core: Scheduler, instrument: Instrument) -> None:
     """Uninstall ``instrument`` if installed (lock held)."""
-    core._instruments = tuple(i for i in core._instruments if i is not instrument)
+    core.instruments = tuple(i for i in core.instruments if i is not instrument)

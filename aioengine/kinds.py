@@ -8,8 +8,9 @@ knowledge of the engine.
 from __future__ import annotations
 
 import enum
+import numbers
 
-__all__ = ("FnProperty", "OpState")
+__all__ = ("FnProperty", "OpState", "check_priority", "check_prop")
 
 
 class FnProperty(enum.IntEnum):
@@ -53,6 +54,20 @@ _CALLBACK = 2  # fn(rctx, on_complete) -> None; complete when on_complete() is c
 _WAIT = 3  # no function: a marker that completes as soon as it is granted (wait_for_var);
 # its _result is the failure box its Var carried then (None if none)
 # Kinds from _WAIT up are the engine's own records, never a user's operation: not counted,
-# not shown to instruments, not in Scheduler._live.
+# not shown to instruments, not in Scheduler.live.
 _BULK = 4  # a bulk segment: holds its members' Vars and runs them in push order (bulk.py);
 # its _result holds the member list until it runs, its _fn stays None
+
+
+def check_prop(prop: object) -> None:
+    """Raise TypeError unless ``prop`` is a :class:`~aioengine.FnProperty`."""
+    if not isinstance(prop, FnProperty):
+        raise TypeError(f"prop must be an aioengine.FnProperty, got {prop!r}")
+
+
+def check_priority(priority: object) -> int:
+    """Return ``priority`` as an int: any integer (``numbers.Integral``, NumPy's included)
+    but a bool; else raise TypeError naming its type."""
+    if type(priority) is not bool and isinstance(priority, numbers.Integral):
+        return int(priority)
+    raise TypeError(f"priority must be an int, got {priority!r} ({type(priority).__name__})")

@@ -29,6 +29,7 @@ from contextvars import copy_context
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from .cancellation import cancel
 from .errors import summary
 from .kinds import FnProperty, OpState
 from .var import COMMUTE, CONCURRENT, MODE_NAMES, WRITE, queued_behind
@@ -201,7 +202,7 @@ class Operation(_OperationCore, Generic[T]):
         ``msg`` becomes the message of the :class:`asyncio.CancelledError` that ``await``,
         :meth:`result` and :meth:`exception` raise, as for :meth:`asyncio.Future.cancel`.
         """
-        return self._core.cancel(self, msg)
+        return cancel(self._core, self, msg)
 
     def result(self) -> T:
         """Return the function's result, or raise its exception.
@@ -256,10 +257,10 @@ class Operation(_OperationCore, Generic[T]):
         if context is None:
             context = copy_context()
         core = self._core
-        loop = core._loop
+        loop = core.loop
         if loop is None:
             loop = core.require_loop()
-        with core._lock:
+        with core.lock:
             if self._state < _DONE:
                 if self._callbacks is None:
                     self._callbacks = []
@@ -270,14 +271,14 @@ class Operation(_OperationCore, Generic[T]):
                 # this one goes after them, in the order they were added.
                 self._callbacks.append((fn, context))
                 return
-        if _get_ident() == core._loop_thread:
+        if _get_ident() == core.loop_thread:
             loop.call_soon(fn, self, context=context)
         else:
             loop.call_soon_threadsafe(fn, self, context=context)
 
     def remove_done_callback(self, fn: Callable[[Operation[T]], object]) -> int:
         """Remove every registration of ``fn``; return how many were removed."""
-        with self._core._lock:
+        with self._core.lock:
             callbacks = self._callbacks
             if not callbacks or self._state >= _DONE:
                 return 0  # none, or due already: as asyncio.Future's, they will run
@@ -300,7 +301,7 @@ class Operation(_OperationCore, Generic[T]):
                 try:
                     yield from fut
                 except asyncio.CancelledError:
-                    with self._core._lock:
+                    with self._core.lock:
                         if self._waiters is not None and fut in self._waiters:
                             self._waiters.remove(fut)
                     raise
@@ -312,13 +313,13 @@ class Operation(_OperationCore, Generic[T]):
         loop = core._bind()
         if loop is None or asyncio._get_running_loop() is not loop:
             raise RuntimeError(f"await {self!r} from a coroutine on the engine's event loop")
-        if self._segment is not None and self._segment is core._segments.open:
-            core._segments.flush(core)  # do not wait for the loop's next iteration to queue it
+        if self._segment is not None and self._segment is core.segments.open:
+            core.segments.flush(core)  # do not wait for the loop's next iteration to queue it
         current = core.running_op()
         if current is not None and self._seq >= current._seq:
             _check_await_inside(core, current, self)
         fut = loop.create_future()
-        with core._lock:
+        with core.lock:
             if self._state >= _DONE:
                 return None
             if self._waiters is None:
@@ -351,7 +352,7 @@ class OnComplete:
             raise TypeError(f"on_complete() takes an exception or None, not {exc!r}")
         op = self._op
         core = op._core
-        with core._lock:
+        with core.lock:
             called = self._called
             if called is True:
                 raise RuntimeError(f"on_complete() for {op.name!r} was already called")
@@ -381,7 +382,7 @@ def _check_await_inside(core: Scheduler, current: Operation[Any], op: Operation[
         raise RuntimeError(f"{current.name!r} awaits itself: this would deadlock")
     # A bulk segment's member waits for what its segment waits for, on all its Vars.
     waits = op if op._segment is None else op._segment
-    if core._settings.serial:
+    if core.settings.serial:
         raise RuntimeError(
             f"{current.name!r} awaits {op.name!r}, which serial mode runs only after it: "
             "this would deadlock; await it outside the operation"
@@ -401,7 +402,7 @@ def _check_await_inside(core: Scheduler, current: Operation[Any], op: Operation[
                 break
         else:
             # Or queued behind an operation queued behind current, on other Vars.
-            with core._lock:
+            with core.lock:
                 if waits._state is not _PENDING or waits not in queued_behind(current, waits):
                     return
             raise RuntimeError(
@@ -485,6 +486,28 @@ def new_operation(
     return op
 
 
+# -- the core's API for the GPU collaborator (gpu_sync.py): a host consumer's fence count --
+
+
+def wait_for_fences_locked(op: Operation[Any], count: int) -> None:
+    """Make PENDING ``op``, a host consumer of GPU data whose Var turns are all granted, wait
+    for ``count`` (> 0) pending GPU fences to complete before it starts: the GPU
+    collaborator's one way to set the count, which :func:`fence_settled_locked` counts down.
+    Caller holds the engine lock; the collaborator keeps ``op`` in each fence's waiters."""
+    op._fwait = count
+
+
+def fence_settled_locked(op: Operation[Any]) -> bool:
+    """One of the fences that ``op`` waits for (:func:`wait_for_fences_locked`) settled:
+    count it, and return whether ``op`` may start now (it was the last, and ``op`` is still
+    PENDING; a cancelled one is not counted). Caller holds the engine lock and, on True,
+    hands ``op`` to the scheduler's dispatch (``Scheduler.dispatch_locked``)."""
+    if op._state is _PENDING and op._fwait:
+        op._fwait -= 1
+        return not op._fwait
+    return False
+
+
 class OprHandle(Generic[T]):
     """A pre-built operation (MXNet's ``OprHandle``): validated once, pushed many times.
 
@@ -559,3 +582,14 @@ class OprHandle(Generic[T]):
         return (
             f"<OprHandle {self.name!r}{state} reads={len(self._const)} writes={len(self._mutate)}>"
         )
+
+
+def delete_handle_locked(handle: OprHandle[Any]) -> bool:
+    """Mark ``handle`` deleted, so that every later push of it raises; return False if it
+    already was. The façade's one way to retire a handle (``Engine.delete_operator``): a
+    function of the core, not a method users would call. Caller holds the engine lock,
+    under which the scheduler's push checks the mark (pushes already admitted still run)."""
+    if handle._deleted:
+        return False
+    handle._deleted = True
+    return True

@@ -8,6 +8,7 @@ cimport cython
 from .bulk cimport Segments
 from .lock cimport EngineLock as _LockType, thread_ident as _thread_ident
 from .loopqueue cimport LoopQueue
+from .wakeups cimport Wakeups
 from .collector cimport hide as _hide, show as _show
 from .operation cimport _OperationCore, new_operation
 # Cimported, so that the scheduler calls them as C functions, not through Python calls. The
@@ -24,46 +25,37 @@ cdef int _BULK, _CORO, _SYNC, _WAIT
 cdef class Scheduler:
     cdef dict __dict__
     cdef object __weakref__
-    cdef public bint _capacity_due
-    cdef public list _capacity_waiters
     cdef public bint _deleted_vars
-    cdef public dict _executors
-    cdef public dict _failures
-    cdef public object _finished
-    cdef public bint _forked
-    cdef public object _gpu
+    cdef public dict failures
+    cdef public object finished
+    cdef public bint forked
+    cdef public object gpu
     cdef public bint _guarded
-    cdef public bint _idle_due
-    cdef public list _idle_waiters
-    cdef public list _inbox
-    cdef public bint _inbox_scheduled
-    cdef public tuple _instruments
+    cdef public tuple instruments
     cdef public tuple _last_route
-    cdef public dict _live
-    cdef public object _ledger
-    cdef public object _lock
-    cdef public object _lock_acquire
-    cdef public object _lock_release
-    cdef public object _loop
-    cdef public object _loop_ctx
-    cdef public object _loop_is_running
-    cdef public object _loop_rctx
-    cdef public unsigned long _loop_thread
+    cdef public object ledger
+    cdef public dict live
+    cdef public object lock
+    cdef public object lock_acquire
+    cdef public object lock_release
+    cdef public unsigned long loop_thread
+    cdef public object loop
+    cdef public object loop_ctx
     cdef public list _loop_finished
-    cdef public LoopQueue _loop_queue
-    cdef public object _open_gpu
-    cdef public object _open_remote
+    cdef public object _loop_is_running
+    cdef public LoopQueue loop_queue
+    cdef public object loop_rctx
+    cdef public bint may_hold
     cdef public object _pid
-    cdef public dict _rctx_cache
-    cdef public object _remote
-    cdef public bint _may_hold
-    cdef public dict _routes
-    cdef public Segments _segments
-    cdef public object _seq
+    cdef public object remote
+    cdef public object routes
+    cdef public Segments segments
+    cdef public object seq
     cdef public _VarType _sequencer  # serial mode's Var, else None
-    cdef public object _settings
-    cdef public object _state
+    cdef public object settings
+    cdef public object state
     cdef public list _wakes
+    cdef public Wakeups wakeups
 
     # Every operation's path: push, queue, start, run, finish, release.
     @cython.locals(op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType, lock=_LockType,

@@ -7,7 +7,7 @@ in any order (one at a time) or together (``var.py``, where the grant rule lives
 (``engine.py``): the façade validates arguments, binds settings, runs the lifecycle and the
 waits, and calls in here for the cycle every operation goes through:
 
-1. *Admission* (:meth:`Scheduler.push`): under ``_lock``, the operation takes the next
+1. *Admission* (:meth:`Scheduler.push`): under ``lock``, the operation takes the next
    sequence number and appends one request per Var to the Vars' queues (``var.py``, where the
    grant rule lives). A push is atomic across all of its Vars, so two threads pushing on the
    same Vars in opposite orders cannot build a cycle (MXNet 1.9.1 deadlocks there).
@@ -15,96 +15,100 @@ waits, and calls in here for the cycle every operation goes through:
    request is granted it is READY and goes to its executor: the thread pool of its context
    (``executors/``), or the loop queue for coroutine functions, ``FnProperty.ASYNC`` functions
    and serial mode.
-3. *Run* (:meth:`_execute`, :meth:`_execute_one`): the executor starts the operation (or skips
+3. *Run* (:meth:`execute`, :meth:`_execute_one`): the executor starts the operation (or skips
    it when an input carries a failure) and runs its function.
-4. *Finish and release* (:meth:`finish`, :meth:`_finish_and_continue`): under ``_lock`` the
+4. *Finish and release* (:meth:`finish`, :meth:`_finish_and_continue`): under ``lock`` the
    outcome is recorded, the Vars are released and whatever became ready is dispatched, on the
    thread that finished (MXNet continues on the completing thread too).
-5. *Cancel* (:meth:`cancel`) and *bulk segments* (``bulk.py``: :class:`~aioengine.bulk.Segments`,
-   the core's part that joins, queues and runs them, beside the user's scope).
+5. *Cancel* (``cancellation.py``) and *bulk segments* (``bulk.py``:
+   :class:`~aioengine.bulk.Segments`, the core's part that joins, queues and runs them,
+   beside the user's scope).
 
 Nothing touches the event loop unless someone waits: loop futures exist only for awaiters of
 an operation, of ``wait_for_var`` and of ``wait_for_all``. Worker threads hand such wake-ups to
-the loop in batches through ``_inbox`` and one ``call_soon_threadsafe``.
+the loop in batches (``wakeups.py``) with one ``call_soon_threadsafe``.
 
 Collaborators sit above this module and are reached through one field each, behind one cheap
-test: ``_gpu`` (``gpu_sync.py``: GPU streams and fences; None until the first GPU push),
-``_remote`` (``remote/``: operations on a Dask cluster; None until the first remote push),
-both behind ``_may_hold`` on the dispatch path, so the CPU-only path pays one test for the
-two, and ``_instruments`` (``observe/``: empty on the fast path). This module imports none
+test: ``gpu`` (``gpu_sync.py``: GPU streams and fences; None until the first GPU push),
+``remote`` (``remote/``: operations on a Dask cluster; None until the first remote push),
+both behind ``may_hold`` on the dispatch path, so the CPU-only path pays one test for the
+two, and ``instruments`` (``observe/``: empty on the fast path). This module imports none
 of them; the façade injects the GPU and remote openers.
 
-Lock discipline: ``_lock`` guards every mutable field below, the Vars' queues and the
+Lock discipline: ``lock`` guards every mutable field below, the Vars' queues and the
 operations' fields. It is held only for bookkeeping, never while user code runs and never
 across an ``await``; a method that needs it held ends in ``_locked``. The loop thread takes it
 for microseconds, so the loop is never blocked on a worker. User objects that a critical
-section detaches go to ``_lock.after`` and engine calls made by a finalizer inside one are
-deferred there (``lock.py`` states that rule once); the hot paths set ``_lock.owner`` after
-taking the lock and give it back with ``_lock.unlock()`` when ``after`` is not empty.
+section detaches go to ``lock.after`` and engine calls made by a finalizer inside one are
+deferred there (``lock.py`` states that rule once); the hot paths set ``lock.owner`` after
+taking the lock and give it back with ``lock.unlock()`` when ``after`` is not empty.
 
 State (every field of :class:`Scheduler`, documented once, here; ``validate_state()`` checks
 the invariants):
 
-- ``_settings``: the engine's resolved :class:`~aioengine.settings.Settings` (immutable).
-- ``_lock``, ``_lock_acquire``, ``_lock_release``: the engine lock and its two bound calls.
-- ``_state``: the lifecycle (OPEN, CLOSING, CLOSED); pushes are admitted only while OPEN.
-- ``_pid``, ``_forked``: the creating process; ``_forked`` is set in a child after ``os.fork()``.
+- ``settings``: the engine's resolved :class:`~aioengine.settings.Settings` (immutable).
+- ``lock``, ``lock_acquire``, ``lock_release``: the engine lock and its two bound calls.
+- ``state``: the lifecycle (OPEN, CLOSING, CLOSED); pushes are admitted only while OPEN.
+- ``_pid``, ``forked``: the creating process; ``forked`` is set in a child after ``os.fork()``.
 - ``_guarded``: whether the SIGINT wrapper guards this engine (set when it is first used on the
   main thread; the façade forgets it at close: ``lock.py``).
-- ``_loop``, ``_loop_thread``, ``_loop_is_running``: the loop bound on first use, its thread's
+- ``loop``, ``loop_thread``, ``_loop_is_running``: the loop bound on first use, its thread's
   ident and a call whose truth is its ``is_running()`` (``_is_running``).
-- ``_seq``: the sequence number of the latest operation (or marker, or segment).
-- ``_live``: operations pushed and not finished, by sequence number (so in push order).
-- ``_ledger``: the failure ledger (``failures.py``: the failures an operation may still
-  see, which were thrown, and their retirement). ``_failures`` is its dict of them, read
+- ``seq``: the sequence number of the latest operation (or marker, or segment).
+- ``live``: operations pushed and not finished, by sequence number (so in push order).
+- ``ledger``: the failure ledger (``failures.py``: the failures an operation may still
+  see, which were thrown, and their retirement). ``failures`` is its dict of them, read
   here on the fast path: empty, a start checks for no skip.
 - ``_deleted_vars``: some Var was deleted, so pushes must check their Vars.
-- ``_idle_waiters``, ``_capacity_waiters``: loop futures of ``wait_for_all`` and of the
-  backpressured pushes; ``_idle_due``, ``_capacity_due``: they need waking (set off the loop).
-- ``_inbox``, ``_inbox_scheduled``: finished operations whose awaiters the loop must wake.
-- ``_loop_queue``: READY operations for the loop thread, best first (``loopqueue.py``).
+- ``wakeups``: the loop futures that wait on this scheduler (``wait_for_all``, the
+  backpressured pushes) and the inbox of wake-ups other threads leave for the loop
+  (``wakeups.py``, where its state is documented).
+- ``loop_queue``: READY operations for the loop thread, best first (``loopqueue.py``).
 - ``_wakes``: executors to wake at the end of this loop iteration (loop thread only); not
   empty only while a ``_flush_wakes`` is scheduled (scheduled before a target is recorded).
-- ``_executors``, ``_routes``, ``_last_route``: thread pools by name, the route cache, and
-  the last route taken.
-- ``_rctx_cache``, ``_loop_rctx``, ``_loop_ctx``: stream-less RunContexts, and the one of the
-  operation running inline.
-- ``_instruments``: installed observers (a tuple, replaced under the lock).
-- ``_finished``: finished operations by executor and OpState (``statistics()``);
-  ``_loop_finished``: its row for the loop (``_finished[None]``), None until there is one.
+- ``routes``: the executors and the route of each context (``routing.py``, where its state
+  is documented); ``_last_route``: the last CPU route taken, ``(ctx, prop, executor)``,
+  checked by identity first on every push.
+- ``loop_rctx``, ``loop_ctx``: the RunContext of the operation running inline, and its
+  context.
+- ``instruments``: installed observers (a tuple, replaced under the lock).
+- ``finished``: finished operations by executor and OpState (``statistics()``);
+  ``_loop_finished``: its row for the loop (``finished[None]``), None until there is one.
 - ``_sequencer``: serial mode's hidden Var that every operation writes, else None.
-- ``_segments``: bulk execution (the open segment and the active scopes; ``bulk.py``).
-- ``_gpu``, ``_open_gpu``: the GPU collaborator (None until the first GPU push) and the
-  façade's function that creates it.
-- ``_remote``, ``_open_remote``: the remote collaborator (None until the first remote push)
-  and the façade's function that creates it.
-- ``_may_hold``: one of those two is open, so a READY operation may be held back by it
+- ``segments``: bulk execution (the open segment and the active scopes; ``bulk.py``).
+- ``gpu``: the GPU collaborator, None until the first GPU push (its opener, in ``routes``,
+  attaches it: :meth:`attach_locked`).
+- ``remote``: the remote collaborator, None until the first remote push (likewise).
+- ``may_hold``: one of those two is open, so a READY operation may be held back by it
   (``_held_locked``); False, the local-only fast path, pays one test for both.
 
-The API for the façade and the collaborators (bulk, GPU, remote, task, observers): the
-methods without a leading underscore, and only those, are called from other modules; a
-``_locked`` suffix says the caller holds ``_lock``. Admission: :meth:`Scheduler.push`,
-:meth:`cancel`, :meth:`require_loop`, :meth:`check_fork`, :meth:`running_op`. Running:
-:meth:`start_locked` (an executor claims a READY operation), :meth:`finish` (its outcome,
-from any thread), :meth:`finish_locked`, :meth:`dispatch_locked` then :meth:`submit_ready`
-(what a release made READY, handed to executors once unlocked), :meth:`call_soon_locked`
-(a callback on the loop). Release early, complete later (the GPU once enqueued, the remote
-backend once submitted): :meth:`release_locked`, then :meth:`complete_released_locked`;
-:meth:`complete_locked` makes any operation final. Failures: :meth:`record_failure_locked`
-(one a collaborator found), :meth:`take_failure_locked` and :meth:`take_failures` (the
-façade's waits throw them). Waits: :meth:`idle_waiter_locked`, :meth:`capacity_waiter_locked`,
-:meth:`drop_waiter_locked`, :meth:`queue_marker_locked` (``wait_for_var``). Shutdown:
-:meth:`set_state_locked`, :meth:`abandon_executors`.
-Everything else, fields included, is this module's own (the fields' writers from outside
-are counted by ``tools/reach.py``, and only go down).
+The API for the façade and the collaborators (bulk, GPU, remote, task, observers), as in
+distributed's ``WorkerState``: the fields without a leading underscore are the state they
+may read, and only this module and the core's own modules (``bulk.py``, ``cancellation.py``,
+``routing.py``, ``wakeups.py``) assign them (``tools/reach.py`` counts any other writer, and
+lint holds that count at 0); the collaborators change the state only through the methods
+without a leading underscore, a ``_locked`` suffix saying the caller holds ``lock``.
+Admission: :meth:`Scheduler.push`, :meth:`require_loop`, :meth:`check_fork`,
+:meth:`running_op`. Running: :meth:`start_locked` (an executor claims a READY operation),
+:meth:`execute` (every executor's runner), :meth:`finish` (its outcome, from any thread),
+:meth:`finish_locked`, :meth:`dispatch_locked` then :meth:`submit_ready` (what a release
+made READY, handed to executors once unlocked), :meth:`call_soon_locked` (a callback on the
+loop). Release early, complete later (the GPU once enqueued, the remote backend once
+submitted): :meth:`release_locked` or :meth:`release_submitted_locked`, then
+:meth:`complete_released_locked`; :meth:`complete_locked` makes any operation final.
+Collaborators: :meth:`attach_locked` (an opener attaches the GPU or remote one),
+:meth:`attach_task_locked`. Failures: :meth:`record_failure_locked` (one a collaborator
+found), :meth:`take_failure_locked` and :meth:`take_failures` (the façade's waits throw
+them). Waits: ``wakeups``' waiter methods and :meth:`queue_marker_locked`
+(``wait_for_var``). Shutdown: :meth:`set_state_locked`, :meth:`shutdown_executors`,
+:meth:`abandon_executors`.
 
-Read-only API for observers (``observe/``, the façade's waits): they may take ``_lock`` to
-read a consistent snapshot of ``_live``, ``_finished``, ``_instruments``, ``_segments.open`` and
-the Vars and operations reachable from them, and read ``_loop_thread`` and ``_forked``;
-they never assign a field or call a method of this class (a dump asks ``_remote.key_of``
-for a remote operation's Dask key). Installing an instrument goes
-through ``Engine.add_instrument`` and closing an open bulk segment through the façade's
-entry points.
+Observers (``observe/``, the façade's waits) only read: they may take ``lock`` to read a
+consistent snapshot of ``live``, ``finished``, ``instruments``, ``segments.open`` and the
+Vars and operations reachable from them, and read ``loop_thread`` and ``forked``; they call
+no method of this class (a dump asks ``remote.key_of`` for a remote operation's Dask key).
+Installing an instrument goes through ``Engine.add_instrument`` and closing an open bulk
+segment through the façade's entry points.
 """
 
 from __future__ import annotations
@@ -113,14 +117,12 @@ import asyncio
 import contextvars
 import enum
 import functools
-import logging
-import numbers
 import operator
 import os
 import threading
 from collections.abc import Callable
 from types import FunctionType
-from typing import Any, Protocol
+from typing import Any
 
 from . import instrument as _instrument
 from . import lifecycle
@@ -133,16 +135,16 @@ from .errors import (
     EngineClosedError,
     OperatorDeletedError,
     VarDeletedError,
+    report,
     summary,
     trim_traceback,
 )
 from .executors import Executor
 from .executors.gpu import GpuExecutor
-from .executors.threads import ThreadExecutor
 from .failures import Ledger
-from .functions import default_name, delete_nothing
+from .functions import default_name, delete_nothing, returned_coroutine
 from .instrument import Instrument
-from .kinds import _BULK, _CORO, _SYNC, _WAIT, FnProperty, OpState
+from .kinds import _BULK, _CORO, _SYNC, _WAIT, FnProperty, OpState, check_priority, check_prop
 from .lock import Deferred, EngineLock, guard_interrupts, start_finalizer_thread
 from .lock import defer as _defer
 from .loopqueue import LoopQueue
@@ -153,24 +155,25 @@ from .operation import (
     OprHandle,
     new_operation,
 )
+from .routing import GpuSeam, RemoteSeam, Routes
 from .settings import Settings
 from .task import current_op, run_coroutine
 from .var import (
-    COMMUTE,
     WRITE,
     Failure,
     Var,
     append_all,
     append_modes,
+    check_groups,
     release_all,
     release_modes,
     take_tokens,
     withdraw_all,
 )
+from .wakeups import Wakeups, wake_locked
 
 __all__ = ("Scheduler", "State")
 
-logger = logging.getLogger("aioengine")
 
 _get_running_loop = asyncio._get_running_loop
 _partial = functools.partial
@@ -217,22 +220,8 @@ def _after_fork_in_child(core: Scheduler) -> None:
     Its worker threads do not exist in the child and its lock may have been copied held, so
     the lock is replaced and every later call raises a clear RuntimeError.
     """
-    core._forked = True
+    core.forked = True
     core._use_lock(EngineLock())
-
-
-def check_prop(prop: object) -> None:
-    """Raise TypeError unless ``prop`` is a :class:`~aioengine.FnProperty`."""
-    if not isinstance(prop, FnProperty):
-        raise TypeError(f"prop must be an aioengine.FnProperty, got {prop!r}")
-
-
-def check_priority(priority: object) -> int:
-    """Return ``priority`` as an int: any integer (``numbers.Integral``, NumPy's included)
-    but a bool; else raise TypeError naming its type."""
-    if type(priority) is not bool and isinstance(priority, numbers.Integral):
-        return int(priority)
-    raise TypeError(f"priority must be an int, got {priority!r} ({type(priority).__name__})")
 
 
 def _cancel_message(exc: BaseException) -> object:
@@ -242,7 +231,7 @@ def _cancel_message(exc: BaseException) -> object:
 
 
 def _zeros() -> list[int]:
-    """A row of ``_finished``: finished operations by ``OpState`` value."""
+    """A row of ``finished``: finished operations by ``OpState`` value."""
     return [0] * len(OpState)
 
 
@@ -282,49 +271,6 @@ def _is_running(loop: asyncio.AbstractEventLoop) -> Callable[[], object]:
     return loop.is_running
 
 
-class GpuSeam(Protocol):
-    """What the scheduler calls of its GPU collaborator (``gpu_sync.GpuSync``), behind its
-    ``self._gpu is not None`` (or, at dispatch, ``_may_hold``) test; it never imports the
-    collaborator."""
-
-    def route(self, ctx: Context, prop: FnProperty, kind: int) -> Executor | None:
-        """The executor of an operation on a GPU context (None: the loop thread)."""
-
-    def devices_for(self, ctx: Context) -> object:
-        """Raise if ``ctx``'s device cannot be used now."""
-
-    def hold_for_fences_locked(self, op: Operation[Any]) -> bool:
-        """Make a host consumer wait for the pending fences on its Vars; False if none."""
-
-    def execute(self, op: Operation[Any], rctx: RunContext) -> None:
-        """Launch GPU ``op`` on this worker's stream (a GPU worker thread)."""
-
-    def shutdown(self) -> None:
-        """Stop the device workers (``aclose``)."""
-
-
-class RemoteSeam(Protocol):
-    """What the scheduler calls of its remote collaborator (``remote.RemoteBackend``), behind
-    its ``self._remote is not None`` (or, at dispatch, ``_may_hold``) test; it never imports
-    the collaborator."""
-
-    def route(self, ctx: Context, prop: FnProperty, kind: int) -> Executor:
-        """The executor of an operation on a remote context (raises for what cannot run
-        remotely)."""
-
-    def hold_locked(self, op: Operation[Any]) -> bool:
-        """Make an operation that is not a remote value operation wait until the remote
-        versions its Vars carry have settled (and, for a reader, are gathered); False if
-        none is pending. Lock held."""
-
-    def key_of(self, op: Operation[Any]) -> str | None:
-        """The Dask key of a remote operation, None for a local one (observers: ``dump()``)."""
-
-    def withdraw_locked(self, op: Operation[Any], msg: object) -> bool:
-        """Cancel a running operation that released its Vars once submitted (a remote value
-        operation) if nothing has used its result yet; False otherwise. Lock held."""
-
-
 class Scheduler:
     """The per-operation cycle of one engine: admission, grant, dispatch, run, finish.
 
@@ -340,64 +286,53 @@ class Scheduler:
         instruments: tuple[Instrument, ...],
         open_remote: Callable[[Scheduler, Context], RemoteSeam],
     ) -> None:
-        self._settings = settings
-        self._open_gpu = open_gpu
-        self._open_remote = open_remote
+        self.settings = settings
         self._pid = os.getpid()
-        self._forked = False
+        self.forked = False
         # The hot paths (push, start, finish) take and give back the lock in a try statement
         # ("with lock:" costs twice as much: __exit__ takes three arguments), with calls
         # that _use_lock keeps bound; an EngineLock's are one C call each (lock.py).
         self._use_lock(EngineLock())
         self._guarded = False
         start_finalizer_thread()  # makes the engine calls of the collector's finalizers
-        self._state = State.OPEN
+        self.state = State.OPEN
         # Bound once, in one critical section with the next two (_bind).
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.loop_thread = 0
         self._loop_is_running: Callable[[], object] | None = None
-        self._seq = 0
+        self.seq = 0
         # Set in the critical section that marks a Var deleted, so a push (which checks it
         # under the lock) cannot miss it.
         self._deleted_vars = False
-        self._live: dict[int, Operation[Any]] = {}
-        self._ledger = Ledger()  # its state is documented in failures.py
-        self._failures: dict[Failure, None] = self._ledger.failures  # the same dict
-        self._idle_waiters: list[asyncio.Future[None]] = []
-        self._capacity_waiters: list[asyncio.Future[None]] = []
-        self._executors: dict[str, Executor] = {}
-        self._routes: dict[tuple[Context, FnProperty], Executor | None] = {}
+        self.live: dict[int, Operation[Any]] = {}
+        self.ledger = Ledger()  # its state is documented in failures.py
+        self.failures: dict[Failure, None] = self.ledger.failures  # the same dict
+        self.wakeups = Wakeups()  # its state is documented in wakeups.py
+        self.routes = Routes(open_gpu, open_remote)  # its state is documented in routing.py
         # Checked by identity first: a push loop repeats one context and property, and
         # hashing a Context or an enum runs Python code. Replaced whole (one tuple), so a
         # reader on another thread sees a consistent entry.
         self._last_route: tuple[object, object, Executor | None] = (None, None, None)
-        self._rctx_cache: dict[Context, RunContext] = {}
-        self._loop_rctx: RunContext | None = None
-        self._loop_ctx: Context | None = None  # loop thread only
-        # Invariant: _inbox_scheduled is True iff a _drain_inbox call is scheduled and has
-        # not yet swapped _inbox out (the loop queue keeps its own: LoopQueue.scheduled).
-        self._inbox: list[Operation[Any]] = []
-        self._idle_due = False
-        self._capacity_due = False
-        self._inbox_scheduled = False
-        self._loop_queue = LoopQueue()
+        self.loop_rctx: RunContext | None = None
+        self.loop_ctx: Context | None = None  # loop thread only
+        self.loop_queue = LoopQueue()
         self._wakes: list[Executor] = []
         # Replaced, never mutated, under the lock (instrument.install_locked): a hook
         # called without the lock iterates the tuple it read, unchanged.
-        self._instruments: tuple[Instrument, ...] = instruments
-        self._finished: dict[Executor | None, list[int]] = {}
+        self.instruments: tuple[Instrument, ...] = instruments
+        self.finished: dict[Executor | None, list[int]] = {}
         self._loop_finished: list[int] | None = None
         self._sequencer: Var | None = Var(self, "<serial>") if settings.serial else None
-        self._segments = Segments()  # its own state is documented in bulk.py
+        self.segments = Segments()  # its own state is documented in bulk.py
         # While None, no fence exists and host consumers skip the fence checks (the CPU-only
         # fast path); set once, under the lock (gpu_sync.open_gpu).
-        self._gpu: GpuSeam | None = None
+        self.gpu: GpuSeam | None = None
         # While None, no Var carries a remote version and nothing is held for one (the
         # local-only fast path); set once, under the lock (remote.open_remote).
-        self._remote: RemoteSeam | None = None
+        self.remote: RemoteSeam | None = None
         # False while both are None: dispatch asks neither whether to hold an operation (one
         # test on the local-only path); set, under the lock, once either is opened.
-        self._may_hold = False
+        self.may_hold = False
         lifecycle.engines_after_fork.add(self, _after_fork_in_child)
         if _COMPILED:  # live operations are hidden from the collector (collector.py)
             _watch_collections(self)
@@ -410,21 +345,18 @@ class Scheduler:
         a field, atomic under the GIL, and nothing creates an executor any more (no façade is
         left to push).
         """
-        executors = list(self._executors.values())
-        self._executors.clear()
-        self._routes.clear()
         self._last_route = (None, None, None)
-        for executor in executors:
+        for executor in self.routes.forget_locked():
             executor.shutdown(False)
 
     def __repr__(self) -> str:
-        mode = "serial" if self._settings.serial else f"cpu_workers={self._settings.cpu_workers}"
-        return f"<aioengine.Engine {self._state.value} pending={len(self._live)} {mode}>"
+        mode = "serial" if self.settings.serial else f"cpu_workers={self.settings.cpu_workers}"
+        return f"<aioengine.Engine {self.state.value} pending={len(self.live)} {mode}>"
 
     @property
     def closed(self) -> bool:
         """Whether the engine's ``aclose()`` has finished."""
-        return self._state is State.CLOSED
+        return self.state is State.CLOSED
 
     def validate_state(self) -> None:
         """Check the invariants of this module's state (tests; takes the lock).
@@ -432,58 +364,33 @@ class Scheduler:
         Raises:
             AssertionError: naming the first invariant that does not hold.
         """
-        with self._lock:
-            self._loop_queue.check_invariants()
-            for seq, op in self._live.items():
+        with self.lock:
+            self.loop_queue.check_invariants()
+            for seq, op in self.live.items():
                 assert op._seq == seq, (seq, op)
                 assert op._state < _DONE, op
                 assert op._kind < _WAIT, op
-            seg = self._segments.open
+            seg = self.segments.open
             assert seg is None or seg._kind == _BULK, seg
-            assert self._failures is self._ledger.failures, "the ledger's dict was replaced"
-            self._ledger.validate()
-            assert not self._inbox or self._inbox_scheduled, "inbox not scheduled"
-            # Groups and commute tokens (var.py): each Var's own invariants; a token is held
-            # by exactly one dispatched commute member, and a parked operation (_wait -1) is
-            # PENDING and among the contenders of one of its commute Vars.
-            holders: dict[Var, list[Operation[Any]]] = {}
-            tokens: set[Var] = set()
-            checked: set[Var] = set()
-            for op in self._live.values():
-                modes = op._modes
-                if modes is None:  # read/write only: the queues' own tests cover them
-                    continue
-                for v in op._vars:
-                    if v not in checked:
-                        checked.add(v)
-                        v._check_invariants()
-                        if v._token:
-                            tokens.add(v)
-                commute = [v for v, m in zip(op._mutate, modes, strict=True) if m == COMMUTE]
-                if op._wait == -1:
-                    assert op._state is _PENDING, op
-                    assert any(op in (v._contenders or ()) for v in commute), op
-                elif op._state is _READY or op._state is _RUNNING:
-                    for v in commute:
-                        holders.setdefault(v, []).append(op)
-            for v, ops in holders.items():
-                assert len(ops) == 1, (v, ops)
-            assert tokens == set(holders), tokens - set(holders)
+            assert self.failures is self.ledger.failures, "the ledger's dict was replaced"
+            self.ledger.validate()
+            self.wakeups.check()
+            check_groups(self.live.values())
 
     def _use_lock(self, lock: EngineLock) -> None:
         """Make ``lock`` the engine lock, keeping the calls that take and give it back bound,
         so that the hot paths call them without a method lookup (called before the engine
         is shared, or in a forked child, or by a test that swaps in a stand-in lock, which
         keeps EngineLock's ``owner`` and ``after`` itself)."""
-        self._lock = lock
-        self._lock_acquire: Callable[[], object]
-        self._lock_release: Callable[[], object]
+        self.lock = lock
+        self.lock_acquire: Callable[[], object]
+        self.lock_release: Callable[[], object]
         if type(lock) is EngineLock:
-            self._lock_acquire = lock.take
-            self._lock_release = lock.give
+            self.lock_acquire = lock.take
+            self.lock_release = lock.give
         else:
-            self._lock_acquire = lock.acquire
-            self._lock_release = lock.release
+            self.lock_acquire = lock.acquire
+            self.lock_release = lock.release
 
     def _bind(self) -> asyncio.AbstractEventLoop | None:
         """Bind to the running loop on first use; return the bound loop (None if unbound).
@@ -491,12 +398,12 @@ class Scheduler:
         Called from any thread. A thread with no running loop may push sync operations to
         an unbound engine; a thread running a different loop may not use the engine at all.
         """
-        if self._forked:
+        if self.forked:
             self.check_fork()
         if not self._guarded:  # a Ctrl-C never splits a critical section (lock.py)
             self._guarded = guard_interrupts(self)
         loop = _get_running_loop()
-        bound = self._loop
+        bound = self.loop
         if loop is bound:
             return bound
         if loop is None:
@@ -505,10 +412,10 @@ class Scheduler:
                     f"{self!r} is bound to an event loop that is closed; create a new Engine"
                 )
             return bound
-        with self._lock:
-            if self._loop is None:
-                self._loop = loop
-                self._loop_thread = _get_ident()
+        with self.lock:
+            if self.loop is None:
+                self.loop = loop
+                self.loop_thread = _get_ident()
                 self._loop_is_running = _is_running(loop)
                 first = True
             else:
@@ -528,30 +435,14 @@ class Scheduler:
             )
         return loop
 
-    def _shutdown_executors(self, *, wait: bool) -> list[Executor]:
+    def shutdown_executors(self, *, wait: bool) -> list[Executor]:
         """Shut every executor down (with ``wait``, join their workers); return them."""
-        with self._lock:
-            executors = list(self._executors.values())
-            self._executors.clear()
-            self._routes.clear()
+        with self.lock:
             self._last_route = (None, None, None)
+            executors = self.routes.forget_locked()
         for executor in executors:
             executor.shutdown(wait)
         return executors
-
-    def _cancel_not_started(self) -> None:
-        ready: list[Any] = []
-        with self._lock:
-            if self._segments.open is not None:
-                self._segments.flush_locked(self)
-            ops = list(self._live.values())  # released once unlocked (lock.py)
-            for op in ops:
-                if op._state is _PENDING or op._state is _READY:
-                    # The message its awaiter's CancelledError carries: not its own cancel.
-                    msg = f"{op.name!r} was cancelled before it started: the engine was closed"
-                    self.finish_locked(op, _CANCELLED, msg + " (aclose(cancel=True))", None, ready)
-            todo = self.dispatch_locked(ready)
-        self.submit_ready(todo)
 
     def push(
         self,
@@ -579,12 +470,12 @@ class Scheduler:
         any lock of this thread's held (:meth:`_admit_deferred`, which passes it back in
         as ``made``; ``lock.py`` says when).
         """
-        loop = self._loop
+        loop = self.loop
         if _COMPILED:  # noqa: SIM108  (a conditional expression would box the C int)
             me = _thread_ident()  # noqa: F821  (scheduler.pxd: compiled only)
         else:
             me = _get_ident()
-        lock = self._lock
+        lock = self.lock
         collecting = _collection.thread  # (a C int in the compiled core: me is not boxed)
         if lock.owner == me or collecting == me:  # from a finalizer (lock.py)
             if name is None:
@@ -597,7 +488,7 @@ class Scheduler:
         # On the bound loop's thread while it runs (the usual case), the full check is not
         # needed; it asks the running loop, which costs a getpid() system call.
         running = self._loop_is_running
-        if loop is None or self._forked or me != self._loop_thread or not running():  # type: ignore[misc]
+        if loop is None or self.forked or me != self.loop_thread or not running():  # type: ignore[misc]
             loop = self._bind()  # (_loop_is_running is set with _loop)
         if type(ctx) is not Context:
             raise TypeError(f"ctx must be an aioengine.Context (cpu(i) or gpu(i)), got {ctx!r}")
@@ -630,16 +521,16 @@ class Scheduler:
             )
         bulk = 0  # the segment size, when this operation joins a bulk segment (bulk.py)
         if (
-            self._segments.scopes
+            self.segments.scopes
             and target is None
             and kind == _SYNC
             and handle is None
             and deleting is None
             and ctx.device_type is _CPU
-            and me == self._loop_thread
+            and me == self.loop_thread
             and modes is None
         ):
-            bulk = self._segments.size_for(self)
+            bulk = self.segments.size_for(self)
         if made is None:
             op = new_operation(
                 self, owner, fn, kind, ctx, const, mutate, prop, priority, name, target
@@ -648,13 +539,13 @@ class Scheduler:
             op = made
             op._target = target
         sequencer = self._sequencer
-        self._lock_acquire()
+        self.lock_acquire()
         lock.owner = me
         try:
             if _COMPILED:  # out of the cycle collector's passes until it completes (collector.py)
                 _hide(op)  # noqa: F821  (scheduler.pxd: compiled only)
-            if self._state is not _OPEN:
-                raise EngineClosedError(f"{self!r} is {self._state.value}; create a new Engine")
+            if self.state is not _OPEN:
+                raise EngineClosedError(f"{self!r} is {self.state.value}; create a new Engine")
             if handle is not None and handle._deleted:
                 raise OperatorDeletedError(f"{handle!r} was deleted; build a new one")
             if self._deleted_vars:
@@ -663,16 +554,16 @@ class Scheduler:
                         raise VarDeletedError(
                             f"{v!r} was deleted; operation {name!r} cannot use it"
                         )
-            if self._segments.open is not None and not bulk:
-                self._segments.flush_locked(self)  # it queues on its Vars before this operation
-            self._seq += 1
-            op._seq = seq = self._seq
+            if self.segments.open is not None and not bulk:
+                self.segments.flush_locked(self)  # it queues on its Vars before this operation
+            self.seq += 1
+            op._seq = seq = self.seq
             op._key = seq - (priority << 64) if priority else seq
-            self._live[seq] = op
-            if self._instruments:
+            self.live[seq] = op
+            if self.instruments:
                 _instrument.notify_locked(self, "on_push", op)
             if bulk:
-                self._segments.join_locked(self, op, bulk)
+                self.segments.join_locked(self, op, bulk)
                 return op
             # Appending is what a push promises to do atomically across its Vars, in the
             # critical section that gave it its sequence number: so every Var's queue is in
@@ -697,12 +588,12 @@ class Scheduler:
             if wait:
                 op._wait = wait
                 return op
-            if self._may_hold:  # GPU fences or remote versions may hold it
+            if self.may_hold:  # GPU fences or remote versions may hold it
                 todo = self.dispatch_locked([op])
             else:
                 op._state = _READY
                 if target is None:
-                    if self._loop_queue.put_locked(op):  # _enqueue_loop_locked, inlined
+                    if self.loop_queue.put_locked(op):  # _enqueue_loop_locked, inlined
                         self.call_soon_locked(self._run_loop_queue)
                     return op
                 todo = None
@@ -715,7 +606,7 @@ class Scheduler:
                 lock.unlock()
             else:
                 lock.owner = 0
-                self._lock_release()
+                self.lock_release()
         if todo is None:
             assert target is not None
             self._submit_one(target, op)
@@ -736,7 +627,7 @@ class Scheduler:
         try:
             push()
         except Exception as exc:
-            with self._lock:
+            with self.lock:
                 if op._state is _PENDING and not op._seq:  # never admitted
                     op._state = _FAILED
                     op._exception = exc
@@ -744,30 +635,28 @@ class Scheduler:
                     op._vars = ()
                     if op._waiters is not None or op._callbacks is not None:
                         self._notify_locked(op)
-            if op._prop is FnProperty.DELETE_VAR and self._state is not _OPEN:
+            if op._prop is FnProperty.DELETE_VAR and self.state is not _OPEN:
                 return  # a deletion refused by a closed engine: nothing is left to delete
-            self._report(f"{op.name!r}, pushed by a finalizer, could not be pushed", exc)
+            report(
+                self.loop,
+                self.loop_thread,
+                f"{op.name!r}, pushed by a finalizer, could not be pushed",
+                exc,
+            )
 
-    def _gpu_for(self, ctx: Context) -> GpuSeam:
-        """The GPU collaborator, opened (by the façade's opener) on the first GPU push."""
-        gpu = self._gpu
-        if gpu is None:
-            gpu = self._open_gpu(self, ctx)
-            with self._lock:
-                self._may_hold = True
-        return gpu
-
-    def _remote_for(self, ctx: Context) -> RemoteSeam:
-        """The remote collaborator, opened (by the façade's opener) on the first remote push."""
-        remote = self._remote
-        if remote is None:
-            remote = self._open_remote(self, ctx)
-            with self._lock:
-                self._may_hold = True
-        return remote
+    def attach_locked(self, gpu: GpuSeam | None = None, remote: RemoteSeam | None = None) -> None:
+        """Attach the GPU or the remote collaborator, once, as its opener creates it (lock
+        held): from now on dispatch asks it whether to hold a READY operation back."""
+        if gpu is not None:
+            assert self.gpu is None
+            self.gpu = gpu
+        if remote is not None:
+            assert self.remote is None
+            self.remote = remote
+        self.may_hold = True
 
     def check_fork(self) -> None:
-        if self._forked:
+        if self.forked:
             raise RuntimeError(
                 f"{self!r} was created in process {self._pid} and cannot be used after "
                 "os.fork(): its threads do not exist here. Create a new Engine in the child "
@@ -775,50 +664,12 @@ class Scheduler:
             )
 
     def _route(self, ctx: Context, prop: FnProperty, kind: int) -> Executor | None:
-        """Return the executor for ``(ctx, prop)``; None means the event-loop thread."""
-        if ctx.device_type is _REMOTE:
-            return self._remote_for(ctx).route(ctx, prop, kind)
-        if kind == _CORO:
-            if ctx.device_type is not _CPU:
-                self._gpu_for(ctx).devices_for(ctx)  # a host consumer: the device must be usable
-            return None
-        last_ctx, last_prop, last = self._last_route
-        if ctx is last_ctx and prop is last_prop:
-            return last
-        target: Executor | None
-        try:
-            target = self._routes[ctx, prop]
-        except KeyError:
-            pass
-        else:
+        """Return the executor for ``(ctx, prop)`` (``routing.py``); None means the event-loop
+        thread. A CPU context's route becomes the last one taken, which pushes check first."""
+        target = self.routes.route(self, ctx, prop, kind)
+        if ctx.device_type is _CPU and kind != _CORO:
             self._last_route = (ctx, prop, target)
-            return target
-        if ctx.device_type is not _CPU:
-            return self._gpu_for(ctx).route(ctx, prop, kind)
-        if self._settings.serial or prop is FnProperty.ASYNC:
-            target = None
-        elif prop is FnProperty.CPU_PRIORITIZED:
-            target = self._executor("cpu-priority", _CPU0, self._settings.cpu_priority_workers)
-        else:
-            target = self._executor(f"cpu{ctx.device_id}", ctx, self._settings.cpu_workers)
-        with self._lock:
-            self._routes[ctx, prop] = target
         return target
-
-    def _on_worker_thread(self) -> bool:
-        """Whether the caller runs on one of this engine's worker threads (so inside one of
-        its operations); safe from any thread."""
-        with self._lock:
-            executors = list(self._executors.values())
-        return any(executor.owns_current_thread() for executor in executors)
-
-    def _executor(self, key: str, ctx: Context, workers: int) -> Executor:
-        with self._lock:
-            executor = self._executors.get(key)
-            if executor is None:
-                executor = ThreadExecutor(ctx, workers, f"aioengine-{key}", Scheduler._execute)
-                self._executors[key] = executor
-            return executor
 
     def dispatch_locked(self, ready: list[Any]) -> list[Operation[Any]]:
         """Mark newly ready operations READY (lock held).
@@ -834,19 +685,19 @@ class Scheduler:
         eagerly, in the caller.
         """
         todo: list[Operation[Any]] = []
-        queue = self._loop_queue
+        queue = self.loop_queue
         i = 0
         while i < len(ready):
             op = ready[i]
             i += 1
             if op._kind == _WAIT:
-                if self._may_hold and self._held_locked(op):
+                if self.may_hold and self._held_locked(op):
                     continue
                 # Its result: the failure its Var carries now that every earlier user has
                 # finished, not one that a later operation records before the waiter resumes.
                 self.finish_locked(op, _DONE, op._mutate[0]._failure, None, ready)
             elif op._state is _PENDING:
-                if self._may_hold and self._held_locked(op):
+                if self.may_hold and self._held_locked(op):
                     continue
                 op._state = _READY
                 if op._target is not None:
@@ -855,9 +706,9 @@ class Scheduler:
                     op._kind == _CORO
                     and queue.head == len(queue.fifo)  # queue.empty_locked(), inlined
                     and not queue.heap
-                    and _get_ident() == self._loop_thread
-                    and self._loop is not None
-                    and self._loop.get_task_factory() is None
+                    and _get_ident() == self.loop_thread
+                    and self.loop is not None
+                    and self.loop.get_task_factory() is None
                 ):
                     todo.append(op)  # started at once by submit_ready
                 elif queue.put_locked(op):  # _enqueue_loop_locked, inlined
@@ -868,14 +719,14 @@ class Scheduler:
         """Whether a collaborator holds ``op``, READY by the Vars' rule, back (lock held): a
         host consumer of GPU data (or a wait marker) until the GPU fences it depends on
         complete, any operation until the remote versions it uses have settled."""
-        gpu = self._gpu
+        gpu = self.gpu
         if (
             gpu is not None
             and (op._kind == _WAIT or type(op._target) is not GpuExecutor)
             and gpu.hold_for_fences_locked(op)
         ):
             return True
-        remote = self._remote
+        remote = self.remote
         return remote is not None and remote.hold_locked(op)
 
     def submit_ready(self, todo: list[Operation[Any]]) -> None:
@@ -895,40 +746,19 @@ class Scheduler:
         A burst of pushes from the loop then hands the workers one wake-up instead of one per
         operation (each wake-up of a sleeping thread costs a GIL hand-off).
         """
-        if _get_ident() != self._loop_thread:
+        if _get_ident() != self.loop_thread:
             if not target.submit(op, op._key, True):
-                self._not_submitted(op)
+                self.routes.not_submitted(self, op)
             return
         if not target.submit(op, op._key, False):
-            self._not_submitted(op)
+            self.routes.not_submitted(self, op)
             return
         wakes = self._wakes
         if target not in wakes:
             if not wakes:
-                assert self._loop is not None
-                self._loop.call_soon(self._flush_wakes)
+                assert self.loop is not None
+                self.loop.call_soon(self._flush_wakes)
             wakes.append(target)
-
-    def _not_submitted(self, op: Operation[Any]) -> None:
-        """``op``'s pool was shut down after this thread made it READY and released the lock.
-
-        Executors shut down once no operation is READY: ``aclose(cancel=True)`` has cancelled
-        ``op`` in between (without ``cancel`` it waits for ``op``). At interpreter exit
-        (the pool is abandoned) nothing runs any more: ``op`` is cancelled, never left pending,
-        and so is what that makes ready for an abandoned pool (in a loop, not by recursion:
-        a chain of thousands may be queued at exit).
-        """
-        dropped = [op]
-        while dropped:
-            ready: list[Any] = []
-            with self._lock:
-                for op in dropped:
-                    if op._state is _READY:
-                        self.finish_locked(op, _CANCELLED, None, None, ready)
-                todo = self.dispatch_locked(ready) if ready else ready
-            dropped = [o for o in todo if o._target is not None and o._target.abandoned]
-            if len(dropped) < len(todo):
-                self.submit_ready([o for o in todo if o._target is None or not o._target.abandoned])
 
     def _flush_wakes(self) -> None:
         """Wake the executors that the loop thread submitted to (loop thread)."""
@@ -939,14 +769,14 @@ class Scheduler:
 
     def _enqueue_loop_locked(self, op: Operation[Any]) -> None:
         """Queue a READY operation for the loop thread; run the queue soon (lock held)."""
-        if self._loop_queue.put_locked(op):
+        if self.loop_queue.put_locked(op):
             self.call_soon_locked(self._run_loop_queue)
 
     def call_soon_locked(self, callback: Callable[[], None]) -> None:
         """Schedule ``callback`` on the engine's loop from any thread (lock held)."""
-        loop = self._loop
+        loop = self.loop
         assert loop is not None
-        if _get_ident() == self._loop_thread:
+        if _get_ident() == self.loop_thread:
             loop.call_soon(callback)
         elif not loop.is_closed():
             loop.call_soon_threadsafe(callback)
@@ -964,19 +794,19 @@ class Scheduler:
         try:
             while budget > 0:
                 todo: list[Operation[Any]] = []
-                lock = self._lock
-                self._lock_acquire()
+                lock = self.lock
+                self.lock_acquire()
                 lock.owner = _get_ident()
                 try:
                     op = self._claim_loop_op_locked(todo)
                     if op is None:
-                        self._loop_queue.scheduled = False
+                        self.loop_queue.scheduled = False
                 finally:
                     if lock.after:
                         lock.unlock()
                     else:
                         lock.owner = 0
-                        self._lock_release()
+                        self.lock_release()
                 if todo:
                     self.submit_ready(todo)  # what skipped operations released
                 if op is None:
@@ -994,11 +824,11 @@ class Scheduler:
 
     def _reschedule_loop_queue(self) -> None:
         """After a run of the loop queue that did not empty it: run it again soon, if needed."""
-        with self._lock:
-            if not self._loop_queue.empty_locked():
+        with self.lock:
+            if not self.loop_queue.empty_locked():
                 self.call_soon_locked(self._run_loop_queue)
             else:
-                self._loop_queue.scheduled = False
+                self.loop_queue.scheduled = False
 
     def _claim_loop_op_locked(self, todo: list[Operation[Any]]) -> Operation[Any] | None:
         """Take the best READY operation of the loop queue and mark it RUNNING (lock held).
@@ -1006,12 +836,12 @@ class Scheduler:
         Cancelled ones are dropped, skipped ones finished (what they release is appended
         to ``todo``, for the caller to submit once the lock is released).
         """
-        queue = self._loop_queue
+        queue = self.loop_queue
         while True:
             op = queue.pop_locked()
             if op is None or self.start_locked(op, todo):
                 return op
-            self._lock.after.append(op)  # cancelled or skipped: released once unlocked
+            self.lock.after.append(op)  # cancelled or skipped: released once unlocked
 
     def start_locked(self, op: Operation[Any], todo: list[Operation[Any]]) -> bool:
         """Mark READY ``op`` RUNNING and return True; False if it was cancelled while queued
@@ -1019,7 +849,7 @@ class Scheduler:
         ``todo``, for the caller to submit once the lock is released). Lock held."""
         if op._state is not _READY:
             return False
-        if self._failures and op._kind != _BULK:  # a segment's members check their own
+        if self.failures and op._kind != _BULK:  # a segment's members check their own
             skipped = self._skip_locked(op)
             if skipped is not None:
                 todo.extend(skipped)
@@ -1028,7 +858,7 @@ class Scheduler:
         return True
 
     @staticmethod
-    def _execute(op: Operation[Any], rctx: RunContext) -> None:
+    def execute(op: Operation[Any], rctx: RunContext) -> None:
         """Start ``op`` and run its function on a worker thread: every executor's runner.
 
         A static method, so that executors, whose threads outlive their last operation, keep
@@ -1044,7 +874,7 @@ class Scheduler:
         # when it returns: so hold no operation by then.
         self = op._core
         if rctx.ctx.device_type is _GPU:
-            gpu = self._gpu  # set before its first executor existed
+            gpu = self.gpu  # set before its first executor existed
             assert gpu is not None
             gpu.execute(op, rctx)
             del op
@@ -1061,7 +891,7 @@ class Scheduler:
         claimed: bool = False,
         more: bool = True,
     ) -> Operation[Any] | None:
-        """Run ``op`` (see :meth:`_execute`); return a successor this thread claimed to run.
+        """Run ``op`` (see :meth:`execute`); return a successor this thread claimed to run.
 
         ``rctx`` is None on the loop thread. ``claimed``: ``op`` is already RUNNING
         (:meth:`_finish_and_continue` or :meth:`_claim_loop_op_locked` started it).
@@ -1069,8 +899,8 @@ class Scheduler:
         """
         if not claimed:
             todo: list[Operation[Any]] = []
-            lock = self._lock
-            self._lock_acquire()
+            lock = self.lock
+            self.lock_acquire()
             lock.owner = _get_ident()
             try:
                 started = self.start_locked(op, todo)
@@ -1079,23 +909,27 @@ class Scheduler:
                     lock.unlock()
                 else:
                     lock.owner = 0
-                    self._lock_release()
+                    self.lock_release()
             if not started:
                 if todo:
                     self.submit_ready(todo)
                 return None
         kind = op._kind
-        if self._instruments and kind != _BULK:  # a segment's members are reported instead
+        if self.instruments and kind != _BULK:  # a segment's members are reported instead
             _instrument.notify_start(self, op)
         ctx = op._ctx
         if rctx is None:
-            if ctx is not self._loop_ctx:  # by identity: Context hashes in Python
-                self._loop_rctx = self._run_context(ctx)
-                self._loop_ctx = ctx
-            rctx = self._loop_rctx
+            if ctx is not self.loop_ctx:  # by identity: Context hashes in Python
+                self.loop_rctx = self.routes.run_context(ctx)
+                self.loop_ctx = ctx
+            rctx = self.loop_rctx
             assert rctx is not None
         elif rctx.ctx is not ctx:  # e.g. the shared CPU priority pool
-            rctx = self._run_context(ctx) if rctx.stream is None else RunContext(ctx, rctx.stream)
+            rctx = (
+                self.routes.run_context(ctx)
+                if rctx.stream is None
+                else RunContext(ctx, rctx.stream)
+            )
         fn = op._fn
         if kind == _SYNC:
             assert fn is not None
@@ -1109,12 +943,12 @@ class Scheduler:
                 # The failure's frames reach this frame through f_back: hold no operation.
                 del op, fn
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)) and (
-                    _get_ident() == self._loop_thread
+                    _get_ident() == self.loop_thread
                 ):
                     raise  # inline on the loop thread: recorded, and the loop still stops
                 return None
             if result is not None and type(result) in _COROUTINE_TYPES:
-                self.finish(op, _FAILED, None, self._awaitable_result(op, result))
+                self.finish(op, _FAILED, None, returned_coroutine(op.name, result))
             elif more:
                 return self._finish_and_continue(op, result)
             else:
@@ -1123,7 +957,7 @@ class Scheduler:
             assert fn is not None
             self._start_task(op, fn, rctx)
         elif kind == _BULK:
-            return self._segments.run(self, op, more)
+            return self.segments.run(self, op, more)
         else:
             assert fn is not None
             token = OnComplete(op)
@@ -1134,32 +968,26 @@ class Scheduler:
                 self._callback_raised(op, token, exc)
                 del op, fn, token  # as above: the failure's frames reach this frame
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)) and (
-                    _get_ident() == self._loop_thread
+                    _get_ident() == self.loop_thread
                 ):
                     raise  # as a sync operation's, above
                 return None
             if type(result) in _COROUTINE_TYPES:
-                self._callback_raised(op, token, self._awaitable_result(op, result))
+                self._callback_raised(op, token, returned_coroutine(op.name, result))
         return None
-
-    def _run_context(self, ctx: Context) -> RunContext:
-        rctx = self._rctx_cache.get(ctx)
-        if rctx is None:
-            rctx = self._rctx_cache[ctx] = RunContext(ctx)
-        return rctx
 
     def _skip_locked(self, op: Operation[Any]) -> list[Operation[Any]] | None:
         """Inherit an input's failure at start; skip ``op`` unless it is NO_SKIP.
 
-        Called with the lock held when ``_failures`` is not empty. As in MXNet, the failure is
+        Called with the lock held when ``failures`` is not empty. As in MXNet, the failure is
         taken at start (when every earlier writer of the inputs has finished), from the first
         const Var carrying one that ``op`` sees (one thrown after ``op`` was pushed still
         counts: ``Failure.seen_by``), else the first mutated Var. Returns None when ``op``
         should run; when it was skipped, the operations its release made ready, for the
         caller to submit once the lock is released.
         """
-        if self._ledger.thrown:
-            self._ledger.retire(next(iter(self._live), None))
+        if self.ledger.thrown:
+            self.ledger.retire(next(iter(self.live), None))
         seq = op._seq
         for v in op._vars:
             box = v._failure
@@ -1180,19 +1008,9 @@ class Scheduler:
                 return self.dispatch_locked(ready) if ready else []
         return None
 
-    @staticmethod
-    def _awaitable_result(op: Operation[Any], result: object) -> TypeError:
-        close = getattr(result, "close", None)
-        if callable(close):
-            close()  # a never-awaited coroutine would warn
-        return TypeError(
-            f"{op.name!r} returned a coroutine; declare it 'async def' and push it with "
-            "push_async()"
-        )
-
     def _start_task(self, op: Operation[Any], fn: Callable[..., Any], rctx: RunContext) -> None:
         """Create the task of coroutine operation ``op`` (loop thread; ``op`` is RUNNING)."""
-        loop = self._loop
+        loop = self.loop
         assert loop is not None
         coro = run_coroutine(op, fn, rctx)
         # Up to its hand-off now, in op's context (it sets current_op there): from here on
@@ -1208,28 +1026,19 @@ class Scheduler:
 
     def _callback_raised(self, op: Operation[Any], token: OnComplete, exc: BaseException) -> None:
         """A callback-style function raised: fail the op, or report if already completed."""
-        with self._lock:
+        with self.lock:
             already = token._called
             if not already:
                 token._called = exc
         if not already:
             self.finish(op, _FAILED, None, exc)
             return
-        self._report(
+        report(
+            self.loop,
+            self.loop_thread,
             f"{op.name!r} raised after calling on_complete(); the exception is reported here",
             exc,
         )
-
-    def _report(self, message: str, exc: BaseException) -> None:
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            context = {"message": message, "exception": exc}
-            if _get_ident() == self._loop_thread:
-                loop.call_exception_handler(context)
-            else:
-                loop.call_soon_threadsafe(loop.call_exception_handler, context)
-        else:
-            logger.error(message, exc_info=exc)
 
     def finish(
         self, op: Operation[Any], state: OpState, result: object, exc: BaseException | None
@@ -1242,8 +1051,8 @@ class Scheduler:
         ready: list[Any] = []
         # Dropped by the critical section, released when this returns (lock.py's invariant).
         _held = (op._fn, op._vars)
-        lock = self._lock
-        self._lock_acquire()
+        lock = self.lock
+        self.lock_acquire()
         lock.owner = _get_ident()
         try:
             if state is _DONE:
@@ -1256,7 +1065,7 @@ class Scheduler:
                 lock.unlock()
             else:
                 lock.owner = 0
-                self._lock_release()
+                self.lock_release()
         if todo:
             self.submit_ready(todo)
 
@@ -1272,14 +1081,14 @@ class Scheduler:
         no queue (or just taken from one), nobody else can.
         """
         target = op._target
-        queue = self._loop_queue
+        queue = self.loop_queue
         ready: list[Any] = []
         nxt = None
         # Dropped by the critical section, released when this returns (lock.py's invariant;
         # the caller holds op's function).
         _held = op._vars
-        lock = self._lock
-        self._lock_acquire()
+        lock = self.lock
+        self.lock_acquire()
         if _COMPILED:
             lock.owner = _thread_ident()  # noqa: F821  (scheduler.pxd: compiled only)
         else:
@@ -1291,8 +1100,8 @@ class Scheduler:
                 and len(ready) == 1
                 and queue.head == len(queue.fifo)  # queue.empty_locked(), inlined
                 and not queue.heap
-                and not self._failures
-                and not self._may_hold
+                and not self.failures
+                and not self.may_hold
             ):
                 only: Operation[Any] = ready[0]
                 if only._target is None and only._kind != _WAIT:
@@ -1306,7 +1115,7 @@ class Scheduler:
             if target is None:
                 nxt = self._claim_loop_op_locked(todo)
             # Abandoned (interpreter exit): this worker must return to its pool and stop.
-            elif not self._failures and not target.abandoned:
+            elif not self.failures and not target.abandoned:
                 for i, candidate in enumerate(todo):
                     if candidate._target is target:
                         nxt = todo.pop(i)
@@ -1321,7 +1130,7 @@ class Scheduler:
                 lock.unlock()
             else:
                 lock.owner = 0
-                self._lock_release()
+                self.lock_release()
         if nxt is None or target is None:
             if todo:
                 self.submit_ready(todo)  # a worker returns to its pool and pops one of them
@@ -1331,7 +1140,7 @@ class Scheduler:
             for other in todo:
                 if other._target is target:
                     if not target.submit(other, other._key, False):
-                        self._not_submitted(other)
+                        self.routes.not_submitted(self, other)
                 else:
                     self._submit_one(other._target, other)
             target.wake(caller_pops=False)
@@ -1370,7 +1179,7 @@ class Scheduler:
         op._state = state
         op._result = result
         op._exception = exc
-        self._lock.after.append(op._vars)  # released once unlocked (lock.py)
+        self.lock.after.append(op._vars)  # released once unlocked (lock.py)
         self.release_locked(op, state, exc, ready, box)
         self.complete_locked(op, state)
 
@@ -1390,7 +1199,7 @@ class Scheduler:
         to record). ``counted=False``: its writes do not count towards :attr:`Var.version`
         yet (a remote value operation released once submitted counts them when it settles).
         """
-        after = self._lock.after
+        after = self.lock.after
         # Its function and the failures it replaces may hold user objects: released once
         # unlocked (lock.py).
         after.append(op._fn)
@@ -1408,7 +1217,7 @@ class Scheduler:
                         wrote = False
                     else:
                         box = Failure(exc)
-                        self._failures[box] = None
+                        self.failures[box] = None
             if box is not None:
                 for v in op._mutate:
                     after.append(v._failure)
@@ -1461,7 +1270,7 @@ class Scheduler:
 
     def attach_task_locked(self, op: Operation[Any], task: asyncio.Task[Any]) -> None:
         """``task`` runs ``op`` on the loop (a remote operation awaiting its Dask task):
-        :meth:`cancel` of the running operation cancels it (lock held)."""
+        ``Operation.cancel`` of the running operation cancels it (lock held)."""
         op._task = task
 
     def complete_released_locked(
@@ -1493,7 +1302,7 @@ class Scheduler:
 
     def complete_locked(self, op: Operation[Any], state: OpState) -> None:
         """Make ``op`` final: counters, ``wait_for_all``, awaiters and callbacks (lock held)."""
-        if self._instruments and op._kind < _WAIT:
+        if self.instruments and op._kind < _WAIT:
             _instrument.notify_locked(self, "on_finish", op)
         if _COMPILED:  # back in the cycle collector, with its Var tuple (collector.py)
             _show(op)  # noqa: F821  (scheduler.pxd: compiled only)
@@ -1501,45 +1310,37 @@ class Scheduler:
         op._vars = ()
         op._nreads = 0
         if op._kind < _WAIT:
-            del self._live[op._seq]
+            del self.live[op._seq]
             target = op._target  # statistics()
             if target is None:  # the loop's row, at hand (_loop_finished is _finished[None])
                 row = self._loop_finished
                 if row is None:
-                    row = self._loop_finished = self._finished[None] = _zeros()
+                    row = self._loop_finished = self.finished[None] = _zeros()
             else:
-                finished = self._finished
+                finished = self.finished
                 if target not in finished:
                     finished[target] = _zeros()
                 row = finished[target]
             i = state
             row[i] += 1
-            if self._capacity_waiters:
-                if _get_ident() == self._loop_thread:
-                    self._wake_capacity_waiters_locked()
-                else:
-                    self._capacity_due = True
-                    self._post_locked()
-            if not self._live:
-                if self._ledger.thrown:  # nothing pushed before a throw is live: retire all
-                    self._ledger.retire(None)
-                if self._idle_waiters:
-                    if _get_ident() == self._loop_thread:
-                        self._wake_idle_waiters_locked()
-                    else:
-                        self._idle_due = True
-                        self._post_locked()
+            wakeups = self.wakeups
+            if wakeups.capacity:
+                wakeups.capacity_freed_locked(self)
+            if not self.live:
+                if self.ledger.thrown:  # nothing pushed before a throw is live: retire all
+                    self.ledger.retire(None)
+                if wakeups.idle:
+                    wakeups.became_idle_locked(self)
         if op._waiters is not None or op._callbacks is not None:  # (no call when nobody waits)
             self._notify_locked(op)
 
     def _notify_locked(self, op: Operation[Any]) -> None:
         """Tell final ``op``'s awaiters and callbacks (lock held): at once on the loop thread,
         else through the inbox, which the loop drains (asyncio futures are the loop's)."""
-        if _get_ident() == self._loop_thread:
-            self._wake_locked(op)
+        if _get_ident() == self.loop_thread:
+            wake_locked(self.loop, op)
         else:
-            self._inbox.append(op)
-            self._post_locked()
+            self.wakeups.post_locked(self, op)
 
     def _show_live(self) -> None:
         """Show the cycle collector every live operation again (collector.py).
@@ -1548,114 +1349,12 @@ class Scheduler:
         lock: so it takes none. It runs no Python code, so no other thread runs meanwhile.
         """
         if _COMPILED:
-            for op in list(self._live.values()):
+            for op in list(self.live.values()):
                 _show(op)  # noqa: F821  (scheduler.pxd: compiled only)
 
-    def _post_locked(self) -> None:
-        """Make sure a ``_drain_inbox`` is scheduled on the loop (lock held)."""
-        if not self._inbox_scheduled:
-            self._inbox_scheduled = True
-            self.call_soon_locked(self._drain_inbox)
-
-    def _drain_inbox(self) -> None:
-        with self._lock:
-            ops = self._inbox
-            self._inbox = []
-            idle = self._idle_due
-            self._idle_due = False
-            if self._capacity_due:
-                self._capacity_due = False
-                self._wake_capacity_waiters_locked()
-            self._inbox_scheduled = False
-            for op in ops:
-                self._wake_locked(op)
-            if idle and not self._live:
-                self._wake_idle_waiters_locked()
-
-    def _wake_locked(self, op: Operation[Any]) -> None:
-        """Schedule ``op``'s callbacks, then resolve its awaiters (loop thread, lock held).
-
-        In that order, so that a callback added before ``await op`` has run when the await
-        returns, as with an asyncio.Future (resolving a waiter schedules its task's step).
-        """
-        callbacks = op._callbacks
-        if callbacks is not None:
-            op._callbacks = None
-            loop = self._loop
-            assert loop is not None
-            for fn, context in callbacks:
-                loop.call_soon(fn, op, context=context)
-        waiters = op._waiters
-        if waiters is not None:
-            op._waiters = None
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
-
-    def _wake_capacity_waiters_locked(self) -> None:
-        """Wake every push_*_wait caller; each re-checks the bound (loop thread, lock held)."""
-        limit = self._settings.max_pending
-        if limit is not None and len(self._live) >= limit:
-            return
-        waiters = self._capacity_waiters
-        self._capacity_waiters = []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
-
-    def _wake_idle_waiters_locked(self) -> None:
-        waiters = self._idle_waiters
-        self._idle_waiters = []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
-
-    def cancel(self, op: Operation[Any], msg: object) -> bool:
-        self.check_fork()  # the parent's operations cannot be cancelled in a forked child
-        lock = self._lock
-        me = _get_ident()
-        if lock.owner == me or _collection.thread == me:  # from a finalizer (lock.py)
-            _defer(lock, me, Deferred(self.cancel, op, msg))
-            return op._state < _DONE
-        ready: list[Any] = []
-        with self._lock:
-            state = op._state
-            if state >= _DONE:
-                return False
-            if state is not _RUNNING:  # the message is kept in _result (result() raises it)
-                if op._prop is FnProperty.DELETE_VAR:
-                    for v in op._mutate:  # (finishing forgets them)
-                        if v._deleted is op:
-                            v._deleted = False  # a deletion cancelled did not happen
-                self.finish_locked(op, _CANCELLED, msg, None, ready)
-                todo = self.dispatch_locked(ready) if ready else ready
-            elif op._kind != _CORO and op._task is None:
-                # A running thread cannot be interrupted (a remote operation has a task
-                # that awaits its Dask future while it holds its Vars: that one can; and a
-                # remote value operation submitted whose result nobody was given yet).
-                remote = self._remote
-                return remote is not None and remote.withdraw_locked(op, msg)
-            else:
-                todo = None
-        if todo is not None:
-            if todo:
-                self.submit_ready(todo)
-            return True
-        # A running coroutine: cancel its task on the loop thread.
-        loop = self._loop
-        assert loop is not None
-        if _get_ident() == self._loop_thread:
-            task = op._task
-            return task.cancel(msg) if task is not None else False
-        if loop.is_closed():
-            return False
-        loop.call_soon_threadsafe(self._cancel_task, op, msg)
-        return True
-
-    def _cancel_task(self, op: Operation[Any], msg: object) -> None:
-        task = op._task
-        if task is not None:
-            task.cancel(msg)
+    def drain_wakeups(self) -> None:
+        """Wake what other threads left for the loop (scheduled by ``wakeups.post_locked``)."""
+        self.wakeups.drain(self)
 
     def running_op(self) -> Operation[Any] | None:
         """The running coroutine operation of this engine the caller is inside, if any."""
@@ -1667,26 +1366,7 @@ class Scheduler:
 
     def set_state_locked(self, state: State) -> None:
         """Move the lifecycle on (the façade's close: CLOSING, then CLOSED; lock held)."""
-        self._state = state
-
-    def idle_waiter_locked(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
-        """A loop future set once no operation is pending (``wait_for_all``; lock held)."""
-        fut: asyncio.Future[None] = loop.create_future()
-        self._idle_waiters.append(fut)
-        return fut
-
-    def capacity_waiter_locked(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
-        """A loop future set once fewer operations than ``max_pending`` are pending (the
-        backpressured pushes; lock held)."""
-        fut: asyncio.Future[None] = loop.create_future()
-        self._capacity_waiters.append(fut)
-        return fut
-
-    def drop_waiter_locked(self, fut: asyncio.Future[None]) -> None:
-        """Forget a waiter whose awaiter was cancelled before it was set (lock held)."""
-        for waiters in (self._idle_waiters, self._capacity_waiters):
-            if fut in waiters:
-                waiters.remove(fut)
+        self.state = state
 
     def queue_marker_locked(
         self, marker: Operation[None], var: Var, fut: asyncio.Future[None]
@@ -1695,8 +1375,8 @@ class Scheduler:
         future; returns what to submit once unlocked (the marker, granted at once, goes
         through dispatch: GPU work on ``var`` may still hold it). Lock held."""
         marker._waiters = [fut]
-        self._seq += 1  # a marker's request takes its place in the queue's push order
-        marker._seq = marker._key = self._seq
+        self.seq += 1  # a marker's request takes its place in the queue's push order
+        marker._seq = marker._key = self.seq
         if var._append(marker, 1):
             return self.dispatch_locked([marker])
         marker._wait = 1
@@ -1705,24 +1385,15 @@ class Scheduler:
     def record_failure_locked(self, box: Failure) -> None:
         """Record a failure that a collaborator found (a GPU's device, a remote version lost
         or failed, a cluster out of reach): waits raise it until it is thrown (lock held)."""
-        self._ledger.record(box)
+        self.ledger.record(box)
 
     def take_failure_locked(self, box: Failure | None) -> BaseException | None:
         """Throw ``box``, the failure a Var carried at a wait's turn, unless it was thrown
         already: its exception, or None (lock held; failures.py)."""
-        return self._ledger.take(box, self._seq, next(iter(self._live), None))
-
-    def _cancel_marker(self, marker: Operation[None]) -> None:
-        ready: list[Any] = []
-        with self._lock:
-            if marker._state < _DONE:
-                self.finish_locked(marker, _CANCELLED, None, None, ready)
-            todo = self.dispatch_locked(ready) if ready else ready
-        if todo:
-            self.submit_ready(todo)
+        return self.ledger.take(box, self.seq, next(iter(self.live), None))
 
     def take_failures(self) -> list[BaseException]:
         """Claim every failure not thrown yet, in the order they happened, and clear them
         everywhere for the operations pushed from now on (``wait_for_all``, ``aclose``)."""
-        with self._lock:
-            return self._ledger.take_all(self._seq, next(iter(self._live), None))
+        with self.lock:
+            return self.ledger.take_all(self.seq, next(iter(self.live), None))

@@ -64,14 +64,14 @@ async def run_coroutine(op: Operation[Any], fn: Callable[..., Any], rctx: RunCon
             if not inspect.isawaitable(awaitable):
                 raise TypeError(f"{op.name!r} did not return an awaitable, got {awaitable!r}")
             awaitable = _await(awaitable)
-        for inst in core._instruments:
+        for inst in core.instruments:
             try:
                 awaitable = inst.wrap_coroutine(op, awaitable)
             except Exception as exc:  # uninstalled and reported, as for the other hooks
                 _instrument.failed(core, inst, "wrap_coroutine", exc)
         result = await awaitable
     except GeneratorExit as exc:
-        if not _in_own_step(core._loop, sys._getframe()):
+        if not _in_own_step(core.loop, sys._getframe()):
             raise  # thrown in by close() (its task destroyed with its loop): it never finishes
         # Raised by fn in a step of this task: a failure like any other (below).
         trim_traceback(exc)
@@ -89,8 +89,8 @@ async def run_coroutine(op: Operation[Any], fn: Callable[..., Any], rctx: RunCon
             # the loop thread (docs/guarantees.md). Raised by a loop callback, not by this
             # task: the task ends normally, so asyncio reports nothing about the engine's
             # own task ("Task exception was never retrieved").
-            assert core._loop is not None
-            core._loop.call_soon(_reraise, exc)
+            assert core.loop is not None
+            core.loop.call_soon(_reraise, exc)
     else:
         core.finish(op, OpState.DONE, result, None)
 

@@ -11,8 +11,7 @@ cdef class Var:
     cdef public Py_ssize_t _dead
     cdef public object _deleted
     cdef public object _failure
-    cdef public object _gpu_readers
-    cdef public object _gpu_writer
+    cdef public object _fences
     cdef public object _contenders
     cdef public Py_ssize_t _head
     cdef public object _owner

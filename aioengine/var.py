@@ -76,7 +76,10 @@ __all__ = (
     "append_all",
     "append_modes",
     "carry",
+    "carry_failure_locked",
+    "check_groups",
     "drop_consumed",
+    "fences_of",
     "queued_behind",
     "release_all",
     "release_modes",
@@ -192,8 +195,7 @@ class Var:
         "_dead",
         "_deleted",
         "_failure",
-        "_gpu_readers",
-        "_gpu_writer",
+        "_fences",
         "_head",
         "_owner",
         "_queue",
@@ -240,11 +242,11 @@ class Var:
         # appended. Set and cleared (when that operation is cancelled) under the engine lock.
         self._deleted: object = False
         self._value: object = NO_VALUE  # the data it carries (ergonomic.py); guarded by its turn
-        # GPU sync state (fence.py): the fence of the last GPU writer, and the newest GPU reader
-        # fence per stream (by id) since that write. Completed fences stay until replaced.
-        # (fence.Fence objects: the GPU collaborator's, which this module does not import.)
-        self._gpu_writer: Any = None
-        self._gpu_readers: dict[int, Any] | None = None
+        # The GPU collaborator's sync state of this Var (fence.VarFences: the fences of its
+        # last GPU writer and readers), None until a GPU operation first uses it; attached
+        # by fences_of(), read and written only by fence.py (which this module does not
+        # import), under the engine lock.
+        self._fences: Any = None
 
     @property
     def version(self) -> int:
@@ -694,6 +696,62 @@ def carry(var: Var, value: object) -> None:
     transitions. A function of this module, not a method: users change a value through an
     operation (``Var.set``, ``submit(..., out=var)``), in push order."""
     var._value = value
+
+
+def carry_failure_locked(var: Var, box: Failure) -> None:
+    """Make ``box`` the failure ``var`` carries: the one way the layers above the core change
+    it (a remote version whose write failed, or whose value was lost). The core's API for
+    collaborators, not a method: users see a failure through the operations that read
+    ``var``. Caller holds the engine lock, which guards the failure: an operation that
+    starts from now on finds ``box`` there (``Scheduler._skip_locked``; ``Failure.seen_by``
+    decides whether it is skipped)."""
+    var._failure = box
+
+
+def fences_of(var: Var, new: Callable[[], T]) -> T:
+    """The GPU collaborator's sync state of ``var``, made with ``new()`` on its first use:
+    the one way a layer above the core attaches state to a Var (``fence.py``'s
+    ``VarFences``, which then keeps its own fields; this module does not import it, and the
+    core never reads it). Caller holds the engine lock. A Var keeps the state until it is
+    collected: one object per Var that a GPU operation used, none for the others."""
+    state = var._fences
+    if state is None:
+        state = var._fences = new()
+    return cast(T, state)
+
+
+def check_groups(ops: Iterable[Any]) -> None:
+    """Check the invariants of groups and commute tokens across ``ops``, the live operations
+    (``Scheduler.validate_state``; lock held): each Var's own; a token is held by exactly one
+    dispatched commute member; a parked operation (``_wait`` -1) is PENDING and among the
+    contenders of one of its commute Vars.
+
+    Raises:
+        AssertionError: naming the first invariant that does not hold.
+    """
+    holders: dict[Var, list[Any]] = {}
+    tokens: set[Var] = set()
+    checked: set[Var] = set()
+    for op in ops:
+        modes = op._modes
+        if modes is None:  # read/write only: the queues' own tests cover them
+            continue
+        for v in op._vars:
+            if v not in checked:
+                checked.add(v)
+                v._check_invariants()
+                if v._token:
+                    tokens.add(v)
+        commute = [v for v, m in zip(op._mutate, modes, strict=True) if m == COMMUTE]
+        if op._wait == -1:
+            assert op._state is OpState.PENDING, op
+            assert any(op in (v._contenders or ()) for v in commute), op
+        elif op._state is OpState.READY or op._state is OpState.RUNNING:
+            for v in commute:
+                holders.setdefault(v, []).append(op)
+    for v, ops_ in holders.items():
+        assert len(ops_) == 1, (v, ops_)
+    assert tokens == set(holders), tokens - set(holders)
 
 
 def queued_behind(first: Any, target: Any = None) -> set[Any]:

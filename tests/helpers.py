@@ -167,7 +167,7 @@ def engine_keys(cluster: Any, engine: ae.Engine) -> list[str]:
     """The keys of ``engine`` that the in-process ``cluster``'s scheduler still knows."""
     from aioengine.remote import RemoteBackend
 
-    remote = engine._core._remote
+    remote = engine._core.remote
     assert isinstance(remote, RemoteBackend)
     return [str(k) for k in cluster.scheduler.tasks if remote._token in str(k)]
 

@@ -257,7 +257,7 @@ async def test_accumulate_of_a_cancelled_call_merges_nothing() -> None:
 
         engine.submit(blocker, writes=[gate])
         merge = engine.submit(lambda: 5, reads=[gate], accumulate=acc, name="part")
-        [call] = [op for op in engine._core._live.values() if op.name == "part"]
+        [call] = [op for op in engine._core.live.values() if op.name == "part"]
         assert call.cancel()
         hold.set()
         with pytest.raises(asyncio.CancelledError):

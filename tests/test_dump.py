@@ -230,7 +230,7 @@ def test_dump_gives_up_on_a_lock_that_stays_busy(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(dump_module, "_LOCK_WAIT", 0.05)
     engine = ae.Engine()
     dumps: list[ae.Dump] = []
-    with engine._core._lock:  # held, as by the code the handler interrupted
+    with engine._core.lock:  # held, as by the code the handler interrupted
         helper = threading.Thread(target=lambda: dumps.append(engine.dump()), daemon=True)
         helper.start()
         helper.join(10)
@@ -257,8 +257,8 @@ async def test_dump_gives_up_on_a_busy_lock_with_a_bulk_segment_open(
         x = engine.new_var("x")
         with engine.bulk(8):
             op = engine.push_sync(lambda r: None, mutate_vars=[x], prop=ae.FnProperty.ASYNC)
-            assert engine._core._segments.open is not None
-            with engine._core._lock:  # held, as by the code a signal handler interrupted
+            assert engine._core.segments.open is not None
+            with engine._core.lock:  # held, as by the code a signal handler interrupted
                 dump = engine.dump()
             assert dump.note is not None
             assert engine.dump().note is None  # once the lock is free

@@ -423,7 +423,7 @@ class TestPriority:
 
         async def main() -> None:
             async with ae.Engine() as engine:
-                engine._core._loop_queue.scheduled = True  # claimed here, not by the loop
+                engine._core.loop_queue.scheduled = True  # claimed here, not by the loop
                 ops = []
                 seq = 0
                 for p, step in zip(priorities, steps, strict=True):
@@ -453,7 +453,7 @@ class TestPriority:
                         del model[best]
 
                 for i, then in zip(order, after, strict=True):
-                    with engine._core._lock:
+                    with engine._core.lock:
                         ops[i]._state = OpState.READY
                         engine._core._enqueue_loop_locked(ops[i])
                         model[ops[i]] = ops[i]._key
@@ -463,20 +463,20 @@ class TestPriority:
                             victim = data.draw(st.sampled_from(sorted(model, key=model.get)))
                             victim._state = OpState.CANCELLED
                             del model[victim]
-                        fifo, head = engine._core._loop_queue.fifo, engine._core._loop_queue.head
-                        assert sorted(engine._core._loop_queue.heap) == sorted(
-                            engine._core._loop_queue.heap_ops
+                        fifo, head = engine._core.loop_queue.fifo, engine._core.loop_queue.head
+                        assert sorted(engine._core.loop_queue.heap) == sorted(
+                            engine._core.loop_queue.heap_ops
                         )
                         assert head == len(fifo) or fifo[-1] is not None
                         for j, op in enumerate(fifo[head:], head):
-                            assert op is None or op._seq == engine._core._loop_queue.base + j
-                with engine._core._lock:
+                            assert op is None or op._seq == engine._core.loop_queue.base + j
+                with engine._core.lock:
                     while model:
                         claim()
                     claim()  # None: empty
-                assert engine._core._loop_queue.head == len(engine._core._loop_queue.fifo)
-                assert not engine._core._loop_queue.heap
-                assert not engine._core._loop_queue.heap_ops
+                assert engine._core.loop_queue.head == len(engine._core.loop_queue.fifo)
+                assert not engine._core.loop_queue.heap
+                assert not engine._core.loop_queue.heap_ops
 
         asyncio.run(main())
 
@@ -661,8 +661,8 @@ class TestLifecycle:
 
         asyncio.run(first())
         asyncio.run(second())
-        engine._core._shutdown_executors(wait=True)
-        engine._core._state = engine._core._state.CLOSED
+        engine._core.shutdown_executors(wait=True)
+        engine._core.state = engine._core.state.CLOSED
 
     @pytest.mark.parametrize("policy", ["asyncio", "uvloop", "subclass"])
     def test_the_running_check_answers_as_is_running(self, policy: str) -> None:
@@ -759,7 +759,7 @@ class TestLifecycle:
     async def test_garbage_collected_engine_warns_and_releases_threads(self) -> None:
         engine = ae.Engine(cpu_workers=1)
         await engine.push_sync(lambda r: None)
-        executors = list(engine._core._executors.values())
+        executors = list(engine._core.routes.executors.values())
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             del engine
@@ -790,9 +790,9 @@ class TestSchedulerState:
             await asyncio.sleep(0)
             core = engine._core
             core.validate_state()
-            core._loop_queue.heap.append(7)  # a key with no operation
+            core.loop_queue.heap.append(7)  # a key with no operation
             with pytest.raises(AssertionError, match="heap and its ops"):
                 core.validate_state()
-            core._loop_queue.heap.pop()
+            core.loop_queue.heap.pop()
             core.validate_state()
             gate.set()

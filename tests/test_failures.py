@@ -456,7 +456,7 @@ class TestWaitForVar:
                     return
                 time.sleep(0.001)
 
-        real = engine._core._lock
+        real = engine._core.lock
         engine._core._use_lock(AfterRelease(real, push_and_fail))  # type: ignore[arg-type]
         try:
             await engine.wait_for_var(x)  # x was idle and carried nothing

@@ -241,7 +241,7 @@ class TestDeferredCalls:
     async def test_a_push_is_admitted_when_the_section_ends(self, engine: ae.Engine) -> None:
         x = engine.new_var("x")
         await engine.push_sync(lambda r: None, mutate_vars=[x])  # binds the engine
-        lock = engine._core._lock
+        lock = engine._core.lock
         lock.acquire()
         try:
             op = engine.push_sync(lambda r: "later", mutate_vars=[x])
@@ -290,7 +290,7 @@ class TestDeferredCalls:
         gate = threading.Event()
         blocker = engine.push_sync(lambda r: gate.wait(10), mutate_vars=[x])
         op = engine.push_sync(lambda r: None, const_vars=[x])
-        lock = engine._core._lock
+        lock = engine._core.lock
         with lock:
             assert op.cancel()  # requested: it happens when the section ends
             assert not op.done()
@@ -299,7 +299,7 @@ class TestDeferredCalls:
         await blocker
 
     async def test_other_calls_raise(self, engine: ae.Engine) -> None:
-        lock = engine._core._lock
+        lock = engine._core.lock
         with lock, pytest.raises(RuntimeError, match="held by this thread"):
             engine.statistics()
         engine.statistics()
@@ -311,7 +311,7 @@ class TestDeferredCalls:
         await engine.delete_var(var)  # (binds the engine)
         reported: list[dict[str, object]] = []
         asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: reported.append(ctx))
-        with engine._core._lock:
+        with engine._core.lock:
             op = engine.push_sync(lambda r: None, const_vars=[var])
         assert op.state is ae.OpState.FAILED
         assert isinstance(op.exception(), ae.VarDeletedError)
@@ -458,7 +458,7 @@ def test_engine_code_is_not_interrupted() -> None:
     engine.push_sync(lambda r: None)  # first use on the main thread: the wrapper goes in
     handler = signal.getsignal(signal.SIGINT)
     assert type(handler).__name__ == "_Guard", handler
-    lock = engine._core._lock
+    lock = engine._core.lock
     with pytest.raises(KeyboardInterrupt):  # noqa: PT012
         with lock:
             signal.raise_signal(signal.SIGINT)

@@ -70,7 +70,7 @@ def enqueued(*ops: ae.Operation[Any]) -> Callable[[], bool]:
         for op in ops:
             if op.done():
                 continue
-            fences = op._core._gpu._gpu_pending
+            fences = op._core.gpu._gpu_pending
             if not any(f.op is op for f in list(fences)):
                 return False
         return True
@@ -323,9 +323,9 @@ async def test_missing_waits_give_stale_reads_the_test_bites() -> None:
         engine = ae.Engine(gpu_backend=sim)
         src, out = np.zeros(1), np.zeros(1)
         x, y = engine.new_var("x"), engine.new_var("y")
-        await engine.push_sync(lambda r: None, GPU0)  # creates engine._core._gpu
-        assert engine._core._gpu is not None
-        engine._core._gpu.skip_waits = skip
+        await engine.push_sync(lambda r: None, GPU0)  # creates engine._core.gpu
+        assert engine._core.gpu is not None
+        engine._core.gpu.skip_waits = skip
         w = engine.push_sync(lambda r: r.launch(np.copyto, src, 1.0), GPU0, [], [x])
         c = engine.push_sync(
             lambda r: r.launch(np.copyto, out, src), GPU0, [x], [y], prop=F.COPY_FROM_GPU
@@ -799,12 +799,12 @@ async def test_max_inflight_bounds_enqueued_work_per_device(manual: ae.Simulated
     await until(lambda: manual.queued == 2)
     await asyncio.sleep(0.02)
     assert manual.queued == 2
-    assert engine._core._gpu is not None
-    assert engine._core._gpu.inflight(0) == 2
+    assert engine._core.gpu is not None
+    assert engine._core.gpu.inflight(0) == 2
     rng = random.Random(0)
     await asyncio.wait_for(drive(engine, manual, rng), 10)
     await asyncio.gather(*ops)
-    assert engine._core._gpu.inflight(0) == 0
+    assert engine._core.gpu.inflight(0) == 0
     await engine.aclose()
 
 
@@ -874,9 +874,9 @@ async def run_program(
     sim = ae.SimulatedGPU(seed=seed, manual=True)
     engine = ae.Engine(gpu_backend=sim, gpu_sync=sync, cpu_workers=2)
     if skip_waits:  # drop the cross-stream waits (a broken engine, for the test of the test)
-        await engine.push_sync(lambda r: None, GPU0)  # creates engine._core._gpu
-        assert engine._core._gpu is not None
-        engine._core._gpu.skip_waits = True
+        await engine.push_sync(lambda r: None, GPU0)  # creates engine._core.gpu
+        assert engine._core.gpu is not None
+        engine._core.gpu.skip_waits = True
     arrays = [np.full(2, float(i)) for i in range(N_VARS)]
     vars_ = [engine.new_var(f"v{i}") for i in range(N_VARS)]
     for where, prop, reads, write, k in program:

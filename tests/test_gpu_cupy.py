@@ -11,7 +11,7 @@ Most tests time a *spin kernel*: a ``cupy.RawKernel`` that loops on ``clock64()`
 of cycles calibrated to wall time on this GPU (the ``spin`` fixture), so a kernel runs about
 50 ms while the host goes on. The cross-stream tests then prove the ordering both ways: with
 the engine's ``wait_event`` s the result is right, and with the test-only hook
-``engine._core._gpu.skip_waits = True`` the stale (or overtaken) value appears, which shows that the
+``engine._core.gpu.skip_waits = True`` the stale (or overtaken) value appears, which shows that the
 test would catch a missing wait. The same logic runs on every CI run against
 ``aioengine.SimulatedGPU`` (``tests/test_gpu.py``).
 """
@@ -244,8 +244,8 @@ class TestCrossStreamOrdering:
         async def main() -> np.ndarray:
             async with ae.Engine() as engine:
                 await warm_up(engine)
-                assert engine._core._gpu is not None
-                engine._core._gpu.skip_waits = skip_waits
+                assert engine._core.gpu is not None
+                engine._core.gpu.skip_waits = skip_waits
                 x, h = engine.new_var("x"), engine.new_var("h")
 
                 def write(rctx: ae.RunContext) -> None:
@@ -283,8 +283,8 @@ class TestCrossStreamOrdering:
         async def main() -> None:
             async with ae.Engine() as engine:
                 await warm_up(engine)
-                assert engine._core._gpu is not None
-                engine._core._gpu.skip_waits = skip_waits
+                assert engine._core.gpu is not None
+                engine._core.gpu.skip_waits = skip_waits
                 x, y = engine.new_var("x"), engine.new_var("y")
 
                 def long_read(rctx: ae.RunContext) -> None:
@@ -322,8 +322,8 @@ class TestCrossStreamOrdering:
         async def main() -> None:
             async with ae.Engine() as engine:
                 await warm_up(engine)
-                assert engine._core._gpu is not None
-                engine._core._gpu.skip_waits = skip_waits
+                assert engine._core.gpu is not None
+                engine._core.gpu.skip_waits = skip_waits
                 x = engine.new_var("x")
 
                 def slow_write(rctx: ae.RunContext) -> None:

@@ -130,7 +130,7 @@ class TestGraph:
         monkeypatch.setattr(Recorder, "__init__", slow_init)
         engine.record_history(10)
         others[0].join(5)
-        recorders = [i for i in engine._core._instruments if isinstance(i, Recorder)]
+        recorders = [i for i in engine._core.instruments if isinstance(i, Recorder)]
         assert len(recorders) == 1
         assert recorders[0].history.maxlen == 50  # the later call resized it
 

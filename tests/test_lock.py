@@ -143,9 +143,9 @@ def test_repr() -> None:
 async def test_the_engine_takes_its_lock_on_every_push_and_finish() -> None:
     """The engine's hot paths take its EngineLock: held by another thread, a push waits."""
     async with ae.Engine() as engine:
-        assert type(engine._core._lock) is EngineLock
+        assert type(engine._core.lock) is EngineLock
         x = engine.new_var("x")
-        engine._core._lock.acquire()
+        engine._core.lock.acquire()
         pushed = threading.Event()
 
         def push() -> None:
@@ -155,12 +155,12 @@ async def test_the_engine_takes_its_lock_on_every_push_and_finish() -> None:
         thread = threading.Thread(target=push)
         thread.start()
         assert not pushed.wait(0.05)  # the push waits for the lock
-        engine._core._lock.release()
+        engine._core.lock.release()
         thread.join()
         assert pushed.is_set()
         await engine.wait_for_all()
         assert x.version == 1
-        assert not engine._core._lock.locked()
+        assert not engine._core.lock.locked()
 
 
 class TestSignalMainLater:

@@ -18,7 +18,7 @@ class TestDebugLog:
     async def test_records_every_step(self, caplog: pytest.LogCaptureFixture) -> None:
         caplog.set_level(logging.DEBUG, logger="aioengine")
         async with ae.Engine(cpu_workers=1) as engine:
-            assert any(isinstance(i, OpLogger) for i in engine._core._instruments)
+            assert any(isinstance(i, OpLogger) for i in engine._core.instruments)
             x = engine.new_var("x")
             failed = engine.push_sync(boom, mutate_vars=[x], name="boom")
             skipped = engine.push_sync(lambda r: None, const_vars=[x], name="after")
@@ -38,7 +38,7 @@ class TestDebugLog:
 
     def test_not_installed_without_debug(self, caplog: pytest.LogCaptureFixture) -> None:
         caplog.set_level(logging.INFO, logger="aioengine")
-        assert ae.Engine()._core._instruments == ()
+        assert ae.Engine()._core.instruments == ()
 
     async def test_quiet_when_debug_is_turned_off_later(
         self, caplog: pytest.LogCaptureFixture

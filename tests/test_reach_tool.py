@@ -341,3 +341,44 @@ def test_writes_inside_the_core_are_not_outside_writes(
         "aioengine/remote.py": False,
         "aioengine/scheduler.py": True,
     }
+
+
+def test_a_write_to_the_schedulers_public_state_from_outside_the_core_is_an_outside_write(
+    reach: ModuleType, tmp_path: pathlib.Path
+) -> None:
+    # The scheduler's state is public (read by collaborators), as WorkerState's is; changing
+    # it stays the core's business, so a collaborator writing it is counted.
+    root = package(
+        tmp_path,
+        scheduler="""
+        class Scheduler:
+            def __init__(self):
+                self.live = {}
+                self.gpu = None
+
+            def push(self, op):
+                self.live[1] = op
+        """,
+        bulk="""
+        def join(core, op):
+            core.live[2] = op  # inside the core
+        """,
+        observe__dump="""
+        def dump(engine, core, other):
+            n = len(core.live)  # a read
+            core.live[3] = None
+            engine._core.live.clear()
+            core.gpu = object()
+            other.live = {}  # not reached from a scheduler
+            return n
+        """,
+    )
+    found = hits(reach, root, "observe/dump.py")
+    assert found == [
+        ("live", "state:setitem"),
+        ("live", "state:mutate"),
+        ("gpu", "state:assign"),
+    ]
+    report = reach.scan(root)
+    assert report.writes == 3
+    assert not [h for h in report.hits if h.path.endswith("bulk.py")]

@@ -175,7 +175,7 @@ class TestConfiguration:
             x = engine.new_var("x", value=1)
             engine.submit(inc, x, out=x, ctx=ae.remote())
             assert await x.get() == 2
-            remote = engine._core._remote
+            remote = engine._core.remote
             assert isinstance(remote, RemoteBackend)
             own = remote._link.own_cluster
         assert own.status.name == "closed"
@@ -260,7 +260,7 @@ class TestSideEffectOperations:
             victim = engine.push_sync(functools.partial(log, gate, "victim"), ae.remote(), [], [x])
             while victim.state is not ae.OpState.RUNNING:
                 await asyncio.sleep(0.005)
-            key = engine._core._remote.key_of(victim)  # type: ignore[union-attr]
+            key = engine._core.remote.key_of(victim)  # type: ignore[union-attr]
             while key not in cluster.scheduler.tasks:
                 await asyncio.sleep(0.005)
             assert victim.cancel()
@@ -455,7 +455,7 @@ class TestValueOperations:
             engine.push_sync(functools.partial(wait_gate, gate), ae.remote(), [], [])
             engine.push_sync(functools.partial(wait_gate, gate), ae.remote(), [], [])
             op = engine.submit(inc, x, out=x, ctx=ae.remote(), priority=7)
-            remote = engine._core._remote
+            remote = engine._core.remote
             assert isinstance(remote, RemoteBackend)
             while op.state is not ae.OpState.RUNNING:
                 await asyncio.sleep(0.005)

@@ -467,7 +467,7 @@ class TestWorkerKilled:
                 await asyncio.wait_for(asyncio.gather(*ops, return_exceptions=True), BOUND)
                 with contextlib.suppress(BaseExceptionGroup):
                     await asyncio.wait_for(engine.aclose(), BOUND)
-                if engine._core._remote is not None:
+                if engine._core.remote is not None:
                     await no_keys_left(c, engine)
 
         asyncio.run(main())
@@ -513,7 +513,7 @@ class TestAbortDependents:
             assert await v.get() == 5
             assert v.version == 3  # first, reader, after
             await engine.wait_for_var(v)  # nothing recorded
-            remote = engine._core._remote
+            remote = engine._core.remote
             assert isinstance(remote, RemoteBackend)
             assert remote._resent >= 2  # reader and after were sent again (value too, maybe)
 
@@ -525,7 +525,7 @@ class TestAbortDependents:
             with pytest.raises(ae.Abort):
                 await aborted
             assert await reader == 8
-            remote = engine._core._remote
+            remote = engine._core.remote
             assert isinstance(remote, RemoteBackend)
             assert remote._resent == 1
         await no_keys_left(cluster, engine)

@@ -291,7 +291,7 @@ class TestTrace:
         engine.start_trace()
         op = engine.push_async(spinner, name="spinner")
         await started.wait()
-        tracer = next(i for i in engine._core._instruments if type(i).__name__ == "Tracer")
+        tracer = next(i for i in engine._core.instruments if type(i).__name__ == "Tracer")
         (started_record,) = tracer._started.values()
         engine.stop_trace()
         at_stop = len(started_record.steps)
@@ -354,10 +354,10 @@ class TestTrace:
 
     async def test_no_instrument_left_when_not_tracing(self, threaded_engine: ae.Engine) -> None:
         engine = threaded_engine
-        assert engine._core._instruments == ()
+        assert engine._core.instruments == ()
         async with engine.trace():
-            assert any(isinstance(i, Tracer) for i in engine._core._instruments)
-        assert engine._core._instruments == ()
+            assert any(isinstance(i, Tracer) for i in engine._core.instruments)
+        assert engine._core.instruments == ()
 
 
 async def test_gpu_ops_span_launch_to_fence_on_lanes_where_they_never_cross() -> None:
@@ -368,7 +368,7 @@ async def test_gpu_ops_span_launch_to_fence_on_lanes_where_they_never_cross() ->
     async with ae.Engine(gpu_backend=sim) as engine:
         xs = [engine.new_var(f"x{i}") for i in range(6)]
         with engine.trace() as session:
-            (tracer,) = [i for i in engine._core._instruments if isinstance(i, Tracer)]
+            (tracer,) = [i for i in engine._core.instruments if isinstance(i, Tracer)]
             for i, x in enumerate(xs):
 
                 def kernel(name: str = f"k{i}") -> None:

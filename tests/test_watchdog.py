@@ -51,9 +51,9 @@ def run_watchdog(
     class Stub:
         """What the watchdog reads of an engine."""
 
-        _lock = threading.Lock()
-        _forked = False
-        _live: ClassVar[dict[int, None]] = {}
+        lock = threading.Lock()
+        forked = False
+        live: ClassVar[dict[int, None]] = {}
         closed = False
         finished = 0
 
@@ -67,7 +67,7 @@ def run_watchdog(
             Stub.closed = True
             return
         pending, finished = script[clock.now]
-        Stub._live = dict.fromkeys(range(pending))
+        Stub.live = dict.fromkeys(range(pending))
         Stub.finished = finished
 
     monkeypatch.setattr(
@@ -155,4 +155,4 @@ class TestWatchdog:
     def test_off_by_default(self) -> None:
         engine = ae.Engine()
         assert engine._settings.watchdog is None
-        assert engine._core._instruments == ()
+        assert engine._core.instruments == ()

@@ -24,6 +24,15 @@ It reads the sources with :mod:`ast` (nothing is imported) and counts two things
     not counted); ``scheduler._name`` on an imported module of the package. Outside writes
     are counted among the reaches too.
 
+**state writes** (counted as outside writes too)
+    the scheduler's state is public, as distributed's ``WorkerState``'s is: the fields without
+    an underscore of the classes in :data:`STATE` (the scheduler and its typed collaborators
+    inside the core) are what the façade and the collaborators may read. Outside the core they
+    may not change them: a write (any of the kinds above) of such a field through an object
+    reached from a scheduler (an expression on a name ``core`` or through an attribute
+    ``_core``: ``core.live[k] = op``, ``engine._core.wakeups.idle.append(f)``) is an outside
+    write, kind ``state:<kind>``.
+
 Writes inside the core (the modules of :data:`CORE`: the scheduler, its operations, Vars,
 bulk segments, loop queue, tasks, collector hooks, instruments and lock) to a name that a
 core module declares are the core's own business: the issue asks that the core's state change
@@ -93,6 +102,9 @@ CORE = frozenset(
     f"aioengine.{name}"
     for name in (
         "scheduler",
+        "routing",
+        "wakeups",
+        "cancellation",
         "loopqueue",
         "bulk",
         "task",
@@ -103,6 +115,15 @@ CORE = frozenset(
         "failures",
         "lock",
     )
+)
+
+# The core's state classes whose public fields only the core may change: (module, class).
+STATE = (
+    ("scheduler", "Scheduler"),
+    ("routing", "Routes"),
+    ("wakeups", "Wakeups"),
+    ("failures", "Ledger"),
+    ("bulk", "Segments"),
 )
 
 
@@ -127,7 +148,7 @@ class Hit:
     @property
     def write(self) -> bool:
         """An outside write: it changes the attribute, and not from inside the core."""
-        return self.kind in WRITE_KINDS and not self.core
+        return (self.kind in WRITE_KINDS or self.kind.startswith("state:")) and not self.core
 
 
 @dataclasses.dataclass
@@ -266,10 +287,18 @@ def _resolve_from(module: Module, node: ast.ImportFrom) -> str | None:
 class Scanner:
     """Finds the hits of one module; the ownership of names comes from every module."""
 
-    def __init__(self, module: Module, modules: dict[str, Module], declared: set[str]) -> None:
+    def __init__(
+        self,
+        module: Module,
+        modules: dict[str, Module],
+        declared: set[str],
+        state: frozenset[str] | set[str] = frozenset(),
+    ) -> None:
         self.module = module
         self.modules = modules
         self.declared = declared
+        self.state = state  # the core's public state fields (STATE)
+        self.in_core = module.name.split(".", 1)[-1] in {n.split(".", 1)[-1] for n in CORE}
         self.aliases: dict[str, str] = {}  # a local name bound to a module of the package
         self.hits: list[Hit] = []
         self.kinds: dict[int, str] = {}  # id(Attribute node) -> kind, for the written ones
@@ -379,8 +408,28 @@ class Scanner:
                 return f"{base}.{node.attr}"
         return None
 
+    @staticmethod
+    def from_core(node: ast.expr) -> bool:
+        """Whether ``node`` is reached from a scheduler: a name ``core``, or an attribute
+        ``_core`` on the way (``engine._core``, ``core.wakeups``, ``self._core.live``)."""
+        while isinstance(node, ast.Attribute | ast.Subscript | ast.Call):
+            if isinstance(node, ast.Attribute) and node.attr == "_core":
+                return True
+            node = node.func if isinstance(node, ast.Call) else node.value
+        return isinstance(node, ast.Name) and node.id == "core"
+
     def attribute(self, node: ast.Attribute) -> None:
-        if not is_private(node.attr) or self.is_self(node.value):
+        if not is_private(node.attr):
+            kind = self.kinds.get(id(node))
+            if (
+                kind is not None
+                and node.attr in self.state
+                and not self.in_core
+                and self.from_core(node.value)
+            ):
+                self.hit(node, node.attr, f"state:{kind}")
+            return
+        if self.is_self(node.value):
             return
         kind = self.kinds.get(id(node), "read")
         target = self.module_of(node.value)
@@ -427,13 +476,33 @@ class Scanner:
             self.account(node, attr.value, kind)
 
 
+def state_fields(modules: dict[str, Module]) -> set[str]:
+    """The public fields (``self.name = ...``) of the classes of :data:`STATE`."""
+    fields: set[str] = set()
+    for module in modules.values():
+        short = module.name.split(".", 1)[-1]
+        for node in module.tree.body:
+            if isinstance(node, ast.ClassDef) and (short, node.name) in STATE:
+                for sub in ast.walk(node):
+                    if (
+                        isinstance(sub, ast.Attribute)
+                        and isinstance(sub.ctx, ast.Store)
+                        and isinstance(sub.value, ast.Name)
+                        and sub.value.id == "self"
+                        and not sub.attr.startswith("_")
+                    ):
+                        fields.add(sub.attr)
+    return fields
+
+
 def scan(package: pathlib.Path) -> Report:
     """Every hit in ``package``: the outside writes, the private reaches and the foreign ones."""
     modules = load(package)
     declared = set().union(*(module.owned for module in modules.values()))
+    state = state_fields(modules)
     hits: list[Hit] = []
     for module in modules.values():
-        hits.extend(Scanner(module, modules, declared).scan())
+        hits.extend(Scanner(module, modules, declared, state).scan())
     return Report(hits)
 
 

@@ -266,17 +266,17 @@ def build_dump(engine: Observed, var: Var | None = None) -> Dump:
     var_rows: dict[Var, tuple[list[tuple[int, str]], list[tuple[int, str]]]] = {}
     tasks: dict[int, asyncio.Task[Any]] = {}
     core = engine._core  # read only (scheduler.py: the read-only API for observers)
-    lock = core._lock
+    lock = core.lock
     # Bounded: a signal handler that interrupted the engine inside its lock (on the same
     # thread) would otherwise wait for itself forever.
     if not lock.acquire(timeout=_LOCK_WAIT):
-        return Dump((), (), len(core._live), False, note=_LOCK_BUSY.format(_LOCK_WAIT))
+        return Dump((), (), len(core.live), False, note=_LOCK_BUSY.format(_LOCK_WAIT))
     try:
         now = time.monotonic()
         recorder = Recorder.of(engine)
         records = recorder.live if recorder is not None else {}
-        pending = len(core._live)
-        for op in core._live.values():
+        pending = len(core.live)
+        for op in core.live.values():
             holds: list[tuple[Var, str]] = []
             waits: list[tuple[Var, str]] = []
             requests = op._accesses()  # (Var, "read" | "write" | "commute" | "concurrent")
@@ -306,7 +306,7 @@ def build_dump(engine: Observed, var: Var | None = None) -> Dump:
             elif state is OpState.RUNNING and op._kind == _SYNC and op._ctx.device_type is _GPU:
                 flag = "GPU operation: completes when its fence (the event after it) does"
             elif state is OpState.RUNNING and op._ctx.device_type is _REMOTE:
-                remote = core._remote
+                remote = core.remote
                 key = remote.key_of(op) if remote is not None else None
                 flag = f"remote operation on the Dask cluster, key {key!r}"
             if op._task is not None and not op._task.done() and op._ctx.device_type is not _REMOTE:
@@ -334,7 +334,7 @@ def build_dump(engine: Observed, var: Var | None = None) -> Dump:
             for waiter, queued_mode in v._requests():
                 # An Operation, or a wait_for_var marker (not in _live); a cancelled one neither.
                 seq: int = waiter._seq
-                if core._live.get(seq) is waiter:
+                if core.live.get(seq) is waiter:
                     waiters.append((seq, MODE_NAMES[queued_mode]))
                 elif waiter._kind == _BULK and waiter._result:  # a segment: its members
                     members: list[Operation[Any]] = waiter._result

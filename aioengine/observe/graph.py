@@ -216,10 +216,10 @@ def build_graph(engine: Observed) -> Graph:
     nodes: dict[int, Node] = {}
     edges: set[Edge] = set()
     core = engine._core  # read only (scheduler.py: the read-only API for observers)
-    with core._lock:
+    with core.lock:
         recorder = Recorder.of(engine)
         records = list(recorder.history) if recorder is not None else []
-        live = [(op, op._state) for op in core._live.values()]
+        live = [(op, op._state) for op in core.live.values()]
         recorded_live = dict(recorder.live) if recorder is not None else {}
     for r in records:
         accesses = tuple(zip((*r.const, *r.mutate), r.modes, strict=True))

@@ -1,6 +1,6 @@
 """The recorder: what the engine itself does not keep (push sites, times, recent operations).
 
-The engine keeps only what it needs to run: pending operations (``Scheduler._live``) and the Var
+The engine keeps only what it needs to run: pending operations (``Scheduler.live``) and the Var
 queues. Everything the observability tools want on top of that is collected here, by an
 :class:`~aioengine.instrument.Instrument` that is installed only when something asks for it
 (:meth:`Engine.record_history`, or ``Engine(watchdog=...)``), so an engine without it pays one
@@ -249,7 +249,7 @@ class Recorder(Instrument):
     @staticmethod
     def of(engine: Observed) -> Recorder | None:
         """The recorder installed on ``engine``, if any."""
-        for inst in engine._core._instruments:
+        for inst in engine._core.instruments:
             if isinstance(inst, Recorder):
                 return inst
         return None

@@ -101,9 +101,9 @@ def _make_bar(total: int) -> _Bar:
 async def drain_with_progress(engine: Observed, timeout: float | None) -> None:  # noqa: ASYNC109
     """``engine._drained(timeout)`` while showing a progress bar."""
     core = engine._core  # read only (scheduler.py: the read-only API for observers)
-    with core._lock:
+    with core.lock:
         base = finished_total(engine)
-        total = len(core._live)
+        total = len(core.live)
     if not total:  # nothing to show: a bar of 0 operations is noise
         await engine._drained(timeout)
         return
@@ -113,9 +113,9 @@ async def drain_with_progress(engine: Observed, timeout: float | None) -> None: 
         async with asyncio.timeout(timeout):
             while True:
                 done, _ = await asyncio.wait({drained}, timeout=INTERVAL)
-                with core._lock:
+                with core.lock:
                     finished = finished_total(engine) - base
-                    pending = len(core._live)
+                    pending = len(core.live)
                 bar.total = max(bar.total, finished + pending)
                 bar.n = finished
                 bar.refresh()

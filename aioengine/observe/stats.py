@@ -1,8 +1,8 @@
 """Engine statistics (:meth:`Engine.statistics`): counts per pool, from cheap counters.
 
 The engine keeps one counter per (pool, final state), incremented once per finished operation
-under its lock (``Scheduler._finished``); the counts of pending
-operations are read from ``Scheduler._live`` when statistics are taken. So ``pushed`` is exact
+under its lock (``Scheduler.finished``); the counts of pending
+operations are read from ``Scheduler.live`` when statistics are taken. So ``pushed`` is exact
 (every push either is pending or has finished) and nothing else runs per operation. Busy time
 needs start and finish times per operation, which only the recorder takes: it is ``None``
 unless one is installed (:meth:`Engine.record_history`, ``Engine(watchdog=...)``), and covers
@@ -79,12 +79,12 @@ def build_statistics(engine: Observed) -> EngineStatistics:
     """Snapshot ``engine``'s counters and pending operations."""
     counts: dict[str, list[int]] = {}
     core = engine._core  # read only (scheduler.py: the read-only API for observers)
-    with core._lock:
-        for target, finished in core._finished.items():
+    with core.lock:
+        for target, finished in core.finished.items():
             row = counts.setdefault(pool_name(target), _zeros())
             for i, n in enumerate(finished):
                 row[i] += n
-        for op in core._live.values():
+        for op in core.live.values():
             counts.setdefault(pool_name(op._target), _zeros())[op._state] += 1
         recorder = Recorder.of(engine)
         busy = dict(recorder.busy) if recorder is not None else None
@@ -119,4 +119,4 @@ def build_statistics(engine: Observed) -> EngineStatistics:
 
 def finished_total(engine: Observed) -> int:
     """Operations finished since the engine was created (engine lock held by the caller)."""
-    return sum(sum(row) for row in engine._core._finished.values())
+    return sum(sum(row) for row in engine._core.finished.values())

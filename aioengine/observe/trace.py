@@ -245,7 +245,7 @@ class Tracer(Instrument):
             tid = threading.get_native_id()
             if tid not in self._threads:
                 name = threading.current_thread().name
-                if threading.get_ident() == self._engine._core._loop_thread:
+                if threading.get_ident() == self._engine._core.loop_thread:
                     self._threads[tid] = (f"event loop ({name})", 0)
                 else:
                     self._threads[tid] = (name, _THREAD_SORT + 1 + len(self._threads))

@@ -56,12 +56,12 @@ def _watch(ref: weakref.ref[Observed], seconds: float) -> None:
     while True:
         time.sleep(interval)
         engine = ref()
-        if engine is None or engine.closed or engine._core._forked:
+        if engine is None or engine.closed or engine._core.forked:
             return
         core = engine._core  # read only (scheduler.py: the read-only API for observers)
-        with core._lock:
+        with core.lock:
             done = finished_total(engine)
-            pending = len(core._live)
+            pending = len(core.live)
         now = time.monotonic()
         # A stall is timed from the first wake that saw progress or work after idleness:
         # work pushed just before this wake did not wait since the last one (which would

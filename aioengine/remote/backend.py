@@ -1,7 +1,7 @@
 """The remote collaborator: :class:`RemoteBackend` maps the engine's rule onto Dask (the
 design is in the package's docstring, :mod:`aioengine.remote`).
 
-State (the engine lock, ``core._lock``, guards every field that another thread may read; the
+State (the engine lock, ``core.lock``, guards every field that another thread may read; the
 rest is loop-thread only):
 
 - ``_core``: the scheduler served (it calls the scheduler's ``_locked`` bookkeeping; the
@@ -78,16 +78,16 @@ def open_remote(core: Scheduler, ctx: Context, cluster: object, security: object
             "AIOENGINE_CLUSTER=tcp://host:8786. " + dask_api.INSTALL.split(";")[0]
         )
     dask_api.distributed()
-    if core._loop is None:
+    if core.loop is None:
         raise RuntimeError(
             f"{core!r} is not bound to an event loop yet, and remote operations need it (its "
             "Dask client runs there); use the engine from a coroutine first"
         )
-    with core._lock:
-        current = core._remote
+    with core.lock:
+        current = core.remote
         if current is None:
-            backend = RemoteBackend(core, core._loop, cluster, security)
-            core._remote = backend
+            backend = RemoteBackend(core, core.loop, cluster, security)
+            core.attach_locked(remote=backend)
             return backend
     assert isinstance(current, RemoteBackend)
     return current
@@ -127,7 +127,7 @@ class RemoteExecutor:
             return False
         backend = self._backend
         loop = backend._loop
-        if backend._core._loop_thread == threading.get_ident():
+        if backend._core.loop_thread == threading.get_ident():
             backend.start(item)
         elif not loop.is_closed():
             loop.call_soon_threadsafe(backend.start, item)
@@ -198,7 +198,7 @@ class RemoteBackend:
     def _unreachable(self, box: Failure) -> None:
         """Record the failure of connecting, once: every operation that waited for the
         connection fails with it (one error at ``aclose()``, not one per operation)."""
-        with self._core._lock:
+        with self._core.lock:
             self._core.record_failure_locked(box)
 
     # -- the scheduler's seam ----------------------------------------------------------
@@ -347,7 +347,7 @@ class RemoteBackend:
     def _start_one(self, op: Operation[Any]) -> None:
         core = self._core
         todo: list[Operation[Any]] = []
-        with core._lock:
+        with core.lock:
             started = core.start_locked(op, todo)
             if started:
                 collected = type(op._fn) is ValueCall and self._collect_locked(op, todo)
@@ -363,7 +363,7 @@ class RemoteBackend:
                     core.attach_task_locked(op, task)
         if todo:
             core.submit_ready(todo)
-        if started and core._instruments:
+        if started and core.instruments:
             _instrument.notify_start(core, op)
 
     def _collect_locked(
@@ -381,7 +381,7 @@ class RemoteBackend:
         if (
             call.holds
             or op._prop is _NO_SKIP
-            or core._settings.serial
+            or core.settings.serial
             or client is None
             or api is None
         ):
@@ -518,7 +518,7 @@ class RemoteBackend:
                 **self._options(op._ctx),
             )
             await self._link.finished(future)
-            if core._instruments:
+            if core.instruments:
                 await self._ran_on(client, op, future)
             if future.status == "finished":
                 result = await self._link.call(client.gather(future, asynchronous=True))
@@ -533,7 +533,7 @@ class RemoteBackend:
             box = self._link.unreachable
             if box is not None and exc is box.exc:  # one record for every operation
                 ready: list[Any] = []
-                with core._lock:
+                with core.lock:
                     core.finish_locked(op, _FAILED, None, exc, ready, box)
                     todo = core.dispatch_locked(ready) if ready else ready
                 if todo:
@@ -615,7 +615,7 @@ class RemoteBackend:
 
     async def _remote_arg(self, client: DaskClient, var: Var, deps: list[RemoteVersion]) -> Any:
         """What a Var argument becomes on the worker: the future of its version."""
-        with self._core._lock:  # (given, against withdraw_locked on another thread)
+        with self._core.lock:  # (given, against withdraw_locked on another thread)
             value = var._value
             if type(value) is RemoteVersion:
                 value.given = True
@@ -675,7 +675,7 @@ class RemoteBackend:
                 args[i] = await self._remote_arg(client, var, deps)
             for key, var in call.kw_vars:
                 kwargs[key] = await self._remote_arg(client, var, deps)
-            with core._lock:
+            with core.lock:
                 for var in op._vars:  # the previous versions of what it writes, too
                     value = var._value
                     if type(value) is RemoteVersion and value not in deps:
@@ -684,12 +684,12 @@ class RemoteBackend:
             sent = (call, args, kwargs)
             future, parts = self._submit_value(client, op, call, args, kwargs, self._key(op))
             ready: list[Any] = []
-            with core._lock:
+            with core.lock:
                 for var, part in zip(call.outs, parts, strict=True):
                     version = RemoteVersion(part, var, var._value)
                     carry(var, version)
                     versions.append(version)
-                if not call.holds and not core._settings.serial:
+                if not call.holds and not core.settings.serial:
                     released = True
                     self._submitted[op] = (future, versions)
                     core.release_submitted_locked(op, ready)
@@ -753,12 +753,12 @@ class RemoteBackend:
         try:
             await self._link.finished(future)
             if released and op in self._withdrawn:
-                with self._core._lock:
+                with self._core.lock:
                     msg = self._withdrawn.pop(op)
                 future.release()
                 await self._settle(op, versions, released, _CANCELLED, msg, None, None)
                 return None
-            if self._core._instruments:
+            if self._core.instruments:
                 await self._ran_on(client, op, future)
         except asyncio.CancelledError as exc:  # a holding operation, cancelled while it ran
             await self._cancel_future(future)
@@ -857,7 +857,7 @@ class RemoteBackend:
         self._resent += 1
         key = f"{self._key(op)}-again{self._resent}"
         again, parts = self._submit_value(client, op, call, new_args, new_kwargs, key)
-        with self._core._lock:
+        with self._core.lock:
             for version, part in zip(versions, parts, strict=True):
                 version.future = part
             entry = self._submitted.get(op)
@@ -925,7 +925,7 @@ class RemoteBackend:
             state, result, exc, box = _CANCELLED, exc.args[0] if exc.args else None, None, None
         ready: list[Any] = []
         watchers: list[asyncio.Future[None]] = []
-        with core._lock:
+        with core.lock:
             self._submitted.pop(op, None)
             # Cancelled (a holding operation, after its submission): no data either; skipped:
             # its dependents name the root failure, as locally.
@@ -975,14 +975,14 @@ class RemoteBackend:
             # Lost (its worker left and it cannot be recomputed, or it cannot be sent here).
             exc = lost_error(version, cause)
             box = Failure(exc)
-            with core._lock:
+            with core.lock:
                 core.record_failure_locked(box)
                 var = version.lost(exc, box, ready)
                 if var is not None:
                     self._scattered.pop(var, None)
                 todo = core.dispatch_locked(ready) if ready else ready
         else:
-            with core._lock:
+            with core.lock:
                 var = version.gathered(value, ready)
                 if var is not None:
                     self._scattered[var] = (value, version.future)

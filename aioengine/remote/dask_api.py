@@ -100,7 +100,10 @@ def state_wait(future: Any) -> Awaitable[None] | None:
 
 def quiet(task: asyncio.Task[Any]) -> None:
     """Let an engine task that awaits a Dask future be destroyed pending without asyncio's
-    "Task was destroyed but it is pending!" (the engine's loop may close under it)."""
+    "Task was destroyed but it is pending!" (the engine's loop may close under it), as the
+    scheduler does for a coroutine operation's task. asyncio has no public way: the task's
+    finalizer logs it for any task still pending, and one whose loop has closed can neither
+    finish nor be kept alive without keeping its engine and Dask futures alive with it."""
     task._log_destroy_pending = False  # type: ignore[attr-defined]
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import summary
 from ..kinds import OpState
-from ..var import NO_VALUE, Failure, Var, carry
+from ..var import NO_VALUE, Failure, Var, carry, carry_failure_locked
 
 if TYPE_CHECKING:
     from ..operation import Operation
@@ -114,7 +114,7 @@ class RemoteVersion:
             if var is not None and var._value is self:
                 carry(var, previous)  # a failed write leaves the value as it was
                 if box is not None:
-                    var._failure = box
+                    carry_failure_locked(var, box)
         self.previous = None
         self._release(ready)
         watchers.extend(self.watchers)
@@ -145,7 +145,7 @@ class RemoteVersion:
         if current:
             assert var is not None
             carry(var, NO_VALUE)
-            var._failure = box
+            carry_failure_locked(var, box)
         self.gathering = False
         self._release(ready)
         return var if current else None

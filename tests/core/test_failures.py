@@ -53,4 +53,4 @@ async def test_the_engine_throws_a_failure_once() -> None:
         with pytest.raises(Boom):
             await engine.wait_for_var(v)
         await engine.wait_for_var(v)  # thrown: the second wait does not raise
-        assert engine._core._ledger.failures == {}  # retired: nothing live saw it
+        assert engine._core.ledger.failures == {}  # retired: nothing live saw it

@@ -159,7 +159,7 @@ class TestThroughTheEngine:
         engine._core.validate_state()
 
     async def test_the_run_of_the_queue_ends_when_it_is_empty(self, engine: ae.Engine) -> None:
-        queue = engine._core._loop_queue
+        queue = engine._core.loop_queue
         ops = [engine.push_sync(lambda r: None, prop=ae.FnProperty.ASYNC) for _ in range(5)]
         assert queue.scheduled
         assert not queue.empty_locked()

@@ -250,7 +250,7 @@ class TestValidateState:
     ) -> None:
         core = engine._core
         hold = Hold(engine, engine.new_var("x"))
-        live = core._live
+        live = core.live
         (seq, op), *_ = live.items()
         del live[seq]
         live[seq + 1000] = op
@@ -267,12 +267,12 @@ class TestValidateState:
         core = engine._core
         op = engine.push_sync(lambda r: None)
         await op
-        core._live[op._seq] = op
+        core.live[op._seq] = op
         try:
             with pytest.raises(AssertionError):
                 core.validate_state()
         finally:
-            del core._live[op._seq]
+            del core.live[op._seq]
         core.validate_state()
 
 
@@ -291,10 +291,10 @@ class TestValidateFlag:
         engine = ae.Engine(cpu_workers=1)
         assert recorder.engines() == [engine]
         assert recorder.validate() == 1
-        engine._core._loop_queue.heap.append(7)  # a key with no operation
+        engine._core.loop_queue.heap.append(7)  # a key with no operation
         with pytest.raises(AssertionError, match="heap and its ops"):
             recorder.validate()
-        engine._core._loop_queue.heap.pop()
+        engine._core.loop_queue.heap.pop()
         del engine
         gc.collect()
         assert recorder.engines() == []
