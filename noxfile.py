@@ -113,7 +113,7 @@ def lint(session: nox.Session) -> None:
     # A ratchet (issue 36): writes to another module's private fields, and reads of its private
     # names. The targets are 0 outside writes and under 300 reaches; these ceilings are today's
     # counts and only go down: lower them with every change that removes some.
-    session.run("python", "tools/reach.py", "--max-writes", "0", "--max-reach", "479")
+    session.run("python", "tools/reach.py", "--max-writes", "0", "--max-reach", "476")
 
 
 @nox.session

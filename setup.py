@@ -1,11 +1,11 @@
 """Build aioengine's optional compiled core.
 
 aioengine is pure Python. A wheel built here also compiles ``scheduler.py``, ``engine.py``,
-``operation.py``, ``var.py``, ``bulk.py``, ``loopqueue.py`` and ``wakeups.py`` with Cython,
-typed by the ``.pxd`` files beside them (and ``functions.py`` and ``gpu_sync.py``, untyped):
-the same source, with the hot path's attribute accesses made C struct reads. It halves the
-engine's own cost per operation (docs/performance.md). The compiled modules are skipped, and the
-pure-Python modules used, when:
+``corestate.py``, ``operation.py``, ``var.py``, ``bulk.py``, ``loopqueue.py`` and
+``wakeups.py`` with Cython, typed by the ``.pxd`` files beside them (and ``functions.py`` and
+``gpu_sync.py``, untyped): the same source, with the hot path's attribute accesses made C
+struct reads. It halves the engine's own cost per operation (docs/performance.md). The
+compiled modules are skipped, and the pure-Python modules used, when:
 
 - ``AIOENGINE_NO_EXTENSIONS`` is set to a non-empty value other than ``0``;
 - the interpreter is not CPython;
@@ -34,6 +34,7 @@ COMPILED = (
     "aioengine.bulk",
     "aioengine.loopqueue",
     "aioengine.wakeups",
+    "aioengine.corestate",
     "aioengine.scheduler",
     "aioengine.engine",
     # Without declarations of their own: a push classifies its function (functions.py), and a

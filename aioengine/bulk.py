@@ -263,7 +263,7 @@ class Segments:
             core.dispatch_locked([seg])
         else:
             seg._state = _READY
-            core._enqueue_loop_locked(seg)
+            core.enqueue_loop_locked(seg)
 
     def run(self, core: Scheduler, seg: Operation[Any], more: bool) -> Operation[Any] | None:
         """Run a segment's members in push order, then release its Vars (loop thread).
@@ -284,8 +284,7 @@ class Segments:
         try:
             while True:
                 lock = core.lock
-                core.lock_acquire()
-                lock.owner = _get_ident()
+                lock.enter(_get_ident())
                 try:
                     if done is not None:
                         done._state = _DONE
@@ -306,7 +305,7 @@ class Segments:
                         i += 1
                         if op._state is not _PENDING:
                             pass  # cancelled while it waited
-                        elif core.failures and core._skip_locked(op) is not None:
+                        elif core.failures and core.skip_locked(op) is not None:
                             pass  # skipped (it releases nothing: the segment holds its Vars)
                         else:
                             op._state = _RUNNING
@@ -314,11 +313,7 @@ class Segments:
                     else:
                         op = None
                 finally:
-                    if lock.after:
-                        lock.unlock()
-                    else:
-                        lock.owner = 0
-                        core.lock_release()
+                    lock.leave()
                 if op is None:
                     break
                 if core.instruments:
@@ -331,7 +326,7 @@ class Segments:
                 fn = op._fn
                 assert fn is not None
                 try:
-                    result = _context_run(op._context, fn, rctx)
+                    result = _context_run(op._snapshot, fn, rctx)
                 except BaseException as exc:
                     trim_traceback(exc)
                     core.finish(op, _FAILED, None, exc)
@@ -352,7 +347,7 @@ class Segments:
                 rest = seg._result = members[i:]
                 if rest:
                     seg._state = _READY
-                    core._enqueue_loop_locked(seg)
+                    core.enqueue_loop_locked(seg)
             members.clear()
             if not rest:
                 self.release(core, seg, False)
@@ -368,8 +363,7 @@ class Segments:
         ready: list[Any] = []
         nxt = None
         lock = core.lock
-        core.lock_acquire()
-        lock.owner = _get_ident()
+        lock.enter(_get_ident())
         try:
             seg._state = _DONE
             # False: its members counted their own writes as they finished.
@@ -379,13 +373,9 @@ class Segments:
             core.complete_locked(seg, _DONE)
             todo = core.dispatch_locked(ready) if ready else ready
             if more:
-                nxt = core._claim_loop_op_locked(todo)
+                nxt = core.claim_loop_op_locked(todo)
         finally:
-            if lock.after:
-                lock.unlock()
-            else:
-                lock.owner = 0
-                core.lock_release()
+            lock.leave()
         if todo:
             core.submit_ready(todo)
         return nxt

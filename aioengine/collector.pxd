@@ -15,7 +15,7 @@ cdef inline void hide(_OperationCore op) noexcept:
     PyObject_GC_UnTrack(op)
     if op._vars:
         PyObject_GC_UnTrack(op._vars)
-    PyObject_GC_UnTrack(op._context)
+    PyObject_GC_UnTrack(op._snapshot)
 
 
 cdef inline void show(_OperationCore op) noexcept:
@@ -29,5 +29,5 @@ cdef inline void show(_OperationCore op) noexcept:
         PyObject_GC_Track(op._vars)
     # A Context's dealloc unlinks it from the collector's lists without a check: it must be
     # tracked again before its last reference goes (collector.py).
-    if not PyObject_GC_IsTracked(op._context):
-        PyObject_GC_Track(op._context)
+    if not PyObject_GC_IsTracked(op._snapshot):
+        PyObject_GC_Track(op._snapshot)

@@ -34,6 +34,8 @@ from . import ergonomic as _ergonomic
 from . import instrument as _instrument
 from .cancellation import cancel_marker, cancel_not_started
 from .context import Context, RunContext, cpu
+from .corestate import COMPILED as _COMPILED
+from .corestate import State
 from .ergonomic import OpDecorator
 from .errors import (
     DependencyError,
@@ -66,7 +68,7 @@ from .operation import (
     new_operation,
 )
 from .remote import RemoteBackend, open_remote
-from .scheduler import _COMPILED, Scheduler, State
+from .scheduler import Scheduler
 from .settings import Settings, cluster_setting
 from .var import NO_VALUE, Var, carry, checked_modes, checked_reads, checked_writes, queued_behind
 

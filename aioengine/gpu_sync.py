@@ -230,7 +230,7 @@ class GpuSync(GpuDevices):
             for event in waits:
                 backend.wait_event(stream, event)
             result = _context_run(
-                op._context, backend.run, stream, fn, RunContext(op._ctx, stream, keep, backend)
+                op._snapshot, backend.run, stream, fn, RunContext(op._ctx, stream, keep, backend)
             )
         except BaseException as e:
             trim_traceback(e)

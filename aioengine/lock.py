@@ -113,6 +113,23 @@ class EngineLock:
         self.after: list[object] = []
         _locks.add(self)
 
+    def enter(self, me: int) -> None:
+        """Begin a critical section of the engine's hot paths on the thread whose ident is
+        ``me``: take the lock and record its owner. The one entry of those sections; pair it
+        with :meth:`leave` in a ``finally`` clause."""
+        self.take()
+        self.owner = me
+
+    def leave(self) -> None:
+        """End the critical section :meth:`enter` began: give the lock back, through
+        :meth:`unlock` when :attr:`after` holds something back (released, and its deferred
+        calls made, once the lock is free)."""
+        if self.after:
+            self.unlock()
+        else:
+            self.owner = 0
+            self.give()
+
     def held_here(self) -> bool:
         """Whether the calling thread holds the lock (so user code runs inside its critical
         section: a finalizer or a signal handler)."""

@@ -7,9 +7,8 @@ cimport cython
 cdef class _OperationCore:
     cdef object __weakref__
     cdef public object _callbacks
-    cdef public object _context
-    cdef public object _ctx
     cdef public object _core
+    cdef public object _ctx
     cdef public object _exception
     cdef public object _fn
     cdef public Py_ssize_t _fwait
@@ -24,6 +23,7 @@ cdef class _OperationCore:
     cdef public object _result
     cdef public object _segment
     cdef public object _seq
+    cdef public object _snapshot
     cdef public object _state
     cdef public object _target
     cdef public object _task
@@ -35,5 +35,5 @@ cdef class _OperationCore:
 
 # The engine calls it as a C function on every push; its stores are C struct writes.
 @cython.locals(op=_OperationCore, cls=type)
-cpdef new_operation(engine, owner, fn, int kind, ctx, tuple const, tuple mutate, prop, priority,
+cpdef new_operation(core, owner, fn, int kind, ctx, tuple const, tuple mutate, prop, priority,
                     str name, target=*)

@@ -30,7 +30,7 @@ from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .cancellation import cancel
-from .errors import summary
+from .errors import report, summary
 from .kinds import FnProperty, OpState
 from .var import COMMUTE, CONCURRENT, MODE_NAMES, WRITE, queued_behind
 
@@ -75,12 +75,47 @@ class _OperationCore:
     (``operation.pxd``): there this class is an extension type whose fields the compiled
     engine reads as C struct members, and an extension type cannot also derive from
     ``Generic``. Interpreted, it is an ordinary base class with the same ``__slots__``.
+
+    Its fields, documented once, here (:func:`new_operation` sets every one; all but ``name``
+    and the immutable ones are guarded by the engine lock, except ``_state``, read unlocked
+    by ``done()``, and ``_task``, the loop thread's):
+
+    - ``name``: the operation's name (the function's qualified name by default).
+    - ``_core``: the scheduler of its engine.
+    - ``_owner``: the façade that pushed it (an :class:`~aioengine.Engine`): an engine with
+      live operations stays alive; its finalizer takes no lock.
+    - ``_fn``: the function; dropped when the operation finishes, so its closure is freed.
+    - ``_kind``: how it runs (``kinds.py``: sync, coroutine, callback-style, a wait marker,
+      a bulk segment).
+    - ``_ctx``: the device context it runs on (``cpu(i)``, ``gpu(i)``, ``remote()``).
+    - ``_vars``: its reads, then its writes, deduplicated, in one tuple (one object for the
+      garbage collector to walk; with both, its own tuple, which the compiled core hides
+      from the collector with it: ``collector.pxd``); emptied when it completes.
+    - ``_nreads``: how many of ``_vars`` are reads.
+    - ``_modes``: the modes of the Vars after the reads (``var.py``: WRITE, COMMUTE,
+      CONCURRENT) when some is not a write, or (all WRITE) once a start inherited a failure;
+      None otherwise: the finish's fast path is one test.
+    - ``_prop``: its :class:`FnProperty`; ``_priority``: its priority (an int).
+    - ``_seq``: its push sequence number, the order of its requests in every Var's queue;
+      ``_key``: its run-queue order, smaller first (higher priority, then push order),
+      unique in its engine. Both set by the push, under the lock.
+    - ``_target``: the executor that runs it; None: the event loop's thread.
+    - ``_wait``: its ungranted Var requests (-1: parked for a commute token); ``_fwait``: the
+      GPU fences this host consumer waits to see completed (``fence.py``).
+    - ``_state``: its :class:`OpState`; ``_result``, ``_exception``: its outcome (a
+      cancelled operation keeps its message in ``_result``).
+    - ``_inherited``: the failure it took from an input at start (``Failure``), if any.
+    - ``_waiters``: one loop future per awaiter; ``_callbacks``: (callback, context) pairs.
+    - ``_task``: the task of a coroutine operation, or of a remote operation's wait.
+    - ``_snapshot``: the pusher's ``contextvars`` context, in which its function runs (not
+      ``_ctx``, the device).
+    - ``_segment``: the bulk segment that holds its Vars and runs it (``bulk.py``); such a
+      member is in no Var's queue itself.
     """
 
     __slots__ = (
         "__weakref__",
         "_callbacks",
-        "_context",
         "_core",
         "_ctx",
         "_exception",
@@ -97,6 +132,7 @@ class _OperationCore:
         "_result",
         "_segment",
         "_seq",
+        "_snapshot",
         "_state",
         "_target",
         "_task",
@@ -129,7 +165,7 @@ class _OperationCore:
     _waiters: list[asyncio.Future[None]] | None
     _callbacks: list[tuple[Callable[[Operation[Any]], object], contextvars.Context]] | None
     _task: asyncio.Task[Any] | None
-    _context: contextvars.Context
+    _snapshot: contextvars.Context
     _segment: Operation[Any] | None
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -369,6 +405,26 @@ class OnComplete:
         else:
             core.finish(op, OpState.FAILED, None, exc)
 
+    def raised(self, exc: BaseException) -> None:
+        """The function raised ``exc`` (or returned a coroutine): fail the operation with it,
+        unless it called this token already, in which case ``exc`` is reported (to the
+        loop's exception handler) since nobody else can receive it."""
+        op = self._op
+        core = op._core
+        with core.lock:
+            already = self._called
+            if not already:
+                self._called = exc
+        if not already:
+            core.finish(op, OpState.FAILED, None, exc)
+            return
+        report(
+            core.loop,
+            core.loop_thread,
+            f"{op.name!r} raised after calling on_complete(); the exception is reported here",
+            exc,
+        )
+
     def __repr__(self) -> str:
         called = self._called
         state = "pending" if called is False else "called" if called is True else "raised"
@@ -423,7 +479,7 @@ def _mode(op: Operation[Any], v: Var) -> int:
 
 
 def new_operation(
-    engine: Scheduler,
+    core: Scheduler,
     owner: object,
     fn: Callable[..., Any] | None,
     kind: int,
@@ -437,51 +493,36 @@ def new_operation(
 ) -> Operation[Any]:
     """A new PENDING operation: the engine's one way to make one (every push's path).
 
-    Its fields are set here, not by a constructor: in the compiled core (operation.pxd)
-    ``_OperationCore.__new__`` allocates it and each field is a C struct store, with no type
-    call and no argument parsing.
+    Its fields (documented in :class:`_OperationCore`) are set here, not by a constructor: in
+    the compiled core (operation.pxd) ``_OperationCore.__new__`` allocates it and each field
+    is a C struct store, with no type call and no argument parsing.
     """
     cls: type[Operation[Any]] = Operation  # typed `type` in the compiled core: its tp_new slot
     op = cls.__new__(cls)  # is called directly, as a C function
     op.name = name
-    op._core = engine
-    # The façade (Engine): an engine with live operations stays alive, as before the split;
-    # its finalizer takes no lock, for the scheduler may drop the last reference inside a
-    # critical section.
+    op._core = core
     op._owner = owner
-    op._fn = fn  # dropped when the operation finishes, so its closure is freed
+    op._fn = fn
     op._kind = kind
     op._ctx = ctx
-    # Its reads, then its writes, deduplicated (no Var in both), in one tuple: one object,
-    # not two, for the garbage collector to walk in every pass while it is pending. With both
-    # reads and writes it is a new tuple, this operation's own, which the compiled core hides
-    # from the collector with it (collector.pxd); otherwise it may be the caller's tuple.
     op._vars = const + mutate if const else mutate
     op._nreads = len(const)
-    # The modes of the Vars after the reads (var.py: WRITE, COMMUTE, CONCURRENT), set by the
-    # push when it has commute or concurrent Vars, and (all WRITE) by a start that inherits
-    # a failure; None: all writes, nothing inherited (the finish's fast path: one test).
     op._modes = None
     op._prop = prop
     op._priority = priority
-    # Both set by the push, under the engine lock, before anyone else sees the operation.
-    op._seq = 0  # push sequence number: the order of its requests in every Var's queue
-    # Run-queue order, smaller first (higher priority, then push order); unique in its
-    # engine as _seq is, since the run queues use it as a dict key.
+    op._seq = 0
     op._key = 0
-    op._target = target  # executor that runs it; None: the event loop
-    op._wait = 0  # ungranted Var requests; set by the push, counted down by grants
-    op._fwait = 0  # GPU fences this host consumer waits to see completed (fence.py)
+    op._target = target
+    op._wait = 0
+    op._fwait = 0
     op._state = _PENDING
     op._result = None
     op._exception = None
-    op._inherited = None  # failure taken from an input at start
-    op._waiters = None  # one loop future per awaiter
-    op._callbacks = None  # (callback, its context) pairs
-    op._task = None  # the coroutine (kind _CORO), or a remote op's wait (remote/); loop thread
-    op._context = copy_context()  # the pusher's context vars, for fn
-    # The bulk segment (kind _BULK) that holds this operation's Vars and runs it; such a
-    # member is in no Var's queue itself (bulk.py).
+    op._inherited = None
+    op._waiters = None
+    op._callbacks = None
+    op._task = None
+    op._snapshot = copy_context()
     op._segment = None
     return op
 

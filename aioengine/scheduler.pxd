@@ -1,11 +1,13 @@
 # Declarations for the optional compiled core (setup.py): Cython compiles scheduler.py with
-# these types. Scheduler becomes a final extension type whose fields are C struct members, and
+# these types. Scheduler becomes an extension type, derived from CoreState (whose fields
+# are C struct members: corestate.pxd), and
 # the methods on every operation's path take typed operations (_OperationCore). The Python
 # source stays the one implementation; this file only types it (tests/test_pxd_fields.py
 # checks that the two list the same fields).
 cimport cython
 
 from .bulk cimport Segments
+from .corestate cimport CoreState
 from .lock cimport EngineLock as _LockType, thread_ident as _thread_ident
 from .loopqueue cimport LoopQueue
 from .wakeups cimport Wakeups
@@ -21,56 +23,28 @@ from .var cimport Var as _VarType, append_all, release_all
 cdef int _BULK, _CORO, _SYNC, _WAIT
 
 
-@cython.final
-cdef class Scheduler:
-    cdef dict __dict__
-    cdef object __weakref__
-    cdef public bint _deleted_vars
-    cdef public dict failures
-    cdef public object finished
-    cdef public bint forked
-    cdef public object gpu
-    cdef public bint _guarded
-    cdef public tuple instruments
-    cdef public tuple _last_route
-    cdef public object ledger
-    cdef public dict live
-    cdef public object lock
-    cdef public object lock_acquire
-    cdef public object lock_release
-    cdef public unsigned long loop_thread
-    cdef public object loop
-    cdef public object loop_ctx
-    cdef public list _loop_finished
-    cdef public object _loop_is_running
-    cdef public LoopQueue loop_queue
-    cdef public object loop_rctx
-    cdef public bint may_hold
-    cdef public object _pid
-    cdef public object remote
-    cdef public object routes
-    cdef public Segments segments
-    cdef public object seq
-    cdef public _VarType _sequencer  # serial mode's Var, else None
-    cdef public object settings
-    cdef public object state
-    cdef public list _wakes
-    cdef public Wakeups wakeups
+# Not final: Cython refuses a final class that overrides its base's methods (the four that
+# corestate.pxd declares for bulk.py). A cpdef call then checks for a Python override: with
+# no instance __dict__ ever made, a comparison of cached dict versions.
+cdef class Scheduler(CoreState):
+    # Its fields are CoreState's (corestate.pxd); the per-operation cycle's methods:
 
     # Every operation's path: push, queue, start, run, finish, release.
-    @cython.locals(op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType, lock=_LockType,
-                   me="unsigned long", collecting="unsigned long")
+    @cython.locals(op=_OperationCore, lock=_LockType, me="unsigned long",
+                   collecting="unsigned long", segments=Segments)
     cpdef push(self, owner, fn, int kind, ctx, tuple const, tuple mutate, prop, priority, name,
                 deleting, handle=*, modes=*, made=*)
+    @cython.locals(op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType, segments=Segments)
+    cpdef _admit_locked(self, op, ctx, tuple const, tuple mutate, handle, deleting, modes, bulk)
     @cython.locals(op=_OperationCore)
-    cpdef _enqueue_loop_locked(self, op)
+    cpdef enqueue_loop_locked(self, op)
     @cython.locals(op=_OperationCore, budget=Py_ssize_t, lock=_LockType)
     cpdef _run_loop_queue(self)
     @cython.locals(op=_OperationCore, queue=LoopQueue)
-    cpdef _claim_loop_op_locked(self, list todo)
+    cpdef claim_loop_op_locked(self, list todo)
     @cython.locals(op=_OperationCore)
     cpdef bint start_locked(self, op, list todo) except -1
-    @cython.locals(op=_OperationCore, kind=int, lock=_LockType)
+    @cython.locals(op=_OperationCore, kind=int, lock=_LockType, segments=Segments)
     cpdef _execute_one(self, op, rctx, bint claimed=*, bint more=*)
     @cython.locals(op=_OperationCore, only=_OperationCore, candidate=_OperationCore,
                    queue=LoopQueue, lock=_LockType)

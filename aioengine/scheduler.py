@@ -7,10 +7,11 @@ in any order (one at a time) or together (``var.py``, where the grant rule lives
 (``engine.py``): the façade validates arguments, binds settings, runs the lifecycle and the
 waits, and calls in here for the cycle every operation goes through:
 
-1. *Admission* (:meth:`Scheduler.push`): under ``lock``, the operation takes the next
-   sequence number and appends one request per Var to the Vars' queues (``var.py``, where the
-   grant rule lives). A push is atomic across all of its Vars, so two threads pushing on the
-   same Vars in opposite orders cannot build a cycle (MXNet 1.9.1 deadlocks there).
+1. *Admission* (:meth:`Scheduler.push` checks and routes it, then :meth:`_admit_locked`):
+   under ``lock``, the operation takes the next sequence number and appends one request per
+   Var to the Vars' queues (``var.py``, where the grant rule lives). A push is atomic across
+   all of its Vars, so two threads pushing on the same Vars in opposite orders cannot build
+   a cycle (MXNet 1.9.1 deadlocks there).
 2. *Grant and dispatch* (:meth:`dispatch_locked`, :meth:`submit_ready`): when an operation's last
    request is granted it is READY and goes to its executor: the thread pool of its context
    (``executors/``), or the loop queue for coroutine functions, ``FnProperty.ASYNC`` functions
@@ -35,73 +36,34 @@ both behind ``may_hold`` on the dispatch path, so the CPU-only path pays one tes
 two, and ``instruments`` (``observe/``: empty on the fast path). This module imports none
 of them; the façade injects the GPU and remote openers.
 
-Lock discipline: ``lock`` guards every mutable field below, the Vars' queues and the
-operations' fields. It is held only for bookkeeping, never while user code runs and never
-across an ``await``; a method that needs it held ends in ``_locked``. The loop thread takes it
-for microseconds, so the loop is never blocked on a worker. User objects that a critical
-section detaches go to ``lock.after`` and engine calls made by a finalizer inside one are
-deferred there (``lock.py`` states that rule once); the hot paths set ``lock.owner`` after
-taking the lock and give it back with ``lock.unlock()`` when ``after`` is not empty.
-
-State (every field of :class:`Scheduler`, documented once, here; ``validate_state()`` checks
-the invariants):
-
-- ``settings``: the engine's resolved :class:`~aioengine.settings.Settings` (immutable).
-- ``lock``, ``lock_acquire``, ``lock_release``: the engine lock and its two bound calls.
-- ``state``: the lifecycle (OPEN, CLOSING, CLOSED); pushes are admitted only while OPEN.
-- ``_pid``, ``forked``: the creating process; ``forked`` is set in a child after ``os.fork()``.
-- ``_guarded``: whether the SIGINT wrapper guards this engine (set when it is first used on the
-  main thread; the façade forgets it at close: ``lock.py``).
-- ``loop``, ``loop_thread``, ``_loop_is_running``: the loop bound on first use, its thread's
-  ident and a call whose truth is its ``is_running()`` (``_is_running``).
-- ``seq``: the sequence number of the latest operation (or marker, or segment).
-- ``live``: operations pushed and not finished, by sequence number (so in push order).
-- ``ledger``: the failure ledger (``failures.py``: the failures an operation may still
-  see, which were thrown, and their retirement). ``failures`` is its dict of them, read
-  here on the fast path: empty, a start checks for no skip.
-- ``_deleted_vars``: some Var was deleted, so pushes must check their Vars.
-- ``wakeups``: the loop futures that wait on this scheduler (``wait_for_all``, the
-  backpressured pushes) and the inbox of wake-ups other threads leave for the loop
-  (``wakeups.py``, where its state is documented).
-- ``loop_queue``: READY operations for the loop thread, best first (``loopqueue.py``).
-- ``_wakes``: executors to wake at the end of this loop iteration (loop thread only); not
-  empty only while a ``_flush_wakes`` is scheduled (scheduled before a target is recorded).
-- ``routes``: the executors and the route of each context (``routing.py``, where its state
-  is documented); ``_last_route``: the last CPU route taken, ``(ctx, prop, executor)``,
-  checked by identity first on every push.
-- ``loop_rctx``, ``loop_ctx``: the RunContext of the operation running inline, and its
-  context.
-- ``instruments``: installed observers (a tuple, replaced under the lock).
-- ``finished``: finished operations by executor and OpState (``statistics()``);
-  ``_loop_finished``: its row for the loop (``finished[None]``), None until there is one.
-- ``_sequencer``: serial mode's hidden Var that every operation writes, else None.
-- ``segments``: bulk execution (the open segment and the active scopes; ``bulk.py``).
-- ``gpu``: the GPU collaborator, None until the first GPU push (its opener, in ``routes``,
-  attaches it: :meth:`attach_locked`).
-- ``remote``: the remote collaborator, None until the first remote push (likewise).
-- ``may_hold``: one of those two is open, so a READY operation may be held back by it
-  (``_held_locked``); False, the local-only fast path, pays one test for both.
+The scheduler's state, every field documented once, and its invariants are
+``corestate.py``'s (:class:`~aioengine.corestate.CoreState`, the base of :class:`Scheduler`).
 
 The API for the façade and the collaborators (bulk, GPU, remote, task, observers), as in
 distributed's ``WorkerState``: the fields without a leading underscore are the state they
-may read, and only this module and the core's own modules (``bulk.py``, ``cancellation.py``,
-``routing.py``, ``wakeups.py``) assign them (``tools/reach.py`` counts any other writer, and
-lint holds that count at 0); the collaborators change the state only through the methods
-without a leading underscore, a ``_locked`` suffix saying the caller holds ``lock``.
-Admission: :meth:`Scheduler.push`, :meth:`require_loop`, :meth:`check_fork`,
-:meth:`running_op`. Running: :meth:`start_locked` (an executor claims a READY operation),
-:meth:`execute` (every executor's runner), :meth:`finish` (its outcome, from any thread),
-:meth:`finish_locked`, :meth:`dispatch_locked` then :meth:`submit_ready` (what a release
-made READY, handed to executors once unlocked), :meth:`call_soon_locked` (a callback on the
-loop). Release early, complete later (the GPU once enqueued, the remote backend once
-submitted): :meth:`release_locked` or :meth:`release_submitted_locked`, then
-:meth:`complete_released_locked`; :meth:`complete_locked` makes any operation final.
-Collaborators: :meth:`attach_locked` (an opener attaches the GPU or remote one),
-:meth:`attach_task_locked`. Failures: :meth:`record_failure_locked` (one a collaborator
-found), :meth:`take_failure_locked` and :meth:`take_failures` (the façade's waits throw
-them). Waits: ``wakeups``' waiter methods and :meth:`queue_marker_locked`
-(``wait_for_var``). Shutdown: :meth:`set_state_locked`, :meth:`shutdown_executors`,
-:meth:`abandon_executors`.
+may read, and only the core's modules (this one, ``corestate.py``, ``bulk.py``,
+``cancellation.py``, ``routing.py``, ``wakeups.py``) assign them (``tools/reach.py`` counts
+any other writer, and lint holds that count at 0); the collaborators change the state only
+through the methods without a leading underscore, a ``_locked`` suffix saying the caller
+holds ``lock``. Those of :class:`Scheduler`:
+
+- running: :meth:`start_locked` (an executor claims a READY operation), :meth:`execute`
+  (every executor's runner), :meth:`finish` (its outcome, from any thread),
+  :meth:`finish_locked`, :meth:`dispatch_locked` then :meth:`submit_ready` (what a release
+  made READY, handed to executors once unlocked), :meth:`call_soon_locked` (a callback on
+  the loop); for bulk segments also :meth:`enqueue_loop_locked`,
+  :meth:`claim_loop_op_locked` and :meth:`skip_locked`;
+- release early, complete later (the GPU once enqueued, the remote backend once
+  submitted): :meth:`release_locked` or :meth:`release_submitted_locked`, then
+  :meth:`complete_released_locked`; :meth:`complete_locked` makes any operation final;
+  :meth:`attach_task_locked` (the task a remote operation's wait runs in);
+- admission :meth:`push`, and :meth:`queue_marker_locked` (``wait_for_var``'s marker).
+
+And those of ``CoreState``: ``require_loop``, ``check_fork``, ``running_op``,
+``attach_locked`` (an opener attaches the GPU or the remote collaborator),
+``record_failure_locked``, ``take_failure_locked`` and ``take_failures`` (the façade's waits
+throw them), ``set_state_locked``, ``shutdown_executors``, ``abandon_executors``; the waiters
+are ``wakeups``'.
 
 Observers (``observe/``, the façade's waits) only read: they may take ``lock`` to read a
 consistent snapshot of ``live``, ``finished``, ``instruments``, ``segments.open`` and the
@@ -115,10 +77,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import enum
 import functools
 import operator
-import os
 import threading
 from collections.abc import Callable
 from types import FunctionType
@@ -126,9 +86,10 @@ from typing import Any
 
 from . import instrument as _instrument
 from . import lifecycle
-from .bulk import Segments
 from .collector import watch as _watch_collections
 from .context import Context, DeviceType, RunContext, cpu
+from .corestate import COMPILED as _COMPILED
+from .corestate import CoreState, State
 from .errors import (
     Abort,
     DependencyError,
@@ -141,13 +102,11 @@ from .errors import (
 )
 from .executors import Executor
 from .executors.gpu import GpuExecutor
-from .failures import Ledger
 from .functions import default_name, delete_nothing, returned_coroutine
 from .instrument import Instrument
 from .kinds import _BULK, _CORO, _SYNC, _WAIT, FnProperty, OpState, check_priority, check_prop
-from .lock import Deferred, EngineLock, guard_interrupts, start_finalizer_thread
+from .lock import Deferred
 from .lock import defer as _defer
-from .loopqueue import LoopQueue
 from .operation import (
     _COROUTINE_TYPES,
     OnComplete,
@@ -155,22 +114,21 @@ from .operation import (
     OprHandle,
     new_operation,
 )
-from .routing import GpuSeam, RemoteSeam, Routes
+from .routing import GpuSeam, RemoteSeam
 from .settings import Settings
-from .task import current_op, run_coroutine
+from .task import start_task
 from .var import (
     WRITE,
     Failure,
     Var,
     append_all,
     append_modes,
-    check_groups,
     release_all,
     release_modes,
     take_tokens,
     withdraw_all,
 )
-from .wakeups import Wakeups, wake_locked
+from .wakeups import wake_locked
 
 __all__ = ("Scheduler", "State")
 
@@ -193,6 +151,7 @@ _CANCELLED = OpState.CANCELLED
 
 _NO_SKIP = frozenset({FnProperty.NO_SKIP, FnProperty.DELETE_VAR})
 _NORMAL = FnProperty.NORMAL
+_OPEN = State.OPEN
 _CPU0 = cpu(0)
 _GPU = DeviceType.GPU
 _CPU = DeviceType.CPU
@@ -200,28 +159,7 @@ _REMOTE = DeviceType.REMOTE
 _LOOP_BUDGET = 256  # inline operations run per loop callback before the loop's other work
 _run_order = operator.attrgetter("_key")  # run queues: higher priority first, then push order
 _push_order = operator.attrgetter("_seq")
-
-
-class State(enum.Enum):
-    """Lifecycle of an engine (its scheduler admits pushes only while OPEN)."""
-
-    OPEN = "open"
-    CLOSING = "closing"  # aclose() started: pushes raise, pending operations drain
-    CLOSED = "closed"  # drained and executors shut down
-
-
-_OPEN = State.OPEN
-
-
-def _after_fork_in_child(core: Scheduler) -> None:
-    """In a child after os.fork() (``lifecycle.engines_after_fork``): an engine of the parent
-    raises on use instead of hanging.
-
-    Its worker threads do not exist in the child and its lock may have been copied held, so
-    the lock is replaced and every later call raises a clear RuntimeError.
-    """
-    core.forked = True
-    core._use_lock(EngineLock())
+_NOTHING: list[Any] = []  # nothing to submit (push's admission): never appended to
 
 
 def _cancel_message(exc: BaseException) -> object:
@@ -235,14 +173,6 @@ def _zeros() -> list[int]:
     return [0] * len(OpState)
 
 
-def _noop(rctx: RunContext) -> None:
-    """Never called: its type tells whether this module runs compiled."""
-
-
-# Whether this module runs compiled (setup.py): Cython's functions are not Python functions.
-# The one test of the build; the test suite and the benchmarks ask it too (engine._COMPILED).
-_COMPILED = type(_noop) is not FunctionType
-
 # The compiled core's C functions that take an operation out of the cycle collector's passes
 # and put it back (collector.pxd, cimported by scheduler.pxd). Declared, not bound: the pure
 # Python scheduler hides nothing, and calls them only ``if _COMPILED``.
@@ -253,30 +183,13 @@ _show: Callable[[Operation[Any]], None]
 _thread_ident: Callable[[], int]
 
 
-def _is_running(loop: asyncio.AbstractEventLoop) -> Callable[[], object]:
-    """A call equivalent to ``loop.is_running()`` (its truth value), as cheap as can be: every
-    push from the loop's thread asks it.
-
-    asyncio's own loops answer ``self._thread_id is not None`` in a Python method, which the
-    compiled core calls as a C caller (a frame of its own, per push); reading the attribute
-    directly costs half as much there. The pure-Python core's call to the method is inlined
-    by the interpreter, so it keeps the method, and so does any other loop (uvloop's is C).
-    """
-    if (
-        _COMPILED
-        and type(loop).is_running is asyncio.BaseEventLoop.is_running
-        and hasattr(loop, "_thread_id")
-    ):
-        return _partial(getattr, loop, "_thread_id", None)
-    return loop.is_running
-
-
-class Scheduler:
+class Scheduler(CoreState):
     """The per-operation cycle of one engine: admission, grant, dispatch, run, finish.
 
     Created by :class:`~aioengine.Engine`, which owns it as ``engine._core``; its state is
-    listed in this module's docstring. Not a public class: every method is the façade's or
-    an executor's, and the observers read it through the read-only API described there.
+    its base's, :class:`~aioengine.corestate.CoreState` (``corestate.py`` documents every
+    field). Not a public class: its API for the façade, the collaborators and the observers
+    is listed in this module's docstring.
     """
 
     def __init__(
@@ -286,163 +199,9 @@ class Scheduler:
         instruments: tuple[Instrument, ...],
         open_remote: Callable[[Scheduler, Context], RemoteSeam],
     ) -> None:
-        self.settings = settings
-        self._pid = os.getpid()
-        self.forked = False
-        # The hot paths (push, start, finish) take and give back the lock in a try statement
-        # ("with lock:" costs twice as much: __exit__ takes three arguments), with calls
-        # that _use_lock keeps bound; an EngineLock's are one C call each (lock.py).
-        self._use_lock(EngineLock())
-        self._guarded = False
-        start_finalizer_thread()  # makes the engine calls of the collector's finalizers
-        self.state = State.OPEN
-        # Bound once, in one critical section with the next two (_bind).
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.loop_thread = 0
-        self._loop_is_running: Callable[[], object] | None = None
-        self.seq = 0
-        # Set in the critical section that marks a Var deleted, so a push (which checks it
-        # under the lock) cannot miss it.
-        self._deleted_vars = False
-        self.live: dict[int, Operation[Any]] = {}
-        self.ledger = Ledger()  # its state is documented in failures.py
-        self.failures: dict[Failure, None] = self.ledger.failures  # the same dict
-        self.wakeups = Wakeups()  # its state is documented in wakeups.py
-        self.routes = Routes(open_gpu, open_remote)  # its state is documented in routing.py
-        # Checked by identity first: a push loop repeats one context and property, and
-        # hashing a Context or an enum runs Python code. Replaced whole (one tuple), so a
-        # reader on another thread sees a consistent entry.
-        self._last_route: tuple[object, object, Executor | None] = (None, None, None)
-        self.loop_rctx: RunContext | None = None
-        self.loop_ctx: Context | None = None  # loop thread only
-        self.loop_queue = LoopQueue()
-        self._wakes: list[Executor] = []
-        # Replaced, never mutated, under the lock (instrument.install_locked): a hook
-        # called without the lock iterates the tuple it read, unchanged.
-        self.instruments: tuple[Instrument, ...] = instruments
-        self.finished: dict[Executor | None, list[int]] = {}
-        self._loop_finished: list[int] | None = None
-        self._sequencer: Var | None = Var(self, "<serial>") if settings.serial else None
-        self.segments = Segments()  # its own state is documented in bulk.py
-        # While None, no fence exists and host consumers skip the fence checks (the CPU-only
-        # fast path); set once, under the lock (gpu_sync.open_gpu).
-        self.gpu: GpuSeam | None = None
-        # While None, no Var carries a remote version and nothing is held for one (the
-        # local-only fast path); set once, under the lock (remote.open_remote).
-        self.remote: RemoteSeam | None = None
-        # False while both are None: dispatch asks neither whether to hold an operation (one
-        # test on the local-only path); set, under the lock, once either is opened.
-        self.may_hold = False
-        lifecycle.engines_after_fork.add(self, _after_fork_in_child)
+        super().__init__(settings, open_gpu, instruments, open_remote)
         if _COMPILED:  # live operations are hidden from the collector (collector.py)
             _watch_collections(self)
-
-    def abandon_executors(self) -> None:
-        """Shut every executor down without waiting and without the lock.
-
-        For the façade's finalizer, which may run inside a critical section of this thread
-        (the engine's last reference dropped there): each step is one operation on a dict or
-        a field, atomic under the GIL, and nothing creates an executor any more (no façade is
-        left to push).
-        """
-        self._last_route = (None, None, None)
-        for executor in self.routes.forget_locked():
-            executor.shutdown(False)
-
-    def __repr__(self) -> str:
-        mode = "serial" if self.settings.serial else f"cpu_workers={self.settings.cpu_workers}"
-        return f"<aioengine.Engine {self.state.value} pending={len(self.live)} {mode}>"
-
-    @property
-    def closed(self) -> bool:
-        """Whether the engine's ``aclose()`` has finished."""
-        return self.state is State.CLOSED
-
-    def validate_state(self) -> None:
-        """Check the invariants of this module's state (tests; takes the lock).
-
-        Raises:
-            AssertionError: naming the first invariant that does not hold.
-        """
-        with self.lock:
-            self.loop_queue.check_invariants()
-            for seq, op in self.live.items():
-                assert op._seq == seq, (seq, op)
-                assert op._state < _DONE, op
-                assert op._kind < _WAIT, op
-            seg = self.segments.open
-            assert seg is None or seg._kind == _BULK, seg
-            assert self.failures is self.ledger.failures, "the ledger's dict was replaced"
-            self.ledger.validate()
-            self.wakeups.check()
-            check_groups(self.live.values())
-
-    def _use_lock(self, lock: EngineLock) -> None:
-        """Make ``lock`` the engine lock, keeping the calls that take and give it back bound,
-        so that the hot paths call them without a method lookup (called before the engine
-        is shared, or in a forked child, or by a test that swaps in a stand-in lock, which
-        keeps EngineLock's ``owner`` and ``after`` itself)."""
-        self.lock = lock
-        self.lock_acquire: Callable[[], object]
-        self.lock_release: Callable[[], object]
-        if type(lock) is EngineLock:
-            self.lock_acquire = lock.take
-            self.lock_release = lock.give
-        else:
-            self.lock_acquire = lock.acquire
-            self.lock_release = lock.release
-
-    def _bind(self) -> asyncio.AbstractEventLoop | None:
-        """Bind to the running loop on first use; return the bound loop (None if unbound).
-
-        Called from any thread. A thread with no running loop may push sync operations to
-        an unbound engine; a thread running a different loop may not use the engine at all.
-        """
-        if self.forked:
-            self.check_fork()
-        if not self._guarded:  # a Ctrl-C never splits a critical section (lock.py)
-            self._guarded = guard_interrupts(self)
-        loop = _get_running_loop()
-        bound = self.loop
-        if loop is bound:
-            return bound
-        if loop is None:
-            if bound is not None and bound.is_closed():
-                raise RuntimeError(
-                    f"{self!r} is bound to an event loop that is closed; create a new Engine"
-                )
-            return bound
-        with self.lock:
-            if self.loop is None:
-                self.loop = loop
-                self.loop_thread = _get_ident()
-                self._loop_is_running = _is_running(loop)
-                first = True
-            else:
-                first = False
-        if first:
-            return loop
-        raise RuntimeError(
-            f"{self!r} is bound to another event loop; an Engine serves the loop it was "
-            "first used on: create one Engine per loop"
-        )
-
-    def require_loop(self) -> asyncio.AbstractEventLoop:
-        loop = self._bind()
-        if loop is None:
-            raise RuntimeError(
-                f"{self!r} is not bound to an event loop yet; use it from a coroutine first"
-            )
-        return loop
-
-    def shutdown_executors(self, *, wait: bool) -> list[Executor]:
-        """Shut every executor down (with ``wait``, join their workers); return them."""
-        with self.lock:
-            self._last_route = (None, None, None)
-            executors = self.routes.forget_locked()
-        for executor in executors:
-            executor.shutdown(wait)
-        return executors
 
     def push(
         self,
@@ -520,8 +279,9 @@ class Scheduler:
                 "coroutine first"
             )
         bulk = 0  # the segment size, when this operation joins a bulk segment (bulk.py)
+        segments = self.segments  # (a typed local: scheduler.pxd)
         if (
-            self.segments.scopes
+            segments.scopes
             and target is None
             and kind == _SYNC
             and handle is None
@@ -530,7 +290,7 @@ class Scheduler:
             and me == self.loop_thread
             and modes is None
         ):
-            bulk = self.segments.size_for(self)
+            bulk = segments.size_for(self)
         if made is None:
             op = new_operation(
                 self, owner, fn, kind, ctx, const, mutate, prop, priority, name, target
@@ -538,81 +298,97 @@ class Scheduler:
         else:
             op = made
             op._target = target
-        sequencer = self._sequencer
-        self.lock_acquire()
-        lock.owner = me
+        lock.enter(me)
         try:
             if _COMPILED:  # out of the cycle collector's passes until it completes (collector.py)
                 _hide(op)  # noqa: F821  (scheduler.pxd: compiled only)
-            if self.state is not _OPEN:
-                raise EngineClosedError(f"{self!r} is {self.state.value}; create a new Engine")
-            if handle is not None and handle._deleted:
-                raise OperatorDeletedError(f"{handle!r} was deleted; build a new one")
-            if self._deleted_vars:
-                for v in (*const, *mutate):
-                    if v._deleted:
-                        raise VarDeletedError(
-                            f"{v!r} was deleted; operation {name!r} cannot use it"
-                        )
-            if self.segments.open is not None and not bulk:
-                self.segments.flush_locked(self)  # it queues on its Vars before this operation
-            self.seq += 1
-            op._seq = seq = self.seq
-            op._key = seq - (priority << 64) if priority else seq
-            self.live[seq] = op
-            if self.instruments:
-                _instrument.notify_locked(self, "on_push", op)
-            if bulk:
-                self.segments.join_locked(self, op, bulk)
-                return op
-            # Appending is what a push promises to do atomically across its Vars, in the
-            # critical section that gave it its sequence number: so every Var's queue is in
-            # push order, which Var._holds relies on.
-            if modes is not None and ctx.device_type is _CPU:
-                op._modes = modes
-                wait = append_modes(op, const, mutate, modes)
-                if sequencer is not None and not sequencer._append(op, 1):
-                    wait += 1
-                if not wait and not take_tokens(op):
-                    return op  # admitted everywhere, parked for a busy commute token
-            else:  # (the read/write-only path falls through: no jump)
-                # A GPU or remote operation's commute and concurrent Vars are written, in push
-                # order (an order those modes allow): its device work is fenced, and its Dask
-                # task holds its Vars, as a writer's.
-                wait = append_all(op, const, mutate)
-                if sequencer is not None and not sequencer._append(op, 1):
-                    wait += 1
-            if deleting is not None:
-                deleting._deleted = op
-                self._deleted_vars = True
-            if wait:
-                op._wait = wait
-                return op
-            if self.may_hold:  # GPU fences or remote versions may hold it
-                todo = self.dispatch_locked([op])
-            else:
-                op._state = _READY
-                if target is None:
-                    if self.loop_queue.put_locked(op):  # _enqueue_loop_locked, inlined
-                        self.call_soon_locked(self._run_loop_queue)
-                    return op
-                todo = None
+            todo = self._admit_locked(op, ctx, const, mutate, handle, deleting, modes, bulk)
         except BaseException:
             if _COMPILED:  # refused: its snapshot must be tracked before it is freed
                 _show(op)  # noqa: F821  (scheduler.pxd: compiled only)
             raise
         finally:
-            if lock.after:
-                lock.unlock()
-            else:
-                lock.owner = 0
-                self.lock_release()
+            lock.leave()
         if todo is None:
             assert target is not None
             self._submit_one(target, op)
         elif todo:
             self.submit_ready(todo)
         return op
+
+    def _admit_locked(
+        self,
+        op: Operation[Any],
+        ctx: Context,
+        const: tuple[Var, ...],
+        mutate: tuple[Var, ...],
+        handle: OprHandle[Any] | None,
+        deleting: Var | None,
+        modes: tuple[int, ...] | None,
+        bulk: int,
+    ) -> list[Operation[Any]] | None:
+        """Admission, :meth:`push`'s critical section (lock held): refuse ``op`` if the engine
+        is not open or a Var or handle it uses was deleted; give it the next sequence number;
+        append its requests to its Vars' queues, atomically across them, or join it to the
+        open bulk segment (``bulk``: the segment's size, 0 outside one).
+
+        Returns what to submit once the lock is released: None for ``op`` itself, READY, to
+        its executor; else a list of operations (empty: ``op`` waits for its turn, was parked
+        for a commute token, joined a segment or was queued for the loop thread).
+        """
+        sequencer = self._sequencer
+        if self.state is not _OPEN:
+            raise EngineClosedError(f"{self!r} is {self.state.value}; create a new Engine")
+        if handle is not None and handle._deleted:
+            raise OperatorDeletedError(f"{handle!r} was deleted; build a new one")
+        if self._deleted_vars:
+            for v in (*const, *mutate):
+                if v._deleted:
+                    raise VarDeletedError(f"{v!r} was deleted; operation {op.name!r} cannot use it")
+        segments = self.segments  # (a typed local: scheduler.pxd)
+        if segments.open is not None and not bulk:
+            segments.flush_locked(self)  # it queues on its Vars before this operation
+        self.seq += 1
+        op._seq = seq = self.seq
+        priority = op._priority
+        op._key = seq - (priority << 64) if priority else seq
+        self.live[seq] = op
+        if self.instruments:
+            _instrument.notify_locked(self, "on_push", op)
+        if bulk:
+            segments.join_locked(self, op, bulk)
+            return _NOTHING
+        # Appending is what a push promises to do atomically across its Vars, in the
+        # critical section that gave it its sequence number: so every Var's queue is in
+        # push order, which Var._holds relies on.
+        if modes is not None and ctx.device_type is _CPU:
+            op._modes = modes
+            wait = append_modes(op, const, mutate, modes)
+            if sequencer is not None and not sequencer._append(op, 1):
+                wait += 1
+            if not wait and not take_tokens(op):
+                return _NOTHING  # admitted everywhere, parked for a busy commute token
+        else:  # (the read/write-only path falls through: no jump)
+            # A GPU or remote operation's commute and concurrent Vars are written, in push
+            # order (an order those modes allow): its device work is fenced, and its Dask
+            # task holds its Vars, as a writer's.
+            wait = append_all(op, const, mutate)
+            if sequencer is not None and not sequencer._append(op, 1):
+                wait += 1
+        if deleting is not None:
+            deleting._deleted = op
+            self._deleted_vars = True
+        if wait:
+            op._wait = wait
+            return _NOTHING
+        if self.may_hold:  # GPU fences or remote versions may hold it
+            return self.dispatch_locked([op])
+        op._state = _READY
+        if op._target is None:
+            if self.loop_queue.put_locked(op):  # enqueue_loop_locked, inlined
+                self.call_soon_locked(self._run_loop_queue)
+            return _NOTHING
+        return None
 
     def _admit_deferred(self, op: Operation[Any], push: Callable[[], object]) -> None:
         """Push ``op``, which a finalizer pushed inside a critical section, now that the
@@ -642,25 +418,6 @@ class Scheduler:
                 self.loop_thread,
                 f"{op.name!r}, pushed by a finalizer, could not be pushed",
                 exc,
-            )
-
-    def attach_locked(self, gpu: GpuSeam | None = None, remote: RemoteSeam | None = None) -> None:
-        """Attach the GPU or the remote collaborator, once, as its opener creates it (lock
-        held): from now on dispatch asks it whether to hold a READY operation back."""
-        if gpu is not None:
-            assert self.gpu is None
-            self.gpu = gpu
-        if remote is not None:
-            assert self.remote is None
-            self.remote = remote
-        self.may_hold = True
-
-    def check_fork(self) -> None:
-        if self.forked:
-            raise RuntimeError(
-                f"{self!r} was created in process {self._pid} and cannot be used after "
-                "os.fork(): its threads do not exist here. Create a new Engine in the child "
-                "(or use multiprocessing's 'spawn' start method)"
             )
 
     def _route(self, ctx: Context, prop: FnProperty, kind: int) -> Executor | None:
@@ -711,7 +468,7 @@ class Scheduler:
                     and self.loop.get_task_factory() is None
                 ):
                     todo.append(op)  # started at once by submit_ready
-                elif queue.put_locked(op):  # _enqueue_loop_locked, inlined
+                elif queue.put_locked(op):  # enqueue_loop_locked, inlined
                     self.call_soon_locked(self._run_loop_queue)
         return todo
 
@@ -767,7 +524,7 @@ class Scheduler:
         for target in wakes:
             target.wake()
 
-    def _enqueue_loop_locked(self, op: Operation[Any]) -> None:
+    def enqueue_loop_locked(self, op: Operation[Any]) -> None:
         """Queue a READY operation for the loop thread; run the queue soon (lock held)."""
         if self.loop_queue.put_locked(op):
             self.call_soon_locked(self._run_loop_queue)
@@ -795,18 +552,13 @@ class Scheduler:
             while budget > 0:
                 todo: list[Operation[Any]] = []
                 lock = self.lock
-                self.lock_acquire()
-                lock.owner = _get_ident()
+                lock.enter(_get_ident())
                 try:
-                    op = self._claim_loop_op_locked(todo)
+                    op = self.claim_loop_op_locked(todo)
                     if op is None:
                         self.loop_queue.scheduled = False
                 finally:
-                    if lock.after:
-                        lock.unlock()
-                    else:
-                        lock.owner = 0
-                        self.lock_release()
+                    lock.leave()
                 if todo:
                     self.submit_ready(todo)  # what skipped operations released
                 if op is None:
@@ -830,7 +582,7 @@ class Scheduler:
             else:
                 self.loop_queue.scheduled = False
 
-    def _claim_loop_op_locked(self, todo: list[Operation[Any]]) -> Operation[Any] | None:
+    def claim_loop_op_locked(self, todo: list[Operation[Any]]) -> Operation[Any] | None:
         """Take the best READY operation of the loop queue and mark it RUNNING (lock held).
 
         Cancelled ones are dropped, skipped ones finished (what they release is appended
@@ -850,7 +602,7 @@ class Scheduler:
         if op._state is not _READY:
             return False
         if self.failures and op._kind != _BULK:  # a segment's members check their own
-            skipped = self._skip_locked(op)
+            skipped = self.skip_locked(op)
             if skipped is not None:
                 todo.extend(skipped)
                 return False
@@ -894,22 +646,17 @@ class Scheduler:
         """Run ``op`` (see :meth:`execute`); return a successor this thread claimed to run.
 
         ``rctx`` is None on the loop thread. ``claimed``: ``op`` is already RUNNING
-        (:meth:`_finish_and_continue` or :meth:`_claim_loop_op_locked` started it).
+        (:meth:`_finish_and_continue` or :meth:`claim_loop_op_locked` started it).
         ``more``: whether to claim a successor at all.
         """
         if not claimed:
             todo: list[Operation[Any]] = []
             lock = self.lock
-            self.lock_acquire()
-            lock.owner = _get_ident()
+            lock.enter(_get_ident())
             try:
                 started = self.start_locked(op, todo)
             finally:
-                if lock.after:
-                    lock.unlock()
-                else:
-                    lock.owner = 0
-                    self.lock_release()
+                lock.leave()
             if not started:
                 if todo:
                     self.submit_ready(todo)
@@ -934,7 +681,7 @@ class Scheduler:
         if kind == _SYNC:
             assert fn is not None
             try:
-                result = _context_run(op._context, fn, rctx)
+                result = _context_run(op._snapshot, fn, rctx)
             except BaseException as exc:
                 # Drop this frame from the traceback: the recorded failure must not keep the
                 # operation (and through it its Vars) alive until someone throws it.
@@ -955,17 +702,18 @@ class Scheduler:
                 self.finish(op, _DONE, result, None)
         elif kind == _CORO:
             assert fn is not None
-            self._start_task(op, fn, rctx)
+            start_task(self.loop, op, fn, rctx)
         elif kind == _BULK:
-            return self.segments.run(self, op, more)
+            segments = self.segments  # (a typed local: scheduler.pxd)
+            return segments.run(self, op, more)
         else:
             assert fn is not None
             token = OnComplete(op)
             try:
-                result = _context_run(op._context, fn, rctx, token)
+                result = _context_run(op._snapshot, fn, rctx, token)
             except BaseException as exc:
                 trim_traceback(exc)
-                self._callback_raised(op, token, exc)
+                token.raised(exc)
                 del op, fn, token  # as above: the failure's frames reach this frame
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)) and (
                     _get_ident() == self.loop_thread
@@ -973,10 +721,10 @@ class Scheduler:
                     raise  # as a sync operation's, above
                 return None
             if type(result) in _COROUTINE_TYPES:
-                self._callback_raised(op, token, returned_coroutine(op.name, result))
+                token.raised(returned_coroutine(op.name, result))
         return None
 
-    def _skip_locked(self, op: Operation[Any]) -> list[Operation[Any]] | None:
+    def skip_locked(self, op: Operation[Any]) -> list[Operation[Any]] | None:
         """Inherit an input's failure at start; skip ``op`` unless it is NO_SKIP.
 
         Called with the lock held when ``failures`` is not empty. As in MXNet, the failure is
@@ -1008,38 +756,6 @@ class Scheduler:
                 return self.dispatch_locked(ready) if ready else []
         return None
 
-    def _start_task(self, op: Operation[Any], fn: Callable[..., Any], rctx: RunContext) -> None:
-        """Create the task of coroutine operation ``op`` (loop thread; ``op`` is RUNNING)."""
-        loop = self.loop
-        assert loop is not None
-        coro = run_coroutine(op, fn, rctx)
-        # Up to its hand-off now, in op's context (it sets current_op there): from here on
-        # a cancellation of the task reaches its try statement.
-        _context_run(op._context, coro.send, None)
-        task = loop.create_task(coro, name=op.name, context=op._context)
-        # The engine tracks this task through its operation (dump(), statistics()); when the
-        # loop closes with it pending (asyncio.run ending while operations are queued behind
-        # a cancelled one), the operation is simply never finished, which is not worth a
-        # "Task was destroyed but it is pending!" on stderr at interpreter exit.
-        task._log_destroy_pending = False  # type: ignore[attr-defined]
-        op._task = task  # read on the loop thread only (cancel hands off to it), so no lock
-
-    def _callback_raised(self, op: Operation[Any], token: OnComplete, exc: BaseException) -> None:
-        """A callback-style function raised: fail the op, or report if already completed."""
-        with self.lock:
-            already = token._called
-            if not already:
-                token._called = exc
-        if not already:
-            self.finish(op, _FAILED, None, exc)
-            return
-        report(
-            self.loop,
-            self.loop_thread,
-            f"{op.name!r} raised after calling on_complete(); the exception is reported here",
-            exc,
-        )
-
     def finish(
         self, op: Operation[Any], state: OpState, result: object, exc: BaseException | None
     ) -> None:
@@ -1052,8 +768,7 @@ class Scheduler:
         # Dropped by the critical section, released when this returns (lock.py's invariant).
         _held = (op._fn, op._vars)
         lock = self.lock
-        self.lock_acquire()
-        lock.owner = _get_ident()
+        lock.enter(_get_ident())
         try:
             if state is _DONE:
                 self._done_locked(op, result, ready)
@@ -1061,11 +776,7 @@ class Scheduler:
                 self.finish_locked(op, state, result, exc, ready)
             todo = self.dispatch_locked(ready) if ready else ready
         finally:
-            if lock.after:
-                lock.unlock()
-            else:
-                lock.owner = 0
-                self.lock_release()
+            lock.leave()
         if todo:
             self.submit_ready(todo)
 
@@ -1075,7 +786,7 @@ class Scheduler:
         On a worker, the successor is an operation of the same pool that this completion
         made ready, else the best one queued on the pool; with a failure recorded the start
         must check for skips, so none is claimed then. On the loop thread it is the best one
-        of the loop queue (:meth:`_claim_loop_op_locked`, which checks for skips). It is
+        of the loop queue (:meth:`claim_loop_op_locked`, which checks for skips). It is
         marked RUNNING in the same critical section as ``op``'s completion (one lock round
         trip per operation, not two) and the caller runs it on its own thread: READY and in
         no queue (or just taken from one), nobody else can.
@@ -1088,11 +799,10 @@ class Scheduler:
         # the caller holds op's function).
         _held = op._vars
         lock = self.lock
-        self.lock_acquire()
         if _COMPILED:
-            lock.owner = _thread_ident()  # noqa: F821  (scheduler.pxd: compiled only)
+            lock.enter(_thread_ident())  # noqa: F821  (scheduler.pxd: compiled only)
         else:
-            lock.owner = _get_ident()
+            lock.enter(_get_ident())
         try:
             self._done_locked(op, result, ready)
             if (
@@ -1113,7 +823,7 @@ class Scheduler:
                     return only
             todo = self.dispatch_locked(ready) if ready else ready
             if target is None:
-                nxt = self._claim_loop_op_locked(todo)
+                nxt = self.claim_loop_op_locked(todo)
             # Abandoned (interpreter exit): this worker must return to its pool and stop.
             elif not self.failures and not target.abandoned:
                 for i, candidate in enumerate(todo):
@@ -1126,11 +836,7 @@ class Scheduler:
                 if nxt is not None:
                     nxt._state = _RUNNING
         finally:
-            if lock.after:
-                lock.unlock()
-            else:
-                lock.owner = 0
-                self.lock_release()
+            lock.leave()
         if nxt is None or target is None:
             if todo:
                 self.submit_ready(todo)  # a worker returns to its pool and pops one of them
@@ -1150,10 +856,10 @@ class Scheduler:
         """:meth:`finish_locked` for an operation whose function returned ``result`` (lock
         held): every operation's path, so the release is inlined unless a failure is to be
         recorded (an input's, inherited by a NO_SKIP operation) or it has commute or
-        concurrent Vars: one test, ``_modes``, which ``_skip_locked`` sets for the former."""
+        concurrent Vars: one test, ``_modes``, which ``skip_locked`` sets for the former."""
         op._state = _DONE
         op._result = result
-        if op._modes is None:  # nothing inherited either (_skip_locked): the fast path
+        if op._modes is None:  # nothing inherited either (skip_locked): the fast path
             release_all(op._vars, op._nreads, ready, True)
             if self._sequencer is not None:
                 self._sequencer._release(True, ready, True)
@@ -1356,18 +1062,6 @@ class Scheduler:
         """Wake what other threads left for the loop (scheduled by ``wakeups.post_locked``)."""
         self.wakeups.drain(self)
 
-    def running_op(self) -> Operation[Any] | None:
-        """The running coroutine operation of this engine the caller is inside, if any."""
-        ref = current_op.get()
-        current = ref() if ref is not None else None
-        if current is None or current._core is not self or current._state is not _RUNNING:
-            return None
-        return current
-
-    def set_state_locked(self, state: State) -> None:
-        """Move the lifecycle on (the façade's close: CLOSING, then CLOSED; lock held)."""
-        self.state = state
-
     def queue_marker_locked(
         self, marker: Operation[None], var: Var, fut: asyncio.Future[None]
     ) -> list[Operation[Any]]:
@@ -1381,19 +1075,3 @@ class Scheduler:
             return self.dispatch_locked([marker])
         marker._wait = 1
         return []
-
-    def record_failure_locked(self, box: Failure) -> None:
-        """Record a failure that a collaborator found (a GPU's device, a remote version lost
-        or failed, a cluster out of reach): waits raise it until it is thrown (lock held)."""
-        self.ledger.record(box)
-
-    def take_failure_locked(self, box: Failure | None) -> BaseException | None:
-        """Throw ``box``, the failure a Var carried at a wait's turn, unless it was thrown
-        already: its exception, or None (lock held; failures.py)."""
-        return self.ledger.take(box, self.seq, next(iter(self.live), None))
-
-    def take_failures(self) -> list[BaseException]:
-        """Claim every failure not thrown yet, in the order they happened, and clear them
-        everywhere for the operations pushed from now on (``wait_for_all``, ``aclose``)."""
-        with self.lock:
-            return self.ledger.take_all(self.seq, next(iter(self.live), None))

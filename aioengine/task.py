@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from .context import RunContext
     from .operation import Operation
 
-__all__ = ("current_op", "run_coroutine")
+_context_run = contextvars.Context.run  # unbound: no method lookup per start
+
+__all__ = ("current_op", "quiet", "run_coroutine", "start_task")
 
 T = TypeVar("T")
 
@@ -52,7 +54,7 @@ async def run_coroutine(op: Operation[Any], fn: Callable[..., Any], rctx: RunCon
 
     Finishing here, at the end of the task's last step, costs no done-callback round trip
     through the loop. The engine runs this up to ``await _handoff()`` itself, before it creates
-    the task (see ``Scheduler._start_task``): so whatever later happens to the task, even a
+    the task (see :func:`start_task`): so whatever later happens to the task, even a
     cancellation before its first step, lands in this ``try`` and finishes ``op``.
     """
     core = op._core
@@ -107,3 +109,36 @@ def _reraise(exc: BaseException) -> None:
     """A loop callback that raises ``exc`` (a KeyboardInterrupt or SystemExit) out of the
     loop, as asyncio does when a task raises one."""
     raise exc
+
+
+def start_task(
+    loop: asyncio.AbstractEventLoop | None,
+    op: Operation[Any],
+    fn: Callable[..., Any],
+    rctx: RunContext,
+) -> None:
+    """Create the task of coroutine operation ``op`` on ``loop`` (the engine's, on its thread;
+    ``op`` is RUNNING): the scheduler's start of every coroutine operation."""
+    assert loop is not None
+    coro = run_coroutine(op, fn, rctx)
+    # Up to its hand-off now, in op's context (it sets current_op there): from here on a
+    # cancellation of the task reaches its try statement.
+    _context_run(op._snapshot, coro.send, None)
+    task = loop.create_task(coro, name=op.name, context=op._snapshot)
+    quiet(task)
+    op._task = task  # read on the loop thread only (cancel hands off to it), so no lock
+
+
+def quiet(task: asyncio.Task[Any]) -> None:
+    """Let ``task``, one the engine tracks through its operation (a coroutine operation's, or
+    a remote operation's wait for its Dask future: ``dump()``, ``statistics()``), be
+    destroyed pending without asyncio's "Task was destroyed but it is pending!".
+
+    When its loop closes with it pending (``asyncio.run`` ending while operations are queued
+    behind a cancelled one), the operation is simply never finished, which is not worth that
+    line on stderr at interpreter exit. asyncio has no public way: its finalizer logs any task
+    still pending, and one whose loop has closed can neither finish nor be kept alive without
+    keeping its engine (and a remote one's Dask futures) alive with it. The one write of
+    asyncio's private flag in the engine.
+    """
+    task._log_destroy_pending = False  # type: ignore[attr-defined]

@@ -703,7 +703,7 @@ def carry_failure_locked(var: Var, box: Failure) -> None:
     it (a remote version whose write failed, or whose value was lost). The core's API for
     collaborators, not a method: users see a failure through the operations that read
     ``var``. Caller holds the engine lock, which guards the failure: an operation that
-    starts from now on finds ``box`` there (``Scheduler._skip_locked``; ``Failure.seen_by``
+    starts from now on finds ``box`` there (``Scheduler.skip_locked``; ``Failure.seen_by``
     decides whether it is skipped)."""
     var._failure = box
 

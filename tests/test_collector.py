@@ -142,7 +142,7 @@ async def test_a_pending_operation_is_hidden_until_it_completes(held: Held) -> N
     writes = engine.push_sync(lambda r: 2, mutate_vars=mine)
     assert writes._vars is mine
     again = engine.push_sync(lambda r: 3, mutate_vars=mine)  # two operations share it
-    snapshots = [op._context for op in (both, writes, again)]
+    snapshots = [op._snapshot for op in (both, writes, again)]
     assert len({id(c) for c in snapshots}) == 3  # one each
     assert not gc.is_tracked(both)
     assert not gc.is_tracked(own)
@@ -171,7 +171,7 @@ async def test_a_full_collection_shows_live_operations_and_a_young_one_does_not(
     gc.collect()
     assert gc.is_tracked(op)
     assert gc.is_tracked(op._vars)
-    assert gc.is_tracked(op._context)
+    assert gc.is_tracked(op._snapshot)
     release()
     assert await op == 3  # shown already: completing it tracks nothing twice
     assert gc.is_tracked(op)
@@ -257,7 +257,7 @@ async def test_pending_operations_leave_the_collector_almost_nothing_to_walk(hel
     release()
     await engine.wait_for_all()
     assert seen == list(range(n))
-    assert all(gc.is_tracked(op) and gc.is_tracked(op._context) for op in ops)
+    assert all(gc.is_tracked(op) and gc.is_tracked(op._snapshot) for op in ops)
 
 
 async def test_each_operation_runs_in_the_context_of_its_push(serial: bool) -> None:

@@ -447,7 +447,7 @@ class TestPriority:
 
                 def claim() -> None:
                     best = min(model, key=model.__getitem__, default=None)
-                    assert engine._core._claim_loop_op_locked([]) is best
+                    assert engine._core.claim_loop_op_locked([]) is best
                     if best is not None:
                         assert best._state is OpState.RUNNING
                         del model[best]
@@ -455,7 +455,7 @@ class TestPriority:
                 for i, then in zip(order, after, strict=True):
                     with engine._core.lock:
                         ops[i]._state = OpState.READY
-                        engine._core._enqueue_loop_locked(ops[i])
+                        engine._core.enqueue_loop_locked(ops[i])
                         model[ops[i]] = ops[i]._key
                         if then == "c":
                             claim()
@@ -667,10 +667,10 @@ class TestLifecycle:
     @pytest.mark.parametrize("policy", ["asyncio", "uvloop", "subclass"])
     def test_the_running_check_answers_as_is_running(self, policy: str) -> None:
         """Every push from the loop's thread asks whether the bound loop runs, through the
-        cheapest equivalent of ``loop.is_running()`` (``scheduler._is_running``): it must
+        cheapest equivalent of ``loop.is_running()`` (``corestate._is_running``): it must
         answer the same before, during and after a run, for asyncio's loops, uvloop's, and
         a loop class that answers ``is_running`` its own way."""
-        from aioengine.scheduler import _is_running
+        from aioengine.corestate import _is_running
 
         if policy == "uvloop":
             uvloop = pytest.importorskip("uvloop")

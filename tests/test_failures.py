@@ -572,6 +572,12 @@ class AfterRelease(EngineLock):
     def unlock(self) -> None:
         self.release()
 
+    def enter(self, me: int) -> None:
+        self.acquire()
+
+    def leave(self) -> None:
+        self.release()
+
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         taken = bool(self._inner.acquire(blocking, timeout))
         if taken:

@@ -102,6 +102,7 @@ CORE = frozenset(
     f"aioengine.{name}"
     for name in (
         "scheduler",
+        "corestate",
         "routing",
         "wakeups",
         "cancellation",
@@ -120,6 +121,7 @@ CORE = frozenset(
 # The core's state classes whose public fields only the core may change: (module, class).
 STATE = (
     ("scheduler", "Scheduler"),
+    ("corestate", "CoreState"),
     ("routing", "Routes"),
     ("wakeups", "Wakeups"),
     ("failures", "Ledger"),

@@ -43,6 +43,7 @@ from ..functions import ValueCall
 from ..kinds import _CALLBACK, _CORO, _WAIT, FnProperty, OpState
 from ..operation import Operation
 from ..scheduler import Scheduler
+from ..task import quiet
 from ..var import NO_VALUE, Failure, Var, carry
 from . import dask_api, worker
 from .connection import Connection
@@ -312,7 +313,7 @@ class RemoteBackend:
 
     def _begin_cancel(self, future: DaskFuture) -> None:
         task = self._loop.create_task(self._cancel_future(future))
-        task.add_done_callback(_quiet)
+        task.add_done_callback(_retrieve)
 
     def _stale(self, var: Var) -> None:
         """Forget the copy of ``var``'s value on the cluster, which a local writer replaces
@@ -356,8 +357,8 @@ class RemoteBackend:
                     run = self._complete_value(op, self._link.client, *collected)
                 else:
                     run = (self._run_value if type(op._fn) is ValueCall else self._run_effect)(op)
-                task = self._loop.create_task(run, name=op.name, context=op._context)
-                dask_api.quiet(task)
+                task = self._loop.create_task(run, name=op.name, context=op._snapshot)
+                quiet(task)
                 if not collected:
                     task.add_done_callback(functools.partial(self._task_done, op))
                     core.attach_task_locked(op, task)
@@ -962,7 +963,7 @@ class RemoteBackend:
 
     def _begin_gather(self, version: RemoteVersion) -> None:
         task = self._loop.create_task(self._gather(version))
-        task.add_done_callback(_quiet)
+        task.add_done_callback(_retrieve)
 
     async def _gather(self, version: RemoteVersion) -> None:
         """Bring a settled version's value here once, for the local readers it holds."""
@@ -1040,7 +1041,7 @@ def _set_done(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-def _quiet(task: asyncio.Future[Any]) -> None:
+def _retrieve(task: asyncio.Future[Any]) -> None:
     """Retrieve a fire-and-forget task's exception (a cancel or gather that failed at close)."""
     if not task.cancelled():
         task.exception()

@@ -10,7 +10,6 @@ is missing, and :func:`missing` lists what this Dask lacks, which
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import uuid
 from collections.abc import Awaitable, Iterable
@@ -24,7 +23,6 @@ __all__ = (
     "cancelled_error",
     "distributed",
     "missing",
-    "quiet",
     "removed_workers",
     "send_graph",
     "set_error",
@@ -96,15 +94,6 @@ def state_wait(future: Any) -> Awaitable[None] | None:
     state on the client's loop (no thread, no transfer); None on a Dask without it."""
     wait = getattr(getattr(future, "_state", None), "wait", None)
     return None if wait is None else wait()
-
-
-def quiet(task: asyncio.Task[Any]) -> None:
-    """Let an engine task that awaits a Dask future be destroyed pending without asyncio's
-    "Task was destroyed but it is pending!" (the engine's loop may close under it), as the
-    scheduler does for a coroutine operation's task. asyncio has no public way: the task's
-    finalizer logs it for any task still pending, and one whose loop has closed can neither
-    finish nor be kept alive without keeping its engine and Dask futures alive with it."""
-    task._log_destroy_pending = False  # type: ignore[attr-defined]
 
 
 def cancelled_error(key: str) -> BaseException:
