@@ -13,9 +13,6 @@ from .wakeups cimport Wakeups
 
 
 cdef class CoreState:
-    # An instance __dict__, so that a test may stand in for one of the scheduler's Python
-    # methods on one engine (test_shutdown.py pauses a thread in submit_ready()).
-    cdef dict __dict__
     cdef object __weakref__
     cdef public bint _deleted_vars
     cdef public dict failures

@@ -223,6 +223,8 @@ class CoreState:
             executor.shutdown(False)
 
     def __repr__(self) -> str:
+        """The engine this scheduler serves, as users know it (``Engine.__repr__`` is this):
+        the core's errors name the engine with it, never the scheduler."""
         mode = "serial" if self.settings.serial else f"cpu_workers={self.settings.cpu_workers}"
         return f"<aioengine.Engine {self.state.value} pending={len(self.live)} {mode}>"
 

@@ -18,6 +18,7 @@ cdef class EngineLock:
     cdef public object take
     cdef public object _token
 
-    # The hot paths' critical sections: C calls (a test's stand-in lock overrides them).
-    cpdef enter(self, unsigned long me)
-    cpdef leave(self)
+    # The hot paths' critical sections: C methods (no check for a Python override; a test's
+    # stand-in lock provides its own take and give instead).
+    cdef int enter(self, unsigned long me) except -1
+    cdef int leave(self) except -1

@@ -113,22 +113,25 @@ class EngineLock:
         self.after: list[object] = []
         _locks.add(self)
 
-    def enter(self, me: int) -> None:
+    def enter(self, me: int) -> int:
         """Begin a critical section of the engine's hot paths on the thread whose ident is
-        ``me``: take the lock and record its owner. The one entry of those sections; pair it
-        with :meth:`leave` in a ``finally`` clause."""
+        ``me``: take the lock (:attr:`take`) and record its owner. The one entry of those
+        sections; pair it with :meth:`leave` in a ``finally`` clause. A C method in the
+        compiled core (lock.pxd); returns 0."""
         self.take()
         self.owner = me
+        return 0
 
-    def leave(self) -> None:
-        """End the critical section :meth:`enter` began: give the lock back, through
-        :meth:`unlock` when :attr:`after` holds something back (released, and its deferred
-        calls made, once the lock is free)."""
+    def leave(self) -> int:
+        """End the critical section :meth:`enter` began: give the lock back (:attr:`give`),
+        through :meth:`unlock` when :attr:`after` holds something back (released, and its
+        deferred calls made, once the lock is free). Returns 0."""
         if self.after:
             self.unlock()
         else:
             self.owner = 0
             self.give()
+        return 0
 
     def held_here(self) -> bool:
         """Whether the calling thread holds the lock (so user code runs inside its critical

@@ -25,7 +25,7 @@ cdef int _BULK, _CORO, _SYNC, _WAIT
 
 # Not final: Cython refuses a final class that overrides its base's methods (the four that
 # corestate.pxd declares for bulk.py). A cpdef call then checks for a Python override: with
-# no instance __dict__ ever made, a comparison of cached dict versions.
+# no instance __dict__ (CoreState declares every field) and a static type, two tests.
 cdef class Scheduler(CoreState):
     # Its fields are CoreState's (corestate.pxd); the per-operation cycle's methods:
 
@@ -44,6 +44,8 @@ cdef class Scheduler(CoreState):
     cpdef claim_loop_op_locked(self, list todo)
     @cython.locals(op=_OperationCore)
     cpdef bint start_locked(self, op, list todo) except -1
+    @cython.locals(lock=_LockType)
+    cpdef finish(self, op, state, result, exc)
     @cython.locals(op=_OperationCore, kind=int, lock=_LockType, segments=Segments)
     cpdef _execute_one(self, op, rctx, bint claimed=*, bint more=*)
     @cython.locals(op=_OperationCore, only=_OperationCore, candidate=_OperationCore,

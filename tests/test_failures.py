@@ -568,14 +568,11 @@ class AfterRelease(EngineLock):
         self._owner = threading.get_ident()
         self.owner = 0  # EngineLock's discipline (lock.py), kept by acquire and release
         self.after: list[object] = []
+        # The calls the hot paths' critical sections make (EngineLock.enter and leave).
+        self.take = self.acquire
+        self.give = self.release
 
     def unlock(self) -> None:
-        self.release()
-
-    def enter(self, me: int) -> None:
-        self.acquire()
-
-    def leave(self) -> None:
         self.release()
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:

@@ -253,11 +253,13 @@ class TestCloseRaces:
     """Closing while other threads push or complete operations, or from inside one."""
 
     @staticmethod
-    def hold_hand_off(engine: Any, method: str) -> tuple[threading.Event, threading.Event]:
-        """Pause thread "T" where it hands READY operations to their pool (the lock is free
-        there): it signals ``in_window`` and goes on when ``go`` is set."""
+    def hold_hand_off(engine: ae.Engine) -> tuple[threading.Event, threading.Event]:
+        """Pause thread "T" where it hands READY operations to their pool, in the pool's
+        ``submit`` (the engine's lock is free there): it signals ``in_window`` and goes on
+        when ``go`` is set."""
         in_window, go = threading.Event(), threading.Event()
-        real = getattr(engine, method)
+        pool = engine._core.routes.executors["cpu0"]
+        real = pool.submit
 
         def held(*args: Any) -> Any:
             if threading.current_thread().name == "T":
@@ -265,13 +267,13 @@ class TestCloseRaces:
                 assert go.wait(10)
             return real(*args)
 
-        setattr(engine, method, held)
+        pool.submit = held  # type: ignore[method-assign]
         return in_window, go
 
     async def test_a_push_from_a_thread_cancelled_by_aclose_before_its_hand_off(self) -> None:
         engine = ae.Engine(cpu_workers=2)
         await engine.push_sync(lambda r: None)  # the pool exists
-        in_window, go = self.hold_hand_off(engine._core, "_submit_one")
+        in_window, go = self.hold_hand_off(engine)
         pushed: list[ae.Operation[Any]] = []
         thread = threading.Thread(
             target=lambda: pushed.append(engine.push_sync(lambda r: pytest.fail("ran"))),
@@ -299,7 +301,7 @@ class TestCloseRaces:
         first = engine.push_async(callback, mutate_vars=[x])
         second = engine.push_sync(lambda r: pytest.fail("ran"), mutate_vars=[x])
         assert await asyncio.to_thread(started.wait, 10)
-        in_window, go = self.hold_hand_off(engine._core, "submit_ready")
+        in_window, go = self.hold_hand_off(engine)
         errors: list[BaseException] = []
 
         def complete() -> None:
