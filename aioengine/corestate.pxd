@@ -1,15 +1,20 @@
 # Declarations for the optional compiled core (setup.py): Cython compiles corestate.py with
 # these types, so that the scheduler's fields are C struct members that the compiled hot path
-# (scheduler.py, bulk.py) reads and writes directly. bulk.pxd types the scheduler as this
-# class, and scheduler.pxd cimports bulk.pxd: neither .pxd file cimports the other's
-# dependants (no cimport cycle). tests/test_pxd_fields.py checks that the fields listed here
+# (scheduler.py, bulk.py) reads and writes directly, and an operation's completion a C method.
+# bulk.pxd types the scheduler as this class, and scheduler.pxd cimports bulk.pxd: no .pxd
+# file cimports one that cimports it back. tests/test_pxd_fields.py checks that the fields listed here
 # are the ones corestate.py assigns.
 cimport cython
 
+from .collector cimport show as _show
 from .loopqueue cimport LoopQueue
 from .operation cimport _OperationCore
 from .var cimport Var as _VarType
 from .wakeups cimport Wakeups
+
+
+# The operation kinds (kinds.py) as C ints, as in scheduler.pxd.
+cdef int _BULK, _WAIT
 
 
 cdef class CoreState:
@@ -44,11 +49,8 @@ cdef class CoreState:
     cdef public list _wakes
     cdef public Wakeups wakeups
 
-    # The cycle's methods that bulk.py calls as C functions; the Scheduler implements them.
-    # (An argument's type is part of the signature the Scheduler's overrides repeat.)
-    cpdef list dispatch_locked(self, list ready)
-    @cython.locals(op=_OperationCore)
+    # Every operation's completion (the scheduler's, and bulk.py's for each segment member).
+    @cython.locals(op=_OperationCore, finished=dict, row=list, i=Py_ssize_t)
     cpdef complete_locked(self, op, state)
     @cython.locals(op=_OperationCore)
-    cpdef enqueue_loop_locked(self, op)
-    cpdef claim_loop_op_locked(self, list todo)
+    cpdef _notify_locked(self, op)

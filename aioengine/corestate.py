@@ -71,6 +71,7 @@ from collections.abc import Callable
 from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
+from . import instrument as _instrument
 from . import lifecycle
 from .bulk import Segments
 from .context import Context, RunContext
@@ -84,7 +85,7 @@ from .routing import GpuSeam, RemoteSeam, Routes
 from .settings import Settings
 from .task import current_op
 from .var import Failure, Var, check_groups
-from .wakeups import Wakeups
+from .wakeups import Wakeups, wake_locked
 
 if TYPE_CHECKING:
     from .operation import Operation
@@ -97,6 +98,16 @@ _partial = functools.partial
 _get_ident = threading.get_ident
 _RUNNING = OpState.RUNNING
 _DONE = OpState.DONE
+
+# The compiled core's C function that puts a completed operation back in the cycle
+# collector's passes (collector.pxd, cimported by corestate.pxd). Declared, not bound: the
+# pure-Python core calls it only ``if COMPILED``.
+_show: Callable[[Operation[Any]], None]
+
+
+def _zeros() -> list[int]:
+    """A row of ``finished``: finished operations by ``OpState`` value."""
+    return [0] * len(OpState)
 
 
 class State(enum.Enum):
@@ -356,22 +367,57 @@ class CoreState:
         with self.lock:
             return self.ledger.take_all(self.seq, next(iter(self.live), None))
 
-    # The cycle's methods that bulk segments call as C functions (bulk.pxd types the
-    # scheduler as this class, so that the two .pxd files do not cimport each other); the
-    # Scheduler implements them.
-
-    def dispatch_locked(self, ready: list[Any]) -> list[Operation[Any]]:
-        """Mark newly ready operations READY (``Scheduler.dispatch_locked``)."""
-        raise NotImplementedError
-
     def complete_locked(self, op: Operation[Any], state: OpState) -> None:
-        """Make ``op`` final (``Scheduler.complete_locked``)."""
-        raise NotImplementedError
+        """Make ``op`` final: counters, ``wait_for_all``, awaiters and callbacks (lock held)."""
+        if self.instruments and op._kind < _WAIT:
+            _instrument.notify_locked(self, "on_finish", op)
+        if COMPILED:  # back in the cycle collector, with its Var tuple (collector.py)
+            _show(op)  # noqa: F821  (corestate.pxd: compiled only)
+        # A finished operation keeps no Var alive (its failure's traceback may keep it).
+        op._vars = ()
+        op._nreads = 0
+        if op._kind < _WAIT:
+            del self.live[op._seq]
+            target = op._target  # statistics()
+            if target is None:  # the loop's row, at hand (_loop_finished is _finished[None])
+                row = self._loop_finished
+                if row is None:
+                    row = self._loop_finished = self.finished[None] = _zeros()
+            else:
+                finished = self.finished
+                if target not in finished:
+                    finished[target] = _zeros()
+                row = finished[target]
+            i = state
+            row[i] += 1
+            wakeups = self.wakeups
+            if wakeups.capacity:
+                wakeups.capacity_freed_locked(self)
+            if not self.live:
+                if self.ledger.thrown:  # nothing pushed before a throw is live: retire all
+                    self.ledger.retire(None)
+                if wakeups.idle:
+                    wakeups.became_idle_locked(self)
+        if op._waiters is not None or op._callbacks is not None:  # (no call when nobody waits)
+            self._notify_locked(op)
 
-    def enqueue_loop_locked(self, op: Operation[Any]) -> None:
-        """Queue a READY operation for the loop thread (``Scheduler.enqueue_loop_locked``)."""
-        raise NotImplementedError
+    def _notify_locked(self, op: Operation[Any]) -> None:
+        """Tell final ``op``'s awaiters and callbacks (lock held): at once on the loop thread,
+        else through the inbox, which the loop drains (asyncio futures are the loop's)."""
+        if _get_ident() == self.loop_thread:
+            wake_locked(self.loop, op)
+        else:
+            self.wakeups.post_locked(self, op)
 
-    def claim_loop_op_locked(self, todo: list[Operation[Any]]) -> Operation[Any] | None:
-        """Claim the loop queue's best operation (``Scheduler.claim_loop_op_locked``)."""
-        raise NotImplementedError
+    def call_soon_locked(self, callback: Callable[[], None]) -> None:
+        """Schedule ``callback`` on the engine's loop from any thread (lock held)."""
+        loop = self.loop
+        assert loop is not None
+        if _get_ident() == self.loop_thread:
+            loop.call_soon(callback)
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(callback)
+
+    def drain_wakeups(self) -> None:
+        """Wake what other threads left for the loop (scheduled by ``wakeups.post_locked``)."""
+        self.wakeups.drain(self)

@@ -18,8 +18,8 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .corestate import CoreState
     from .operation import Operation
-    from .scheduler import Scheduler
 
 __all__ = ("Instrument",)
 
@@ -52,7 +52,7 @@ class Instrument:
         return coro
 
 
-def notify_locked(core: Scheduler, hook: str, op: Operation[Any]) -> None:
+def notify_locked(core: CoreState, hook: str, op: Operation[Any]) -> None:
     """Call the ``hook`` method (``"on_push"`` or ``"on_finish"``) of every instrument (lock
     held). One that raises is uninstalled and reported: a broken observer must not strand the
     operations it observes (the bookkeeping around the hook goes on)."""
@@ -63,7 +63,7 @@ def notify_locked(core: Scheduler, hook: str, op: Operation[Any]) -> None:
             failed_locked(core, inst, hook, exc)
 
 
-def notify_start(core: Scheduler, op: Operation[Any]) -> None:
+def notify_start(core: CoreState, op: Operation[Any]) -> None:
     """:func:`notify_locked` for ``Instrument.on_start`` (called without the lock)."""
     for inst in core.instruments:
         try:
@@ -72,7 +72,7 @@ def notify_start(core: Scheduler, op: Operation[Any]) -> None:
             failed(core, inst, "on_start", exc)
 
 
-def notify_ran_on(core: Scheduler, op: Operation[Any], where: str | None) -> None:
+def notify_ran_on(core: CoreState, op: Operation[Any], where: str | None) -> None:
     """:func:`notify_locked` for ``Instrument.on_ran_on`` (called without the lock)."""
     for inst in core.instruments:
         try:
@@ -81,13 +81,13 @@ def notify_ran_on(core: Scheduler, op: Operation[Any], where: str | None) -> Non
             failed(core, inst, "on_ran_on", exc)
 
 
-def failed(core: Scheduler, inst: Instrument, hook: str, exc: Exception) -> None:
+def failed(core: CoreState, inst: Instrument, hook: str, exc: Exception) -> None:
     """:func:`failed_locked` from a hook called without the lock."""
     with core.lock:
         failed_locked(core, inst, hook, exc)
 
 
-def failed_locked(core: Scheduler, inst: Instrument, hook: str, exc: Exception) -> None:
+def failed_locked(core: CoreState, inst: Instrument, hook: str, exc: Exception) -> None:
     """Uninstall ``inst``, whose ``hook`` raised ``exc``, and report it (lock held)."""
     uninstall_locked(core, inst)
     message = f"aioengine: {type(inst).__name__}.{hook} raised; the instrument was removed"
@@ -100,11 +100,11 @@ def failed_locked(core: Scheduler, inst: Instrument, hook: str, exc: Exception) 
         logger.error(message, exc_info=exc)
 
 
-def install_locked(core: Scheduler, instrument: Instrument) -> None:
+def install_locked(core: CoreState, instrument: Instrument) -> None:
     """Install ``instrument`` (lock held)."""
     core.instruments = (*core.instruments, instrument)
 
 
-def uninstall_locked(core: Scheduler, instrument: Instrument) -> None:
+def uninstall_locked(core: CoreState, instrument: Instrument) -> None:
     """Uninstall ``instrument`` if installed (lock held)."""
     core.instruments = tuple(i for i in core.instruments if i is not instrument)

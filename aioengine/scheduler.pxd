@@ -1,5 +1,5 @@
 # Declarations for the optional compiled core (setup.py): Cython compiles scheduler.py with
-# these types. Scheduler becomes an extension type, derived from CoreState (whose fields
+# these types. Scheduler becomes a final extension type, derived from CoreState (whose fields
 # are C struct members: corestate.pxd), and
 # the methods on every operation's path take typed operations (_OperationCore). The Python
 # source stays the one implementation; this file only types it (tests/test_pxd_fields.py
@@ -23,9 +23,8 @@ from .var cimport Var as _VarType, append_all, release_all
 cdef int _BULK, _CORO, _SYNC, _WAIT
 
 
-# Not final: Cython refuses a final class that overrides its base's methods (the four that
-# corestate.pxd declares for bulk.py). A cpdef call then checks for a Python override: with
-# no instance __dict__ (CoreState declares every field) and a static type, two tests.
+# Final, so that its methods call each other directly (it overrides none of CoreState's).
+@cython.final
 cdef class Scheduler(CoreState):
     # Its fields are CoreState's (corestate.pxd); the per-operation cycle's methods:
 
@@ -53,10 +52,6 @@ cdef class Scheduler(CoreState):
     cpdef _finish_and_continue(self, op, result)
     @cython.locals(op=_OperationCore)
     cpdef _done_locked(self, op, result, list ready)
-    @cython.locals(op=_OperationCore, finished=dict, row=list, i=Py_ssize_t)
-    cpdef complete_locked(self, op, state)
-    @cython.locals(op=_OperationCore)
-    cpdef _notify_locked(self, op)
     @cython.locals(op=_OperationCore)
     cpdef _show_live(self)
     @cython.locals(op=_OperationCore, i=Py_ssize_t, queue=LoopQueue)

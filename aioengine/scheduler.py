@@ -128,7 +128,6 @@ from .var import (
     take_tokens,
     withdraw_all,
 )
-from .wakeups import wake_locked
 
 __all__ = ("Scheduler", "State")
 
@@ -166,11 +165,6 @@ def _cancel_message(exc: BaseException) -> object:
     """The message of a CancelledError (None if it has none), kept as a cancelled
     operation's ``_result`` (Operation._cancelled_error raises it again)."""
     return exc.args[0] if exc.args else None
-
-
-def _zeros() -> list[int]:
-    """A row of ``finished``: finished operations by ``OpState`` value."""
-    return [0] * len(OpState)
 
 
 # The compiled core's C functions that take an operation out of the cycle collector's passes
@@ -528,15 +522,6 @@ class Scheduler(CoreState):
         """Queue a READY operation for the loop thread; run the queue soon (lock held)."""
         if self.loop_queue.put_locked(op):
             self.call_soon_locked(self._run_loop_queue)
-
-    def call_soon_locked(self, callback: Callable[[], None]) -> None:
-        """Schedule ``callback`` on the engine's loop from any thread (lock held)."""
-        loop = self.loop
-        assert loop is not None
-        if _get_ident() == self.loop_thread:
-            loop.call_soon(callback)
-        elif not loop.is_closed():
-            loop.call_soon_threadsafe(callback)
 
     def _run_loop_queue(self) -> None:
         """Run the loop thread's READY operations, best first (on the loop thread).
@@ -1006,48 +991,6 @@ class Scheduler(CoreState):
         op._fn = None
         self.complete_locked(op, state)
 
-    def complete_locked(self, op: Operation[Any], state: OpState) -> None:
-        """Make ``op`` final: counters, ``wait_for_all``, awaiters and callbacks (lock held)."""
-        if self.instruments and op._kind < _WAIT:
-            _instrument.notify_locked(self, "on_finish", op)
-        if _COMPILED:  # back in the cycle collector, with its Var tuple (collector.py)
-            _show(op)  # noqa: F821  (scheduler.pxd: compiled only)
-        # A finished operation keeps no Var alive (its failure's traceback may keep it).
-        op._vars = ()
-        op._nreads = 0
-        if op._kind < _WAIT:
-            del self.live[op._seq]
-            target = op._target  # statistics()
-            if target is None:  # the loop's row, at hand (_loop_finished is _finished[None])
-                row = self._loop_finished
-                if row is None:
-                    row = self._loop_finished = self.finished[None] = _zeros()
-            else:
-                finished = self.finished
-                if target not in finished:
-                    finished[target] = _zeros()
-                row = finished[target]
-            i = state
-            row[i] += 1
-            wakeups = self.wakeups
-            if wakeups.capacity:
-                wakeups.capacity_freed_locked(self)
-            if not self.live:
-                if self.ledger.thrown:  # nothing pushed before a throw is live: retire all
-                    self.ledger.retire(None)
-                if wakeups.idle:
-                    wakeups.became_idle_locked(self)
-        if op._waiters is not None or op._callbacks is not None:  # (no call when nobody waits)
-            self._notify_locked(op)
-
-    def _notify_locked(self, op: Operation[Any]) -> None:
-        """Tell final ``op``'s awaiters and callbacks (lock held): at once on the loop thread,
-        else through the inbox, which the loop drains (asyncio futures are the loop's)."""
-        if _get_ident() == self.loop_thread:
-            wake_locked(self.loop, op)
-        else:
-            self.wakeups.post_locked(self, op)
-
     def _show_live(self) -> None:
         """Show the cycle collector every live operation again (collector.py).
 
@@ -1057,10 +1000,6 @@ class Scheduler(CoreState):
         if _COMPILED:
             for op in list(self.live.values()):
                 _show(op)  # noqa: F821  (scheduler.pxd: compiled only)
-
-    def drain_wakeups(self) -> None:
-        """Wake what other threads left for the loop (scheduled by ``wakeups.post_locked``)."""
-        self.wakeups.drain(self)
 
     def queue_marker_locked(
         self, marker: Operation[None], var: Var, fut: asyncio.Future[None]

@@ -16,8 +16,8 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .corestate import CoreState
     from .operation import Operation
-    from .scheduler import Scheduler
 
 __all__ = ("Wakeups", "wake_locked")
 
@@ -93,7 +93,7 @@ class Wakeups:
             if fut in waiters:
                 waiters.remove(fut)
 
-    def post_locked(self, core: Scheduler, op: Operation[Any] | None = None) -> None:
+    def post_locked(self, core: CoreState, op: Operation[Any] | None = None) -> None:
         """Leave final ``op`` (if any) in the inbox, and make sure a drain is scheduled on
         the loop (another thread; lock held)."""
         if op is not None:
@@ -102,7 +102,7 @@ class Wakeups:
             self.scheduled = True
             core.call_soon_locked(core.drain_wakeups)
 
-    def drain(self, core: Scheduler) -> None:
+    def drain(self, core: CoreState) -> None:
         """Wake what other threads left for the loop (the loop thread; takes the lock)."""
         with core.lock:
             ops = self.inbox
@@ -119,7 +119,7 @@ class Wakeups:
             if idle and not core.live:
                 self.wake_idle_locked()
 
-    def capacity_freed_locked(self, core: Scheduler) -> None:
+    def capacity_freed_locked(self, core: CoreState) -> None:
         """An operation completed while pushes wait for capacity: wake them now on the loop
         thread, else at the next drain (lock held)."""
         if _get_ident() == core.loop_thread:
@@ -128,7 +128,7 @@ class Wakeups:
             self.capacity_due = True
             self.post_locked(core)
 
-    def became_idle_locked(self, core: Scheduler) -> None:
+    def became_idle_locked(self, core: CoreState) -> None:
         """The last pending operation completed while ``wait_for_all`` callers wait: wake them
         now on the loop thread, else at the next drain (lock held)."""
         if _get_ident() == core.loop_thread:
@@ -137,7 +137,7 @@ class Wakeups:
             self.idle_due = True
             self.post_locked(core)
 
-    def wake_capacity_locked(self, core: Scheduler) -> None:
+    def wake_capacity_locked(self, core: CoreState) -> None:
         """Wake every backpressured push; each re-checks the bound (loop thread, lock held)."""
         limit = core.settings.max_pending
         if limit is not None and len(core.live) >= limit:
