@@ -160,7 +160,9 @@ def _is_running(loop: asyncio.AbstractEventLoop) -> Callable[[], object]:
 class CoreState:
     """The state of one engine's core (the module docstring lists every field) and the
     methods that keep it: binding, fork checks, the lifecycle, attaching collaborators,
-    the failure ledger's throws, and :meth:`validate_state`.
+    the failure ledger's throws, an operation's completion (:meth:`complete_locked`: its
+    counters, the waits and its awaiters; bulk segments call it for each member, as C
+    calls), the loop's callbacks, and :meth:`validate_state`.
 
     Not created alone: :class:`~aioengine.scheduler.Scheduler` derives from it.
     """

@@ -33,8 +33,10 @@ cdef class Scheduler(CoreState):
                    collecting="unsigned long", segments=Segments)
     cpdef push(self, owner, fn, int kind, ctx, tuple const, tuple mutate, prop, priority, name,
                 deleting, handle=*, modes=*, made=*)
-    @cython.locals(op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType, segments=Segments)
-    cpdef _admit_locked(self, op, ctx, tuple const, tuple mutate, handle, deleting, modes, bulk)
+    @cython.locals(op=_OperationCore, wait=Py_ssize_t, sequencer=_VarType)
+    # push's critical section: a C function of push only, which the C compiler inlines.
+    cdef inline object _admit_locked(self, op, ctx, tuple const, tuple mutate, handle, deleting,
+                                     modes, bulk, Segments segments)
     @cython.locals(op=_OperationCore)
     cpdef enqueue_loop_locked(self, op)
     @cython.locals(op=_OperationCore, budget=Py_ssize_t, lock=_LockType)

@@ -50,16 +50,17 @@ holds ``lock``. Those of :class:`Scheduler`:
 - running: :meth:`start_locked` (an executor claims a READY operation), :meth:`execute`
   (every executor's runner), :meth:`finish` (its outcome, from any thread),
   :meth:`finish_locked`, :meth:`dispatch_locked` then :meth:`submit_ready` (what a release
-  made READY, handed to executors once unlocked), :meth:`call_soon_locked` (a callback on
-  the loop); for bulk segments also :meth:`enqueue_loop_locked`,
-  :meth:`claim_loop_op_locked` and :meth:`skip_locked`;
+  made READY, handed to executors once unlocked); for bulk segments also
+  :meth:`enqueue_loop_locked`, :meth:`claim_loop_op_locked` and :meth:`skip_locked`;
 - release early, complete later (the GPU once enqueued, the remote backend once
   submitted): :meth:`release_locked` or :meth:`release_submitted_locked`, then
-  :meth:`complete_released_locked`; :meth:`complete_locked` makes any operation final;
+  :meth:`complete_released_locked`; ``complete_locked`` makes any operation final;
   :meth:`attach_task_locked` (the task a remote operation's wait runs in);
 - admission :meth:`push`, and :meth:`queue_marker_locked` (``wait_for_var``'s marker).
 
-And those of ``CoreState``: ``require_loop``, ``check_fork``, ``running_op``,
+And those of ``CoreState``: ``complete_locked`` (every operation's completion: counters,
+``wait_for_all``, awaiters and callbacks), ``call_soon_locked`` (a callback on the loop),
+``require_loop``, ``check_fork``, ``running_op``,
 ``attach_locked`` (an opener attaches the GPU or the remote collaborator),
 ``record_failure_locked``, ``take_failure_locked`` and ``take_failures`` (the façade's waits
 throw them), ``set_state_locked``, ``shutdown_executors``, ``abandon_executors``; the waiters
@@ -86,6 +87,7 @@ from typing import Any
 
 from . import instrument as _instrument
 from . import lifecycle
+from .bulk import Segments
 from .collector import watch as _watch_collections
 from .context import Context, DeviceType, RunContext, cpu
 from .corestate import COMPILED as _COMPILED
@@ -296,7 +298,9 @@ class Scheduler(CoreState):
         try:
             if _COMPILED:  # out of the cycle collector's passes until it completes (collector.py)
                 _hide(op)  # noqa: F821  (scheduler.pxd: compiled only)
-            todo = self._admit_locked(op, ctx, const, mutate, handle, deleting, modes, bulk)
+            todo = self._admit_locked(
+                op, ctx, const, mutate, handle, deleting, modes, bulk, segments
+            )
         except BaseException:
             if _COMPILED:  # refused: its snapshot must be tracked before it is freed
                 _show(op)  # noqa: F821  (scheduler.pxd: compiled only)
@@ -320,11 +324,13 @@ class Scheduler(CoreState):
         deleting: Var | None,
         modes: tuple[int, ...] | None,
         bulk: int,
+        segments: Segments,
     ) -> list[Operation[Any]] | None:
         """Admission, :meth:`push`'s critical section (lock held): refuse ``op`` if the engine
         is not open or a Var or handle it uses was deleted; give it the next sequence number;
         append its requests to its Vars' queues, atomically across them, or join it to the
-        open bulk segment (``bulk``: the segment's size, 0 outside one).
+        open bulk segment (``bulk``: the segment's size, 0 outside one; ``segments`` is
+        ``self.segments``, typed once by the caller).
 
         Returns what to submit once the lock is released: None for ``op`` itself, READY, to
         its executor; else a list of operations (empty: ``op`` waits for its turn, was parked
@@ -339,7 +345,6 @@ class Scheduler(CoreState):
             for v in (*const, *mutate):
                 if v._deleted:
                     raise VarDeletedError(f"{v!r} was deleted; operation {op.name!r} cannot use it")
-        segments = self.segments  # (a typed local: scheduler.pxd)
         if segments.open is not None and not bulk:
             segments.flush_locked(self)  # it queues on its Vars before this operation
         self.seq += 1
@@ -885,7 +890,7 @@ class Scheduler(CoreState):
     ) -> None:
         """Record ``op``'s failure on what it mutates and release its Vars (lock held).
 
-        A GPU operation does this once enqueued and completes later (:meth:`complete_locked`).
+        A GPU operation does this once enqueued and completes later (``complete_locked``).
         :meth:`_done_locked` inlines the common case (a successful operation with no failure
         to record). ``counted=False``: its writes do not count towards :attr:`Var.version`
         yet (a remote value operation released once submitted counts them when it settles).
