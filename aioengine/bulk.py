@@ -353,7 +353,7 @@ class Segments:
                 self.release(core, seg, False)
             raise
         # Hold nothing of a member once this frame returns: a failure's frames reach it
-        # (f_back), and keep its locals as they are then (see _execute).
+        # (f_back), and keep its locals as they are then (see Scheduler.execute).
         members.clear()
         op = fn = result = v = box = vars_ = None  # type: ignore[assignment]
         return self.release(core, seg, more)
