@@ -42,22 +42,22 @@ from typing import TYPE_CHECKING
 from . import lifecycle
 
 if TYPE_CHECKING:
-    from .scheduler import Scheduler
+    from .corestate import CoreState
 
 __all__ = ("watch",)
 
 
-def watch(engine: Scheduler) -> None:
-    """Make every later full collection see ``engine``'s live operations first.
+def watch(core: CoreState) -> None:
+    """Make every later full collection see ``core``'s live operations first.
 
-    The compiled engine calls it when it is created. The registration is weak (it keeps no
+    The compiled core calls it when it is created. The registration is weak (it keeps no
     engine alive); the ``gc.callbacks`` hook that runs it is installed (once per process)
     with the first, and costs nothing until a full collection.
     """
-    lifecycle.engines_before_full_collection.add(engine, _show_live)
+    lifecycle.engines_before_full_collection.add(core, _show_live)
 
 
-def _show_live(engine: Scheduler) -> None:
+def _show_live(core: CoreState) -> None:
     # Runs on the thread that collects, which may hold an engine's lock: _show_live takes
     # none, and runs no Python code.
-    engine._show_live()
+    core._show_live()

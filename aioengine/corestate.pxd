@@ -54,3 +54,5 @@ cdef class CoreState:
     cpdef complete_locked(self, op, state)
     @cython.locals(op=_OperationCore)
     cpdef _notify_locked(self, op)
+    @cython.locals(op=_OperationCore)
+    cpdef _show_live(self)

@@ -74,6 +74,7 @@ from typing import TYPE_CHECKING, Any
 from . import instrument as _instrument
 from . import lifecycle
 from .bulk import Segments
+from .collector import watch as _watch_collections
 from .context import Context, RunContext
 from .executors import Executor
 from .failures import Ledger
@@ -99,9 +100,9 @@ _get_ident = threading.get_ident
 _RUNNING = OpState.RUNNING
 _DONE = OpState.DONE
 
-# The compiled core's C function that puts a completed operation back in the cycle
-# collector's passes (collector.pxd, cimported by corestate.pxd). Declared, not bound: the
-# pure-Python core calls it only ``if COMPILED``.
+# The compiled core's C function that puts an operation back in the cycle collector's passes
+# (collector.pxd, cimported by corestate.pxd). Declared, not bound: the pure-Python core calls
+# it only ``if COMPILED``.
 _show: Callable[[Operation[Any]], None]
 
 
@@ -222,6 +223,8 @@ class CoreState:
         # test on the local-only path); set, under the lock, once either is opened.
         self.may_hold = False
         lifecycle.engines_after_fork.add(self, _after_fork_in_child)
+        if COMPILED:  # live operations are hidden from the collector (collector.py)
+            _watch_collections(self)
 
     def abandon_executors(self) -> None:
         """Shut every executor down without waiting and without the lock.
@@ -410,6 +413,16 @@ class CoreState:
             wake_locked(self.loop, op)
         else:
             self.wakeups.post_locked(self, op)
+
+    def _show_live(self) -> None:
+        """Show the cycle collector every live operation again (collector.py).
+
+        Called before a full collection, on whichever thread collects, which may hold the
+        lock: so it takes none. It runs no Python code, so no other thread runs meanwhile.
+        """
+        if COMPILED:
+            for op in list(self.live.values()):
+                _show(op)  # noqa: F821  (corestate.pxd: compiled only)
 
     def call_soon_locked(self, callback: Callable[[], None]) -> None:
         """Schedule ``callback`` on the engine's loop from any thread (lock held)."""

@@ -54,7 +54,5 @@ cdef class Scheduler(CoreState):
     cpdef _finish_and_continue(self, op, result)
     @cython.locals(op=_OperationCore)
     cpdef _done_locked(self, op, result, list ready)
-    @cython.locals(op=_OperationCore)
-    cpdef _show_live(self)
     @cython.locals(op=_OperationCore, i=Py_ssize_t, queue=LoopQueue)
     cpdef list dispatch_locked(self, list ready)

@@ -88,7 +88,6 @@ from typing import Any
 from . import instrument as _instrument
 from . import lifecycle
 from .bulk import Segments
-from .collector import watch as _watch_collections
 from .context import Context, DeviceType, RunContext, cpu
 from .corestate import COMPILED as _COMPILED
 from .corestate import CoreState, State
@@ -105,7 +104,6 @@ from .errors import (
 from .executors import Executor
 from .executors.gpu import GpuExecutor
 from .functions import default_name, delete_nothing, returned_coroutine
-from .instrument import Instrument
 from .kinds import _BULK, _CORO, _SYNC, _WAIT, FnProperty, OpState, check_priority, check_prop
 from .lock import Deferred
 from .lock import defer as _defer
@@ -116,8 +114,6 @@ from .operation import (
     OprHandle,
     new_operation,
 )
-from .routing import GpuSeam, RemoteSeam
-from .settings import Settings
 from .task import start_task
 from .var import (
     WRITE,
@@ -187,17 +183,6 @@ class Scheduler(CoreState):
     field). Not a public class: its API for the façade, the collaborators and the observers
     is listed in this module's docstring.
     """
-
-    def __init__(
-        self,
-        settings: Settings,
-        open_gpu: Callable[[Scheduler, Context], GpuSeam],
-        instruments: tuple[Instrument, ...],
-        open_remote: Callable[[Scheduler, Context], RemoteSeam],
-    ) -> None:
-        super().__init__(settings, open_gpu, instruments, open_remote)
-        if _COMPILED:  # live operations are hidden from the collector (collector.py)
-            _watch_collections(self)
 
     def push(
         self,
@@ -995,16 +980,6 @@ class Scheduler(CoreState):
         op._exception = exc
         op._fn = None
         self.complete_locked(op, state)
-
-    def _show_live(self) -> None:
-        """Show the cycle collector every live operation again (collector.py).
-
-        Called before a full collection, on whichever thread collects, which may hold the
-        lock: so it takes none. It runs no Python code, so no other thread runs meanwhile.
-        """
-        if _COMPILED:
-            for op in list(self.live.values()):
-                _show(op)  # noqa: F821  (scheduler.pxd: compiled only)
 
     def queue_marker_locked(
         self, marker: Operation[None], var: Var, fut: asyncio.Future[None]
