@@ -214,13 +214,13 @@ class CoreState:
         self._sequencer: Var | None = Var(self, "<serial>") if settings.serial else None
         self.segments = Segments()  # its own state is documented in bulk.py
         # While None, no fence exists and host consumers skip the fence checks (the CPU-only
-        # fast path); set once, under the lock (gpu_sync.open_gpu).
+        # fast path); set once, under the lock, by its opener (attach_locked).
         self.gpu: GpuSeam | None = None
         # While None, no Var carries a remote version and nothing is held for one (the
-        # local-only fast path); set once, under the lock (remote.open_remote).
+        # local-only fast path); set once, under the lock, by its opener (attach_locked).
         self.remote: RemoteSeam | None = None
         # False while both are None: dispatch asks neither whether to hold an operation (one
-        # test on the local-only path); set, under the lock, once either is opened.
+        # test on the local-only path); set with either, in attach_locked's critical section.
         self.may_hold = False
         lifecycle.engines_after_fork.add(self, _after_fork_in_child)
         if COMPILED:  # live operations are hidden from the collector (collector.py)
@@ -270,7 +270,8 @@ class CoreState:
 
     def _use_lock(self, lock: EngineLock) -> None:
         """Make ``lock`` the engine lock (before the engine is shared, in a forked child, or
-        in a test that swaps in a stand-in: an EngineLock by type, with its own calls)."""
+        in a test that swaps in a stand-in: an EngineLock by type, with its own ``take`` and
+        ``give``, which the hot paths' ``enter`` and ``leave`` call)."""
         self.lock = lock
 
     def _bind(self) -> asyncio.AbstractEventLoop | None:
