@@ -59,7 +59,7 @@ def cancel(core: Scheduler, op: Operation[Any], msg: object) -> bool:
                     if v._deleted is op:
                         v._deleted = False  # a deletion cancelled did not happen
             core.finish_locked(op, _CANCELLED, msg, None, ready)
-            todo = core.dispatch_locked(ready) if ready else ready
+            todo = core.dispatch_locked(ready)
         elif op._kind != _CORO and op._task is None:
             # A running thread cannot be interrupted (a remote operation has a task that
             # awaits its Dask future while it holds its Vars: that one can; and a remote
@@ -113,6 +113,6 @@ def cancel_marker(core: Scheduler, marker: Operation[None]) -> None:
     with core.lock:
         if marker._state < _DONE:
             core.finish_locked(marker, _CANCELLED, None, None, ready)
-        todo = core.dispatch_locked(ready) if ready else ready
+        todo = core.dispatch_locked(ready)
     if todo:
         core.submit_ready(todo)

@@ -278,7 +278,7 @@ class GpuSync(GpuDevices):
             # wait that never passes, or on a dead device.
             if poisoned or fence.stream_id in self._stuck_streams or self.dead(device):
                 self._fail_devices_locked([fence], ready)
-            todo = self._core.dispatch_locked(ready) if ready else ready
+            todo = self._core.dispatch_locked(ready)
         loop = self._core.loop
         assert loop is not None
         poller_for(loop).watch(fence)
@@ -292,7 +292,7 @@ class GpuSync(GpuDevices):
         with self._core.lock:
             box = self._device_box_locked(device, err)
             self._core.finish_locked(op, _FAILED, None, err, ready, box)
-            todo = self._core.dispatch_locked(ready) if ready else ready
+            todo = self._core.dispatch_locked(ready)
         if todo:
             self._core.submit_ready(todo)
 
@@ -305,7 +305,7 @@ class GpuSync(GpuDevices):
                 if fence.device_id == device:
                     failed.extend(self._settle_fence_locked(fence, _DEVICE_FAILED, ready))
             self._fail_devices_locked(failed, ready)
-            todo = self._core.dispatch_locked(ready) if ready else ready
+            todo = self._core.dispatch_locked(ready)
         if todo:
             self._core.submit_ready(todo)
 
@@ -319,7 +319,7 @@ class GpuSync(GpuDevices):
                     failed.extend(self._settle_fence_locked(fence, status, ready))
             if failed:
                 self._fail_devices_locked(failed, ready)
-            todo = self._core.dispatch_locked(ready) if ready else ready
+            todo = self._core.dispatch_locked(ready)
         if todo:
             self._core.submit_ready(todo)
 

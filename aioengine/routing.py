@@ -165,7 +165,7 @@ class Routes:
                 for op in dropped:
                     if op._state is OpState.READY:
                         core.finish_locked(op, OpState.CANCELLED, None, None, ready)
-                todo = core.dispatch_locked(ready) if ready else ready
+                todo = core.dispatch_locked(ready)
             dropped = [o for o in todo if o._target is not None and o._target.abandoned]
             if len(dropped) < len(todo):
                 core.submit_ready([o for o in todo if o._target is None or not o._target.abandoned])

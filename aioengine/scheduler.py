@@ -423,8 +423,11 @@ class Scheduler(CoreState):
         to start there at once: creating a task runs nothing, and it saves their tasks a
         trip through the loop queue (a chain of coroutine operations costs one loop
         iteration less per operation). Not with a task factory, which may start the task
-        eagerly, in the caller.
+        eagerly, in the caller. Nothing ready: ``ready`` itself, empty (the hot paths test
+        ``ready`` first themselves, and call only when something became ready).
         """
+        if not ready:
+            return ready
         todo: list[Operation[Any]] = []
         queue = self.loop_queue
         i = 0

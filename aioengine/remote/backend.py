@@ -536,7 +536,7 @@ class RemoteBackend:
                 ready: list[Any] = []
                 with core.lock:
                     core.finish_locked(op, _FAILED, None, exc, ready, box)
-                    todo = core.dispatch_locked(ready) if ready else ready
+                    todo = core.dispatch_locked(ready)
                 if todo:
                     core.submit_ready(todo)
             else:
@@ -694,7 +694,7 @@ class RemoteBackend:
                     released = True
                     self._submitted[op] = (future, versions)
                     core.release_submitted_locked(op, ready)
-                    todo = core.dispatch_locked(ready) if ready else ready
+                    todo = core.dispatch_locked(ready)
                 else:
                     todo = ready
             for var in call.outs:
@@ -953,7 +953,7 @@ class RemoteBackend:
                 core.finish_locked(op, state, result, None, ready)
             else:
                 core.finish_locked(op, state, result, exc, ready, box)
-            todo = core.dispatch_locked(ready) if ready else ready
+            todo = core.dispatch_locked(ready)
         if todo:
             core.submit_ready(todo)
         for fut in watchers:
@@ -981,13 +981,13 @@ class RemoteBackend:
                 var = version.lost(exc, box, ready)
                 if var is not None:
                     self._scattered.pop(var, None)
-                todo = core.dispatch_locked(ready) if ready else ready
+                todo = core.dispatch_locked(ready)
         else:
             with core.lock:
                 var = version.gathered(value, ready)
                 if var is not None:
                     self._scattered[var] = (value, version.future)
-                todo = core.dispatch_locked(ready) if ready else ready
+                todo = core.dispatch_locked(ready)
         if todo:
             core.submit_ready(todo)
 
