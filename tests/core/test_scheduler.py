@@ -223,59 +223,6 @@ class TestFinish:
         engine._core.validate_state()
 
 
-class TestValidateState:
-    """``validate_state()`` passes at every step of the cycle and names a broken invariant."""
-
-    async def test_it_holds_at_every_step_of_the_cycle(self, engine: ae.Engine) -> None:
-        core = engine._core
-        x, acc = engine.new_var("x"), engine.new_var("acc")
-        core.validate_state()  # nothing pushed
-        hold = Hold(engine, x)
-        ops = [
-            engine.push_sync(lambda r: None, const_vars=[x], commute_vars=[acc]) for _ in range(3)
-        ]
-        ops.append(engine.push_sync(lambda r: None, const_vars=[x], prop=ae.FnProperty.ASYNC))
-        core.validate_state()  # admitted, waiting behind the holder
-        await hold.started.wait()
-        core.validate_state()  # the holder running
-        await hold.release()
-        for op in ops:
-            await op
-            core.validate_state()
-        await engine.aclose()
-        core.validate_state()  # closed
-
-    async def test_a_live_operation_under_another_number_is_reported(
-        self, engine: ae.Engine
-    ) -> None:
-        core = engine._core
-        hold = Hold(engine, engine.new_var("x"))
-        live = core.live
-        (seq, op), *_ = live.items()
-        del live[seq]
-        live[seq + 1000] = op
-        try:
-            with pytest.raises(AssertionError):
-                core.validate_state()
-        finally:
-            del live[seq + 1000]
-            live[seq] = op
-        core.validate_state()
-        await hold.release()
-
-    async def test_a_finished_operation_left_live_is_reported(self, engine: ae.Engine) -> None:
-        core = engine._core
-        op = engine.push_sync(lambda r: None)
-        await op
-        core.live[op._seq] = op
-        try:
-            with pytest.raises(AssertionError):
-                core.validate_state()
-        finally:
-            del core.live[op._seq]
-        core.validate_state()
-
-
 class TestValidateFlag:
     """``AIOENGINE_VALIDATE=1`` (tests/conftest.py): every Engine a test creates is checked
     after it."""
