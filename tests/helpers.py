@@ -180,3 +180,14 @@ async def no_keys_left(cluster: Any, engine: ae.Engine) -> None:
             return
         await asyncio.sleep(0.01)
     assert engine_keys(cluster, engine) == []
+
+
+async def until(condition: Callable[[], object], timeout: float = 10.0) -> None:  # noqa: ASYNC109
+    """Yield to the loop until ``condition()`` holds; AssertionError after ``timeout``
+    seconds of the loop's clock (a bound for a wait that could hang, not a timing)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not condition():
+        if loop.time() > end:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.001)

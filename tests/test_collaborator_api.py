@@ -13,7 +13,6 @@ call instead of writing an operation's, a Var's or a handle's private fields.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import os
 import textwrap
@@ -34,6 +33,7 @@ from aioengine.operation import (
 )
 from aioengine.var import Failure, Var, carry_failure_locked, fences_of
 
+from .helpers import until
 from .test_fork import FORK_WITH_BLOCKING_ENGINE, needs_fork, run_script
 
 GPU0 = ae.gpu(0)
@@ -46,15 +46,6 @@ def standalone_op(name: str = "op") -> Operation[Any]:
 
 class Blob:
     """A weak-referenceable stand-in for a device array."""
-
-
-async def until(pred: Any, timeout: float = 10.0) -> None:  # noqa: ASYNC109
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not pred():
-        if loop.time() > end:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.001)
 
 
 # -- a Var's GPU sync state ----------------------------------------------------------------

@@ -30,20 +30,10 @@ from aioengine.fence import Fence
 from aioengine.poller import Poller, poller_for
 
 from .conftest import ci_examples
-from .helpers import Outcome, SequentialModel
+from .helpers import Outcome, SequentialModel, until
 
 F = ae.FnProperty
 GPU0 = ae.gpu(0)
-
-
-async def until(pred: Callable[[], bool], timeout: float = 10.0) -> None:  # noqa: ASYNC109
-    """Wait (yielding to the loop) until ``pred()`` holds."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not pred():
-        if loop.time() > end:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.001)
 
 
 async def drive(engine: ae.Engine, sim: ae.SimulatedGPU, rng: random.Random) -> None:

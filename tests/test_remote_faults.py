@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 import aioengine as ae
 from aioengine.remote import RemoteBackend
 
-from .helpers import engine_keys, in_process_cluster, no_keys_left
+from .helpers import engine_keys, in_process_cluster, no_keys_left, until
 
 distributed = pytest.importorskip("distributed")
 dask = pytest.importorskip("dask")
@@ -94,14 +94,6 @@ def gated_inc(name: str, x: int) -> int:
     return x + 1
 
 
-async def until(condition: Any) -> None:
-    for _ in range(BOUND * 100):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the condition never held")
-
-
 class TestLostValues:
     async def test_a_version_lost_with_its_worker_fails_the_read(self, cluster: Any) -> None:
         """Its input was scattered to the same worker, so Dask cannot recompute it: the read
@@ -135,7 +127,7 @@ class TestCancel:
         async with ae.Engine(cluster=cluster) as engine:
             v = engine.new_var("v")
             a = engine.push_sync(lambda r: gated_writer(gate, r), ae.remote(), [], [v])
-            await until(lambda: "a:start" in _LOGS[gate])
+            await until(lambda: "a:start" in _LOGS[gate], BOUND)
             assert a.cancel()
             b = engine.push_sync(lambda r: writer(gate, r), ae.remote(), [], [v])
             await asyncio.sleep(0.2)  # room for b to overlap, were it let in
@@ -260,7 +252,7 @@ class TestVersion:
         async with ae.Engine(cluster=cluster) as engine:
             v = engine.new_var("v", value=1)
             op = engine.submit(lambda x: gated_inc(gate, x), v, out=v, ctx=ae.remote())
-            await until(lambda: _LOGS[gate] == ["start"])  # submitted, running on a worker
+            await until(lambda: _LOGS[gate] == ["start"], BOUND)  # submitted, running on a worker
             assert v.version == 0
             _EVENTS[gate].set()
             await op
@@ -370,7 +362,7 @@ class TestWithdraw:
             slow = engine.submit(lambda x: gated_inc(gate, x), v, out=v, ctx=ae.remote())
             alone = engine.submit(inc, v, ctx=ae.remote())  # no out: nobody reads it
             queued = engine.submit(inc, v, out=v, ctx=ae.remote())
-            await until(lambda: _LOGS[gate] == ["start"])
+            await until(lambda: _LOGS[gate] == ["start"], BOUND)
             assert queued.state is ae.OpState.RUNNING  # submitted to Dask
             assert not slow.cancel()  # queued was given its result
             assert queued.cancel("not needed")
@@ -502,7 +494,7 @@ class TestAbortDependents:
             reader = engine.submit(inc, v, out=v, ctx=ae.remote())  # on 3: 4
             after = engine.submit(inc, v, out=v, ctx=ae.remote())  # 5
             value = engine.submit(tag, v, ctx=ae.remote())  # 'ran on 5'
-            await until(lambda: _LOGS[gate] == ["start"])
+            await until(lambda: _LOGS[gate] == ["start"], BOUND)
             _EVENTS[gate].set()
             await first
             with pytest.raises(ae.Abort, match="odd 3"):

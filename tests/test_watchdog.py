@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 import types
-from collections.abc import Callable
 from typing import ClassVar
 
 import pytest
@@ -16,16 +14,10 @@ import aioengine as ae
 from aioengine.observe import watchdog
 from aioengine.observe.history import Recorder
 
+from .helpers import until
 from .test_dump import Hang
 
 PERIOD = 0.05
-
-
-async def until(condition: Callable[[], bool], within: float = 5.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.005)
 
 
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
