@@ -110,10 +110,11 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("lint-imports")
-    # A ratchet (issue 36): writes to another module's private fields, and reads of its private
-    # names. The targets are 0 outside writes and under 300 reaches; these ceilings are today's
-    # counts and only go down: lower them with every change that removes some.
-    session.run("python", "tools/reach.py", "--max-writes", "0", "--max-reach", "476")
+    # A ratchet (issue 36): writes to another module's private fields (and, from outside the
+    # core, to the scheduler's public state or an operation's record), and reads of private
+    # names. The targets were 0 outside writes and under 300 reaches; these ceilings are
+    # today's counts and only go down: lower them with every change that removes some.
+    session.run("python", "tools/reach.py", "--max-writes", "0", "--max-reach", "211")
 
 
 @nox.session

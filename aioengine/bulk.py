@@ -202,7 +202,7 @@ class Segments:
         seg = self.open
         if seg is None:
             seg = self.open = new_operation(
-                core, op._owner, None, _BULK, _CPU0, (), (), _NORMAL, 0, "bulk segment"
+                core, op.owner, None, _BULK, _CPU0, (), (), _NORMAL, 0, "bulk segment"
             )
             members: list[Operation[Any]] = [op]
             seg._result = members
@@ -213,7 +213,7 @@ class Segments:
         else:
             members = seg._result
             members.append(op)
-        op._segment = seg
+        op.segment = seg
         if len(members) >= size:
             self.flush_locked(core)
 
@@ -233,31 +233,31 @@ class Segments:
         priority = None
         for op in members:
             if op._state is _PENDING:  # else cancelled already; it needs no Var
-                vars_ = op._vars  # its reads, then its writes
-                for k in range(op._nreads):
+                vars_ = op.vars  # its reads, then its writes
+                for k in range(op.nreads):
                     reads[vars_[k]] = None
-                for k in range(op._nreads, len(vars_)):
+                for k in range(op.nreads, len(vars_)):
                     writes[vars_[k]] = None
-                if priority is None or op._priority > priority:
-                    priority = op._priority
+                if priority is None or op.priority > priority:
+                    priority = op.priority
         if priority is None:
             return
         # written by another member; a list, not a generator: a cpdef method when compiled
         const = tuple([v for v in reads if v not in writes])
         mutate = tuple(writes)
-        seg._vars = const + mutate
-        seg._nreads = len(const)
-        seg._priority = priority
+        seg.vars = const + mutate
+        seg.nreads = len(const)
+        seg.priority = priority
         seg.name = f"bulk segment ({len(members)} operations from {members[0].name!r})"
         core.seq += 1
-        seg._seq = seq = core.seq
-        seg._key = seq - (priority << 64) if priority else seq
+        seg.seq = seq = core.seq
+        seg.key = seq - (priority << 64) if priority else seq
         wait = append_all(seg, const, mutate)
         sequencer = core._sequencer
         if sequencer is not None and not sequencer._append(seg, 1):
             wait += 1
         if wait:
-            seg._wait = wait
+            seg.nwait = wait
         elif core.may_hold:
             # It may have to wait for GPU fences or remote versions; it runs on the loop.
             core.dispatch_locked([seg])
@@ -289,15 +289,15 @@ class Segments:
                     if done is not None:
                         done._state = _DONE
                         done._result = result
-                        box = done._inherited  # a NO_SKIP member passes an inherited failure on
-                        vars_ = done._vars
-                        for k in range(done._nreads, len(vars_)):  # its writes
+                        box = done.inherited  # a NO_SKIP member passes an inherited failure on
+                        vars_ = done.vars
+                        for k in range(done.nreads, len(vars_)):  # its writes
                             v = vars_[k]
                             v._version += 1
                             if box is not None:
                                 v._failure = box
-                        done._fn = None
-                        done._inherited = None
+                        done.fn = None
+                        done.inherited = None
                         core.complete_locked(done, _DONE)
                         done = None
                     while i < n:
@@ -318,15 +318,15 @@ class Segments:
                     break
                 if core.instruments:
                     _instrument.notify_start(core, op)
-                ctx = op._ctx
+                ctx = op.ctx
                 if ctx is not core.loop_ctx:  # by identity, as in _execute_one: Context
                     core.loop_rctx = core.routes.run_context(ctx)  # hashes in Python
                     core.loop_ctx = ctx
                 rctx = core.loop_rctx
-                fn = op._fn
+                fn = op.fn
                 assert fn is not None
                 try:
-                    result = _context_run(op._snapshot, fn, rctx)
+                    result = _context_run(op.snapshot, fn, rctx)
                 except BaseException as exc:
                     trim_traceback(exc)
                     core.finish(op, _FAILED, None, exc)
@@ -367,7 +367,7 @@ class Segments:
         try:
             seg._state = _DONE
             # False: its members counted their own writes as they finished.
-            release_all(seg._vars, seg._nreads, ready, False)
+            release_all(seg.vars, seg.nreads, ready, False)
             if core._sequencer is not None:
                 core._sequencer._release(True, ready, True)
             core.complete_locked(seg, _DONE)

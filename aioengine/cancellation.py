@@ -54,13 +54,13 @@ def cancel(core: Scheduler, op: Operation[Any], msg: object) -> bool:
         if state >= _DONE:
             return False
         if state is not _RUNNING:  # the message is kept in _result (result() raises it)
-            if op._prop is FnProperty.DELETE_VAR:
-                for v in op._mutate:  # (finishing forgets them)
+            if op.prop is FnProperty.DELETE_VAR:
+                for v in op.mutate_vars:  # (finishing forgets them)
                     if v._deleted is op:
                         v._deleted = False  # a deletion cancelled did not happen
             core.finish_locked(op, _CANCELLED, msg, None, ready)
             todo = core.dispatch_locked(ready)
-        elif op._kind != _CORO and op._task is None:
+        elif op.kind != _CORO and op.task is None:
             # A running thread cannot be interrupted (a remote operation has a task that
             # awaits its Dask future while it holds its Vars: that one can; and a remote
             # value operation submitted whose result nobody was given yet).
@@ -76,7 +76,7 @@ def cancel(core: Scheduler, op: Operation[Any], msg: object) -> bool:
     loop = core.loop
     assert loop is not None
     if _get_ident() == core.loop_thread:
-        task = op._task
+        task = op.task
         return task.cancel(msg) if task is not None else False
     if loop.is_closed():
         return False
@@ -85,7 +85,7 @@ def cancel(core: Scheduler, op: Operation[Any], msg: object) -> bool:
 
 
 def _cancel_task(op: Operation[Any], msg: object) -> None:
-    task = op._task
+    task = op.task
     if task is not None:
         task.cancel(msg)
 

@@ -13,9 +13,9 @@ cdef inline void hide(_OperationCore op) noexcept:
     # Untracking an untracked object is allowed: a Var tuple that another pending operation
     # hid already (the caller's, shared). The empty tuple is left alone, as show() leaves it.
     PyObject_GC_UnTrack(op)
-    if op._vars:
-        PyObject_GC_UnTrack(op._vars)
-    PyObject_GC_UnTrack(op._snapshot)
+    if op.vars:
+        PyObject_GC_UnTrack(op.vars)
+    PyObject_GC_UnTrack(op.snapshot)
 
 
 cdef inline void show(_OperationCore op) noexcept:
@@ -25,9 +25,9 @@ cdef inline void show(_OperationCore op) noexcept:
         PyObject_GC_Track(op)
     # Its Var tuple may be the caller's, shown already by another operation that held it;
     # the empty tuple is never tracked.
-    if op._vars and not PyObject_GC_IsTracked(op._vars):
-        PyObject_GC_Track(op._vars)
+    if op.vars and not PyObject_GC_IsTracked(op.vars):
+        PyObject_GC_Track(op.vars)
     # A Context's dealloc unlinks it from the collector's lists without a check: it must be
     # tracked again before its last reference goes (collector.py).
-    if not PyObject_GC_IsTracked(op._snapshot):
-        PyObject_GC_Track(op._snapshot)
+    if not PyObject_GC_IsTracked(op.snapshot):
+        PyObject_GC_Track(op.snapshot)

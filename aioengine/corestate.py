@@ -258,11 +258,11 @@ class CoreState:
         with self.lock:
             self.loop_queue.check_invariants()
             for seq, op in self.live.items():
-                assert op._seq == seq, (seq, op)
+                assert op.seq == seq, (seq, op)
                 assert op._state < _DONE, op
-                assert op._kind < _WAIT, op
+                assert op.kind < _WAIT, op
             seg = self.segments.open
-            assert seg is None or seg._kind == _BULK, seg
+            assert seg is None or seg.kind == _BULK, seg
             assert self.failures is self.ledger.failures, "the ledger's dict was replaced"
             self.ledger.validate()
             self.wakeups.check()
@@ -349,7 +349,7 @@ class CoreState:
         """The running coroutine operation of this engine the caller is inside, if any."""
         ref = current_op.get()
         current = ref() if ref is not None else None
-        if current is None or current._core is not self or current._state is not _RUNNING:
+        if current is None or current.core is not self or current._state is not _RUNNING:
             return None
         return current
 
@@ -375,16 +375,16 @@ class CoreState:
 
     def complete_locked(self, op: Operation[Any], state: OpState) -> None:
         """Make ``op`` final: counters, ``wait_for_all``, awaiters and callbacks (lock held)."""
-        if self.instruments and op._kind < _WAIT:
+        if self.instruments and op.kind < _WAIT:
             _instrument.notify_locked(self, "on_finish", op)
         if COMPILED:  # back in the cycle collector, with its Var tuple (collector.py)
             _show(op)  # noqa: F821  (corestate.pxd: compiled only)
         # A finished operation keeps no Var alive (its failure's traceback may keep it).
-        op._vars = ()
-        op._nreads = 0
-        if op._kind < _WAIT:
-            del self.live[op._seq]
-            target = op._target  # statistics()
+        op.vars = ()
+        op.nreads = 0
+        if op.kind < _WAIT:
+            del self.live[op.seq]
+            target = op.target  # statistics()
             if target is None:  # the loop's row, at hand (_loop_finished is _finished[None])
                 row = self._loop_finished
                 if row is None:
@@ -404,7 +404,7 @@ class CoreState:
                     self.ledger.retire(None)
                 if wakeups.idle:
                     wakeups.became_idle_locked(self)
-        if op._waiters is not None or op._callbacks is not None:  # (no call when nobody waits)
+        if op.waiters is not None or op.callbacks is not None:  # (no call when nobody waits)
             self._notify_locked(op)
 
     def _notify_locked(self, op: Operation[Any]) -> None:

@@ -881,8 +881,8 @@ class Engine:
                 # Its members may use var: the marker goes behind them.
                 self._core.segments.flush_locked(self._core)
             if current is not None and (
-                var in current._const
-                or var in current._mutate
+                var in current.const_vars
+                or var in current.mutate_vars
                 or (self._settings.serial and not var._is_idle())
             ):
                 raise RuntimeError(
@@ -895,10 +895,11 @@ class Engine:
                 stuck = [
                     other
                     for other in queued_behind(current)
-                    if other is not current and (var in other._const or var in other._mutate)
+                    if other is not current
+                    and (var in other.const_vars or var in other.mutate_vars)
                 ]
                 if stuck:
-                    first = min(stuck, key=operator.attrgetter("_seq"))
+                    first = min(stuck, key=operator.attrgetter("seq"))
                     raise RuntimeError(
                         f"wait_for_var({var.name!r}) inside operation {current.name!r} would "
                         f"wait for {first.name!r}, which is queued behind that operation: "
@@ -1384,9 +1385,9 @@ def _check_room_inside_locked(
     else:
         stuck = 0
         for op in queued_behind(current):
-            if op._kind == _BULK:  # a segment: its members wait behind current
+            if op.kind == _BULK:  # a segment: its members wait behind current
                 stuck += sum(1 for member in op._result or () if member._state < OpState.DONE)
-            elif op._kind < _WAIT:
+            elif op.kind < _WAIT:
                 stuck += 1
     if stuck >= limit:
         raise RuntimeError(

@@ -167,7 +167,7 @@ class GpuSync(GpuDevices):
         Returns False when there are none (it may start now); else it stays PENDING and
         :meth:`_settle_fence_locked` makes it ready when the last of them completes.
         """
-        fences = host_waits(op._const, op._mutate)
+        fences = host_waits(op.const_vars, op.mutate_vars)
         if not fences:
             return False
         wait_for_fences_locked(op, len(fences))
@@ -185,7 +185,7 @@ class GpuSync(GpuDevices):
         its fence does. An enqueue cannot be undone, so nothing here can be cancelled.
         """
         stream = rctx.stream
-        device = op._ctx.device_id
+        device = op.ctx.device_id
         broken = None
         deps: list[Fence] = []
         waits: list[Any] = []
@@ -197,7 +197,7 @@ class GpuSync(GpuDevices):
             if started:
                 broken = self.broken(device)
                 if broken is None:
-                    deps = gpu_waits(op._const, op._mutate, stream)
+                    deps = gpu_waits(op.const_vars, op.mutate_vars, stream)
                     if not self.skip_waits:
                         waits = [f.event for f in deps]
         if not started:
@@ -219,10 +219,10 @@ class GpuSync(GpuDevices):
                 self._core.finish(op, _CANCELLED, None, None)
             return
         keep: list[Any] = []
-        fn = op._fn
+        fn = op.fn
         assert fn is not None
         # The values before the run too: a write may replace a value the device still reads.
-        before = tuple(v._value for v in op._vars)
+        before = tuple(v._value for v in op.vars)
         state = _DONE
         result: object = None
         exc: BaseException | None = None
@@ -230,7 +230,7 @@ class GpuSync(GpuDevices):
             for event in waits:
                 backend.wait_event(stream, event)
             result = _context_run(
-                op._snapshot, backend.run, stream, fn, RunContext(op._ctx, stream, keep, backend)
+                op.snapshot, backend.run, stream, fn, RunContext(op.ctx, stream, keep, backend)
             )
         except BaseException as e:
             trim_traceback(e)
@@ -245,14 +245,14 @@ class GpuSync(GpuDevices):
             self.release(device)
             assert exc is not None
             # What the function enqueued may still run: keep it for the life of the process.
-            self.keep_forever((fn, keep, before, tuple(v._value for v in op._mutate)))
+            self.keep_forever((fn, keep, before, tuple(v._value for v in op.mutate_vars)))
             err = self.fail(device, exc)
             with self._core.lock:
                 self._core.call_soon_locked(functools.partial(self._fail_device_fences, device))
             self._fail_on_device(op, device, err)
             del op, fn, exc  # the failure's frames reach this frame
             return
-        after = tuple(v._value for v in op._mutate)
+        after = tuple(v._value for v in op.mutate_vars)
         fence = Fence(self, backend, event, stream, device, 0, (fn, result, keep, before, after))
         ready: list[Any] = []
         with self._core.lock:
@@ -262,7 +262,7 @@ class GpuSync(GpuDevices):
             fence.state = state
             fence.result = result
             fence.exc = exc
-            note_launch(op._const, op._mutate, fence)
+            note_launch(op.const_vars, op.mutate_vars, fence)
             self._gpu_pending[fence] = None
             poisoned = False
             for dep in deps:  # if one of them fails, this stream never passes its wait

@@ -30,7 +30,7 @@ class Instrument:
     """Base class of engine observers; override the hooks you need (all default to no-ops)."""
 
     def on_push(self, op: Operation[Any]) -> None:
-        """``op`` was pushed (engine lock held; ``op._seq`` is set). Called before its
+        """``op`` was pushed (engine lock held; ``op.seq`` is set). Called before its
         requests are appended to its Vars' queues, in the same critical section: no other
         push or grant can come between."""
 

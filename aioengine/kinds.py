@@ -56,7 +56,7 @@ _WAIT = 3  # no function: a marker that completes as soon as it is granted (wait
 # Kinds from _WAIT up are the engine's own records, never a user's operation: not counted,
 # not shown to instruments, not in Scheduler.live.
 _BULK = 4  # a bulk segment: holds its members' Vars and runs them in push order (bulk.py);
-# its _result holds the member list until it runs, its _fn stays None
+# its _result holds the member list until it runs, its fn stays None
 
 
 def check_prop(prop: object) -> None:

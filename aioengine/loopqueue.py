@@ -2,11 +2,11 @@
 
 Operations that run on the loop thread (coroutine functions, ``FnProperty.ASYNC`` functions,
 serial mode, bulk segments) wait here once their turn has come, until the scheduler's
-``_run_loop_queue`` claims them. Best means smallest ``_key``: higher priority first, then push
+``_run_loop_queue`` claims them. Best means smallest ``key``: higher priority first, then push
 order. Any thread puts (under the engine lock); the loop thread pops (under it too).
 
-The queue is two structures. A priority-0 operation (its key is its ``_seq``) goes to the slot
-of its ``_seq`` in the FIFO ``fifo``, whose slot ``i`` holds the operation with ``_seq ==
+The queue is two structures. A priority-0 operation (its key is its ``seq``) goes to the slot
+of its ``seq`` in the FIFO ``fifo``, whose slot ``i`` holds the operation with ``seq ==
 base + i``, or None (an operation not READY, a claimed one, or a number no loop operation
 has). Its live part starts at ``head``: claimed and skipped slots before it are dropped in
 bulk (as :meth:`LoopQueue.pop_locked` goes). Operations made ready in any order by completions on
@@ -55,9 +55,9 @@ class LoopQueue:
     def put_locked(self, op: Operation[Any]) -> bool:
         """Queue READY ``op``; return True if the caller must schedule a run of the queue
         (none was scheduled), False if one is (lock held)."""
-        if op._priority or not self._fifo_put(op):
-            heappush(self.heap, op._key)
-            self.heap_ops[op._key] = op
+        if op.priority or not self._fifo_put(op):
+            heappush(self.heap, op.key)
+            self.heap_ops[op.key] = op
         if self.scheduled:
             return False
         self.scheduled = True
@@ -68,7 +68,7 @@ class LoopQueue:
         head, or so far ahead that padding would more than double the FIFO (lock held)."""
         fifo = self.fifo
         n = len(fifo)
-        seq: int = op._seq
+        seq: int = op.seq
         if self.head == n:  # the FIFO is empty: it starts again at this operation
             del fifo[:]
             self.head = 0
@@ -104,7 +104,7 @@ class LoopQueue:
         while head < n and fifo[head] is None:
             head += 1  # a slot whose op is not READY yet, or never a loop op
         first = fifo[head] if head < n else None  # the FIFO's best; the heap's is heap[0]
-        if first is not None and not (heap and heap[0] < first._key):
+        if first is not None and not (heap and heap[0] < first.key):
             fifo[head] = None
             head += 1
             op: Operation[Any] | None = first
@@ -128,7 +128,7 @@ class LoopQueue:
         assert head == len(fifo) or fifo[-1] is not None, "padding after the last slot"
         for i in range(head, len(fifo)):
             op = fifo[i]
-            assert op is None or op._seq == self.base + i, (i, op)
+            assert op is None or op.seq == self.base + i, (i, op)
         assert sorted(self.heap) == sorted(self.heap_ops), "heap and its ops"
         if not self.scheduled:
             assert self.empty_locked(), "queued but not scheduled"

@@ -6,30 +6,30 @@ cimport cython
 
 cdef class _OperationCore:
     cdef object __weakref__
-    cdef public object _callbacks
-    cdef public object _core
-    cdef public object _ctx
+    cdef public object callbacks
+    cdef public object core
+    cdef public object ctx
     cdef public object _exception
-    cdef public object _fn
-    cdef public Py_ssize_t _fwait
-    cdef public object _inherited
-    cdef public object _key
-    cdef public int _kind
-    cdef public object _modes
-    cdef public Py_ssize_t _nreads
-    cdef public object _owner
-    cdef public object _priority
-    cdef public object _prop
+    cdef public object fn
+    cdef public Py_ssize_t nfwait
+    cdef public object inherited
+    cdef public object key
+    cdef public int kind
+    cdef public object modes
+    cdef public Py_ssize_t nreads
+    cdef public object owner
+    cdef public object priority
+    cdef public object prop
     cdef public object _result
-    cdef public object _segment
-    cdef public object _seq
-    cdef public object _snapshot
+    cdef public object segment
+    cdef public object seq
+    cdef public object snapshot
     cdef public object _state
-    cdef public object _target
-    cdef public object _task
-    cdef public tuple _vars
-    cdef public Py_ssize_t _wait
-    cdef public object _waiters
+    cdef public object target
+    cdef public object task
+    cdef public tuple vars
+    cdef public Py_ssize_t nwait
+    cdef public object waiters
     cdef public str name
 
 

@@ -76,97 +76,102 @@ class _OperationCore:
     engine reads as C struct members, and an extension type cannot also derive from
     ``Generic``. Interpreted, it is an ordinary base class with the same ``__slots__``.
 
+    The fields without an underscore are public to read, as distributed's ``TaskState``'s are:
+    observers, the GPU and remote collaborators and tests read them; only the core's modules
+    write them. ``_state``, ``_result`` and ``_exception`` stay private: users read them
+    through ``state``, ``result()`` and ``exception()``.
+
     Its fields, documented once, here (:func:`new_operation` sets every one; all but ``name``
     and the immutable ones are guarded by the engine lock, except ``_state``, read unlocked
-    by ``done()``, and ``_task``, the loop thread's):
+    by ``done()``, and ``task``, the loop thread's):
 
     - ``name``: the operation's name (the function's qualified name by default).
-    - ``_core``: the scheduler of its engine.
-    - ``_owner``: the façade that pushed it (an :class:`~aioengine.Engine`): an engine with
+    - ``core``: the scheduler of its engine.
+    - ``owner``: the façade that pushed it (an :class:`~aioengine.Engine`): an engine with
       live operations stays alive; its finalizer takes no lock.
-    - ``_fn``: the function; dropped when the operation finishes, so its closure is freed.
-    - ``_kind``: how it runs (``kinds.py``: sync, coroutine, callback-style, a wait marker,
+    - ``fn``: the function; dropped when the operation finishes, so its closure is freed.
+    - ``kind``: how it runs (``kinds.py``: sync, coroutine, callback-style, a wait marker,
       a bulk segment).
-    - ``_ctx``: the device context it runs on (``cpu(i)``, ``gpu(i)``, ``remote()``).
-    - ``_vars``: its reads, then its writes, deduplicated, in one tuple (one object for the
+    - ``ctx``: the device context it runs on (``cpu(i)``, ``gpu(i)``, ``remote()``).
+    - ``vars``: its reads, then its writes, deduplicated, in one tuple (one object for the
       garbage collector to walk; with both, its own tuple, which the compiled core hides
       from the collector with it: ``collector.pxd``); emptied when it completes.
-    - ``_nreads``: how many of ``_vars`` are reads.
-    - ``_modes``: the modes of the Vars after the reads (``var.py``: WRITE, COMMUTE,
+    - ``nreads``: how many of ``vars`` are reads.
+    - ``modes``: the modes of the Vars after the reads (``var.py``: WRITE, COMMUTE,
       CONCURRENT) when some is not a write, or (all WRITE) once a start inherited a failure;
       None otherwise: the finish's fast path is one test.
-    - ``_prop``: its :class:`FnProperty`; ``_priority``: its priority (an int).
-    - ``_seq``: its push sequence number, the order of its requests in every Var's queue;
-      ``_key``: its run-queue order, smaller first (higher priority, then push order),
+    - ``prop``: its :class:`FnProperty`; ``priority``: its priority (an int).
+    - ``seq``: its push sequence number, the order of its requests in every Var's queue;
+      ``key``: its run-queue order, smaller first (higher priority, then push order),
       unique in its engine. Both set by the push, under the lock.
-    - ``_target``: the executor that runs it; None: the event loop's thread.
-    - ``_wait``: its ungranted Var requests (-1: parked for a commute token); ``_fwait``: the
+    - ``target``: the executor that runs it; None: the event loop's thread.
+    - ``nwait``: its ungranted Var requests (-1: parked for a commute token); ``nfwait``: the
       GPU fences this host consumer waits to see completed (``fence.py``).
     - ``_state``: its :class:`OpState`; ``_result``, ``_exception``: its outcome (a
       cancelled operation keeps its message in ``_result``).
-    - ``_inherited``: the failure it took from an input at start (``Failure``), if any.
-    - ``_waiters``: one loop future per awaiter; ``_callbacks``: (callback, context) pairs.
-    - ``_task``: the task of a coroutine operation, or of a remote operation's wait.
-    - ``_snapshot``: the pusher's ``contextvars`` context, in which its function runs (not
-      ``_ctx``, the device).
-    - ``_segment``: the bulk segment that holds its Vars and runs it (``bulk.py``); such a
+    - ``inherited``: the failure it took from an input at start (``Failure``), if any.
+    - ``waiters``: one loop future per awaiter; ``callbacks``: (callback, context) pairs.
+    - ``task``: the task of a coroutine operation, or of a remote operation's wait.
+    - ``snapshot``: the pusher's ``contextvars`` context, in which its function runs (not
+      ``ctx``, the device).
+    - ``segment``: the bulk segment that holds its Vars and runs it (``bulk.py``); such a
       member is in no Var's queue itself.
     """
 
     __slots__ = (
         "__weakref__",
-        "_callbacks",
-        "_core",
-        "_ctx",
         "_exception",
-        "_fn",
-        "_fwait",
-        "_inherited",
-        "_key",
-        "_kind",
-        "_modes",
-        "_nreads",
-        "_owner",
-        "_priority",
-        "_prop",
         "_result",
-        "_segment",
-        "_seq",
-        "_snapshot",
         "_state",
-        "_target",
-        "_task",
-        "_vars",
-        "_wait",
-        "_waiters",
+        "callbacks",
+        "core",
+        "ctx",
+        "fn",
+        "inherited",
+        "key",
+        "kind",
+        "modes",
         "name",
+        "nfwait",
+        "nreads",
+        "nwait",
+        "owner",
+        "priority",
+        "prop",
+        "segment",
+        "seq",
+        "snapshot",
+        "target",
+        "task",
+        "vars",
+        "waiters",
     )
     # The fields' types, for type checkers; new_operation() sets every one of them.
     name: str
-    _core: Scheduler
-    _owner: object
-    _fn: Callable[..., Any] | None
-    _kind: int
-    _ctx: Context
-    _vars: tuple[Var, ...]
-    _nreads: int
-    _modes: tuple[int, ...] | None
-    _prop: FnProperty
-    _priority: int
-    _seq: int
-    _key: int
-    _target: Any
-    _wait: int
-    _fwait: int
+    core: Scheduler
+    owner: object
+    fn: Callable[..., Any] | None
+    kind: int
+    ctx: Context
+    vars: tuple[Var, ...]
+    nreads: int
+    modes: tuple[int, ...] | None
+    prop: FnProperty
+    priority: int
+    seq: int
+    key: int
+    target: Any
+    nwait: int
+    nfwait: int
     _state: OpState
     _result: Any
     _exception: BaseException | None
-    _inherited: Failure | None
-    _waiters: list[asyncio.Future[None]] | None
-    _callbacks: list[tuple[Callable[[Operation[Any]], object], contextvars.Context]] | None
-    _task: asyncio.Task[Any] | None
-    _snapshot: contextvars.Context
-    _segment: Operation[Any] | None
+    inherited: Failure | None
+    waiters: list[asyncio.Future[None]] | None
+    callbacks: list[tuple[Callable[[Operation[Any]], object], contextvars.Context]] | None
+    task: asyncio.Task[Any] | None
+    snapshot: contextvars.Context
+    segment: Operation[Any] | None
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError(
@@ -175,23 +180,23 @@ class _OperationCore:
         )
 
     @property
-    def _const(self) -> tuple[Var, ...]:
-        """The Vars it reads: the first ``_nreads`` of ``_vars`` (a copy, for the cold paths)."""
-        return self._vars[: self._nreads]
+    def const_vars(self) -> tuple[Var, ...]:
+        """The Vars it reads: the first ``nreads`` of ``vars`` (a copy, for the cold paths)."""
+        return self.vars[: self.nreads]
 
     @property
-    def _mutate(self) -> tuple[Var, ...]:
-        """The Vars it mutates: the rest of ``_vars`` (a copy, for the cold paths). Commute
+    def mutate_vars(self) -> tuple[Var, ...]:
+        """The Vars it mutates: the rest of ``vars`` (a copy, for the cold paths). Commute
         and concurrent Vars count: they are written, in an order the engine chooses."""
-        return self._vars[self._nreads :]
+        return self.vars[self.nreads :]
 
-    def _accesses(self) -> list[tuple[Var, str]]:
+    def accesses(self) -> list[tuple[Var, str]]:
         """Each of its Vars with the name of its mode (``"read"``, ``"write"``,
-        ``"commute"``, ``"concurrent"``), in ``_vars`` order (for observers)."""
-        nreads = self._nreads
-        out = [(v, "read") for v in self._vars[:nreads]]
-        modes = self._modes
-        for i, v in enumerate(self._vars[nreads:]):
+        ``"commute"``, ``"concurrent"``), in ``vars`` order (for observers)."""
+        nreads = self.nreads
+        out = [(v, "read") for v in self.vars[:nreads]]
+        modes = self.modes
+        for i, v in enumerate(self.vars[nreads:]):
             out.append((v, "write" if modes is None else MODE_NAMES[modes[i]]))
         return out
 
@@ -206,6 +211,12 @@ class Operation(_OperationCore, Generic[T]):
 
     Attributes:
         name: the name given at push, or the function's ``__qualname__``.
+        seq: its push sequence number: operations that share a written Var run in its order.
+        ctx: the device context it runs on.
+        const_vars, mutate_vars: the Vars it reads, and those it mutates (deduplicated).
+
+    The engine's other fields on it (documented on ``_OperationCore``) can be read, to
+    inspect it; only the engine writes them.
     """
 
     __slots__ = ()
@@ -238,7 +249,7 @@ class Operation(_OperationCore, Generic[T]):
         ``msg`` becomes the message of the :class:`asyncio.CancelledError` that ``await``,
         :meth:`result` and :meth:`exception` raise, as for :meth:`asyncio.Future.cancel`.
         """
-        return cancel(self._core, self, msg)
+        return cancel(self.core, self, msg)
 
     def result(self) -> T:
         """Return the function's result, or raise its exception.
@@ -292,20 +303,20 @@ class Operation(_OperationCore, Generic[T]):
             raise TypeError(f"add_done_callback() needs a callable, got {fn!r}")
         if context is None:
             context = copy_context()
-        core = self._core
+        core = self.core
         loop = core.loop
         if loop is None:
             loop = core.require_loop()
         with core.lock:
             if self._state < _DONE:
-                if self._callbacks is None:
-                    self._callbacks = []
-                self._callbacks.append((fn, context))
+                if self.callbacks is None:
+                    self.callbacks = []
+                self.callbacks.append((fn, context))
                 return
-            if self._callbacks is not None:
+            if self.callbacks is not None:
                 # Finished off the loop, its callbacks not scheduled yet (the inbox will):
                 # this one goes after them, in the order they were added.
-                self._callbacks.append((fn, context))
+                self.callbacks.append((fn, context))
                 return
         if _get_ident() == core.loop_thread:
             loop.call_soon(fn, self, context=context)
@@ -314,12 +325,12 @@ class Operation(_OperationCore, Generic[T]):
 
     def remove_done_callback(self, fn: Callable[[Operation[T]], object]) -> int:
         """Remove every registration of ``fn``; return how many were removed."""
-        with self._core.lock:
-            callbacks = self._callbacks
+        with self.core.lock:
+            callbacks = self.callbacks
             if not callbacks or self._state >= _DONE:
                 return 0  # none, or due already: as asyncio.Future's, they will run
             kept = [(f, c) for f, c in callbacks if f != fn]
-            self._callbacks = kept or None
+            self.callbacks = kept or None
             return len(callbacks) - len(kept)
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
@@ -328,7 +339,7 @@ class Operation(_OperationCore, Generic[T]):
         Raises:
             RuntimeError: if the engine is not bound to a loop yet.
         """
-        return self._core.require_loop()
+        return self.core.require_loop()
 
     def __await__(self) -> Generator[Any, None, T]:
         if self._state < _DONE:
@@ -337,34 +348,34 @@ class Operation(_OperationCore, Generic[T]):
                 try:
                     yield from fut
                 except asyncio.CancelledError:
-                    with self._core.lock:
-                        if self._waiters is not None and fut in self._waiters:
-                            self._waiters.remove(fut)
+                    with self.core.lock:
+                        if self.waiters is not None and fut in self.waiters:
+                            self.waiters.remove(fut)
                     raise
         return self.result()
 
     def _waiter(self) -> asyncio.Future[None] | None:
         """A loop future resolved when this operation finishes; None if it already has."""
-        core = self._core
+        core = self.core
         loop = core._bind()
         if loop is None or asyncio._get_running_loop() is not loop:
             raise RuntimeError(f"await {self!r} from a coroutine on the engine's event loop")
-        if self._segment is not None and self._segment is core.segments.open:
+        if self.segment is not None and self.segment is core.segments.open:
             core.segments.flush(core)  # do not wait for the loop's next iteration to queue it
         current = core.running_op()
-        if current is not None and self._seq >= current._seq:
+        if current is not None and self.seq >= current.seq:
             _check_await_inside(core, current, self)
         fut = loop.create_future()
         with core.lock:
             if self._state >= _DONE:
                 return None
-            if self._waiters is None:
-                self._waiters = []
-            self._waiters.append(fut)
+            if self.waiters is None:
+                self.waiters = []
+            self.waiters.append(fut)
         return fut
 
     def __repr__(self) -> str:
-        return f"<Operation {self.name!r} {self._state.name.lower()} on {self._ctx!r}>"
+        return f"<Operation {self.name!r} {self._state.name.lower()} on {self.ctx!r}>"
 
 
 class OnComplete:
@@ -387,7 +398,7 @@ class OnComplete:
         if exc is not None and not isinstance(exc, BaseException):
             raise TypeError(f"on_complete() takes an exception or None, not {exc!r}")
         op = self._op
-        core = op._core
+        core = op.core
         with core.lock:
             called = self._called
             if called is True:
@@ -410,7 +421,7 @@ class OnComplete:
         unless it called this token already, in which case ``exc`` is reported (to the
         loop's exception handler) since nobody else can receive it."""
         op = self._op
-        core = op._core
+        core = op.core
         with core.lock:
             already = self._called
             if not already:
@@ -437,7 +448,7 @@ def _check_await_inside(core: Scheduler, current: Operation[Any], op: Operation[
     if op is current:
         raise RuntimeError(f"{current.name!r} awaits itself: this would deadlock")
     # A bulk segment's member waits for what its segment waits for, on all its Vars.
-    waits = op if op._segment is None else op._segment
+    waits = op if op.segment is None else op.segment
     if core.settings.serial:
         raise RuntimeError(
             f"{current.name!r} awaits {op.name!r}, which serial mode runs only after it: "
@@ -446,14 +457,14 @@ def _check_await_inside(core: Scheduler, current: Operation[Any], op: Operation[
     # Pushed later and in conflict on a Var that current holds: queued behind it there.
     # Both concurrent on it is no conflict: the later one joins current's running group
     # unless something queued ahead keeps it out (the precise check below).
-    held_writes = current._mutate
-    for v in waits._mutate:
-        if v in current._const or (
+    held_writes = current.mutate_vars
+    for v in waits.mutate_vars:
+        if v in current.const_vars or (
             v in held_writes and not (_mode(current, v) == _mode(waits, v) == CONCURRENT)
         ):
             break
     else:
-        for v in waits._const:
+        for v in waits.const_vars:
             if v in held_writes:
                 break
         else:
@@ -474,8 +485,8 @@ def _check_await_inside(core: Scheduler, current: Operation[Any], op: Operation[
 
 def _mode(op: Operation[Any], v: Var) -> int:
     """The mode in which ``op`` writes ``v``, one of its ``mutate`` Vars."""
-    modes = op._modes
-    return WRITE if modes is None else modes[op._vars.index(v) - op._nreads]
+    modes = op.modes
+    return WRITE if modes is None else modes[op.vars.index(v) - op.nreads]
 
 
 def new_operation(
@@ -500,30 +511,30 @@ def new_operation(
     cls: type[Operation[Any]] = Operation  # typed `type` in the compiled core: its tp_new slot
     op = cls.__new__(cls)  # is called directly, as a C function
     op.name = name
-    op._core = core
-    op._owner = owner
-    op._fn = fn
-    op._kind = kind
-    op._ctx = ctx
-    op._vars = const + mutate if const else mutate
-    op._nreads = len(const)
-    op._modes = None
-    op._prop = prop
-    op._priority = priority
-    op._seq = 0
-    op._key = 0
-    op._target = target
-    op._wait = 0
-    op._fwait = 0
+    op.core = core
+    op.owner = owner
+    op.fn = fn
+    op.kind = kind
+    op.ctx = ctx
+    op.vars = const + mutate if const else mutate
+    op.nreads = len(const)
+    op.modes = None
+    op.prop = prop
+    op.priority = priority
+    op.seq = 0
+    op.key = 0
+    op.target = target
+    op.nwait = 0
+    op.nfwait = 0
     op._state = _PENDING
     op._result = None
     op._exception = None
-    op._inherited = None
-    op._waiters = None
-    op._callbacks = None
-    op._task = None
-    op._snapshot = copy_context()
-    op._segment = None
+    op.inherited = None
+    op.waiters = None
+    op.callbacks = None
+    op.task = None
+    op.snapshot = copy_context()
+    op.segment = None
     return op
 
 
@@ -535,7 +546,7 @@ def wait_for_fences_locked(op: Operation[Any], count: int) -> None:
     for ``count`` (> 0) pending GPU fences to complete before it starts: the GPU
     collaborator's one way to set the count, which :func:`fence_settled_locked` counts down.
     Caller holds the engine lock; the collaborator keeps ``op`` in each fence's waiters."""
-    op._fwait = count
+    op.nfwait = count
 
 
 def fence_settled_locked(op: Operation[Any]) -> bool:
@@ -543,9 +554,9 @@ def fence_settled_locked(op: Operation[Any]) -> bool:
     count it, and return whether ``op`` may start now (it was the last, and ``op`` is still
     PENDING; a cancelled one is not counted). Caller holds the engine lock and, on True,
     hands ``op`` to the scheduler's dispatch (``Scheduler.dispatch_locked``)."""
-    if op._state is _PENDING and op._fwait:
-        op._fwait -= 1
-        return not op._fwait
+    if op._state is _PENDING and op.nfwait:
+        op.nfwait -= 1
+        return not op.nfwait
     return False
 
 

@@ -166,9 +166,9 @@ class Routes:
                     if op._state is OpState.READY:
                         core.finish_locked(op, OpState.CANCELLED, None, None, ready)
                 todo = core.dispatch_locked(ready)
-            dropped = [o for o in todo if o._target is not None and o._target.abandoned]
+            dropped = [o for o in todo if o.target is not None and o.target.abandoned]
             if len(dropped) < len(todo):
-                core.submit_ready([o for o in todo if o._target is None or not o._target.abandoned])
+                core.submit_ready([o for o in todo if o.target is None or not o.target.abandoned])
 
     def run_context(self, ctx: Context) -> RunContext:
         """The stream-less :class:`RunContext` of ``ctx`` (the loop thread's operations)."""

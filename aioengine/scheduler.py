@@ -154,8 +154,8 @@ _GPU = DeviceType.GPU
 _CPU = DeviceType.CPU
 _REMOTE = DeviceType.REMOTE
 _LOOP_BUDGET = 256  # inline operations run per loop callback before the loop's other work
-_run_order = operator.attrgetter("_key")  # run queues: higher priority first, then push order
-_push_order = operator.attrgetter("_seq")
+_run_order = operator.attrgetter("key")  # run queues: higher priority first, then push order
+_push_order = operator.attrgetter("seq")
 _NOTHING: list[Any] = []  # nothing to submit (push's admission): never appended to
 
 
@@ -202,7 +202,7 @@ class Scheduler(CoreState):
     ) -> Operation[Any]:
         """Validate the rest, append the requests atomically and dispatch if ready.
 
-        ``owner`` is the façade pushing: the operation holds it (see ``Operation._owner``).
+        ``owner`` is the façade pushing: the operation holds it (see ``Operation.owner``).
         ``modes``: the mode of each Var of ``mutate`` (``var.py``: WRITE, COMMUTE,
         CONCURRENT) when some is not a write; None when all are.
         Called by a finalizer (inside a critical section of this thread, or run by the
@@ -278,7 +278,7 @@ class Scheduler(CoreState):
             )
         else:
             op = made
-            op._target = target
+            op.target = target
         lock.enter(me)
         try:
             if _COMPILED:  # out of the cycle collector's passes until it completes (collector.py)
@@ -333,9 +333,9 @@ class Scheduler(CoreState):
         if segments.open is not None and not bulk:
             segments.flush_locked(self)  # it queues on its Vars before this operation
         self.seq += 1
-        op._seq = seq = self.seq
-        priority = op._priority
-        op._key = seq - (priority << 64) if priority else seq
+        op.seq = seq = self.seq
+        priority = op.priority
+        op.key = seq - (priority << 64) if priority else seq
         self.live[seq] = op
         if self.instruments:
             _instrument.notify_locked(self, "on_push", op)
@@ -346,7 +346,7 @@ class Scheduler(CoreState):
         # critical section that gave it its sequence number: so every Var's queue is in
         # push order, which Var._holds relies on.
         if modes is not None and ctx.device_type is _CPU:
-            op._modes = modes
+            op.modes = modes
             wait = append_modes(op, const, mutate, modes)
             if sequencer is not None and not sequencer._append(op, 1):
                 wait += 1
@@ -363,12 +363,12 @@ class Scheduler(CoreState):
             deleting._deleted = op
             self._deleted_vars = True
         if wait:
-            op._wait = wait
+            op.nwait = wait
             return _NOTHING
         if self.may_hold:  # GPU fences or remote versions may hold it
             return self.dispatch_locked([op])
         op._state = _READY
-        if op._target is None:
+        if op.target is None:
             if self.loop_queue.put_locked(op):  # enqueue_loop_locked, inlined
                 self.call_soon_locked(self._run_loop_queue)
             return _NOTHING
@@ -388,14 +388,14 @@ class Scheduler(CoreState):
             push()
         except Exception as exc:
             with self.lock:
-                if op._state is _PENDING and not op._seq:  # never admitted
+                if op._state is _PENDING and not op.seq:  # never admitted
                     op._state = _FAILED
                     op._exception = exc
-                    op._fn = None
-                    op._vars = ()
-                    if op._waiters is not None or op._callbacks is not None:
+                    op.fn = None
+                    op.vars = ()
+                    if op.waiters is not None or op.callbacks is not None:
                         self._notify_locked(op)
-            if op._prop is FnProperty.DELETE_VAR and self.state is not _OPEN:
+            if op.prop is FnProperty.DELETE_VAR and self.state is not _OPEN:
                 return  # a deletion refused by a closed engine: nothing is left to delete
             report(
                 self.loop,
@@ -434,20 +434,20 @@ class Scheduler(CoreState):
         while i < len(ready):
             op = ready[i]
             i += 1
-            if op._kind == _WAIT:
+            if op.kind == _WAIT:
                 if self.may_hold and self._held_locked(op):
                     continue
                 # Its result: the failure its Var carries now that every earlier user has
                 # finished, not one that a later operation records before the waiter resumes.
-                self.finish_locked(op, _DONE, op._mutate[0]._failure, None, ready)
+                self.finish_locked(op, _DONE, op.mutate_vars[0]._failure, None, ready)
             elif op._state is _PENDING:
                 if self.may_hold and self._held_locked(op):
                     continue
                 op._state = _READY
-                if op._target is not None:
+                if op.target is not None:
                     todo.append(op)
                 elif (
-                    op._kind == _CORO
+                    op.kind == _CORO
                     and queue.head == len(queue.fifo)  # queue.empty_locked(), inlined
                     and not queue.heap
                     and _get_ident() == self.loop_thread
@@ -466,7 +466,7 @@ class Scheduler(CoreState):
         gpu = self.gpu
         if (
             gpu is not None
-            and (op._kind == _WAIT or type(op._target) is not GpuExecutor)
+            and (op.kind == _WAIT or type(op.target) is not GpuExecutor)
             and gpu.hold_for_fences_locked(op)
         ):
             return True
@@ -479,10 +479,10 @@ class Scheduler(CoreState):
         if len(todo) > 1:
             todo.sort(key=_run_order)  # the loop's ones start in this order
         for op in todo:
-            if op._target is None:
+            if op.target is None:
                 self._execute_one(op, None)
             else:
-                self._submit_one(op._target, op)
+                self._submit_one(op.target, op)
 
     def _submit_one(self, target: Executor, op: Operation[Any]) -> None:
         """Submit one READY operation; from the loop thread, wake workers once per iteration.
@@ -491,10 +491,10 @@ class Scheduler(CoreState):
         operation (each wake-up of a sleeping thread costs a GIL hand-off).
         """
         if _get_ident() != self.loop_thread:
-            if not target.submit(op, op._key, True):
+            if not target.submit(op, op.key, True):
                 self.routes.not_submitted(self, op)
             return
-        if not target.submit(op, op._key, False):
+        if not target.submit(op, op.key, False):
             self.routes.not_submitted(self, op)
             return
         wakes = self._wakes
@@ -543,7 +543,7 @@ class Scheduler(CoreState):
                     return
                 while op is not None:
                     # A bulk segment runs all its members in this one call: each one counts.
-                    budget -= len(op._result) if op._kind == _BULK else 1
+                    budget -= len(op._result) if op.kind == _BULK else 1
                     op = self._execute_one(op, None, True, budget > 0)
         except BaseException:
             # KeyboardInterrupt or SystemExit from an inline operation (recorded, and the loop
@@ -579,7 +579,7 @@ class Scheduler(CoreState):
         ``todo``, for the caller to submit once the lock is released). Lock held."""
         if op._state is not _READY:
             return False
-        if self.failures and op._kind != _BULK:  # a segment's members check their own
+        if self.failures and op.kind != _BULK:  # a segment's members check their own
             skipped = self.skip_locked(op)
             if skipped is not None:
                 todo.extend(skipped)
@@ -602,7 +602,7 @@ class Scheduler(CoreState):
         """
         # A failure's traceback reaches this frame (f_back), whose locals it keeps as they are
         # when it returns: so hold no operation by then.
-        self = op._core
+        self = op.core
         if rctx.ctx.device_type is _GPU:
             gpu = self.gpu  # set before its first executor existed
             assert gpu is not None
@@ -639,10 +639,10 @@ class Scheduler(CoreState):
                 if todo:
                     self.submit_ready(todo)
                 return None
-        kind = op._kind
+        kind = op.kind
         if self.instruments and kind != _BULK:  # a segment's members are reported instead
             _instrument.notify_start(self, op)
-        ctx = op._ctx
+        ctx = op.ctx
         if rctx is None:
             if ctx is not self.loop_ctx:  # by identity: Context hashes in Python
                 self.loop_rctx = self.routes.run_context(ctx)
@@ -655,11 +655,11 @@ class Scheduler(CoreState):
                 if rctx.stream is None
                 else RunContext(ctx, rctx.stream)
             )
-        fn = op._fn
+        fn = op.fn
         if kind == _SYNC:
             assert fn is not None
             try:
-                result = _context_run(op._snapshot, fn, rctx)
+                result = _context_run(op.snapshot, fn, rctx)
             except BaseException as exc:
                 # Drop this frame from the traceback: the recorded failure must not keep the
                 # operation (and through it its Vars) alive until someone throws it.
@@ -688,7 +688,7 @@ class Scheduler(CoreState):
             assert fn is not None
             token = OnComplete(op)
             try:
-                result = _context_run(op._snapshot, fn, rctx, token)
+                result = _context_run(op.snapshot, fn, rctx, token)
             except BaseException as exc:
                 trim_traceback(exc)
                 token.raised(exc)
@@ -714,15 +714,15 @@ class Scheduler(CoreState):
         """
         if self.ledger.thrown:
             self.ledger.retire(next(iter(self.live), None))
-        seq = op._seq
-        for v in op._vars:
+        seq = op.seq
+        for v in op.vars:
             box = v._failure
             if box is not None and box.seen_by(seq):
                 assert box.exc is not None
-                op._inherited = box
-                if op._prop in _NO_SKIP:
-                    if op._modes is None:  # its release takes the slow path (_done_locked)
-                        op._modes = (WRITE,) * (len(op._vars) - op._nreads)
+                op.inherited = box
+                if op.prop in _NO_SKIP:
+                    if op.modes is None:  # its release takes the slow path (_done_locked)
+                        op.modes = (WRITE,) * (len(op.vars) - op.nreads)
                     return None
                 err = DependencyError(
                     f"operation {op.name!r} was skipped: {v.name!r} carries a failure "
@@ -744,7 +744,7 @@ class Scheduler(CoreState):
             state, result, exc = _CANCELLED, _cancel_message(exc), None
         ready: list[Any] = []
         # Dropped by the critical section, released when this returns (lock.py's invariant).
-        _held = (op._fn, op._vars)
+        _held = (op.fn, op.vars)
         lock = self.lock
         lock.enter(_get_ident())
         try:
@@ -769,13 +769,13 @@ class Scheduler(CoreState):
         trip per operation, not two) and the caller runs it on its own thread: READY and in
         no queue (or just taken from one), nobody else can.
         """
-        target = op._target
+        target = op.target
         queue = self.loop_queue
         ready: list[Any] = []
         nxt = None
         # Dropped by the critical section, released when this returns (lock.py's invariant;
         # the caller holds op's function).
-        _held = op._vars
+        _held = op.vars
         lock = self.lock
         if _COMPILED:
             lock.enter(_thread_ident())  # noqa: F821  (scheduler.pxd: compiled only)
@@ -792,7 +792,7 @@ class Scheduler(CoreState):
                 and not self.may_hold
             ):
                 only: Operation[Any] = ready[0]
-                if only._target is None and only._kind != _WAIT:
+                if only.target is None and only.kind != _WAIT:
                     # The one operation made ready runs on the loop too and nothing else
                     # waits there: it is the best of the loop queue without going through it.
                     # (dispatch_locked's other checks do not apply: no failure to inherit, no GPU
@@ -805,7 +805,7 @@ class Scheduler(CoreState):
             # Abandoned (interpreter exit): this worker must return to its pool and stop.
             elif not self.failures and not target.abandoned:
                 for i, candidate in enumerate(todo):
-                    if candidate._target is target:
+                    if candidate.target is target:
                         nxt = todo.pop(i)
                         break
                 else:
@@ -822,11 +822,11 @@ class Scheduler(CoreState):
         if todo:
             # This worker goes on with nxt: wake others for every operation queued here.
             for other in todo:
-                if other._target is target:
-                    if not target.submit(other, other._key, False):
+                if other.target is target:
+                    if not target.submit(other, other.key, False):
                         self.routes.not_submitted(self, other)
                 else:
-                    self._submit_one(other._target, other)
+                    self._submit_one(other.target, other)
             target.wake(caller_pops=False)
         return nxt
 
@@ -834,14 +834,14 @@ class Scheduler(CoreState):
         """:meth:`finish_locked` for an operation whose function returned ``result`` (lock
         held): every operation's path, so the release is inlined unless a failure is to be
         recorded (an input's, inherited by a NO_SKIP operation) or it has commute or
-        concurrent Vars: one test, ``_modes``, which ``skip_locked`` sets for the former."""
+        concurrent Vars: one test, ``modes``, which ``skip_locked`` sets for the former."""
         op._state = _DONE
         op._result = result
-        if op._modes is None:  # nothing inherited either (skip_locked): the fast path
-            release_all(op._vars, op._nreads, ready, True)
+        if op.modes is None:  # nothing inherited either (skip_locked): the fast path
+            release_all(op.vars, op.nreads, ready, True)
             if self._sequencer is not None:
                 self._sequencer._release(True, ready, True)
-            op._fn = None
+            op.fn = None
         else:
             self.release_locked(op, _DONE, None, ready)
         self.complete_locked(op, _DONE)
@@ -863,7 +863,7 @@ class Scheduler(CoreState):
         op._state = state
         op._result = result
         op._exception = exc
-        self.lock.after.append(op._vars)  # released once unlocked (lock.py)
+        self.lock.after.append(op.vars)  # released once unlocked (lock.py)
         self.release_locked(op, state, exc, ready, box)
         self.complete_locked(op, state)
 
@@ -886,12 +886,12 @@ class Scheduler(CoreState):
         after = self.lock.after
         # Its function and the failures it replaces may hold user objects: released once
         # unlocked (lock.py).
-        after.append(op._fn)
-        after.append(op._inherited)
+        after.append(op.fn)
+        after.append(op.inherited)
         wrote = state is not _CANCELLED
         if wrote:
             if box is None:
-                box = op._inherited
+                box = op.inherited
                 if state is _FAILED:
                     assert exc is not None
                     if isinstance(exc, Abort):
@@ -903,59 +903,59 @@ class Scheduler(CoreState):
                         box = Failure(exc)
                         self.failures[box] = None
             if box is not None:
-                for v in op._mutate:
+                for v in op.mutate_vars:
                     after.append(v._failure)
                     v._failure = box
-        if op._segment is not None:
+        if op.segment is not None:
             # A bulk segment's member: the segment holds its Vars and releases them after its
             # last member; the member counts its own writes (Var.version).
             if wrote:
-                for v in op._mutate:
+                for v in op.mutate_vars:
                     v._version += 1
-            op._fn = None
-            op._inherited = None
+            op.fn = None
+            op.inherited = None
             return
-        completed = wrote and counted and op._kind != _WAIT
-        if op._wait:  # cancelled before its turn on some Vars: see _withdraw_locked
+        completed = wrote and counted and op.kind != _WAIT
+        if op.nwait:  # cancelled before its turn on some Vars: see _withdraw_locked
             self._withdraw_locked(op, completed, ready)
         else:
-            if op._modes is None:
-                release_all(op._vars, op._nreads, ready, completed)
+            if op.modes is None:
+                release_all(op.vars, op.nreads, ready, completed)
             else:
                 release_modes(op, ready, completed)
-            if self._sequencer is not None and op._kind != _WAIT:
+            if self._sequencer is not None and op.kind != _WAIT:
                 self._sequencer._release(True, ready, completed)
-        op._fn = None
-        op._inherited = None
+        op.fn = None
+        op.inherited = None
 
     def _withdraw_locked(self, op: Operation[Any], completed: bool, ready: list[Any]) -> None:
         """Release the granted requests of an operation cancelled before all its Vars'
         turns came; its other requests become tombstones (``op`` is CANCELLED already).
 
-        Or of one cancelled while parked for a commute token (``_wait`` -1: every request
+        Or of one cancelled while parked for a commute token (``nwait`` -1: every request
         granted, no token taken): it leaves the contenders it waits among."""
         assert op._state is _CANCELLED, op
         withdraw_all(op, ready, completed)
         sequencer = self._sequencer
-        if sequencer is not None and op._kind != _WAIT:
+        if sequencer is not None and op.kind != _WAIT:
             if sequencer._holds(op):
                 sequencer._release(True, ready, completed)
             else:
                 sequencer._withdraw(ready)
-        op._wait = 0
+        op.nwait = 0
 
     def release_submitted_locked(self, op: Operation[Any], ready: list[Any]) -> None:
         """Release the Vars of ``op``, a remote value operation just submitted to Dask (the
         data orders it now), without counting its writes yet; from now on no task of its
         own can cancel it (the remote collaborator's ``withdraw_locked`` may). Complete it
         with :meth:`complete_released_locked` (lock held)."""
-        op._task = None
+        op.task = None
         self.release_locked(op, _DONE, None, ready, counted=False)
 
     def attach_task_locked(self, op: Operation[Any], task: asyncio.Task[Any]) -> None:
         """``task`` runs ``op`` on the loop (a remote operation awaiting its Dask task):
         ``Operation.cancel`` of the running operation cancels it (lock held)."""
-        op._task = task
+        op.task = task
 
     def complete_released_locked(
         self,
@@ -973,15 +973,15 @@ class Scheduler(CoreState):
         now (released by :meth:`release_submitted_locked`). Release early, complete later:
         the collaborators' one way to finish such an operation (lock held)."""
         if count:
-            for v in op._mutate:
+            for v in op.mutate_vars:
                 v._version += 1
         if box is not None:
-            for v in op._mutate:
+            for v in op.mutate_vars:
                 v._failure = box
         op._state = state
         op._result = result
         op._exception = exc
-        op._fn = None
+        op.fn = None
         self.complete_locked(op, state)
 
     def queue_marker_locked(
@@ -990,10 +990,10 @@ class Scheduler(CoreState):
         """Queue ``wait_for_var``'s marker on ``var``, in push order, ``fut`` its awaiter's
         future; returns what to submit once unlocked (the marker, granted at once, goes
         through dispatch: GPU work on ``var`` may still hold it). Lock held."""
-        marker._waiters = [fut]
+        marker.waiters = [fut]
         self.seq += 1  # a marker's request takes its place in the queue's push order
-        marker._seq = marker._key = self.seq
+        marker.seq = marker.key = self.seq
         if var._append(marker, 1):
             return self.dispatch_locked([marker])
-        marker._wait = 1
+        marker.nwait = 1
         return []

@@ -57,7 +57,7 @@ async def run_coroutine(op: Operation[Any], fn: Callable[..., Any], rctx: RunCon
     the task (see :func:`start_task`): so whatever later happens to the task, even a
     cancellation before its first step, lands in this ``try`` and finishes ``op``.
     """
-    core = op._core
+    core = op.core
     current_op.set(weakref.ref(op))  # in op's context: the task runs in it
     try:
         await _handoff()
@@ -123,10 +123,10 @@ def start_task(
     coro = run_coroutine(op, fn, rctx)
     # Up to its hand-off now, in op's context (it sets current_op there): from here on a
     # cancellation of the task reaches its try statement.
-    _context_run(op._snapshot, coro.send, None)
-    task = loop.create_task(coro, name=op.name, context=op._snapshot)
+    _context_run(op.snapshot, coro.send, None)
+    task = loop.create_task(coro, name=op.name, context=op.snapshot)
     quiet(task)
-    op._task = task  # read on the loop thread only (cancel hands off to it), so no lock
+    op.task = task  # read on the loop thread only (cancel hands off to it), so no lock
 
 
 def quiet(task: asyncio.Task[Any]) -> None:

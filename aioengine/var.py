@@ -22,7 +22,7 @@ operation takes the tokens of all its commute Vars at once or none (:func:`take_
 once every request of it is granted; otherwise it parks on one busy Var's ``_contenders`` and
 holds nothing, and the release of that token retries it. So no operation holds a token while
 it waits, and two operations with opposite-order commute Vars cannot deadlock. Concurrent
-members need no token. Operations with only reads and writes (``_modes`` None) never look at
+members need no token. Operations with only reads and writes (``modes`` None) never look at
 tokens: their path pays one ``is None`` test.
 
 Requests are the "futures" of the design: instead of an ``asyncio.Future`` per request, a grant
@@ -105,12 +105,12 @@ class _Waiter(Protocol):
     operation (an ``_OperationCore``).
     """
 
-    _wait: int  # ungranted requests: a grant counts it down
-    _seq: int  # push order (queue order)
+    nwait: int  # ungranted requests: a grant counts it down
+    seq: int  # push order (queue order)
     _state: Any  # OpState.CANCELLED: its queued requests are tombstones
-    _modes: tuple[int, ...] | None  # modes of its _vars after the reads; None: all writes
-    _vars: tuple[Var, ...]  # its Vars: reads first
-    _nreads: int
+    modes: tuple[int, ...] | None  # modes of its vars after the reads; None: all writes
+    vars: tuple[Var, ...]  # its Vars: reads first
+    nreads: int
 
 
 class Failure:
@@ -335,7 +335,7 @@ class Var:
         queue it behind every earlier one; return whether it was granted.
 
         Appending never makes another request grantable, so the caller only has to count
-        this one (``op._wait``).
+        this one (``op.nwait``).
         """
         queued = self._queued
         if not queued and self._try_grant(write):
@@ -350,7 +350,7 @@ class Var:
 
     def _holds(self, op: _Waiter) -> bool:
         """Whether ``op``'s request on this Var was granted (see the module docstring)."""
-        return not self._queued or self._queue[self._head]._seq > op._seq  # type: ignore[index]
+        return not self._queued or self._queue[self._head].seq > op.seq  # type: ignore[index]
 
     def _release(self, write: bool, ready: list[Any], completed_write: bool) -> None:
         """Hand back a granted read or (``write``) write and grant whatever the rule now
@@ -416,9 +416,9 @@ class Var:
             queue[head] = None  # no reference kept to a granted request's operation
             head += 2
             self._queued -= 1
-            op._wait -= 1
+            op.nwait -= 1
             # Ready once all granted; one with commute Vars also takes their tokens, or parks.
-            if not op._wait and (op._modes is None or take_tokens(op)):
+            if not op.nwait and (op.modes is None or take_tokens(op)):
                 ready.append(op)
             if mode == 1 and not self._dead:
                 break  # the rule grants nothing beside a write, and no tombstone is queued
@@ -455,8 +455,8 @@ class Var:
         assert not self._token or self._writing == COMMUTE, self
         assert not self._contenders or self._writing == COMMUTE, self
         for op in self._contenders or ():
-            assert op._wait == -1, (self, op)
-            assert self in op._vars, (self, op)
+            assert op.nwait == -1, (self, op)
+            assert self in op.vars, (self, op)
         assert 0 <= self._dead <= self._queued, self
         queue = self._queue or []
         assert self._head % 2 == 0, self
@@ -465,7 +465,7 @@ class Var:
         assert not any(queue[: self._head : 2]), f"{self} keeps a granted request's operation"
         requests = self._requests()
         assert self._dead == sum(op._state is _CANCELLED for op, _ in requests), self
-        seqs = [op._seq for op, _ in requests]
+        seqs = [op.seq for op, _ in requests]
         assert seqs == sorted(seqs), f"{self} is not in push order"
         if requests:
             head, write = requests[0]
@@ -579,11 +579,11 @@ def append_modes(
 def take_tokens(op: _Waiter) -> bool:
     """Give ``op``, whose every request is granted, the tokens of all its commute Vars at
     once and return True; or, when one is busy, take none, park ``op`` on that Var's
-    contenders (its release retries it), mark it parked (``_wait`` -1) and return False
+    contenders (its release retries it), mark it parked (``nwait`` -1) and return False
     (caller holds the engine lock)."""
-    modes = op._modes
+    modes = op.modes
     assert modes is not None
-    vars_ = op._vars
+    vars_ = op.vars
     n = len(vars_)
     off = n - len(modes)
     for i in range(off, n):
@@ -594,24 +594,24 @@ def take_tokens(op: _Waiter) -> bool:
                     busy._contenders = deque((op,))
                 else:
                     busy._contenders.append(op)
-                op._wait = -1  # parked: every request granted, no token taken
+                op.nwait = -1  # parked: every request granted, no token taken
                 return False
     for i in range(off, n):
         if modes[i - off] == COMMUTE:
             v = vars_[i]
             v._token = True
-    op._wait = 0
+    op.nwait = 0
     return True
 
 
 def release_modes(op: _Waiter, ready: list[Any], completed: bool) -> None:
     """:func:`release_all` for an operation with commute or concurrent Vars that was
     dispatched: it holds every request and its commute tokens (caller holds the engine
-    lock). A parked one (``_wait`` -1) is released by the engine's withdrawal instead."""
-    modes = op._modes
+    lock). A parked one (``nwait`` -1) is released by the engine's withdrawal instead."""
+    modes = op.modes
     assert modes is not None
-    vars_ = op._vars
-    nreads = op._nreads
+    vars_ = op.vars
+    nreads = op.nreads
     for i in range(nreads):  # its reads, as release_all releases them
         v = vars_[i]
         v._reads -= 1
@@ -633,11 +633,11 @@ def release_modes(op: _Waiter, ready: list[Any], completed: bool) -> None:
 def withdraw_all(op: _Waiter, ready: list[Any], completed: bool) -> None:
     """Hand back what a cancelled operation (its state says so) holds of its Vars, granted
     or queued (caller holds the engine lock): a granted request is released, a queued one
-    becomes a tombstone. One parked for a commute token (``_wait`` -1) holds every request
+    becomes a tombstone. One parked for a commute token (``nwait`` -1) holds every request
     and no token: it leaves the contenders it waits among."""
-    nreads = op._nreads
-    modes = op._modes
-    vars_ = op._vars
+    nreads = op.nreads
+    modes = op.modes
+    vars_ = op.vars
     for i in range(len(vars_)):
         v = vars_[i]
         mode = READ if i < nreads else WRITE if modes is None else modes[i - nreads]
@@ -669,7 +669,7 @@ def drop_consumed(items: list[Any], head: int) -> int:
 
 def release_all(vars_: tuple[Var, ...], nreads: int, ready: list[Any], completed: bool) -> None:
     """:meth:`Var._release` for every request of an operation that held all of them: its
-    ``_vars``, the first ``nreads`` read (caller holds the engine lock).
+    ``vars``, the first ``nreads`` read (caller holds the engine lock).
 
     Every operation's path, so :meth:`Var._release`'s bookkeeping is unrolled here (no call
     per Var in the pure build); what it lets in is still the grant rule's, through
@@ -723,7 +723,7 @@ def fences_of(var: Var, new: Callable[[], T]) -> T:
 def check_groups(ops: Iterable[Any]) -> None:
     """Check the invariants of groups and commute tokens across ``ops``, the live operations
     (``Scheduler.validate_state``; lock held): each Var's own; a token is held by exactly one
-    dispatched commute member; a parked operation (``_wait`` -1) is PENDING and among the
+    dispatched commute member; a parked operation (``nwait`` -1) is PENDING and among the
     contenders of one of its commute Vars.
 
     Raises:
@@ -733,17 +733,17 @@ def check_groups(ops: Iterable[Any]) -> None:
     tokens: set[Var] = set()
     checked: set[Var] = set()
     for op in ops:
-        modes = op._modes
+        modes = op.modes
         if modes is None:  # read/write only: the queues' own tests cover them
             continue
-        for v in op._vars:
+        for v in op.vars:
             if v not in checked:
                 checked.add(v)
                 v._check_invariants()
                 if v._token:
                     tokens.add(v)
-        commute = [v for v, m in zip(op._mutate, modes, strict=True) if m == COMMUTE]
-        if op._wait == -1:
+        commute = [v for v, m in zip(op.mutate_vars, modes, strict=True) if m == COMMUTE]
+        if op.nwait == -1:
             assert op._state is OpState.PENDING, op
             assert any(op in (v._contenders or ()) for v in commute), op
         elif op._state is OpState.READY or op._state is OpState.RUNNING:
@@ -767,11 +767,11 @@ def queued_behind(first: Any, target: Any = None) -> set[Any]:
     """
     behind = {first}
     new = [first]
-    modes = first._modes
+    modes = first.modes
     if modes is not None:  # what waits for a commute token that first holds is behind it
-        nreads = first._nreads
+        nreads = first.nreads
         for i, mode in enumerate(modes):
-            v = first._vars[nreads + i]
+            v = first.vars[nreads + i]
             if mode == COMMUTE and v._token and v._contenders:
                 for op in v._contenders:
                     if op not in behind:
@@ -783,9 +783,9 @@ def queued_behind(first: Any, target: Any = None) -> set[Any]:
     held: set[Var] = set()
     while new and target not in behind:
         for op in new:
-            held.update(v for v in op._vars if v._holds(op))
+            held.update(v for v in op.vars if v._holds(op))
         # The Vars of the operations found last: their queues may block more now.
-        vars_ = {v for op in new for v in op._vars if v._queued}
+        vars_ = {v for op in new for v in op.vars if v._queued}
         new = []
         for v in vars_:
             blocked = v in held

@@ -30,15 +30,15 @@ def wake_locked(loop: asyncio.AbstractEventLoop | None, op: Operation[Any]) -> N
     In that order, so that a callback added before ``await op`` has run when the await
     returns, as with an asyncio.Future (resolving a waiter schedules its task's step).
     """
-    callbacks = op._callbacks
+    callbacks = op.callbacks
     if callbacks is not None:
-        op._callbacks = None
+        op.callbacks = None
         assert loop is not None
         for fn, context in callbacks:
             loop.call_soon(fn, op, context=context)
-    waiters = op._waiters
+    waiters = op.waiters
     if waiters is not None:
-        op._waiters = None
+        op.waiters = None
         for fut in waiters:
             if not fut.done():
                 fut.set_result(None)

@@ -186,7 +186,7 @@ async def overhead(cluster: Any, client: Any, n: int) -> dict[str, float]:
         # Submitted: a value operation drops its task reference once its Dask task exists
         # (collected into the loop iteration's graph, sent at the next iteration).
         last = ops[-1]
-        while last.state < ae.OpState.RUNNING or last._task is not None:  # noqa: ASYNC110
+        while last.state < ae.OpState.RUNNING or last.task is not None:  # noqa: ASYNC110
             await asyncio.sleep(0)
         await asyncio.sleep(0)  # the graph is sent
         engine_s = time.perf_counter() - t0

@@ -89,10 +89,10 @@ def test_note_launch_records_readers_per_stream_and_a_write_replaces_them() -> N
 def test_a_host_consumer_may_start_once_its_last_fence_settled() -> None:
     op = standalone_op()
     wait_for_fences_locked(op, 2)
-    assert op._fwait == 2
+    assert op.nfwait == 2
     assert fence_settled_locked(op) is False
     assert fence_settled_locked(op) is True
-    assert op._fwait == 0
+    assert op.nfwait == 0
     assert fence_settled_locked(op) is False  # not waiting: nothing to count
 
 
@@ -101,7 +101,7 @@ def test_a_cancelled_host_consumer_is_not_counted() -> None:
     wait_for_fences_locked(op, 1)
     op._state = ae.OpState.CANCELLED
     assert fence_settled_locked(op) is False
-    assert op._fwait == 1
+    assert op.nfwait == 1
 
 
 # -- a Var's failure, a handle's deletion ------------------------------------------------------

@@ -137,12 +137,12 @@ async def test_a_pending_operation_is_hidden_until_it_completes(held: Held) -> N
     """The operation, its context snapshot and its Var tuple, the caller's included."""
     engine, x, y, release = held
     both = engine.push_sync(lambda r: 1, const_vars=[y], mutate_vars=[x])
-    own = both._vars  # built by the push: reads, then writes
+    own = both.vars  # built by the push: reads, then writes
     mine = (x,)
     writes = engine.push_sync(lambda r: 2, mutate_vars=mine)
-    assert writes._vars is mine
+    assert writes.vars is mine
     again = engine.push_sync(lambda r: 3, mutate_vars=mine)  # two operations share it
-    snapshots = [op._snapshot for op in (both, writes, again)]
+    snapshots = [op.snapshot for op in (both, writes, again)]
     assert len({id(c) for c in snapshots}) == 3  # one each
     assert not gc.is_tracked(both)
     assert not gc.is_tracked(own)
@@ -170,8 +170,8 @@ async def test_a_full_collection_shows_live_operations_and_a_young_one_does_not(
     assert not gc.is_tracked(op)
     gc.collect()
     assert gc.is_tracked(op)
-    assert gc.is_tracked(op._vars)
-    assert gc.is_tracked(op._snapshot)
+    assert gc.is_tracked(op.vars)
+    assert gc.is_tracked(op.snapshot)
     release()
     assert await op == 3  # shown already: completing it tracks nothing twice
     assert gc.is_tracked(op)
@@ -257,7 +257,7 @@ async def test_pending_operations_leave_the_collector_almost_nothing_to_walk(hel
     release()
     await engine.wait_for_all()
     assert seen == list(range(n))
-    assert all(gc.is_tracked(op) and gc.is_tracked(op._snapshot) for op in ops)
+    assert all(gc.is_tracked(op) and gc.is_tracked(op.snapshot) for op in ops)
 
 
 async def test_each_operation_runs_in_the_context_of_its_push(serial: bool) -> None:

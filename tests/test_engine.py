@@ -134,8 +134,8 @@ class TestTheRule:
         op = engine.push_sync(
             lambda r: None, const_vars=[*vs, extra, *vs, extra], mutate_vars=[*vs, *vs]
         )
-        assert op._const == (extra,)
-        assert op._mutate == tuple(vs)
+        assert op.const_vars == (extra,)
+        assert op.mutate_vars == tuple(vs)
         gate.set()
         await op
         assert [v.version for v in vs] == [1] * n
@@ -440,8 +440,8 @@ class TestPriority:
                         p,
                         "op",
                     )
-                    op._seq = seq
-                    op._key = seq - (p << 64) if p else seq
+                    op.seq = seq
+                    op.key = seq - (p << 64) if p else seq
                     ops.append(op)
                 model: dict[Any, int] = {}  # queued -> key; a cancelled one leaves it
 
@@ -456,7 +456,7 @@ class TestPriority:
                     with engine._core.lock:
                         ops[i]._state = OpState.READY
                         engine._core.enqueue_loop_locked(ops[i])
-                        model[ops[i]] = ops[i]._key
+                        model[ops[i]] = ops[i].key
                         if then == "c":
                             claim()
                         elif then == "x":  # cancelled while queued: skipped by a claim
@@ -469,7 +469,7 @@ class TestPriority:
                         )
                         assert head == len(fifo) or fifo[-1] is not None
                         for j, op in enumerate(fifo[head:], head):
-                            assert op is None or op._seq == engine._core.loop_queue.base + j
+                            assert op is None or op.seq == engine._core.loop_queue.base + j
                 with engine._core.lock:
                     while model:
                         claim()
@@ -542,7 +542,7 @@ class TestPriority:
                     lambda r: trace.append(0), const_vars=[blocker], priority=np.int32(0)
                 ),
             ]
-            assert [type(op._priority) for op in ops] == [int] * 4
+            assert [type(op.priority) for op in ops] == [int] * 4
             gate.set()
             await engine.wait_for_all()
         # Serial mode runs in push order: priority orders only what is ready together.

@@ -60,7 +60,7 @@ def enqueued(*ops: ae.Operation[Any]) -> Callable[[], bool]:
         for op in ops:
             if op.done():
                 continue
-            fences = op._core.gpu._gpu_pending
+            fences = op.core.gpu._gpu_pending
             if not any(f.op is op for f in list(fences)):
                 return False
         return True

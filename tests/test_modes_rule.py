@@ -29,12 +29,12 @@ class FakeOp(_OperationCore):
 
     def __init__(self, name: str, seq: int) -> None:
         self.name = name
-        self._seq = seq
-        self._wait = 0
+        self.seq = seq
+        self.nwait = 0
         self._state = OpState.PENDING
-        self._vars = ()
-        self._nreads = 0
-        self._modes = None
+        self.vars = ()
+        self.nreads = 0
+        self.modes = None
 
     def __repr__(self) -> str:
         return f"FakeOp({self.name!r})"
@@ -58,16 +58,16 @@ class Program:
         reads = tuple(self.vars[v] for v, m in modes.items() if m == "read")
         others = [(self.vars[v], by_mode[m]) for v, m in modes.items() if m != "read"]
         others.sort(key=lambda p: p[1])
-        op._vars = reads + tuple(v for v, _ in others)
-        op._nreads = len(reads)
+        op.vars = reads + tuple(v for v, _ in others)
+        op.nreads = len(reads)
         if all(m == WRITE for _, m in others):
-            op._wait = append_all(op, reads, tuple(v for v, _ in others))
-            if not op._wait:
+            op.nwait = append_all(op, reads, tuple(v for v, _ in others))
+            if not op.nwait:
                 self.ready.append(name)
         else:
-            op._modes = tuple(m for _, m in others)
-            op._wait = append_modes(op, reads, op._vars[len(reads) :], op._modes)
-            if not op._wait and take_tokens(op):
+            op.modes = tuple(m for _, m in others)
+            op.nwait = append_modes(op, reads, op.vars[len(reads) :], op.modes)
+            if not op.nwait and take_tokens(op):
                 self.ready.append(name)
         self.check()
         return op
@@ -77,8 +77,8 @@ class Program:
         assert name in self.ready, f"{name} finishes before it was ready"
         out: list[FakeOp] = []
         op._state = OpState.DONE
-        if op._modes is None:
-            release_all(op._vars, op._nreads, out, True)
+        if op.modes is None:
+            release_all(op.vars, op.nreads, out, True)
         else:
             release_modes(op, out, True)
         self.ready.extend(o.name for o in out)
@@ -89,10 +89,10 @@ class Program:
         assert name not in self.ready
         op._state = OpState.CANCELLED
         out: list[FakeOp] = []
-        if op._wait:
+        if op.nwait:
             withdraw_all(op, out, False)
         else:
-            release_all(op._vars, op._nreads, out, False)
+            release_all(op.vars, op.nreads, out, False)
         self.ready.extend(o.name for o in out)
         self.check()
 
@@ -188,8 +188,8 @@ class TestTokens:
         p.push("b", y="commute", x="commute")
         p.push("c", x="commute")
         assert p.ready == ["a"]
-        assert p.ops["b"]._wait == -1
-        assert p.ops["c"]._wait == -1
+        assert p.ops["b"].nwait == -1
+        assert p.ops["c"].nwait == -1
         p.finish("a")
         # b parks without holding x, so c (x only) or b may go next, never both at once
         assert len(p.ready) == 2
@@ -229,7 +229,7 @@ class TestTokens:
         p.push("c1", x="commute")
         if parked:
             p.push("c2", x="commute")  # admitted, parked on x's token
-            assert p.ops["c2"]._wait == -1
+            assert p.ops["c2"].nwait == -1
         else:
             p.push("wy", y="write")
             p.push("c2", x="commute", y="read")  # still queued on y

@@ -725,7 +725,7 @@ def test_a_coroutine_op_closed_with_its_loop_does_not_complain() -> None:
 
     op = loop.run_until_complete(main())
     loop.close()
-    task = op._task
+    task = op.task
     assert task is not None
     task.get_coro().close()  # what destroying the pending task does
     assert op.state is ae.OpState.RUNNING  # never finished: its loop is gone

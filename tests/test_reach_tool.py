@@ -382,3 +382,57 @@ def test_a_write_to_the_schedulers_public_state_from_outside_the_core_is_an_outs
     report = reach.scan(root)
     assert report.writes == 3
     assert not [h for h in report.hits if h.path.endswith("bulk.py")]
+
+
+def test_a_write_to_an_operations_public_record_from_outside_the_core_is_an_outside_write(
+    reach: ModuleType, tmp_path: pathlib.Path
+) -> None:
+    # Operation's record fields are public to read (observers, tests); only the core writes
+    # them. A name that a class the writer imports declares too is that class's business.
+    root = package(
+        tmp_path,
+        operation="""
+        class _OperationCore:
+            __slots__ = ("_state", "seq", "waiters", "callbacks", "name")
+        """,
+        scheduler="""
+        def push(op):
+            op.seq = 1  # inside the core
+            op.waiters = []
+        """,
+        fence="""
+        class Fence:
+            def __init__(self):
+                self.seq = 0
+                self.waiters = []
+        """,
+        gpu_sync="""
+        import gc
+        from .fence import Fence
+
+        def launch(op, fence: Fence):
+            fence.seq = 3  # a Fence's field: not counted, even though an operation has one
+            op.waiters = None  # (the same spelling: not counted either, here)
+            gc.callbacks.append(print)  # another library's
+            op.callbacks = []
+            n = op.seq  # a read
+            return n
+        """,
+        observe__trace="""
+        def meddle(op, other):
+            op.seq += 1
+            op.waiters.append(other)
+            del op.callbacks
+            op.name = "renamed"
+        """,
+    )
+    assert hits(reach, root, "gpu_sync.py") == [("callbacks", "record:assign")]
+    assert hits(reach, root, "observe/trace.py") == [
+        ("seq", "record:augassign"),
+        ("waiters", "record:mutate"),
+        ("callbacks", "record:del"),
+        ("name", "record:assign"),
+    ]
+    report = reach.scan(root)
+    assert report.writes == 5
+    assert not [h for h in report.hits if h.path.endswith(("scheduler.py", "fence.py"))]

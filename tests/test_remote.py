@@ -495,10 +495,10 @@ class TestBatches:
             # deeper than the recursion limit, were each started inside the last.
             ops = [engine.submit(inc, x, out=x, ctx=ae.remote()) for _ in range(250)]
             gate.set()
-            while ops[-1]._task is not None or ops[-1].state < ae.OpState.RUNNING:
+            while ops[-1].task is not None or ops[-1].state < ae.OpState.RUNNING:
                 await asyncio.sleep(0.001)
             # All left the engine together, in one cascade.
-            assert all(op._task is None for op in ops)
+            assert all(op.task is None for op in ops)
             assert await x.get() == 250
             await no_keys_left_but_versions(cluster, engine, 1)
 
@@ -760,8 +760,8 @@ class TestTraceLanes:
             }
             slices = {e["args"]["seq"]: lanes[e["tid"]] for e in events if e.get("cat") == "op"}
             for op, address in zip(ops, ran, strict=True):
-                assert slices[op._seq].startswith(f"worker {address} #")
-            assert slices[bad._seq].startswith("remote ops #")  # failed: no worker holds it
+                assert slices[op.seq].startswith(f"worker {address} #")
+            assert slices[bad.seq].startswith("remote ops #")  # failed: no worker holds it
             assert {lanes[t].rsplit(" #", 1)[0] for t in lanes} >= {f"worker {w}" for w in workers}
 
 

@@ -393,7 +393,7 @@ class TestDependencyTracking:
 
     @staticmethod
     def push(tracker: DepTracker, seq: int, const: tuple[Var, ...], mutate: tuple[Var, ...]) -> Any:
-        op = types.SimpleNamespace(_seq=seq, _const=const, _mutate=mutate, _modes=None)
+        op = types.SimpleNamespace(seq=seq, const_vars=const, mutate_vars=mutate, modes=None)
         return tracker.push(op)  # type: ignore[arg-type]
 
     def test_readers_depend_on_the_writer_and_a_writer_on_both(self) -> None:

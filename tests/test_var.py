@@ -26,15 +26,15 @@ class FakeOp(_OperationCore):
 
     def __init__(self, name: str, seq: int, *, _wait: int = 1) -> None:
         self.name = name
-        self._seq = seq
-        self._wait = _wait
+        self.seq = seq
+        self.nwait = _wait
         self._state = OpState.PENDING
-        self._vars = ()
-        self._nreads = 0
-        self._modes = None
+        self.vars = ()
+        self.nreads = 0
+        self.modes = None
 
     def __repr__(self) -> str:
-        return f"FakeOp({self.name!r}, {self._seq})"
+        return f"FakeOp({self.name!r}, {self.seq})"
 
 
 @dataclass(eq=False)
@@ -57,7 +57,7 @@ class Queue:
         self.seq += 1
         op = FakeOp(name, self.seq)
         if self.var._append(op, write):
-            op._wait -= 1
+            op.nwait -= 1
             self.granted.append(name)
         self.var._check_invariants()
         return Request(op, write)
@@ -222,8 +222,8 @@ class TestGrantRule:
         op = FakeOp("op", 2, _wait=0)
         for v in (x, y):
             if not v._append(op, True):
-                op._wait += 1
-        assert op._wait == 1  # y granted at once, x queued behind the blocker
+                op.nwait += 1
+        assert op.nwait == 1  # y granted at once, x queued behind the blocker
         assert y._holds(op)
         assert not x._holds(op)
         ready: list[FakeOp] = []
@@ -272,8 +272,8 @@ class TestBatchForms:
 
         def ready(form: str, ops_: list[FakeOp]) -> None:
             for op in ops_:
-                granted[form].append(op._seq)
-                running[form].append((op._seq, op))
+                granted[form].append(op.seq)
+                running[form].append((op.seq, op))
 
         for seq, (reads, writes, finish) in enumerate(program, start=1):
             reads = [r for r in reads if r not in writes]
@@ -283,12 +283,12 @@ class TestBatchForms:
                 const = tuple(vs[r] for r in reads)
                 mutate = tuple(vs[w] for w in writes)
                 if form == "batch":
-                    op._wait = append_all(op, const, mutate)
+                    op.nwait = append_all(op, const, mutate)
                 else:
-                    op._wait = sum(not v._append(op, False) for v in const) + sum(
+                    op.nwait = sum(not v._append(op, False) for v in const) + sum(
                         not v._append(op, True) for v in mutate
                     )
-                if not op._wait:
+                if not op.nwait:
                     ready(form, [op])
             if finish:
                 for form, vs in (("batch", batch_vars), ("single", single_vars)):
@@ -340,7 +340,7 @@ class TestQueuedBehind:
 
         def finish(op: FakeOp, completed: bool = True) -> None:
             out: list[FakeOp] = []
-            release_all(op._vars, op._nreads, out, completed)
+            release_all(op.vars, op.nreads, out, completed)
             op._state = OpState.DONE
             running.extend(out)
             for done in out:
@@ -350,17 +350,17 @@ class TestQueuedBehind:
             op = FakeOp(f"op{seq}", seq, _wait=0)
             const = tuple(vs[r] for r in reads if r not in writes)
             mutate = tuple(vs[w] for w in writes)
-            op._vars = const + mutate
-            op._nreads = len(const)
-            op._wait = append_all(op, const, mutate)
-            (pending if op._wait else running).append(op)
+            op.vars = const + mutate
+            op.nreads = len(const)
+            op.nwait = append_all(op, const, mutate)
+            (pending if op.nwait else running).append(op)
             if then == "finish" and running:
                 finish(running.pop(0))
             elif then == "cancel" and pending:
                 victim = pending.pop(which % len(pending))  # withdrawn as by the engine
                 victim._state = OpState.CANCELLED
                 out: list[FakeOp] = []
-                for write, vars_ in ((False, victim._const), (True, victim._mutate)):
+                for write, vars_ in ((False, victim.const_vars), (True, victim.mutate_vars)):
                     for v in vars_:
                         if v._holds(victim):
                             v._release(write, out, False)

@@ -33,6 +33,14 @@ It reads the sources with :mod:`ast` (nothing is imported) and counts two things
     ``_core``: ``core.live[k] = op``, ``engine._core.wakeups.idle.append(f)``) is an outside
     write, kind ``state:<kind>``.
 
+**record writes** (counted as outside writes too)
+    an operation's record is public to read as well (the fields without an underscore in
+    ``_OperationCore.__slots__``, :data:`RECORD`: ``op.seq``, ``op.ctx``, ``op.vars``...),
+    and only the core changes it: outside the core, a write of such a field on any object but
+    ``self`` or an imported library is an outside write, kind ``record:<kind>``. Names are
+    matched by spelling, as ever: one that a class of the writing module, or of a module it
+    imports from, declares too (``gpu_sync`` writes a ``Fence``'s ``seq``) is left out there.
+
 Writes inside the core (the modules of :data:`CORE`: the scheduler, its operations, Vars,
 bulk segments, loop queue, tasks, collector hooks, instruments and lock) to a name that a
 core module declares are the core's own business: the issue asks that the core's state change
@@ -128,6 +136,9 @@ STATE = (
     ("bulk", "Segments"),
 )
 
+# The operation record, whose public fields (its ``__slots__``) only the core may change.
+RECORD = ("operation", "_OperationCore")
+
 
 def is_private(name: str) -> bool:
     """``_x`` and ``__x`` are private; ``__x__`` (a dunder) and ``_`` are not."""
@@ -150,7 +161,9 @@ class Hit:
     @property
     def write(self) -> bool:
         """An outside write: it changes the attribute, and not from inside the core."""
-        return (self.kind in WRITE_KINDS or self.kind.startswith("state:")) and not self.core
+        return (self.kind in WRITE_KINDS or self.kind.startswith(("state:", "record:"))) and (
+            not self.core
+        )
 
 
 @dataclasses.dataclass
@@ -199,7 +212,8 @@ class Module:
     display: str  # aioengine/observe/dump.py
     tree: ast.Module
     is_package: bool
-    owned: set[str] = dataclasses.field(default_factory=set)
+    owned: set[str] = dataclasses.field(default_factory=set)  # private names it declares
+    public: set[str] = dataclasses.field(default_factory=set)  # and its public ones
 
 
 def module_name(package: pathlib.Path, path: pathlib.Path) -> str:
@@ -217,7 +231,9 @@ def load(package: pathlib.Path) -> dict[str, Module]:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         display = path.relative_to(package.parent).as_posix()
         module = Module(name, path, display, tree, path.name == "__init__.py")
-        module.owned = owned_names(tree)
+        names = declared_names(tree)
+        module.owned = {name for name in names if is_private(name)}
+        module.public = {name for name in names if not name.startswith("_")}
         modules[name] = module
     return modules
 
@@ -247,6 +263,12 @@ def _target_names(target: ast.expr) -> Iterator[str]:
 def owned_names(tree: ast.Module) -> set[str]:
     """The private attribute names that the module's classes declare, or that it assigns as
     ``self._x``/``cls._x``."""
+    return {name for name in declared_names(tree) if is_private(name)}
+
+
+def declared_names(tree: ast.Module) -> set[str]:
+    """Every attribute name that the module's classes declare, or that it assigns as
+    ``self.x``/``cls.x``."""
     owned: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
@@ -269,7 +291,7 @@ def owned_names(tree: ast.Module) -> set[str]:
             and node.value.id in SELF_NAMES
         ):
             owned.add(node.attr)
-    return {name for name in owned if is_private(name)}
+    return owned
 
 
 def _resolve_from(module: Module, node: ast.ImportFrom) -> str | None:
@@ -295,11 +317,16 @@ class Scanner:
         modules: dict[str, Module],
         declared: set[str],
         state: frozenset[str] | set[str] = frozenset(),
+        record: frozenset[str] | set[str] = frozenset(),
     ) -> None:
         self.module = module
         self.modules = modules
         self.declared = declared
         self.state = state  # the core's public state fields (STATE)
+        self.record = record  # an operation's public fields (RECORD)
+        self.libraries: set[str] = set()  # names bound by ``import`` to another library
+        self.imported: set[str] = set()  # the package's modules it imports from
+        self.nearby: set[str] = set()  # public names it or a module it imports declares
         self.in_core = module.name.split(".", 1)[-1] in {n.split(".", 1)[-1] for n in CORE}
         self.aliases: dict[str, str] = {}  # a local name bound to a module of the package
         self.hits: list[Hit] = []
@@ -316,6 +343,13 @@ class Scanner:
         for node in ast.walk(tree):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 self.imports(node)
+        self.nearby = set(self.module.public).union(
+            *(
+                self.modules[name].public
+                for name in self.imported
+                if name.split(".", 1)[-1] != RECORD[0]
+            )
+        )
         for node in ast.walk(tree):
             self.mark_writes(node)
         for node in ast.walk(tree):
@@ -330,6 +364,10 @@ class Scanner:
         root = self.module.name.split(".")[0]
         if isinstance(node, ast.Import):
             for alias in node.names:
+                if alias.name.split(".")[0] != root:  # another library: gc, asyncio, ...
+                    self.libraries.add(alias.asname or alias.name.split(".")[0])
+                if alias.name in self.modules:
+                    self.imported.add(alias.name)
                 if alias.asname and alias.name in self.modules:
                     self.aliases[alias.asname] = alias.name
                 elif not alias.asname and alias.name.split(".")[0] == root:
@@ -338,6 +376,8 @@ class Scanner:
         source = _resolve_from(self.module, node)
         if source is None or source.split(".")[0] != root:
             return
+        if source in self.modules:
+            self.imported.add(source)
         for alias in node.names:
             full = f"{source}.{alias.name}"
             if full in self.modules:  # a submodule, not a name inside a module
@@ -430,6 +470,15 @@ class Scanner:
                 and self.from_core(node.value)
             ):
                 self.hit(node, node.attr, f"state:{kind}")
+            elif (
+                kind is not None
+                and node.attr in self.record
+                and not self.in_core
+                and node.attr not in self.nearby
+                and not self.is_self(node.value)
+                and not (isinstance(node.value, ast.Name) and node.value.id in self.libraries)
+            ):
+                self.hit(node, node.attr, f"record:{kind}")
             return
         if self.is_self(node.value):
             return
@@ -497,14 +546,31 @@ def state_fields(modules: dict[str, Module]) -> set[str]:
     return fields
 
 
+def record_fields(modules: dict[str, Module]) -> set[str]:
+    """The public names in the ``__slots__`` of the :data:`RECORD` class."""
+    fields: set[str] = set()
+    for module in modules.values():
+        if module.name.split(".", 1)[-1] != RECORD[0]:
+            continue
+        for node in module.tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == RECORD[1]:
+                for stmt in node.body:
+                    if isinstance(stmt, ast.Assign) and any(
+                        isinstance(t, ast.Name) and t.id == "__slots__" for t in stmt.targets
+                    ):
+                        fields.update(n for n in _slot_names(stmt.value) if not n.startswith("_"))
+    return fields
+
+
 def scan(package: pathlib.Path) -> Report:
     """Every hit in ``package``: the outside writes, the private reaches and the foreign ones."""
     modules = load(package)
     declared = set().union(*(module.owned for module in modules.values()))
     state = state_fields(modules)
+    record = record_fields(modules)
     hits: list[Hit] = []
     for module in modules.values():
-        hits.extend(Scanner(module, modules, declared, state).scan())
+        hits.extend(Scanner(module, modules, declared, state, record).scan())
     return Report(hits)
 
 

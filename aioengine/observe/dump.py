@@ -279,44 +279,44 @@ def build_dump(engine: Observed, var: Var | None = None) -> Dump:
         for op in core.live.values():
             holds: list[tuple[Var, str]] = []
             waits: list[tuple[Var, str]] = []
-            requests = op._accesses()  # (Var, "read" | "write" | "commute" | "concurrent")
+            requests = op.accesses()  # (Var, "read" | "write" | "commute" | "concurrent")
             # A bulk segment's member holds its Vars when its segment does (bulk.py).
-            holder = op if op._segment is None or not op._segment._seq else op._segment
+            holder = op if op.segment is None or not op.segment.seq else op.segment
             for v, mode in requests:
                 if v._holds(holder):
                     holds.append((v, mode))
-                    var_rows.setdefault(v, ([], []))[0].append((op._seq, mode))
+                    var_rows.setdefault(v, ([], []))[0].append((op.seq, mode))
                 else:
                     waits.append((v, mode))
                     var_rows.setdefault(v, ([], []))
             if holder is not op and op._state is OpState.PENDING:
                 # It also waits for the Vars of the other members that its segment waits for.
                 seg = holder
-                for v in (*seg._const, *seg._mutate):
-                    if v not in op._const and v not in op._mutate and not v._holds(seg):
+                for v in (*seg.const_vars, *seg.mutate_vars):
+                    if v not in op.const_vars and v not in op.mutate_vars and not v._holds(seg):
                         waits.append((v, "via its bulk segment"))
                         var_rows.setdefault(v, ([], []))
-            record = records.get(op._seq)
+            record = records.get(op.seq)
             state = op._state
             flag = None
-            if op._kind == _CALLBACK and state is OpState.RUNNING:
+            if op.kind == _CALLBACK and state is OpState.RUNNING:
                 flag = "callback-style operation: on_complete() has not been called yet"
-            elif op._fwait and state is OpState.PENDING:
-                flag = f"its Vars are granted; waiting for {op._fwait} GPU fence(s) to complete"
-            elif state is OpState.RUNNING and op._kind == _SYNC and op._ctx.device_type is _GPU:
+            elif op.nfwait and state is OpState.PENDING:
+                flag = f"its Vars are granted; waiting for {op.nfwait} GPU fence(s) to complete"
+            elif state is OpState.RUNNING and op.kind == _SYNC and op.ctx.device_type is _GPU:
                 flag = "GPU operation: completes when its fence (the event after it) does"
-            elif state is OpState.RUNNING and op._ctx.device_type is _REMOTE:
+            elif state is OpState.RUNNING and op.ctx.device_type is _REMOTE:
                 remote = core.remote
                 key = remote.key_of(op) if remote is not None else None
                 flag = f"remote operation on the Dask cluster, key {key!r}"
-            if op._task is not None and not op._task.done() and op._ctx.device_type is not _REMOTE:
-                tasks[op._seq] = op._task
-            rows[op._seq] = {
-                "seq": op._seq,
+            if op.task is not None and not op.task.done() and op.ctx.device_type is not _REMOTE:
+                tasks[op.seq] = op.task
+            rows[op.seq] = {
+                "seq": op.seq,
                 "name": op.name,
                 "state": state,
-                "kind": kind_name(op._kind),
-                "pool": pool_name(op._target),
+                "kind": kind_name(op.kind),
+                "pool": pool_name(op.target),
                 "holds": holds,
                 "waits": waits,
                 "site": record.site if record is not None else None,
@@ -333,14 +333,16 @@ def build_dump(engine: Observed, var: Var | None = None) -> Dump:
             versions[v] = v._version
             for waiter, queued_mode in v._requests():
                 # An Operation, or a wait_for_var marker (not in _live); a cancelled one neither.
-                seq: int = waiter._seq
+                seq: int = waiter.seq
                 if core.live.get(seq) is waiter:
                     waiters.append((seq, MODE_NAMES[queued_mode]))
-                elif waiter._kind == _BULK and waiter._result:  # a segment: its members
+                elif waiter.kind == _BULK and waiter._result:  # a segment: its members
                     members: list[Operation[Any]] = waiter._result
                     for m in members:
-                        if m._state is OpState.PENDING and (v in m._mutate or v in m._const):
-                            waiters.append((m._seq, "write" if v in m._mutate else "read"))
+                        if m._state is OpState.PENDING and (
+                            v in m.mutate_vars or v in m.const_vars
+                        ):
+                            waiters.append((m.seq, "write" if v in m.mutate_vars else "read"))
     finally:
         lock.release()
     if var is not None:

@@ -228,16 +228,16 @@ def build_graph(engine: Observed) -> Graph:
     # (exact: a finished operation between two pending ones cannot be one they wait for).
     tracker = DepTracker()
     for op, state in live:
-        nodes[op._seq] = Node(
-            op._seq,
+        nodes[op.seq] = Node(
+            op.seq,
             op.name,
             state,
-            kind_name(op._kind),
-            pool_name(op._target),
-            tuple((v.name, mode) for v, mode in op._accesses()),
+            kind_name(op.kind),
+            pool_name(op.target),
+            tuple((v.name, mode) for v, mode in op.accesses()),
         )
         for src, var in tracker.push(op):
-            edges.add(Edge(src, op._seq, var))
+            edges.add(Edge(src, op.seq, var))
     for r in (*records, *recorded_live.values()):
         for src, var in r.deps:
             if src in nodes:

@@ -69,7 +69,7 @@ def pool_name(target: object) -> str:
 
 
 def kind_name(kind: int) -> str:
-    """``sync``, ``coroutine`` or ``callback`` for an operation's ``_kind``."""
+    """``sync``, ``coroutine`` or ``callback`` for an operation's ``kind``."""
     if kind == _CORO:
         return "coroutine"
     if kind == _CALLBACK:
@@ -134,9 +134,9 @@ class DepTracker:
     def push(self, op: Operation[Any]) -> tuple[tuple[int, str], ...]:
         """Record ``op``'s accesses; return its dependencies as ``(seq, var name)`` pairs."""
         deps: list[tuple[int, str]] = []
-        seq = op._seq
+        seq = op.seq
         tracks = self._tracks
-        for v in op._const:
+        for v in op.const_vars:
             track = tracks.get(id(v))
             if track is None or track.var() is not v:
                 track = self._track(v)
@@ -151,8 +151,8 @@ class DepTracker:
             readers.append(seq)
             if len(readers) > _MAX_READERS:
                 del readers[: _MAX_READERS // 2]
-        modes = op._modes
-        for i, v in enumerate(op._mutate):
+        modes = op.modes
+        for i, v in enumerate(op.mutate_vars):
             track = tracks.get(id(v))
             if track is None or track.var() is not v:
                 track = self._track(v)
@@ -213,14 +213,14 @@ class OpRecord:
     def __init__(
         self, op: Operation[Any], site: str | None, deps: tuple[tuple[int, str], ...]
     ) -> None:
-        self.seq = op._seq
+        self.seq = op.seq
         self.name = op.name
-        self.kind = kind_name(op._kind)
-        self.pool = pool_name(op._target)
-        self.priority = op._priority
-        self.const = tuple(v.name for v in op._const)
-        self.mutate = tuple(v.name for v in op._mutate)  # commute and concurrent included
-        self.modes = tuple(mode for _, mode in op._accesses())  # of const, then mutate
+        self.kind = kind_name(op.kind)
+        self.pool = pool_name(op.target)
+        self.priority = op.priority
+        self.const = tuple(v.name for v in op.const_vars)
+        self.mutate = tuple(v.name for v in op.mutate_vars)  # commute and concurrent included
+        self.modes = tuple(mode for _, mode in op.accesses())  # of const, then mutate
         self.site = site
         self.deps = deps
         self.pushed = time.monotonic()
@@ -261,17 +261,17 @@ class Recorder(Instrument):
 
     def on_push(self, op: Operation[Any]) -> None:
         """Record the push site, time and dependencies (engine lock held)."""
-        self.live[op._seq] = OpRecord(op, push_site(), self._deps.push(op))
+        self.live[op.seq] = OpRecord(op, push_site(), self._deps.push(op))
 
     def on_start(self, op: Operation[Any]) -> None:
         """Record the start time (no lock: one attribute store)."""
-        record = self.live.get(op._seq)
+        record = self.live.get(op.seq)
         if record is not None:
             record.started = time.monotonic()
 
     def on_finish(self, op: Operation[Any]) -> None:
         """Move the operation to the history with its outcome (engine lock held)."""
-        record = self.live.pop(op._seq, None)
+        record = self.live.pop(op.seq, None)
         if record is None:
             return  # pushed before the recorder was installed
         record.finished = now = time.monotonic()

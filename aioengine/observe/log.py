@@ -27,8 +27,8 @@ logger = logging.getLogger("aioengine")
 
 
 def _vars(op: Operation[Any]) -> str:
-    reads = ",".join(v.name for v in op._const)
-    writes = ",".join(v.name for v in op._mutate)
+    reads = ",".join(v.name for v in op.const_vars)
+    writes = ",".join(v.name for v in op.mutate_vars)
     return f"reads=[{reads}] writes=[{writes}]"
 
 
@@ -38,16 +38,16 @@ class OpLogger(Instrument):
     def on_push(self, op: Operation[Any]) -> None:
         """Log the push."""
         if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("push #%d %r %s on %s", op._seq, op.name, _vars(op), pool_name(op._target))
+            logger.debug("push #%d %r %s on %s", op.seq, op.name, _vars(op), pool_name(op.target))
 
     def on_start(self, op: Operation[Any]) -> None:
         """Log the start."""
         if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("start #%d %r", op._seq, op.name)
+            logger.debug("start #%d %r", op.seq, op.name)
 
     def on_finish(self, op: Operation[Any]) -> None:
         """Log the outcome (``skipped`` for an operation not run because of a failure)."""
         if logger.isEnabledFor(logging.DEBUG):
             exc = op._exception
             detail = f": {summary(exc)}" if exc is not None else ""
-            logger.debug("%s #%d %r%s", op._state.name.lower(), op._seq, op.name, detail)
+            logger.debug("%s #%d %r%s", op._state.name.lower(), op.seq, op.name, detail)

@@ -85,7 +85,7 @@ def build_statistics(engine: Observed) -> EngineStatistics:
             for i, n in enumerate(finished):
                 row[i] += n
         for op in core.live.values():
-            counts.setdefault(pool_name(op._target), _zeros())[op._state] += 1
+            counts.setdefault(pool_name(op.target), _zeros())[op._state] += 1
         recorder = Recorder.of(engine)
         busy = dict(recorder.busy) if recorder is not None else None
     pools = {

@@ -149,14 +149,14 @@ _Record = tuple[
 
 def _lane_label(op: Operation[Any]) -> str | None:
     """The label of the lanes that show ``op``, or None: it shows on its thread's track."""
-    kind = op._kind
+    kind = op.kind
     if kind == _CORO:
         return "coroutine ops"
     if kind == _CALLBACK:
         return "callback ops"
-    if op._ctx.device_type is DeviceType.GPU and op._target is not None:
-        return f"{pool_name(op._target)} ops"  # launched on a stream, done at its fence
-    if op._ctx.device_type is DeviceType.REMOTE:
+    if op.ctx.device_type is DeviceType.GPU and op.target is not None:
+        return f"{pool_name(op.target)} ops"  # launched on a stream, done at its fence
+    if op.ctx.device_type is DeviceType.REMOTE:
         return _REMOTE  # submitted to Dask, done when its task is
     return None
 
@@ -223,7 +223,7 @@ class Tracer(Instrument):
         if deps:
             pushed = _now()
             with self._mu:
-                self._waited[op._seq] = (pushed, deps)
+                self._waited[op.seq] = (pushed, deps)
 
     def on_start(self, op: Operation[Any]) -> None:
         """Note when and on which thread (or lane) ``op`` starts."""
@@ -231,7 +231,7 @@ class Tracer(Instrument):
         label = _lane_label(op)
         with self._mu:
             if label is _REMOTE:
-                self._started[op._seq] = _Started(start, 0, label, -1)
+                self._started[op.seq] = _Started(start, 0, label, -1)
                 return
             if label is not None:
                 lanes = self._lanes.setdefault(label, [])
@@ -240,7 +240,7 @@ class Tracer(Instrument):
                     lanes.append(True)
                 else:
                     lanes[lane] = True
-                self._started[op._seq] = _Started(start, self._lane_tid(label, lane), label, lane)
+                self._started[op.seq] = _Started(start, self._lane_tid(label, lane), label, lane)
                 return
             tid = threading.get_native_id()
             if tid not in self._threads:
@@ -249,14 +249,14 @@ class Tracer(Instrument):
                     self._threads[tid] = (f"event loop ({name})", 0)
                 else:
                     self._threads[tid] = (name, _THREAD_SORT + 1 + len(self._threads))
-            self._started[op._seq] = _Started(start, tid)
+            self._started[op.seq] = _Started(start, tid)
 
     def wrap_coroutine(
         self, op: Operation[Any], coro: Coroutine[Any, Any, Any]
     ) -> Coroutine[Any, Any, Any]:
         """Time each step of the coroutine (the ``run`` slices)."""
         with self._mu:
-            started = self._started.get(op._seq)
+            started = self._started.get(op.seq)
         if started is None:  # the trace started between on_start and here
             return coro
         return _SteppedCoroutine(coro, started.steps, self)
@@ -265,7 +265,7 @@ class Tracer(Instrument):
         """Note the Dask worker that ran remote operation ``op``, and when its task ended."""
         end = _now()
         with self._mu:
-            started = self._started.get(op._seq)
+            started = self._started.get(op.seq)
             if started is not None:
                 started.worker = where
                 started.end = end
@@ -277,7 +277,7 @@ class Tracer(Instrument):
         error = None if exc is None else summary(exc)
         outcome = None
         with self._mu:
-            started = self._started.pop(op._seq, None)
+            started = self._started.pop(op.seq, None)
             if started is None:  # not started in the trace: skipped, cancelled, or earlier
                 here = threading.get_native_id()
                 if here not in self._threads:
@@ -304,13 +304,13 @@ class Tracer(Instrument):
         """What the events of ``op`` need, copied: the trace keeps no operation or Var alive,
         nor the result or failure they hold."""
         return (
-            op._seq,
-            op._kind,
+            op.seq,
+            op.kind,
             op.name,
-            op._target,
-            [v.name for v in op._const],
-            [(v.name, mode) for v, mode in op._accesses()[op._nreads :]],
-            op._priority,
+            op.target,
+            [v.name for v in op.const_vars],
+            [(v.name, mode) for v, mode in op.accesses()[op.nreads :]],
+            op.priority,
             op._state.name.lower() if outcome is None else outcome,
             error,
             end,
@@ -446,7 +446,7 @@ class Tracer(Instrument):
             records = self._records
             self._records = []
             for op in live:
-                started = self._started.pop(op._seq, None)
+                started = self._started.pop(op.seq, None)
                 if started is not None:
                     outcome = "unfinished (trace stopped)"
                     records.append(self._record(op, outcome, None, end, started, started.tid))

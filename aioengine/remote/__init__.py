@@ -11,7 +11,7 @@ Two kinds of remote operation:
 - *Side-effect operations* (``push_sync`` / ``push_async`` / ``push`` on a remote context):
   ``fn(rctx)`` runs on a worker and may touch anything, so the operation holds its Vars until
   the Dask task has finished, exactly like a local one. A task on the engine's loop
-  (``op._task``) awaits the Dask future; cancelling it cancels the Dask task.
+  (``op.task``) awaits the Dask future; cancelling it cancels the Dask task.
 - *Value operations* (``Engine.submit(..., ctx=remote())``, a
   :class:`~aioengine.functions.ValueCall`): every write makes a new *version* of its ``out``
   Vars, a :class:`RemoteVersion` that the Var carries as its value and whose Dask future

@@ -159,7 +159,7 @@ _RESENDS = 8
 
 def _priority(op: Operation[Any]) -> int:
     """The ``priority`` an operation was pushed with (its run key encodes it)."""
-    return (op._seq - op._key) >> 64
+    return (op.seq - op.key) >> 64
 
 
 class RemoteBackend:
@@ -225,20 +225,20 @@ class RemoteBackend:
     def hold_locked(self, op: Operation[Any]) -> bool:
         """Hold ``op`` while a Var it uses carries a version still being computed (or, for a
         reader, not yet gathered here); False if nothing holds it. Lock held (any thread)."""
-        if type(op._fn) is ValueCall:
+        if type(op.fn) is ValueCall:
             return False  # Dask orders it by data: it gets the futures
         scattered = self._scattered
-        if scattered and op._kind != _WAIT:
-            for var in op._mutate:
+        if scattered and op.kind != _WAIT:
+            for var in op.mutate_vars:
                 if var in scattered:
                     # It writes the Var (maybe in place): the copy on the cluster is stale.
                     self._core.call_soon_locked(functools.partial(self._stale, var))
         gather = (
-            op._target is not self._executor
-            and op._kind != _WAIT  # a wait_for_var marker needs no value
-            and op._prop is not _DELETE_VAR
+            op.target is not self._executor
+            and op.kind != _WAIT  # a wait_for_var marker needs no value
+            and op.prop is not _DELETE_VAR
         )
-        for var in op._vars:
+        for var in op.vars:
             value = var._value
             if type(value) is not RemoteVersion:
                 continue
@@ -351,13 +351,13 @@ class RemoteBackend:
         with core.lock:
             started = core.start_locked(op, todo)
             if started:
-                collected = type(op._fn) is ValueCall and self._collect_locked(op, todo)
+                collected = type(op.fn) is ValueCall and self._collect_locked(op, todo)
                 if collected:
                     assert self._link.client is not None
                     run = self._complete_value(op, self._link.client, *collected)
                 else:
-                    run = (self._run_value if type(op._fn) is ValueCall else self._run_effect)(op)
-                task = self._loop.create_task(run, name=op.name, context=op._snapshot)
+                    run = (self._run_value if type(op.fn) is ValueCall else self._run_effect)(op)
+                task = self._loop.create_task(run, name=op.name, context=op.snapshot)
                 quiet(task)
                 if not collected:
                     task.add_done_callback(functools.partial(self._task_done, op))
@@ -375,13 +375,13 @@ class RemoteBackend:
         holding its Vars, not in serial mode (a blocking client's calls are thread-safe).
         Returns what :meth:`_complete_value` needs, else None. Lock held, loop thread."""
         core = self._core
-        call = op._fn
+        call = op.fn
         assert type(call) is ValueCall
         client = self._link.client
         api = self._batch_api
         if (
             call.holds
-            or op._prop is _NO_SKIP
+            or op.prop is _NO_SKIP
             or core.settings.serial
             or client is None
             or api is None
@@ -398,7 +398,7 @@ class RemoteBackend:
             kwargs[name] = arg = self._arg_now(var, deps)
             if arg is None:
                 return None
-        for var in op._vars:  # the previous versions of what it writes, too
+        for var in op.vars:  # the previous versions of what it writes, too
             value = var._value
             if type(value) is RemoteVersion and value not in deps:
                 value.given = True
@@ -417,7 +417,7 @@ class RemoteBackend:
                 part_key = f"{key}-{i}"
                 tasks.append(task_type(part_key, operator.getitem, parse_input(future), i))
                 parts.append(future_type(part_key, client))
-        ctx = op._ctx
+        ctx = op.ctx
         group = (_priority(op), ctx.options)  # one graph per priority and options
         self._batch.append((group, ctx, tasks, [future, *parts] if n else [future]))
         if len(self._batch) == 1:
@@ -485,7 +485,7 @@ class RemoteBackend:
             self._core.finish(op, _CANCELLED, None, None)
 
     def _key(self, op: Operation[Any]) -> str:
-        return f"{op.name}-{self._token}-{op._seq}"
+        return f"{op.name}-{self._token}-{op.seq}"
 
     def _options(self, ctx: Context) -> dict[str, Any]:
         options = ctx.options
@@ -507,16 +507,16 @@ class RemoteBackend:
         result: object = None
         try:
             client = await self._link.ready()
-            fn = op._fn
+            fn = op.fn
             assert fn is not None
             future = client.submit(
-                worker.awaiting if op._kind == _CORO else worker.calling,
+                worker.awaiting if op.kind == _CORO else worker.calling,
                 fn,
-                RunContext(op._ctx),
+                RunContext(op.ctx),
                 key=self._key(op),
                 pure=False,
                 priority=_priority(op),
-                **self._options(op._ctx),
+                **self._options(op.ctx),
             )
             await self._link.finished(future)
             if core.instruments:
@@ -655,7 +655,7 @@ class RemoteBackend:
         """A value operation: submit it with its Vars' versions; unless it holds, release the
         Vars at once; complete (and settle its versions) when the task has finished."""
         core = self._core
-        call = op._fn
+        call = op.fn
         assert type(call) is ValueCall
         versions: list[RemoteVersion] = []
         deps: list[RemoteVersion] = []
@@ -663,10 +663,10 @@ class RemoteBackend:
         released = False
         try:
             client = await self._link.ready()
-            if op._prop is _NO_SKIP:
+            if op.prop is _NO_SKIP:
                 # It runs even if a version it uses fails, on the value that failure leaves
                 # (the one before): so it is sent only once they have settled.
-                for var in op._vars:
+                for var in op.vars:
                     value = var._value
                     if type(value) is RemoteVersion:
                         await value.wait_settled(self._loop)
@@ -677,7 +677,7 @@ class RemoteBackend:
             for key, var in call.kw_vars:
                 kwargs[key] = await self._remote_arg(client, var, deps)
             with core.lock:
-                for var in op._vars:  # the previous versions of what it writes, too
+                for var in op.vars:  # the previous versions of what it writes, too
                     value = var._value
                     if type(value) is RemoteVersion and value not in deps:
                         value.given = True
@@ -806,7 +806,7 @@ class RemoteBackend:
             key=key,
             pure=False,
             priority=priority,
-            **self._options(op._ctx),
+            **self._options(op.ctx),
         )
         if n is None:
             return future, [future] if call.outs else []
@@ -1017,7 +1017,7 @@ class RemoteBackend:
 
     def key_of(self, op: Operation[Any]) -> str | None:
         """The Dask key of a remote operation (``dump()``), or None for a local one."""
-        if op._target is not self._executor:
+        if op.target is not self._executor:
             return None
         return self._key(op)
 

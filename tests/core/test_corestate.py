@@ -439,12 +439,12 @@ class TestValidateState:
         core = engine._core
         op = engine.push_sync(lambda r: None)
         await op
-        core.live[op._seq] = op
+        core.live[op.seq] = op
         try:
             with pytest.raises(AssertionError):
                 core.validate_state()
         finally:
-            del core.live[op._seq]
+            del core.live[op.seq]
         core.validate_state()
 
     async def test_a_replaced_failures_dict_is_reported(self, engine: ae.Engine) -> None:

@@ -93,7 +93,7 @@ class TestOrder:
         queue = LoopQueue()
         for op in reversed(ops):
             queue.put_locked(op)
-        expected = sorted(ops, key=lambda op: (-op._priority, op._seq))
+        expected = sorted(ops, key=lambda op: (-op.priority, op.seq))
         assert drain(queue) == expected
 
     async def test_a_put_behind_the_head_or_far_ahead_keeps_the_order(
@@ -110,7 +110,7 @@ class TestOrder:
         queue.put_locked(ops[199])  # far ahead
         queue.put_locked(ops[13])
         queue.check_invariants()
-        assert sorted(queue.heap) == [ops[5]._key, ops[199]._key]  # neither fits the FIFO
+        assert sorted(queue.heap) == [ops[5].key, ops[199].key]  # neither fits the FIFO
         assert drain(queue) == [ops[5], ops[11], ops[12], ops[13], ops[199]]
 
     async def test_random_puts_and_pops_match_a_priority_queue(self, pending: Pending) -> None:
@@ -126,7 +126,7 @@ class TestOrder:
             model: list[tuple[int, int]] = []
             for i, n_pops in zip(order, pops, strict=True):
                 queue.put_locked(ops[i])
-                heapq.heappush(model, (ops[i]._key, i))
+                heapq.heappush(model, (ops[i].key, i))
                 for _ in range(n_pops):
                     op = queue.pop_locked()
                     queue.check_invariants()

@@ -70,8 +70,8 @@ class FinalOp:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, trace: list[str], name: str) -> None:
         self.waiter: asyncio.Future[None] = loop.create_future()
-        self._waiters: list[asyncio.Future[None]] | None = [self.waiter]
-        self._callbacks: list[tuple[Callable[[Any], None], contextvars.Context]] | None = [
+        self.waiters: list[asyncio.Future[None]] | None = [self.waiter]
+        self.callbacks: list[tuple[Callable[[Any], None], contextvars.Context]] | None = [
             (lambda op: trace.append(f"{name}:callback"), contextvars.copy_context())
         ]
 
@@ -117,7 +117,7 @@ class TestInbox:
         assert stub.wakeups.inbox == []
         assert not stub.wakeups.scheduled
         assert all(op.waiter.done() for op in ops)
-        assert all(op._waiters is None and op._callbacks is None for op in ops)
+        assert all(op.waiters is None and op.callbacks is None for op in ops)
         await asyncio.sleep(0)  # the callbacks were scheduled with call_soon
         assert trace == ["op0:callback", "op1:callback", "op2:callback"]
         stub.on_other_thread(lambda w, core: w.post_locked(core))  # a post with no operation

@@ -321,7 +321,7 @@ def push_one(world: World, rng: random.Random, stats: Counter[str], mine: list[R
         _REC.reset(token)
     rec.op = op
     mine.append(rec)
-    if op._segment is not None:  # an engine.bulk() scope grouped it (loop_producer)
+    if op.segment is not None:  # an engine.bulk() scope grouped it (loop_producer)
         stats["ops grouped in bulk segments"] += 1
     if rng.random() < P_CANCEL:
         victim = rng.choice(mine[-50:])
