@@ -35,23 +35,22 @@ Two things submit cannot see (both written once here; the docstrings point to th
   arguments, or, to hand ``fn`` the Var objects themselves, bind them with
   :func:`functools.partial` (submit does not look inside a partial).
 
-Cost: a Var value is one slot on the Var. A submit looks once through each container
-argument, builds one closure and then makes one ordinary push; the plain ``push_*`` path does
-not know this module exists.
+Cost: a Var value is one slot on the Var. A submit makes one pass over its arguments (looking
+once through each container argument), builds one :class:`LocalCall` and then makes one
+ordinary push; the plain ``push_*`` path does not know this module exists.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import functools
-import inspect
 import operator
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Protocol, TypeVar, overload
 
 from .context import Context, DeviceType, RunContext, cpu
 from .errors import Abort
-from .functions import ValueCall, default_name
+from .functions import ValueCall, default_name, is_coroutine_function
 from .operation import _COROUTINE_TYPES, FnProperty, Operation
 from .var import NO_VALUE, Var, carry
 
@@ -259,8 +258,13 @@ def _var_list(engine: Pusher, arg: str, vars_: object) -> list[Var]:
 def _check_var(engine: Pusher, label: str, var: object) -> None:
     if type(var) is not Var:
         raise TypeError(f"{label} is {var!r}, not an aioengine.Var")
-    if var._owner is not engine:
+    if not _owned(engine, var):
         raise ValueError(f"{label} {var!r} belongs to another Engine")
+
+
+def _owned(engine: Pusher, var: Var) -> bool:
+    """Whether ``var`` is ``engine``'s (the test before an error message is built)."""
+    return var._owner is engine
 
 
 def _store(outs: tuple[Var, ...], single: bool, result: Any) -> None:
@@ -275,6 +279,80 @@ def _store(outs: tuple[Var, ...], single: bool, result: Any) -> None:
         )
     for var, value in zip(outs, values, strict=True):
         carry(var, value)
+
+
+class LocalCall:
+    """The function of a local value operation (``submit`` on a CPU or GPU context).
+
+    Calls ``fn(*args, **kwargs)`` with the Vars among them replaced by their values, and
+    gives its result to the ``out`` Vars. One slotted object per submit, which the push
+    classifies once per class (``functions.is_coroutine_function``): no closures, cells or
+    argument lists for the cycle collector to walk while thousands of operations are
+    pending. The remote counterpart is :class:`~aioengine.functions.ValueCall`.
+
+    Attributes:
+        fn: the user's function; args, kwargs: its arguments, Vars included.
+        positions: the indices of the Var arguments in ``args``; keys: the names of the Var
+            keyword arguments (both empty tuples when there are none).
+        outs: the ``out`` Vars (empty: none); single: ``out`` was one Var, not a sequence.
+    """
+
+    __slots__ = ("args", "fn", "keys", "kwargs", "outs", "positions", "single")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        positions: tuple[int, ...],
+        keys: tuple[str, ...],
+        outs: tuple[Var, ...],
+        single: bool,
+    ) -> None:
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.positions = positions
+        self.keys = keys
+        self.outs = outs
+        self.single = single
+
+    def bind(self) -> tuple[Any, dict[str, Any]]:
+        """The arguments with each Var replaced by its value (the operation holds its turn)."""
+        args: Any = self.args
+        if self.positions:
+            args = list(args)
+            for i in self.positions:
+                args[i] = _value_of(args[i])
+        kwargs = self.kwargs
+        if self.keys:
+            kwargs = dict(kwargs)
+            for key in self.keys:
+                kwargs[key] = _value_of(kwargs[key])
+        return args, kwargs
+
+    def __call__(self, rctx: RunContext) -> Any:
+        args, kwargs = self.bind()
+        result = self.fn(*args, **kwargs)
+        # A coroutine: a forgotten ``async def``, which fails the operation (the engine says
+        # so); a failed operation leaves its out Vars as they were.
+        if self.outs and type(result) not in _COROUTINE_TYPES:
+            _store(self.outs, self.single, result)
+        return result
+
+    async def run_async(self, rctx: RunContext) -> Any:
+        """The same for a coroutine function: pushed with ``push_async``, run on the loop."""
+        args, kwargs = self.bind()
+        result = await self.fn(*args, **kwargs)
+        if self.outs:
+            _store(self.outs, self.single, result)
+        return result
+
+    def __repr__(self) -> str:
+        return f"<LocalCall {default_name(self.fn)}>"
+
+
+_CONTAINERS = (list, tuple, set, frozenset, dict)
 
 
 def submit(
@@ -293,7 +371,11 @@ def submit(
     merge: Callable[[Any, Any], Any] = operator.add,
     ordered: bool = False,
 ) -> Operation[Any]:
-    """Push ``fn(*args, **kwargs)``; see :meth:`aioengine.Engine.submit`."""
+    """Push ``fn(*args, **kwargs)``; see :meth:`aioengine.Engine.submit`.
+
+    One pass over the arguments finds the Var ones, checks their engine and looks into each
+    container argument for a Var (an error); the messages are built only on failure.
+    """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {fn!r}")
     if accumulate is not None:
@@ -301,65 +383,53 @@ def submit(
             engine, fn, args, kwargs, reads, writes, out, ctx, prop, priority, name,
             accumulate, merge, ordered,
         )  # fmt: skip
-    outs = _out_vars(out)
-    for i, var in enumerate(outs):
-        _check_var(engine, "out" if type(out) is Var else f"out[{i}]", var)
-    _check_nested(args, kwargs)
     single = type(out) is Var
-    arg_vars = [(i, a) for i, a in enumerate(args) if type(a) is Var]
-    kw_vars = [(k, v) for k, v in kwargs.items() if type(v) is Var]
-    for i, var in arg_vars:
-        _check_var(engine, f"args[{i}]", var)
-    for key, var in kw_vars:
-        _check_var(engine, f"argument {key}", var)
-    reads_ = _var_list(engine, "reads", reads)
-    writes_ = _var_list(engine, "writes", writes)
-    const = [
-        *reads_,
-        *(a for _, a in arg_vars),
-        *(v for _, v in kw_vars),
-    ]
-    mutate = [*writes_, *outs]  # in both: written (engine rule)
+    if single:
+        outs: tuple[Var, ...] = (out,)  # type: ignore[assignment]
+        if not _owned(engine, out):  # type: ignore[arg-type]
+            _check_var(engine, "out", out)
+    else:
+        outs = _out_vars(out)
+        for i, var in enumerate(outs):
+            _check_var(engine, f"out[{i}]", var)
+    const: list[Var] = []
+    positions: tuple[int, ...] = ()
+    for i, arg in enumerate(args):
+        if type(arg) is Var:
+            if not _owned(engine, arg):
+                _check_var(engine, f"args[{i}]", arg)
+            const.append(arg)
+            positions += (i,)
+        elif isinstance(arg, _CONTAINERS) and (inner := _nested_var(arg)) is not None:
+            raise _nested_error(f"args[{i}]", arg, inner)
+    keys: tuple[str, ...] = ()
+    if kwargs:
+        for key, arg in kwargs.items():
+            if type(arg) is Var:
+                if not _owned(engine, arg):
+                    _check_var(engine, f"argument {key}", arg)
+                const.append(arg)
+                keys += (key,)
+            elif isinstance(arg, _CONTAINERS) and (inner := _nested_var(arg)) is not None:
+                raise _nested_error(key, arg, inner)
+    if type(reads) is not tuple or reads:
+        const[:0] = _var_list(engine, "reads", reads)  # the reads first, as listed
+    writes_ = () if type(writes) is tuple and not writes else _var_list(engine, "writes", writes)
+    mutate = [*writes_, *outs] if writes_ else outs  # in both: written (engine rule)
     if name is None:
         name = default_name(fn)
     if type(ctx) is Context and ctx.device_type is _REMOTE:
         # A value operation on the cluster (remote/): its Vars' versions, not their values.
+        arg_vars = [(i, args[i]) for i in positions]
+        kw_vars = [(key, kwargs[key]) for key in keys]
         call = ValueCall(fn, args, kwargs, arg_vars, kw_vars, outs, single, bool(writes_))
         return engine.push_sync(call, ctx, const, mutate, prop=prop, priority=priority, name=name)
-
-    def bind() -> tuple[list[Any], dict[str, Any]]:
-        call_args = list(args)
-        for i, var in arg_vars:
-            call_args[i] = _value_of(var)
-        call_kwargs = dict(kwargs)
-        for k, var in kw_vars:
-            call_kwargs[k] = _value_of(var)
-        return call_args, call_kwargs
-
-    # An object whose __call__ is ``async def`` is a coroutine function too.
-    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
-
-        async def run_async(rctx: RunContext) -> Any:
-            call_args, call_kwargs = bind()
-            result = await fn(*call_args, **call_kwargs)
-            if outs:
-                _store(outs, single, result)
-            return result
-
+    local = LocalCall(fn, args, kwargs, positions, keys, outs, single)
+    if is_coroutine_function(fn):
         return engine.push_async(
-            run_async, ctx, const, mutate, prop=prop, priority=priority, name=name
+            local.run_async, ctx, const, mutate, prop=prop, priority=priority, name=name
         )
-
-    def run_sync(rctx: RunContext) -> Any:
-        call_args, call_kwargs = bind()
-        result = fn(*call_args, **call_kwargs)
-        # A coroutine: a forgotten ``async def``, which fails the operation (the engine says
-        # so); a failed operation leaves its out Vars as they were.
-        if outs and type(result) not in _COROUTINE_TYPES:
-            _store(outs, single, result)
-        return result
-
-    return engine.push_sync(run_sync, ctx, const, mutate, prop=prop, priority=priority, name=name)
+    return engine.push_sync(local, ctx, const, mutate, prop=prop, priority=priority, name=name)
 
 
 def _reduce(

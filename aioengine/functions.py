@@ -43,9 +43,12 @@ def is_coroutine_function(fn: Callable[..., Any]) -> bool:
     """Whether calling ``fn`` returns a coroutine, decided without calling it.
 
     Plain functions, methods and partials of them (the hot path) are decided from the code
-    flags, and so are instances of a class whose ``__call__`` is a plain function (an object
-    pushed as its own function); anything else goes through
-    :func:`inspect.iscoroutinefunction`, including an object whose ``__call__`` is ``async def``.
+    flags. Anything else (a NumPy ufunc, a builtin, an instance of a class with ``__call__``)
+    is decided once by :func:`_decide` and remembered: per class for instances without a
+    ``__dict__`` (nothing on the instance can change the answer: ``submit``'s one record per
+    call is decided once), per object for the callables of C types. The rest (partials of
+    them, instances with a ``__dict__``) are decided each time: remembering them would keep
+    objects made per call alive.
     """
     inner = fn
     while type(inner) is functools.partial:
@@ -54,6 +57,34 @@ def is_coroutine_function(fn: Callable[..., Any]) -> bool:
         inner = inner.__func__
     if type(inner) is FunctionType:
         return bool(inner.__code__.co_flags & _CO_COROUTINE)
+    cls = type(fn)
+    key: object = None  # a partial of something else, or an instance with a __dict__: not kept
+    if inner is fn:
+        if not cls.__dictoffset__:
+            key = cls
+        elif not cls.__flags__ & _HEAP_TYPE and cls.__hash__ is _OBJECT_HASH:
+            key = fn  # a C type's callable (a ufunc, a builtin): long-lived, keyed by identity
+    if key is not None:
+        decided = _DECIDED.get(key)
+        if decided is not None:
+            return decided
+    decided = _decide(fn, inner)
+    if key is not None:
+        if len(_DECIDED) >= _DECIDED_MAX:
+            _DECIDED.clear()  # bounded: it holds its keys (functions made per call churn it)
+        _DECIDED[key] = decided
+    return decided
+
+
+# is_coroutine_function's answers for callables that are not functions: a dict operation each
+# is atomic, so threads share it without a lock (a lost entry is decided again).
+_DECIDED: dict[object, bool] = {}
+_DECIDED_MAX = 512
+_OBJECT_HASH: Any = object.__hash__  # an identity hash: no code of the object's runs
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not by C code
+
+
+def _decide(fn: Callable[..., Any], inner: Callable[..., Any]) -> bool:
     if inner is fn:
         # An instance whose class's __call__ is a plain function, and which is nothing
         # function-like itself (what inspect.iscoroutinefunction looks for): decided from

@@ -297,3 +297,81 @@ async def test_get_after_aclose_returns_the_final_value() -> None:
     assert await bad.get() == 1  # the failed write replaced nothing; its failure was thrown
     with pytest.raises(ValueError, match="no value"):
         await empty.get()
+
+
+async def test_var_arguments_in_any_position_and_keyword_are_replaced_in_place(
+    engine: ae.Engine,
+) -> None:
+    # submit's one pass over the arguments remembers where each Var is; the call gets the
+    # values there, the other arguments untouched, and the out Var the result.
+    a = engine.new_var("a", value=2)
+    b = engine.new_var("b", value=10)
+    out = engine.new_var("out")
+
+    def f(x: int, y: str, z: int, *, k: int, plain: str) -> tuple[int, str, int, int, str]:
+        return (x, y, z, k, plain)
+
+    expected = (2, "y", 10, 2, "p")
+    assert await engine.submit(f, a, "y", b, k=a, plain="p", out=out) == expected
+    assert await out.get() == expected
+
+    async def g(x: int, *, k: int) -> int:
+        return x * k
+
+    assert await engine.submit(g, b, k=a, out=out) == 20
+    assert await out.get() == 20
+
+
+async def test_a_submit_keeps_no_closure_alive_after_it_finishes(engine: ae.Engine) -> None:
+    # The call record is dropped with the operation's function when it finishes: the
+    # arguments it held (a large array, say) are freed then, not when the engine goes.
+    import gc
+    import weakref
+
+    class Payload:
+        pass
+
+    payload = Payload()
+    ref = weakref.ref(payload)
+    v = engine.new_var("v", value=0)
+    await engine.submit(lambda x, p: x + 1, v, payload, out=v)
+    del payload
+    gc.collect()
+    assert ref() is None
+    assert await v.get() == 1
+
+
+def test_is_coroutine_function_remembers_classes_but_keeps_no_object_made_per_call() -> None:
+    import weakref
+
+    from aioengine.functions import is_coroutine_function
+
+    class Slotted:
+        __slots__ = ("__weakref__",)
+
+        async def __call__(self) -> None:
+            pass
+
+    class Plain:
+        def __call__(self) -> None:
+            pass
+
+    class Async:
+        async def __call__(self) -> None:
+            pass
+
+    # Decided right, the first time and the next (remembered per class for slotted ones).
+    for _ in range(2):
+        assert is_coroutine_function(Slotted())
+        assert not is_coroutine_function(Plain())
+        assert is_coroutine_function(Async())
+        assert not is_coroutine_function(np.add)
+        assert not is_coroutine_function(functools.partial(np.add, 1))
+        assert not is_coroutine_function(print)
+    # Instances with a __dict__ and partials are made per call: none is kept.
+    made: list[Any] = [Plain(), Async(), functools.partial(np.add, 1), Slotted()]
+    refs = [weakref.ref(x) for x in made]
+    for x in made:
+        is_coroutine_function(x)
+    del made, x
+    assert [r() for r in refs] == [None] * 4
