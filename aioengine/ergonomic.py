@@ -281,6 +281,14 @@ def _store(outs: tuple[Var, ...], single: bool, result: Any) -> None:
         carry(var, value)
 
 
+def _give(out: Var | tuple[Var, ...], result: Any) -> None:
+    """Give ``out`` (one Var, or several that ``result`` is unpacked into) its new value."""
+    if isinstance(out, tuple):
+        _store(out, False, result)
+    else:
+        carry(out, result)
+
+
 class LocalCall:
     """The function of a local value operation (``submit`` on a CPU or GPU context).
 
@@ -293,11 +301,12 @@ class LocalCall:
     Attributes:
         fn: the user's function; args, kwargs: its arguments, Vars included.
         positions: the indices of the Var arguments in ``args``; keys: the names of the Var
-            keyword arguments (both empty tuples when there are none).
-        outs: the ``out`` Vars (empty: none); single: ``out`` was one Var, not a sequence.
+            keyword arguments (both empty tuples when there are none). A positions tuple is
+            shared by every call with Vars at the same places (:func:`_positions`).
+        out: the ``out`` Var, a tuple of them (the result is unpacked into them), or None.
     """
 
-    __slots__ = ("args", "fn", "keys", "kwargs", "outs", "positions", "single")
+    __slots__ = ("args", "fn", "keys", "kwargs", "out", "positions")
 
     def __init__(
         self,
@@ -306,16 +315,14 @@ class LocalCall:
         kwargs: dict[str, Any],
         positions: tuple[int, ...],
         keys: tuple[str, ...],
-        outs: tuple[Var, ...],
-        single: bool,
+        out: Var | tuple[Var, ...] | None,
     ) -> None:
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
         self.positions = positions
         self.keys = keys
-        self.outs = outs
-        self.single = single
+        self.out = out
 
     def bind(self) -> tuple[Any, dict[str, Any]]:
         """The arguments with each Var replaced by its value (the operation holds its turn)."""
@@ -336,16 +343,18 @@ class LocalCall:
         result = self.fn(*args, **kwargs)
         # A coroutine: a forgotten ``async def``, which fails the operation (the engine says
         # so); a failed operation leaves its out Vars as they were.
-        if self.outs and type(result) not in _COROUTINE_TYPES:
-            _store(self.outs, self.single, result)
+        out = self.out
+        if out is not None and type(result) not in _COROUTINE_TYPES:
+            _give(out, result)
         return result
 
     async def run_async(self, rctx: RunContext) -> Any:
         """The same for a coroutine function: pushed with ``push_async``, run on the loop."""
         args, kwargs = self.bind()
         result = await self.fn(*args, **kwargs)
-        if self.outs:
-            _store(self.outs, self.single, result)
+        out = self.out
+        if out is not None:
+            _give(out, result)
         return result
 
     def __repr__(self) -> str:
@@ -353,6 +362,20 @@ class LocalCall:
 
 
 _CONTAINERS = (list, tuple, set, frozenset, dict)
+
+# Positions tuples by bit mask, shared by the calls with Vars at the same places: no tuple
+# to allocate (and for the collector to track) per call. Bounded: masks are few in practice.
+_POSITIONS: dict[int, tuple[int, ...]] = {0: ()}
+
+
+def _positions(mask: int) -> tuple[int, ...]:
+    """The indices of the set bits of ``mask``, in order (one shared tuple per mask)."""
+    positions = _POSITIONS.get(mask)
+    if positions is None:
+        positions = tuple(i for i in range(mask.bit_length()) if mask >> i & 1)
+        if len(_POSITIONS) < 4096:
+            _POSITIONS[mask] = positions
+    return positions
 
 
 def submit(
@@ -393,13 +416,13 @@ def submit(
         for i, var in enumerate(outs):
             _check_var(engine, f"out[{i}]", var)
     const: list[Var] = []
-    positions: tuple[int, ...] = ()
+    mask = 0  # bit i: args[i] is a Var
     for i, arg in enumerate(args):
         if type(arg) is Var:
             if not _owned(engine, arg):
                 _check_var(engine, f"args[{i}]", arg)
             const.append(arg)
-            positions += (i,)
+            mask |= 1 << i
         elif isinstance(arg, _CONTAINERS) and (inner := _nested_var(arg)) is not None:
             raise _nested_error(f"args[{i}]", arg, inner)
     keys: tuple[str, ...] = ()
@@ -420,11 +443,18 @@ def submit(
         name = default_name(fn)
     if type(ctx) is Context and ctx.device_type is _REMOTE:
         # A value operation on the cluster (remote/): its Vars' versions, not their values.
-        arg_vars = [(i, args[i]) for i in positions]
+        arg_vars = [(i, args[i]) for i in _positions(mask)]
         kw_vars = [(key, kwargs[key]) for key in keys]
         call = ValueCall(fn, args, kwargs, arg_vars, kw_vars, outs, single, bool(writes_))
         return engine.push_sync(call, ctx, const, mutate, prop=prop, priority=priority, name=name)
-    local = LocalCall(fn, args, kwargs, positions, keys, outs, single)
+    local = LocalCall(
+        fn,
+        args,
+        kwargs,
+        _positions(mask),
+        keys,
+        out if single else outs or None,  # type: ignore[arg-type]
+    )
     if is_coroutine_function(fn):
         return engine.push_async(
             local.run_async, ctx, const, mutate, prop=prop, priority=priority, name=name

@@ -56,6 +56,7 @@ from ..context import DeviceType
 from ..errors import summary
 from ..instrument import Instrument
 from ..kinds import _CALLBACK, _CORO, OpState
+from ..var import MODE_NAMES
 from .history import DepTracker, kind_name, pool_name
 from .timeline import Timeline
 
@@ -154,14 +155,18 @@ def _lane_label(op: Operation[Any]) -> str | None:
         return "coroutine ops"
     if kind == _CALLBACK:
         return "callback ops"
-    if op.ctx.device_type is DeviceType.GPU and op.target is not None:
+    device = op.ctx.device_type
+    if device is _CPU:  # the usual case, first
+        return None
+    if device is DeviceType.GPU and op.target is not None:
         return f"{pool_name(op.target)} ops"  # launched on a stream, done at its fence
-    if op.ctx.device_type is DeviceType.REMOTE:
+    if device is DeviceType.REMOTE:
         return _REMOTE  # submitted to Dask, done when its task is
     return None
 
 
 _REMOTE = "remote ops"
+_CPU = DeviceType.CPU
 
 
 def _by_end(span: tuple[int, int]) -> int:
@@ -180,7 +185,7 @@ class _Started:
         # The index of its lane among them; -1: a remote operation, whose lane is chosen when
         # the trace is built (by worker, see Tracer._span_lane).
         self.lane = lane
-        self.steps: list[tuple[int, int]] = []
+        self.steps: list[tuple[int, int]] | None = None  # a coroutine's, once wrapped
         self.worker: str | None = None  # a remote operation's Dask worker, once known
         self.end = 0  # when its task finished (ns), once known
 
@@ -259,7 +264,8 @@ class Tracer(Instrument):
             started = self._started.get(op.seq)
         if started is None:  # the trace started between on_start and here
             return coro
-        return _SteppedCoroutine(coro, started.steps, self)
+        steps = started.steps = []
+        return _SteppedCoroutine(coro, steps, self)
 
     def on_ran_on(self, op: Operation[Any], where: str | None) -> None:
         """Note the Dask worker that ran remote operation ``op``, and when its task ended."""
@@ -303,13 +309,18 @@ class Tracer(Instrument):
     ) -> _Record:
         """What the events of ``op`` need, copied: the trace keeps no operation or Var alive,
         nor the result or failure they hold."""
+        nreads, modes, vars_ = op.nreads, op.modes, op.vars
+        if modes is None:  # all writes: the usual case, without the modes' names
+            mutate = [(v.name, "write") for v in vars_[nreads:]]
+        else:
+            mutate = [(v.name, MODE_NAMES[m]) for v, m in zip(vars_[nreads:], modes, strict=True)]
         return (
             op.seq,
             op.kind,
             op.name,
             op.target,
-            [v.name for v in op.const_vars],
-            [(v.name, mode) for v, mode in op.accesses()[op.nreads :]],
+            [v.name for v in vars_[:nreads]] if nreads else [],
+            mutate,
             op.priority,
             op._state.name.lower() if outcome is None else outcome,
             error,
@@ -385,7 +396,7 @@ class Tracer(Instrument):
             tid = self._span_lane(started, end)
         start_us, end_us = self._us(started.start), self._us(end)
         self._slice(args["name"], "op", tid, start_us, end_us, args)
-        if kind == _CORO:
+        if started.steps:
             previous: float | None = None
             for step_start, step_end in started.steps:
                 s, e = self._us(step_start), self._us(min(step_end, end))
