@@ -185,7 +185,8 @@ def bench(session: nox.Session) -> None:
     CUDA device), benchmarks/remote.py remote operations against hand-written Dask
     (``--quick`` passed on), and benchmarks/arrays.py engine-backed arrays against NumPy,
     MXNet's NDArray, JAX and dask.array (ratios and targets, ``results/arrays.json``,
-    ``--quick`` passed on).
+    ``--quick`` passed on), and benchmarks/paths.py ``submit`` and tracing against the
+    core's push (ratios, JSON).
     """
     # The wheel, with the compiled core: what a user installs. JAX is a peer of
     # benchmarks/arrays.py only (a large install; without it that peer is skipped, with a note).
@@ -202,6 +203,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/remote.py", *{"--quick"} & set(session.posargs))
     # Engine-backed arrays: tiny operations, independent branches, I/O overlap, memory.
     session.run("python", "benchmarks/arrays.py", *{"--quick"} & set(session.posargs))
+    # submit and tracing against the core's push, in turns (ratios, JSON; --quick passed on).
+    session.run("python", "benchmarks/paths.py", *{"--quick"} & set(session.posargs))
 
 
 @nox.session
@@ -217,6 +220,9 @@ def bench_smoke(session: nox.Session) -> None:
     # 30 s once MXNet's venv exists (run.py above makes it).
     out = f"{session.create_tmp()}/arrays.json"
     session.run("python", "benchmarks/arrays.py", "--quick", "--out", out)
+    # submit and tracing against the core's push: runs and checks its results (seconds).
+    out = f"{session.create_tmp()}/paths.json"
+    session.run("python", "benchmarks/paths.py", "--quick", "--out", out)
 
 
 @nox.session
