@@ -365,6 +365,7 @@ _CONTAINERS = (list, tuple, set, frozenset, dict)
 
 # Positions tuples by bit mask, shared by the calls with Vars at the same places: no tuple
 # to allocate (and for the collector to track) per call. Bounded: masks are few in practice.
+# Pushes from any thread share it without a lock: each dict operation is atomic.
 _POSITIONS: dict[int, tuple[int, ...]] = {0: ()}
 
 

@@ -260,11 +260,11 @@ class Tracer(Instrument):
         self, op: Operation[Any], coro: Coroutine[Any, Any, Any]
     ) -> Coroutine[Any, Any, Any]:
         """Time each step of the coroutine (the ``run`` slices)."""
-        with self._mu:
+        with self._mu:  # (a _Started's fields change under it: finish() may be reading)
             started = self._started.get(op.seq)
-        if started is None:  # the trace started between on_start and here
-            return coro
-        steps = started.steps = []
+            if started is None:  # the trace started between on_start and here
+                return coro
+            steps = started.steps = []
         return _SteppedCoroutine(coro, steps, self)
 
     def on_ran_on(self, op: Operation[Any], where: str | None) -> None:
