@@ -1,12 +1,20 @@
 # The compiled core's hide() and show(), which collector.py explains: C inline functions that
 # scheduler.pxd cimports. collector.py is not compiled; the pure-Python scheduler never calls these.
-from .operation cimport _OperationCore
+from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
+from .operation cimport _OperationCore, Call, _show_call
 
 
 cdef extern from "Python.h":
     void PyObject_GC_Track(object)
     void PyObject_GC_UnTrack(object)
     bint PyObject_GC_IsTracked(object)
+    # Only the base, to recognise a direct subclass of Call in one compare.
+    ctypedef struct _TypeBase "PyTypeObject":
+        PyTypeObject *tp_base
+
+
+cdef inline bint is_call(object fn) noexcept:
+    return (<_TypeBase *> Py_TYPE(fn)).tp_base == <PyTypeObject *> Call
 
 
 cdef inline void hide(_OperationCore op) noexcept:
@@ -16,6 +24,15 @@ cdef inline void hide(_OperationCore op) noexcept:
     if op.vars:
         PyObject_GC_UnTrack(op.vars)
     PyObject_GC_UnTrack(op.snapshot)
+    # A call record made for this push alone (operation.Call) and its arguments: shown again
+    # when it is called (Call.show), or by show() below, or freed untracked (allowed: their
+    # deallocs untrack with a check).
+    fn = op.fn
+    if is_call(fn):
+        PyObject_GC_UnTrack(fn)
+        args = (<Call> fn).args
+        if args:
+            PyObject_GC_UnTrack(args)
 
 
 cdef inline void show(_OperationCore op) noexcept:
@@ -31,3 +48,6 @@ cdef inline void show(_OperationCore op) noexcept:
     # tracked again before its last reference goes (collector.py).
     if not PyObject_GC_IsTracked(op.snapshot):
         PyObject_GC_Track(op.snapshot)
+    fn = op.fn  # None once it has finished
+    if fn is not None and is_call(fn):
+        _show_call(<Call> fn)

@@ -51,7 +51,7 @@ from typing import Any, Protocol, TypeVar, overload
 from .context import Context, DeviceType, RunContext, cpu
 from .errors import Abort
 from .functions import ValueCall, default_name, is_coroutine_function
-from .operation import _COROUTINE_TYPES, FnProperty, Operation
+from .operation import _COROUTINE_TYPES, Call, FnProperty, Operation
 from .var import NO_VALUE, Var, carry
 
 __all__ = ("OpDecorator", "Pusher", "checked", "get", "op", "read", "submit")
@@ -289,14 +289,16 @@ def _give(out: Var | tuple[Var, ...], result: Any) -> None:
         carry(out, result)
 
 
-class LocalCall:
+class LocalCall(Call):
     """The function of a local value operation (``submit`` on a CPU or GPU context).
 
     Calls ``fn(*args, **kwargs)`` with the Vars among them replaced by their values, and
     gives its result to the ``out`` Vars. One slotted object per submit, which the push
     classifies once per class (``functions.is_coroutine_function``): no closures, cells or
     argument lists for the cycle collector to walk while thousands of operations are
-    pending. The remote counterpart is :class:`~aioengine.functions.ValueCall`.
+    pending; the compiled core even keeps it and its ``args`` out of the collector until it
+    runs (:class:`~aioengine.operation.Call`). The remote counterpart is
+    :class:`~aioengine.functions.ValueCall`.
 
     Attributes:
         fn: the user's function; args, kwargs: its arguments, Vars included.
@@ -306,7 +308,7 @@ class LocalCall:
         out: the ``out`` Var, a tuple of them (the result is unpacked into them), or None.
     """
 
-    __slots__ = ("args", "fn", "keys", "kwargs", "out", "positions")
+    __slots__ = ("fn", "keys", "kwargs", "out", "positions")
 
     def __init__(
         self,
@@ -339,6 +341,7 @@ class LocalCall:
         return args, kwargs
 
     def __call__(self, rctx: RunContext) -> Any:
+        self.show()  # back in the collector: a failure's traceback may keep it from now on
         args, kwargs = self.bind()
         result = self.fn(*args, **kwargs)
         # A coroutine: a forgotten ``async def``, which fails the operation (the engine says

@@ -2,6 +2,29 @@
 # these types, making _OperationCore an extension type that the compiled engine reads as a C
 # struct. Operation stays a Python class (it derives from Generic).
 cimport cython
+from cpython.object cimport PyObject
+
+
+cdef extern from "Python.h":
+    void PyObject_GC_Track(object)
+    bint PyObject_GC_IsTracked(object)
+
+
+# A function made for one push alone (operation.py): the collector's hooks (collector.pxd) hide
+# it, and its args, with its operation; show() puts them back.
+cdef class Call:
+    cdef public tuple args
+    cpdef show(self)
+
+
+cdef inline void _show_call(Call call) noexcept:
+    # Tracking a tracked object is a fatal error: each is checked first (the tuple may have
+    # been untracked by the collector itself, as it does tuples of untracked items).
+    if not PyObject_GC_IsTracked(call):
+        PyObject_GC_Track(call)
+    args = call.args
+    if args and not PyObject_GC_IsTracked(args):
+        PyObject_GC_Track(args)
 
 
 cdef class _OperationCore:

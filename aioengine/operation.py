@@ -26,7 +26,7 @@ import contextvars
 import threading
 from collections.abc import Callable, Generator
 from contextvars import copy_context
-from types import CoroutineType
+from types import CoroutineType, FunctionType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .cancellation import cancel
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .scheduler import Scheduler
     from .var import Failure, Var
 
-__all__ = ("FnProperty", "OnComplete", "OpState", "Operation", "OprHandle")
+__all__ = ("Call", "FnProperty", "OnComplete", "OpState", "Operation", "OprHandle")
 
 T = TypeVar("T")
 
@@ -59,6 +59,10 @@ def _coroutine_types() -> frozenset[type]:
 # one of aioengine's own (``engine.wait_for_all()``, say), a Cython coroutine in the
 # compiled core (setup.py). A set lookup, since every sync operation's result is checked.
 _COROUTINE_TYPES = _coroutine_types()
+# Compiled by Cython (setup.py), whose functions are not Python functions: Call.show's test.
+_COMPILED = type(_probe) is not FunctionType
+# A C function of the compiled core (operation.pxd), bound there; declared for type checkers.
+_show_call: Callable[[Call], None]
 
 # The states read on every operation's path, bound once: an attribute of an Enum class is
 # looked up through its metaclass each time.
@@ -199,6 +203,31 @@ class _OperationCore:
         for i, v in enumerate(self.vars[nreads:]):
             out.append((v, "write" if modes is None else MODE_NAMES[modes[i]]))
         return out
+
+
+class Call:
+    """A function made for one push alone, with its arguments: ``submit``'s record
+    (``ergonomic.LocalCall`` derives from it).
+
+    While its operation is pending, the compiled core keeps it and its ``args`` tuple out of
+    the cycle collector with the operation (``collector.pxd``): thousands of pending submits
+    then cost the collector nothing, as thousands of ``push_sync`` do. The core recognises a
+    *direct* subclass (one pointer compare per push). A subclass calls :meth:`show` first
+    thing when it is called: from then on a failure's traceback may keep it, and it must be
+    back in the collector (Python has no call that untracks an object: the pure-Python core
+    hides nothing, and ``show`` does nothing there).
+
+    Attributes:
+        args: the positional arguments of the call.
+    """
+
+    __slots__ = ("args",)
+    args: tuple[Any, ...]
+
+    def show(self) -> None:
+        """Put the record and its ``args`` back in the cycle collector (compiled core)."""
+        if _COMPILED:
+            _show_call(self)  # noqa: F821  (operation.pxd: compiled only)
 
 
 class Operation(_OperationCore, Generic[T]):

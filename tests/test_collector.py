@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import gc
+import operator
 import random
 import threading
 import warnings
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 
 import aioengine as ae
+from aioengine.operation import Call
 
 from .conftest import COMPILED
 
@@ -330,3 +332,78 @@ async def test_a_refused_push_frees_its_hidden_snapshot() -> None:
         with pytest.raises(ae.EngineClosedError):
             engine.push_sync(lambda r: None, mutate_vars=[z])
     gc.collect()
+
+
+@compiled_only
+async def test_a_pending_submit_hides_its_call_record_and_arguments(held: Held) -> None:
+    """``submit``'s record (an ``operation.Call``) and its ``args`` tuple leave the collector
+    with the operation, and come back when it runs (a failure's traceback may keep them)."""
+    engine, x, _, release = held
+    v = engine.new_var("v", value=1)
+    ok = engine.submit(operator.add, v, 1, out=v, writes=[x])
+    bad = engine.submit(operator.truediv, v, 0, writes=[x])
+    calls = [ok.fn, bad.fn]
+    assert all(isinstance(c, Call) for c in calls)
+    arg_tuples = [c.args for c in calls]
+    assert not any(gc.is_tracked(c) for c in calls)
+    assert not any(gc.is_tracked(a) for a in arg_tuples)
+    release()
+    assert await ok == 2
+    with pytest.raises(ZeroDivisionError):
+        await bad
+    # Run: both shown again; the failed one's traceback still holds its record.
+    assert all(gc.is_tracked(c) for c in calls)
+    assert all(gc.is_tracked(a) for a in arg_tuples)
+
+
+@compiled_only
+async def test_pending_submits_leave_the_collector_almost_nothing_to_walk(held: Held) -> None:
+    """As ``push_sync``'s (above): 20,000 submits that cannot run yet add almost nothing to
+    the collector's lists, so its passes do not walk them."""
+    engine, x, _, release = held
+    v = engine.new_var("v", value=0)
+    n = 20_000
+    submit = engine.submit
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        ops = [
+            submit(operator.add, v, 1, out=v, writes=[x], prop=ae.FnProperty.ASYNC)
+            for _ in range(n)
+        ]
+        after = len(gc.get_objects())
+    finally:
+        gc.enable()
+    tracked = after - before - 1  # the list `ops`
+    assert 0 <= tracked / n <= 0.1, tracked
+    release()
+    await engine.wait_for_all()
+    assert await v.get() == n
+    del ops
+
+
+async def test_an_engine_dropped_with_stuck_submits_is_collected() -> None:
+    """Pending submits whose records hold the engine's Vars: a full collection still frees
+    the engine (it shows the records before it walks)."""
+
+    async def abandon() -> weakref.ref[ae.Engine]:
+        engine = ae.Engine(cpu_workers=1)
+        x = engine.new_var("x", value=0)
+        started = threading.Event()
+        tokens: list[ae.OnComplete] = []
+
+        def stuck(r: ae.RunContext, done: ae.OnComplete) -> None:
+            tokens.append(done)
+            started.set()
+
+        engine.push_async(stuck, mutate_vars=[x])
+        for _ in range(3):
+            engine.submit(operator.add, x, 1, out=x)
+        assert await asyncio.to_thread(started.wait, 10)
+        return weakref.ref(engine)
+
+    ref = await abandon()
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        gc.collect()
+    assert ref() is None
