@@ -1,6 +1,6 @@
 # The compiled core's hide() and show(), which collector.py explains: C inline functions that
 # scheduler.pxd cimports. collector.py is not compiled; the pure-Python scheduler never calls these.
-from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
+from cpython.object cimport PyObject, PyTypeObject
 from .operation cimport _OperationCore, Call, _show_call
 
 
@@ -13,8 +13,9 @@ cdef extern from "Python.h":
         PyTypeObject *tp_base
 
 
-cdef inline bint is_call(object fn) noexcept:
-    return (<_TypeBase *> Py_TYPE(fn)).tp_base == <PyTypeObject *> Call
+cdef inline bint is_call(PyObject *fn) noexcept:
+    # A borrowed pointer: no reference counting on every push's path.
+    return (<_TypeBase *> fn.ob_type).tp_base == <PyTypeObject *> Call
 
 
 cdef inline void hide(_OperationCore op) noexcept:
@@ -27,9 +28,9 @@ cdef inline void hide(_OperationCore op) noexcept:
     # A call record made for this push alone (operation.Call) and its arguments: shown again
     # when it is called (Call.show), or by show() below, or freed untracked (allowed: their
     # deallocs untrack with a check).
-    fn = op.fn
+    cdef PyObject *fn = <PyObject *> op.fn
     if is_call(fn):
-        PyObject_GC_UnTrack(fn)
+        PyObject_GC_UnTrack(<object> fn)
         args = (<Call> fn).args
         if args:
             PyObject_GC_UnTrack(args)
@@ -48,6 +49,6 @@ cdef inline void show(_OperationCore op) noexcept:
     # tracked again before its last reference goes (collector.py).
     if not PyObject_GC_IsTracked(op.snapshot):
         PyObject_GC_Track(op.snapshot)
-    fn = op.fn  # None once it has finished
-    if fn is not None and is_call(fn):
+    cdef PyObject *fn = <PyObject *> op.fn  # None once it has finished: not a Call
+    if is_call(fn):
         _show_call(<Call> fn)

@@ -29,6 +29,11 @@ operations again (:func:`watch`, which registers the engine in
 ``lifecycle.engines_before_full_collection``: lifecycle.py owns the ``gc.callbacks`` hook);
 the full collection frees such an engine, which warns, as it would if nothing were hidden.
 
+A ``submit``'s call record (an ``operation.Call``) and its ``args`` tuple are hidden with
+its operation and shown again when the record is called (``Call.show``: a failure's
+traceback may keep them from then on), or by the full collection's walk; one never called is
+freed untracked, which the deallocs of a heap type and of a tuple allow.
+
 Invariants (compiled): an operation, its snapshot and its Var tuple are hidden and shown
 together, in C calls that run no Python code, so no other thread runs in between; showing
 checks each object first (tracking a tracked object is a fatal error); a completed operation

@@ -425,7 +425,8 @@ def submit(
         if type(arg) is Var:
             if not _owned(engine, arg):
                 _check_var(engine, f"args[{i}]", arg)
-            const.append(arg)
+            if arg is not out:  # an input that is also the out Var is written, not read
+                const.append(arg)
             mask |= 1 << i
         elif isinstance(arg, _CONTAINERS) and (inner := _nested_var(arg)) is not None:
             raise _nested_error(f"args[{i}]", arg, inner)
@@ -435,7 +436,8 @@ def submit(
             if type(arg) is Var:
                 if not _owned(engine, arg):
                     _check_var(engine, f"argument {key}", arg)
-                const.append(arg)
+                if arg is not out:
+                    const.append(arg)
                 keys += (key,)
             elif isinstance(arg, _CONTAINERS) and (inner := _nested_var(arg)) is not None:
                 raise _nested_error(key, arg, inner)

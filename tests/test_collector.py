@@ -351,6 +351,8 @@ async def test_a_pending_submit_hides_its_call_record_and_arguments(held: Held) 
     assert await ok == 2
     with pytest.raises(ZeroDivisionError):
         await bad
+    with pytest.raises(ZeroDivisionError):
+        await engine.wait_for_var(x)  # thrown once: the engine's close has nothing to report
     # Run: both shown again; the failed one's traceback still holds its record.
     assert all(gc.is_tracked(c) for c in calls)
     assert all(gc.is_tracked(a) for a in arg_tuples)
