@@ -333,22 +333,35 @@ class LocalCall(Call):
             args = list(args)
             for i in self.positions:
                 args[i] = _value_of(args[i])
+        return args, self.bind_kwargs()
+
+    def bind_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments with each Var replaced by its value."""
         kwargs = self.kwargs
         if self.keys:
             kwargs = dict(kwargs)
             for key in self.keys:
                 kwargs[key] = _value_of(kwargs[key])
-        return args, kwargs
+        return kwargs
 
     def __call__(self, rctx: RunContext) -> Any:
         self.show()  # back in the collector: a failure's traceback may keep it from now on
-        args, kwargs = self.bind()
-        result = self.fn(*args, **kwargs)
+        # bind() and _give(), written out: every submit's path.
+        args: Any = self.args
+        positions = self.positions
+        if positions:
+            args = list(args)
+            for i in positions:
+                args[i] = _value_of(args[i])
+        result = self.fn(*args, **self.bind_kwargs()) if self.kwargs else self.fn(*args)
         # A coroutine: a forgotten ``async def``, which fails the operation (the engine says
         # so); a failed operation leaves its out Vars as they were.
         out = self.out
         if out is not None and type(result) not in _COROUTINE_TYPES:
-            _give(out, result)
+            if isinstance(out, tuple):
+                _store(out, False, result)
+            else:
+                carry(out, result)
         return result
 
     async def run_async(self, rctx: RunContext) -> Any:
