@@ -137,8 +137,8 @@ class DepTracker:
         seq = op.seq
         tracks = self._tracks
         for v in op.const_vars:
-            track = tracks.get(id(v))
-            if track is None or track.var() is not v:
+            track = tracks.get(id(v))  # (a dead Var's entry is gone: see __init__)
+            if track is None:
                 track = self._track(v)
             if track.kind != "read":  # after a commute or concurrent group
                 self._join(track, v, "read", seq, deps)
@@ -153,8 +153,8 @@ class DepTracker:
                 del readers[: _MAX_READERS // 2]
         modes = op.modes
         for i, v in enumerate(op.mutate_vars):
-            track = tracks.get(id(v))
-            if track is None or track.var() is not v:
+            track = tracks.get(id(v))  # (a dead Var's entry is gone: see __init__)
+            if track is None:
                 track = self._track(v)
             mode = MODE_NAMES[modes[i]] if modes is not None else "write"
             if mode != "write":

@@ -166,6 +166,7 @@ def _lane_label(op: Operation[Any]) -> str | None:
 
 
 _REMOTE = "remote ops"
+_OUTCOMES = {state: state.name.lower() for state in OpState}  # (an Enum's name is a property)
 _CPU = DeviceType.CPU
 
 
@@ -289,7 +290,7 @@ class Tracer(Instrument):
                 if here not in self._threads:
                     self._threads[here] = (threading.current_thread().name, _THREAD_SORT)
                 if op._state is OpState.DONE or op._state is OpState.FAILED:
-                    outcome = f"{op._state.name.lower()} (started before the trace)"
+                    outcome = f"{_OUTCOMES[op._state]} (started before the trace)"
             else:
                 here = started.tid
                 if started.end:
@@ -322,7 +323,7 @@ class Tracer(Instrument):
             [v.name for v in vars_[:nreads]] if nreads else [],
             mutate,
             op.priority,
-            op._state.name.lower() if outcome is None else outcome,
+            _OUTCOMES[op._state] if outcome is None else outcome,
             error,
             end,
             started,
