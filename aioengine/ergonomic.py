@@ -267,11 +267,9 @@ def _owned(engine: Pusher, var: Var) -> bool:
     return var._owner is engine
 
 
-def _store(outs: tuple[Var, ...], single: bool, result: Any) -> None:
-    """Give the ``out`` Vars their new values (the operation holds their write turn)."""
-    if single:
-        carry(outs[0], result)
-        return
+def _unpack(outs: tuple[Var, ...], result: Any) -> None:
+    """Give a sequence ``out``'s Vars their new values, unpacked from ``result`` (the
+    operation holds their write turn)."""
     values = tuple(result)
     if len(values) != len(outs):
         raise ValueError(
@@ -284,7 +282,7 @@ def _store(outs: tuple[Var, ...], single: bool, result: Any) -> None:
 def _give(out: Var | tuple[Var, ...], result: Any) -> None:
     """Give ``out`` (one Var, or several that ``result`` is unpacked into) its new value."""
     if isinstance(out, tuple):
-        _store(out, False, result)
+        _unpack(out, result)
     else:
         carry(out, result)
 
@@ -359,7 +357,7 @@ class LocalCall(Call):
         out = self.out
         if out is not None and type(result) not in _COROUTINE_TYPES:
             if isinstance(out, tuple):
-                _store(out, False, result)
+                _unpack(out, result)
             else:
                 carry(out, result)
         return result
