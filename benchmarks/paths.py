@@ -17,7 +17,8 @@ on independent Vars, and on a fan-out of readers), with ``engine.start_trace()``
 every operation, against the same run untraced: throughput ratio traced / untraced
 (target >= 0.6), and CPU per operation of each.
 
-Prints one JSON object (``--out`` also writes it). Timings are reported, never judged.
+Prints one JSON object and writes it to ``results/paths.json`` (``--out`` elsewhere). Timings
+are reported, never judged.
 
 Usage::
 
@@ -31,6 +32,7 @@ import argparse
 import asyncio
 import gc
 import json
+import pathlib
 import random
 import statistics
 import sys
@@ -45,6 +47,7 @@ from aioengine.engine import _COMPILED
 
 ASYNC = ae.FnProperty.ASYNC
 NVARS = 1000  # the random-out shape's Vars
+OUT = pathlib.Path(__file__).resolve().parent / "results" / "paths.json"
 
 
 def _noop(rctx: ae.RunContext) -> None:
@@ -141,7 +144,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--ops", type=int, default=20_000)
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="2,000 operations, 2 pairs")
-    parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--out", default=str(OUT), help="where to write the JSON")
     args = parser.parse_args(argv)
     if args.quick:
         args.ops, args.pairs = 2_000, 2
