@@ -219,6 +219,20 @@ async def test_full_collections_on_another_thread_while_operations_run(serial: b
     assert all(gc.is_tracked(op) for op in ops)
 
 
+def _tracked_by(pushes: Callable[[], list[ae.Operation[Any]]]) -> tuple[list[Any], int]:
+    """The operations ``pushes()`` returns, and how many objects it left in the collector's
+    lists (the collector off meanwhile, so that none leaves them; the list itself not
+    counted)."""
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        ops = pushes()
+        after = len(gc.get_objects())
+    finally:
+        gc.enable()
+    return ops, after - before - 1
+
+
 @compiled_only
 async def test_pending_operations_leave_the_collector_almost_nothing_to_walk(held: Held) -> None:
     """20,000 operations that cannot run yet (all wait on ``x``): the objects their pushes
@@ -245,16 +259,11 @@ async def test_pending_operations_leave_the_collector_almost_nothing_to_walk(hel
         args.append((picked[:k], [x, *picked[k:]]))  # the Var tuples are the push's own
     push = engine.push_sync
     async_ = ae.FnProperty.ASYNC
-    gc.disable()
-    try:
-        before = len(gc.get_objects())
-        ops = [
+    ops, tracked = _tracked_by(
+        lambda: [
             push(fns[i], const_vars=c, mutate_vars=m, prop=async_) for i, (c, m) in enumerate(args)
         ]
-        after = len(gc.get_objects())
-    finally:
-        gc.enable()
-    tracked = after - before - 1  # the list `ops`
+    )
     assert 0 <= tracked / n <= 0.1, tracked
     release()
     await engine.wait_for_all()
@@ -366,17 +375,12 @@ async def test_pending_submits_leave_the_collector_almost_nothing_to_walk(held: 
     v = engine.new_var("v", value=0)
     n = 20_000
     submit = engine.submit
-    gc.disable()
-    try:
-        before = len(gc.get_objects())
-        ops = [
+    ops, tracked = _tracked_by(
+        lambda: [
             submit(operator.add, v, 1, out=v, writes=[x], prop=ae.FnProperty.ASYNC)
             for _ in range(n)
         ]
-        after = len(gc.get_objects())
-    finally:
-        gc.enable()
-    tracked = after - before - 1  # the list `ops`
+    )
     assert 0 <= tracked / n <= 0.1, tracked
     release()
     await engine.wait_for_all()
