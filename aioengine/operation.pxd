@@ -19,7 +19,9 @@ cdef class Call:
 
 cdef inline void _show_call(Call call) noexcept:
     # Tracking a tracked object is a fatal error: each is checked first (the tuple may have
-    # been untracked by the collector itself, as it does tuples of untracked items).
+    # been untracked by the collector itself, as it does tuples of untracked items). No
+    # Python code runs in here and the GIL is held, so the record's own call (Call.show) and
+    # a full collection's walk on another thread (collector.pxd's show) never interleave.
     if not PyObject_GC_IsTracked(call):
         PyObject_GC_Track(call)
     args = call.args
