@@ -22,6 +22,7 @@ import sys
 import time
 import weakref
 from collections import deque
+from collections.abc import Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -97,8 +98,9 @@ class _VarTrack:
 
     __slots__ = ("base", "kind", "readers", "var", "writer")
 
-    def __init__(self, var: weakref.ref[Var]) -> None:
-        self.var = var  # the Var tracked: tells it from a later Var that reuses its id()
+    def __init__(self, var: weakref.ref[Var] | None) -> None:
+        # The Var tracked (None in a replay): tells it from a later Var that reuses its id().
+        self.var = var
         self.writer = 0  # 0: no writer seen
         self.readers: list[int] = []  # the current group's members (readers, or one mode's)
         self.kind = "read"  # the current group's mode
@@ -110,7 +112,8 @@ class DepTracker:
 
     A reader depends on the previous writer of the Var; a writer on the previous writer and
     on the readers since. Only the ``const_vars`` and ``mutate_vars`` count (not the hidden
-    serial-mode sequencer). Vars are held weakly.
+    serial-mode sequencer). Live pushes (:meth:`push`) hold Vars weakly; a trace's replay
+    (:meth:`replay`) has no Vars, only the ``id()`` its log recorded.
     """
 
     def __init__(self) -> None:
@@ -133,37 +136,66 @@ class DepTracker:
 
     def push(self, op: Operation[Any]) -> tuple[tuple[int, str], ...]:
         """Record ``op``'s accesses; return its dependencies as ``(seq, var name)`` pairs."""
-        deps: list[tuple[int, str]] = []
-        seq = op.seq
+        vars_ = op.vars
         tracks = self._tracks
-        for v in op.const_vars:
-            track = tracks.get(id(v))  # (a dead Var's entry is gone: see __init__)
-            if track is None:
-                track = self._track(v)
+        for v in vars_:
+            if id(v) not in tracks:  # (a dead Var's entry is gone: see __init__)
+                self._track(v)
+        keys = [id(v) for v in vars_]
+        return self._add(op.seq, keys, [v.name for v in vars_], op.nreads, op.modes)
+
+    def replay(
+        self,
+        seq: int,
+        keys: Sequence[int],
+        names: Sequence[str],
+        nreads: int,
+        modes: Sequence[int] | None,
+    ) -> tuple[tuple[int, str], ...]:
+        """:meth:`push` for an operation recorded earlier: its Vars given by key (one per
+        Var, the same for every use of it in the replay) and name, reads first."""
+        tracks = self._tracks
+        for key in keys:
+            if key not in tracks:
+                tracks[key] = _VarTrack(None)
+        return self._add(seq, keys, names, nreads, modes)
+
+    def _add(
+        self,
+        seq: int,
+        keys: Sequence[int],
+        names: Sequence[str],
+        nreads: int,
+        modes: Sequence[int] | None,
+    ) -> tuple[tuple[int, str], ...]:
+        """Record the accesses of operation ``seq`` (every key tracked); its dependencies."""
+        deps: list[tuple[int, str]] = []
+        tracks = self._tracks
+        for i in range(nreads):
+            track = tracks[keys[i]]
+            name = names[i]
             if track.kind != "read":  # after a commute or concurrent group
-                self._join(track, v, "read", seq, deps)
+                self._join(track, name, "read", seq, deps)
                 continue
             if track.base is not None:  # a read group after such a group
-                deps.extend(zip(track.base, repeat(v.name)))
+                deps.extend(zip(track.base, repeat(name)))
             elif track.writer:
-                deps.append((track.writer, v.name))
+                deps.append((track.writer, name))
             readers = track.readers
             readers.append(seq)
             if len(readers) > _MAX_READERS:
                 del readers[: _MAX_READERS // 2]
-        modes = op.modes
-        for i, v in enumerate(op.mutate_vars):
-            track = tracks.get(id(v))  # (a dead Var's entry is gone: see __init__)
-            if track is None:
-                track = self._track(v)
-            mode = MODE_NAMES[modes[i]] if modes is not None else "write"
+        for i in range(nreads, len(keys)):
+            track = tracks[keys[i]]
+            name = names[i]
+            mode = MODE_NAMES[modes[i - nreads]] if modes is not None else "write"
             if mode != "write":
-                self._join(track, v, mode, seq, deps)
+                self._join(track, name, mode, seq, deps)
                 continue
             if track.writer:
-                deps.append((track.writer, v.name))
+                deps.append((track.writer, name))
             if track.readers:
-                deps.extend(zip(track.readers, repeat(v.name)))
+                deps.extend(zip(track.readers, repeat(name)))
                 track.readers = []
             track.writer = seq
             track.kind = "read"
@@ -171,7 +203,9 @@ class DepTracker:
         return tuple(deps)
 
     @staticmethod
-    def _join(track: _VarTrack, v: Var, mode: str, seq: int, deps: list[tuple[int, str]]) -> None:
+    def _join(
+        track: _VarTrack, name: str, mode: str, seq: int, deps: list[tuple[int, str]]
+    ) -> None:
         """A commute or concurrent access: it joins the current group if of its mode, else
         opens a group after the current one; it depends on what its group follows."""
         if track.kind != mode:
@@ -180,9 +214,9 @@ class DepTracker:
                 track.readers = []
             track.kind = mode
         if track.base is not None:
-            deps.extend(zip(track.base, repeat(v.name)))
+            deps.extend(zip(track.base, repeat(name)))
         elif track.writer:
-            deps.append((track.writer, v.name))
+            deps.append((track.writer, name))
         readers = track.readers
         readers.append(seq)
         if len(readers) > _MAX_READERS:
