@@ -31,6 +31,7 @@ COMPILED = (
     "aioengine.lock",
     "aioengine.var",
     "aioengine.operation",
+    "aioengine.tracelog",
     "aioengine.bulk",
     "aioengine.loopqueue",
     "aioengine.wakeups",

@@ -318,6 +318,8 @@ class Segments:
                     break
                 if core.instruments:
                     _instrument.notify_start(core, op)
+                if core.tracelog is not None:
+                    core.tracelog.started(op)
                 ctx = op.ctx
                 if ctx is not core.loop_ctx:  # by identity, as in _execute_one: Context
                     core.loop_rctx = core.routes.run_context(ctx)  # hashes in Python

@@ -9,6 +9,7 @@ cimport cython
 from .collector cimport show as _show
 from .loopqueue cimport LoopQueue
 from .operation cimport _OperationCore
+from .tracelog cimport TraceLog
 from .var cimport Var as _VarType
 from .wakeups cimport Wakeups
 
@@ -46,6 +47,7 @@ cdef class CoreState:
     cdef public _VarType _sequencer  # serial mode's Var, else None
     cdef public object settings
     cdef public object state
+    cdef public TraceLog tracelog
     cdef public list _wakes
     cdef public Wakeups wakeups
 

@@ -47,6 +47,8 @@ checks the invariants):
 - ``loop_rctx``, ``loop_ctx``: the RunContext of the operation running inline, and its
   context.
 - ``instruments``: installed observers (a tuple, replaced under the lock).
+- ``tracelog``: the running trace's log (``tracelog.py``), else None; set and taken back
+  under the lock (``Engine.start_trace`` / ``stop_trace``).
 - ``finished``: finished operations by executor and OpState (``statistics()``);
   ``_loop_finished``: its row for the loop (``finished[None]``), None until there is one.
 - ``_sequencer``: serial mode's hidden Var that every operation writes, else None.
@@ -85,6 +87,7 @@ from .loopqueue import LoopQueue
 from .routing import GpuSeam, RemoteSeam, Routes
 from .settings import Settings
 from .task import current_op
+from .tracelog import TraceLog
 from .var import Failure, Var, check_groups
 from .wakeups import Wakeups, wake_locked
 
@@ -209,6 +212,9 @@ class CoreState:
         # Replaced, never mutated, under the lock (instrument.install_locked): a hook
         # called without the lock iterates the tuple it read, unchanged.
         self.instruments: tuple[Instrument, ...] = instruments
+        # Set and cleared under the lock, so that every push and finish it records is one
+        # of the trace's (tracelog.py); a start, recorded unlocked, may race its removal.
+        self.tracelog: TraceLog | None = None
         self.finished: dict[Executor | None, list[int]] = {}
         self._loop_finished: list[int] | None = None
         self._sequencer: Var | None = Var(self, "<serial>") if settings.serial else None
@@ -373,10 +379,21 @@ class CoreState:
         with self.lock:
             return self.ledger.take_all(self.seq, next(iter(self.live), None))
 
+    def start_trace_locked(self) -> None:
+        """Start recording a trace (lock held): the operations pushed from now on are its."""
+        self.tracelog = TraceLog(self.seq)
+
+    def stop_trace_locked(self) -> TraceLog | None:
+        """Stop recording the running trace, if any, and return its log (lock held)."""
+        log, self.tracelog = self.tracelog, None
+        return log
+
     def complete_locked(self, op: Operation[Any], state: OpState) -> None:
         """Make ``op`` final: counters, ``wait_for_all``, awaiters and callbacks (lock held)."""
         if self.instruments and op.kind < _WAIT:
             _instrument.notify_locked(self, "on_finish", op)
+        if self.tracelog is not None:  # (waits too: the trace's dependencies count them)
+            self.tracelog.finished(op)
         if COMPILED:  # back in the cycle collector, with its Var tuple (collector.py)
             _show(op)  # noqa: F821  (corestate.pxd: compiled only)
         # A finished operation keeps no Var alive (its failure's traceback may keep it).

@@ -1032,9 +1032,9 @@ class Engine:
         """
         core = self._core
         with core.lock:  # looking and installing: one critical section
-            if _trace.tracer_of(core.instruments) is not None:
+            if core.tracelog is not None:
                 raise RuntimeError(f"{self!r} is already tracing; call stop_trace() first")
-            _instrument.install_locked(core, _trace.Tracer(self))
+            core.start_trace_locked()
 
     def stop_trace(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         """Stop the trace; return its Chrome trace-event JSON object, also written to ``path``.
@@ -1048,12 +1048,11 @@ class Engine:
         """
         core = self._core
         with core.lock:
-            tracer = _trace.tracer_of(core.instruments)
-            if tracer is None:
+            log = core.stop_trace_locked()
+            if log is None:
                 raise RuntimeError(f"{self!r} is not tracing; call start_trace() first")
-            _instrument.uninstall_locked(core, tracer)
             live = list(core.live.values())
-        return _trace.finish_trace(tracer, live, path)
+        return _trace.finish_trace(log, core.loop_thread, live, path)
 
     def record_history(self, n: int = 1000) -> None:
         """Record push sites, times and dependencies, and keep the newest ``n`` finished ops.

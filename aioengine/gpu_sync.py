@@ -209,6 +209,9 @@ class GpuSync(GpuDevices):
             return
         if self._core.instruments:
             _instrument.notify_start(self._core, op)
+        log = self._core.tracelog
+        if log is not None:
+            log.started(op)
         backend = self.backend
         # The in-flight bound: may wait (this worker only) for completions.
         if not self.acquire(device):  # the device failed, or the interpreter is exiting

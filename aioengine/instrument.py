@@ -1,4 +1,5 @@
-"""Instruments: how tracing, hang dumps and statistics observe the engine.
+"""Instruments: how the history, hang dumps and statistics observe the engine (a trace
+records through the core's own log instead: ``tracelog.py``).
 
 An :class:`Instrument` is told when an operation is pushed, starts and finishes. The engine
 keeps a tuple of instruments (``Scheduler.instruments``, replaced whole, never mutated, under

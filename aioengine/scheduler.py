@@ -34,7 +34,9 @@ test: ``gpu`` (``gpu_sync.py``: GPU streams and fences; None until the first GPU
 ``remote`` (``remote/``: operations on a Dask cluster; None until the first remote push),
 both behind ``may_hold`` on the dispatch path, so the CPU-only path pays one test for the
 two, and ``instruments`` (``observe/``: empty on the fast path). This module imports none
-of them; the façade injects the GPU and remote openers.
+of them; the façade injects the GPU and remote openers. A running trace records through
+``tracelog`` (``tracelog.py``, a core module: None on the fast path), which
+``observe/trace.py`` reads once the trace has stopped.
 
 The scheduler's state, every field documented once, and its invariants are
 ``corestate.py``'s (:class:`~aioengine.corestate.CoreState`, the base of :class:`Scheduler`).
@@ -339,6 +341,8 @@ class Scheduler(CoreState):
         self.live[seq] = op
         if self.instruments:
             _instrument.notify_locked(self, "on_push", op)
+        if self.tracelog is not None:
+            self.tracelog.pushed(op)
         if bulk:
             segments.join_locked(self, op, bulk)
             return _NOTHING
@@ -640,8 +644,11 @@ class Scheduler(CoreState):
                     self.submit_ready(todo)
                 return None
         kind = op.kind
-        if self.instruments and kind != _BULK:  # a segment's members are reported instead
-            _instrument.notify_start(self, op)
+        if kind != _BULK:  # a segment's members are reported instead
+            if self.instruments:
+                _instrument.notify_start(self, op)
+            if self.tracelog is not None:
+                self.tracelog.started(op)
         ctx = op.ctx
         if rctx is None:
             if ctx is not self.loop_ctx:  # by identity: Context hashes in Python

@@ -71,6 +71,9 @@ async def run_coroutine(op: Operation[Any], fn: Callable[..., Any], rctx: RunCon
                 awaitable = inst.wrap_coroutine(op, awaitable)
             except Exception as exc:  # uninstalled and reported, as for the other hooks
                 _instrument.failed(core, inst, "wrap_coroutine", exc)
+        log = core.tracelog
+        if log is not None:
+            awaitable = log.wrap(op, awaitable)
         result = await awaitable
     except GeneratorExit as exc:
         if not _in_own_step(core.loop, sys._getframe()):

@@ -18,8 +18,7 @@ import pytest
 import aioengine as ae
 from aioengine.observe import trace as trace_module
 from aioengine.observe.history import DepTracker
-from aioengine.observe.trace import Tracer
-from aioengine.var import Var
+from aioengine.var import COMMUTE, CONCURRENT, Var
 
 from .helpers import Boom
 
@@ -291,15 +290,16 @@ class TestTrace:
         engine.start_trace()
         op = engine.push_async(spinner, name="spinner")
         await started.wait()
-        tracer = next(i for i in engine._core.instruments if type(i).__name__ == "Tracer")
-        (started_record,) = tracer._started.values()
+        log = engine._core.tracelog
+        assert log is not None
+        (steps,) = log.steps.values()
         engine.stop_trace()
-        at_stop = len(started_record.steps)
+        at_stop = len(steps)
         for _ in range(200):
             await asyncio.sleep(0)
         release.set()
         assert await op >= 200
-        assert len(started_record.steps) == at_stop
+        assert len(steps) == at_stop
 
     async def test_no_flow_from_an_operation_finished_before_the_push(
         self, engine: ae.Engine
@@ -352,12 +352,42 @@ class TestTrace:
             engine.start_trace()
         engine.stop_trace()
 
-    async def test_no_instrument_left_when_not_tracing(self, threaded_engine: ae.Engine) -> None:
+    async def test_a_var_that_reuses_a_dead_vars_id_gets_no_arrow_of_the_dead_one(
+        self, threaded_engine: ae.Engine
+    ) -> None:
+        """The trace's log knows a Var by its ``id()``: a Var created where a dead one was
+        must not inherit the dead one's users as its dependencies."""
         engine = threaded_engine
-        assert engine._core.instruments == ()
+        ids = set()
+        gate = threading.Event()
+        async with engine.trace() as session:
+            for i in range(100):
+                v = engine.new_var(f"v{i}")
+                ids.add(id(v))
+                # The writer waits for the gate, so the reader is pushed while it is pending.
+                w = engine.push_sync(lambda r: gate.wait(5), mutate_vars=[v], name=f"w{i}")
+                rd = engine.push_sync(lambda r: None, const_vars=[v], name=f"r{i}")
+                gate.set()
+                await rd
+                await w
+                gate.clear()
+                del v, w, rd
+        assert len(ids) < 100  # ids were reused (else this test shows nothing)
+        assert session.trace is not None
+        arrows = flows(check_format(session.trace))
+        assert arrows == Counter({(f"w{i}", f"r{i}", f"v{i}"): 1 for i in range(100)})
+
+    async def test_nothing_left_on_the_core_when_not_tracing(
+        self, threaded_engine: ae.Engine
+    ) -> None:
+        """A trace records through the core's log while it runs, and through nothing else:
+        no instrument (whose hooks the core would call per operation), no log after it."""
+        engine = threaded_engine
+        assert engine._core.tracelog is None
         async with engine.trace():
-            assert any(isinstance(i, Tracer) for i in engine._core.instruments)
-        assert engine._core.instruments == ()
+            assert engine._core.tracelog is not None
+            assert engine._core.instruments == ()
+        assert engine._core.tracelog is None
 
 
 async def test_gpu_ops_span_launch_to_fence_on_lanes_where_they_never_cross() -> None:
@@ -368,7 +398,8 @@ async def test_gpu_ops_span_launch_to_fence_on_lanes_where_they_never_cross() ->
     async with ae.Engine(gpu_backend=sim) as engine:
         xs = [engine.new_var(f"x{i}") for i in range(6)]
         with engine.trace() as session:
-            (tracer,) = [i for i in engine._core.instruments if isinstance(i, Tracer)]
+            log = engine._core.tracelog
+            assert log is not None
             for i, x in enumerate(xs):
 
                 def kernel(name: str = f"k{i}") -> None:
@@ -385,7 +416,7 @@ async def test_gpu_ops_span_launch_to_fence_on_lanes_where_they_never_cross() ->
     assert sorted(e["name"] for e in ops) == [f"k{i}" for i in range(6)]
     assert all(names[e["tid"]].startswith("gpu0-compute ops #") for e in ops)
     for e in ops:  # each slice lasts until its work is done, not until it was launched
-        assert e["ts"] + e["dur"] >= (kernel_done[e["name"]] - tracer._t0) / 1000 - 0.01
+        assert e["ts"] + e["dur"] >= (kernel_done[e["name"]] - log.t0) / 1000 - 0.01
 
 
 class TestDependencyTracking:
@@ -393,7 +424,7 @@ class TestDependencyTracking:
 
     @staticmethod
     def push(tracker: DepTracker, seq: int, const: tuple[Var, ...], mutate: tuple[Var, ...]) -> Any:
-        op = types.SimpleNamespace(seq=seq, const_vars=const, mutate_vars=mutate, modes=None)
+        op = types.SimpleNamespace(seq=seq, vars=const + mutate, nreads=len(const), modes=None)
         return tracker.push(op)  # type: ignore[arg-type]
 
     def test_readers_depend_on_the_writer_and_a_writer_on_both(self) -> None:
@@ -404,6 +435,27 @@ class TestDependencyTracking:
         assert self.push(tracker, 3, (x,), ()) == ((1, "x"),)
         assert self.push(tracker, 4, (), (x,)) == ((1, "x"), (2, "x"), (3, "x"))
         assert self.push(tracker, 5, (), (x,)) == ((4, "x"),)
+
+    def test_a_replay_by_key_finds_what_the_pushes_found(self) -> None:
+        """A trace replays its pushes from the keys its log recorded: the same answers as
+        live pushes of the same program, commute and concurrent groups included."""
+        x, y = Var(None, "x"), Var(None, "y")
+        program: list[tuple[tuple[Var, ...], tuple[Var, ...], tuple[int, ...] | None]] = [
+            ((), (x,), None),
+            ((x,), (y,), None),
+            ((x, y), (), None),
+            ((), (x, y), (COMMUTE, CONCURRENT)),
+            ((), (x,), (COMMUTE,)),
+            ((y,), (x,), None),
+        ]
+        live, replayed = DepTracker(), DepTracker()
+        for seq, (const, mutate, modes) in enumerate(program, 1):
+            op = types.SimpleNamespace(seq=seq, vars=const + mutate, nreads=len(const), modes=modes)
+            expected = live.push(op)  # type: ignore[arg-type]
+            keys = [id(v) for v in const + mutate]
+            names = [v.name for v in const + mutate]
+            assert replayed.replay(seq, keys, names, len(const), modes) == expected
+        assert expected == ((4, "y"), (1, "x"), (4, "x"), (5, "x"))  # the last push's
 
     def test_a_dead_var_is_forgotten_and_its_id_gives_no_dependency(self) -> None:
         tracker = DepTracker()

@@ -1,8 +1,10 @@
 """Trace export: Chrome trace-event JSON that Perfetto and ``chrome://tracing`` open.
 
 ``async with engine.trace("run.json"):`` (or :meth:`Engine.start_trace` /
-:meth:`Engine.stop_trace`) installs a :class:`Tracer` instrument for the duration; with no
-trace running the engine pays nothing but its usual truth test on the (empty) instruments.
+:meth:`Engine.stop_trace`) installs a trace log on the core for the duration
+(``tracelog.py``: the core appends raw fields per push, start and finish); at the stop a
+:class:`Tracer` builds the trace from it. With no trace running the engine pays one
+``is None`` test per event.
 
 Layout of the trace (one process, ``aioengine``):
 
@@ -12,7 +14,7 @@ Layout of the trace (one process, ``aioengine``):
   mode);
 * ``coroutine ops #k`` lanes: one slice per coroutine operation, from its start to its end,
   with child slices ``run`` (a step of the coroutine actually executing on the loop, timed by
-  wrapping the coroutine, see :meth:`Tracer.wrap_coroutine`) and ``await`` (suspended between
+  wrapping the coroutine, see ``TraceLog.wrap``) and ``await`` (suspended between
   two steps). Lanes are allocated like registers, so operations on one lane never overlap;
 * ``callback ops #k`` lanes: callback-style operations, from their start to ``on_complete()``;
 * ``gpu0-compute ops #k`` lanes (one set per GPU pool): GPU operations, from the start of
@@ -21,7 +23,7 @@ Layout of the trace (one process, ``aioengine``):
   worker's own track they would cross;
 * ``worker tcp://host:port #k`` lanes (a set per Dask worker): remote operations, from their
   submission to the end of their task, on the worker that ran it (the remote backend tells
-  :meth:`Tracer.on_ran_on`); one whose task failed, or that the trace stopped before it
+  ``TraceLog.ran_on``); one whose task failed, or that the trace stopped before it
   finished, shows on ``remote ops #k`` lanes. These lanes are allocated when the trace is
   built, by the slices' times (the worker is known only at the end);
 * instant events for operations that finished without running (skipped or cancelled);
@@ -32,30 +34,30 @@ Every operation slice carries ``args``: ``seq``, ``name``, ``kind``, ``pool``, `
 ``mutate_vars`` (and ``commute_vars`` / ``concurrent_vars`` where used), ``priority``,
 ``outcome`` (``done``, ``failed``, ``cancelled``, ...) and the ``error`` of a failed one.
 
-Cost: while tracing, the hooks only note times and copy what the events need (a tuple per
-operation, keeping no operation, Var, result or failure alive); the events, arguments and
-arrows are built when the trace stops, so tracing perturbs less what it measures.
+Cost: while tracing, the core only appends times and the fields the events need (keeping
+no operation, Var, result or failure alive; ``tracelog.py``); threads are named, lanes
+allocated, dependencies found and events, arguments and arrows built when the trace stops,
+so tracing perturbs little what it measures.
 
-Threading: hooks run on whatever thread the engine calls them from; the tracer's own lock
-``_mu`` guards its fields and is taken inside the engine lock in ``on_push``/``on_finish``
-(lock order: engine lock, then ``_mu``); the tracer never calls back into the engine.
+Threading: :class:`Tracer` runs once, on the thread that stops the trace, on a log already
+taken off the core (``Engine.stop_trace``); it never calls back into the engine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import os
 import threading
 import time
-from collections.abc import Coroutine, Generator
+from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ..context import DeviceType
-from ..errors import summary
-from ..instrument import Instrument
-from ..kinds import _CALLBACK, _CORO, OpState
+from ..context import Context, DeviceType
+from ..kinds import _CALLBACK, _CORO, _WAIT, OpState
+from ..tracelog import FINISH_FIELDS, TraceLog
 from ..var import MODE_NAMES
 from .history import DepTracker, kind_name, pool_name
 from .timeline import Timeline
@@ -71,63 +73,6 @@ _LANE_TID = 1 << 24  # pseudo thread ids of the lanes start here (above Linux's 
 # Track order: the loop's track, then the lanes (each label's in a block), then the threads.
 _LANE_SORT = 1 << 20
 _THREAD_SORT = 1 << 40
-
-
-class _SteppedCoroutine(Coroutine[Any, Any, Any]):
-    """Runs ``coro`` unchanged, appending ``(start_ns, end_ns)`` for each step to ``steps``.
-
-    ``cr_await`` exposes the wrapped coroutine, so await-stack walkers (``dump.py``) see
-    through the wrapper.
-    """
-
-    __slots__ = ("_coro", "_steps", "_tracer")
-
-    def __init__(
-        self, coro: Coroutine[Any, Any, Any], steps: list[tuple[int, int]], tracer: Tracer
-    ) -> None:
-        self._coro = coro
-        self._steps = steps
-        self._tracer = tracer  # once it has stopped, steps are no longer timed or kept
-
-    def send(self, value: Any) -> Any:
-        if self._tracer.stopped:
-            return self._coro.send(value)
-        start = _now()
-        try:
-            return self._coro.send(value)
-        finally:
-            self._steps.append((start, _now()))
-
-    def throw(self, typ: Any, val: Any = None, tb: TracebackType | None = None) -> Any:
-        if self._tracer.stopped:
-            return self._throw(typ, val, tb)
-        start = _now()
-        try:
-            return self._throw(typ, val, tb)
-        finally:
-            self._steps.append((start, _now()))
-
-    def _throw(self, typ: Any, val: Any, tb: TracebackType | None) -> Any:
-        if val is None and tb is None:
-            return self._coro.throw(typ)
-        return self._coro.throw(typ, val, tb)  # pragma: no cover - the 3-argument form
-
-    def close(self) -> None:
-        self._coro.close()
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        return self
-
-    def __iter__(self) -> _SteppedCoroutine:
-        return self  # pragma: no cover - asyncio calls send()
-
-    def __next__(self) -> Any:
-        return self.send(None)  # pragma: no cover - asyncio calls send()
-
-    @property
-    def cr_await(self) -> Coroutine[Any, Any, Any]:
-        """The wrapped coroutine."""
-        return self._coro
 
 
 # seq, kind, name, executor, const names, mutate names, priority, outcome, error, end (ns),
@@ -148,18 +93,17 @@ _Record = tuple[
 ]
 
 
-def _lane_label(op: Operation[Any]) -> str | None:
-    """The label of the lanes that show ``op``, or None: it shows on its thread's track."""
-    kind = op.kind
+def _lane_label(kind: int, ctx: Context, target: Any) -> str | None:
+    """The label of the lanes that show an operation, or None: it shows on its thread's track."""
     if kind == _CORO:
         return "coroutine ops"
     if kind == _CALLBACK:
         return "callback ops"
-    device = op.ctx.device_type
+    device = ctx.device_type
     if device is _CPU:  # the usual case, first
         return None
-    if device is DeviceType.GPU and op.target is not None:
-        return f"{pool_name(op.target)} ops"  # launched on a stream, done at its fence
+    if device is DeviceType.GPU and target is not None:
+        return f"{pool_name(target)} ops"  # launched on a stream, done at its fence
     if device is DeviceType.REMOTE:
         return _REMOTE  # submitted to Dask, done when its task is
     return None
@@ -174,163 +118,196 @@ def _by_end(span: tuple[int, int]) -> int:
     return span[1]
 
 
+def _mutated(names: list[str], modes: Sequence[int] | None) -> list[tuple[str, str]]:
+    """The Vars after the reads, named, with their modes' names."""
+    if modes is None:  # all writes: the usual case
+        return [(name, "write") for name in names]
+    return [(name, MODE_NAMES[m]) for name, m in zip(names, modes, strict=True)]
+
+
 class _Started:
-    """An operation that has started: where and when, and its steps if a coroutine."""
+    """An operation that started in the trace: where and when, and its steps if a coroutine."""
 
-    __slots__ = ("end", "label", "lane", "start", "steps", "tid", "worker")
+    __slots__ = ("end", "ident", "label", "lane", "start", "steps", "tid", "worker")
 
-    def __init__(self, start: int, tid: int, label: str | None = None, lane: int = 0) -> None:
+    def __init__(self, start: int, ident: int) -> None:
         self.start = start
-        self.tid = tid
-        self.label = label  # its lanes' label (a key of Tracer._lanes), or None: no lane
-        # The index of its lane among them; -1: a remote operation, whose lane is chosen when
-        # the trace is built (by worker, see Tracer._span_lane).
-        self.lane = lane
-        self.steps: list[tuple[int, int]] | None = None  # a coroutine's, once wrapped
+        self.ident = ident  # the thread it started on
+        self.tid = 0  # its track: its thread's native id, or its lane's pseudo id
+        # The index of its lane among them, chosen by Tracer._allocate_lanes; -1: a remote
+        # operation, whose lane is chosen by worker (Tracer._span_lane).
+        self.lane = -1
+        self.label: str | None = None  # its lanes' label, or None: no lane
+        self.steps: list[tuple[int, int]] | None = None  # a coroutine's
         self.worker: str | None = None  # a remote operation's Dask worker, once known
-        self.end = 0  # when its task finished (ns), once known
+        self.end = 0  # when its remote task finished (ns), once known
 
 
-class Tracer(Instrument):
-    """Collects trace events while installed; :meth:`finish` turns them into the JSON object."""
+class Tracer:
+    """Builds a stopped trace's JSON object from its log (``tracelog.TraceLog``).
 
-    def __init__(self, engine: Observed) -> None:
-        self._engine = engine
-        self._mu = threading.Lock()
-        self._t0 = _now()
+    The core records raw fields while the trace runs; everything else happens here, once,
+    after the stop: thread names, lanes, each operation's dependencies (a replay of the
+    pushes, in push order, through the same :class:`DepTracker` the graph uses), slices,
+    arguments and arrows.
+    """
+
+    def __init__(self, log: TraceLog, loop_thread: int) -> None:
+        self._log = log
+        self._loop_thread = loop_thread  # the loop's thread ident: its track is first
+        self._t0 = log.t0
         self._pid = os.getpid()
-        self._deps = DepTracker()
         # seq -> (push time, its dependencies): those pending at the push get a flow arrow.
         self._waited: dict[int, tuple[int, tuple[tuple[int, str], ...]]] = {}
-        self._started: dict[int, _Started] = {}
-        # What the hooks record, in finishing order; finish() turns it into events, so that
-        # tracing costs the traced program a tuple per operation, not its JSON.
-        self._records: list[_Record] = []
         self._slices: dict[int, tuple[int, float, float]] = {}  # seq -> (tid, start, end) in us
         self._events: list[dict[str, Any]] = []
         self._threads: dict[int, tuple[str, int]] = {}  # tid -> (name, sort index)
-        # Busy flags of the lanes, by label ("coroutine ops", "gpu0-compute ops", ...), and
-        # the first pseudo thread id of each label's lanes.
-        self._lanes: dict[str, list[bool]] = {}
+        self._idents: dict[int, int] = {}  # thread ident -> native id, for those seen
+        self._alive: dict[int, threading.Thread] | None = None  # by ident, once looked up
+        self._first_seen = {ident: i for i, ident in enumerate(log.threads)}
+        # The first pseudo thread id of each label's lanes, in order of first use.
         self._lane_base: dict[str, int] = {}
         # The slices (start, end in ns) of each lane of remote operations, by label
-        # ("worker tcp://... ", "remote ops"): filled when the trace is built.
+        # ("worker tcp://... ", "remote ops").
         self._spans: dict[str, list[list[tuple[int, int]]]] = {}
         self._flow_id = 0
-        # finish() was called: running coroutines stop timing steps. Read unlocked by the loop
-        # thread; a step timed as it is set lands in a list the finished trace no longer reads.
-        self.stopped = False
 
-    # -- hooks ---------------------------------------------------------------------------
+    # -- reading the log -----------------------------------------------------------------
 
-    def on_push(self, op: Operation[Any]) -> None:
-        """Remember ``op``'s dependencies and when it was pushed (engine lock held)."""
-        deps = self._deps.push(op)
-        if deps:
-            pushed = _now()
-            with self._mu:
-                self._waited[op.seq] = (pushed, deps)
+    def _thread_tid(self, ident: int) -> int:
+        """The track of the thread ``ident`` (its native id), named once."""
+        tid = self._idents.get(ident)
+        if tid is not None:
+            return tid
+        seen = self._log.threads.get(ident)
+        if seen is not None:
+            tid, name = seen
+            if ident == self._loop_thread:
+                self._threads[tid] = (f"event loop ({name})", 0)
+            else:  # in order of first start, whichever operation names it first here
+                self._threads[tid] = (name, _THREAD_SORT + 1 + self._first_seen[ident])
+        else:  # it only finished operations: a thread of its own, after the others
+            if self._alive is None:
+                self._alive = {t.ident: t for t in threading.enumerate() if t.ident}
+            thread = self._alive.get(ident)
+            tid = ident if thread is None or thread.native_id is None else thread.native_id
+            name = f"thread {ident}" if thread is None else thread.name
+            if ident == self._loop_thread:
+                self._threads[tid] = (f"event loop ({name})", 0)
+            elif tid not in self._threads:
+                self._threads[tid] = (name, _THREAD_SORT)
+        self._idents[ident] = tid
+        return tid
 
-    def on_start(self, op: Operation[Any]) -> None:
-        """Note when and on which thread (or lane) ``op`` starts."""
-        start = _now()
-        label = _lane_label(op)
-        with self._mu:
-            if label is _REMOTE:
-                self._started[op.seq] = _Started(start, 0, label, -1)
-                return
-            if label is not None:
-                lanes = self._lanes.setdefault(label, [])
-                lane = next((i for i, busy in enumerate(lanes) if not busy), len(lanes))
-                if lane == len(lanes):
-                    lanes.append(True)
-                else:
-                    lanes[lane] = True
-                self._started[op.seq] = _Started(start, self._lane_tid(label, lane), label, lane)
-                return
-            tid = threading.get_native_id()
-            if tid not in self._threads:
-                name = threading.current_thread().name
-                if threading.get_ident() == self._engine._core.loop_thread:
-                    self._threads[tid] = (f"event loop ({name})", 0)
-                else:
-                    self._threads[tid] = (name, _THREAD_SORT + 1 + len(self._threads))
-            self._started[op.seq] = _Started(start, tid)
-
-    def wrap_coroutine(
-        self, op: Operation[Any], coro: Coroutine[Any, Any, Any]
-    ) -> Coroutine[Any, Any, Any]:
-        """Time each step of the coroutine (the ``run`` slices)."""
-        with self._mu:  # (a _Started's fields change under it: finish() may be reading)
-            started = self._started.get(op.seq)
-            if started is None:  # the trace started between on_start and here
-                return coro
-            steps = started.steps = []
-        return _SteppedCoroutine(coro, steps, self)
-
-    def on_ran_on(self, op: Operation[Any], where: str | None) -> None:
-        """Note the Dask worker that ran remote operation ``op``, and when its task ended."""
-        end = _now()
-        with self._mu:
-            started = self._started.get(op.seq)
-            if started is not None:
-                started.worker = where
-                started.end = end
-
-    def on_finish(self, op: Operation[Any]) -> None:
-        """Record what ``op``'s slices and flows need (engine lock held)."""
-        end = _now()
-        exc = op._exception
-        error = None if exc is None else summary(exc)
-        outcome = None
-        with self._mu:
-            started = self._started.pop(op.seq, None)
+    def _records(
+        self, live: list[Operation[Any]], now: int
+    ) -> tuple[list[_Record], dict[int, tuple[list[int], list[str], int, Any]]]:
+        """The slices' records, in finishing order (then the operations the stop cut short),
+        and the Var accesses of each operation pushed during the trace, by seq."""
+        log = self._log
+        first = log.first
+        # (A start racing the stop may land as this is read: a snapshot.)
+        starts = {seq: _Started(ns, ident) for seq, ns, ident in list(log.starts)}
+        in_order = list(starts.values())
+        records: list[_Record] = []
+        accesses: dict[int, tuple[list[int], list[str], int, Any]] = {}
+        f = log.finishes
+        i, n = 0, len(f)
+        while i < n:
+            (seq, end, ident, state, error, name, kind, target, ctx, priority, nreads, modes,
+             nvars) = f[i : i + FINISH_FIELDS]  # fmt: skip
+            i += FINISH_FIELDS
+            keys: list[int] = f[i : i + 2 * nvars : 2]
+            names: list[str] = f[i + 1 : i + 2 * nvars : 2]
+            i += 2 * nvars
+            if seq > first:
+                accesses[seq] = (keys, names, nreads, modes)
+            if kind >= _WAIT:  # a wait: it counts for the dependencies, it has no slice
+                continue
+            started = starts.pop(seq, None)
+            outcome = _OUTCOMES[state]
             if started is None:  # not started in the trace: skipped, cancelled, or earlier
-                here = threading.get_native_id()
-                if here not in self._threads:
-                    self._threads[here] = (threading.current_thread().name, _THREAD_SORT)
-                if op._state is OpState.DONE or op._state is OpState.FAILED:
-                    outcome = f"{_OUTCOMES[op._state]} (started before the trace)"
+                here = self._thread_tid(ident)
+                if state is OpState.DONE or state is OpState.FAILED:
+                    outcome = f"{outcome} (started before the trace)"
             else:
-                here = started.tid
-                if started.end:
-                    end = started.end
-                if started.label is not None and started.lane >= 0:
-                    self._lanes[started.label][started.lane] = False
-            self._records.append(self._record(op, outcome, error, end, started, here))
+                here = 0  # (its start's track: see below)
+                started.label = _lane_label(kind, ctx, target)
+            mutate = _mutated(names[nreads:], modes)
+            records.append(
+                (seq, kind, name, target, names[:nreads], mutate, priority, outcome, error, end,
+                 started, here)
+            )  # fmt: skip
+        for op in live:
+            seq = op.seq
+            vars_ = op.vars
+            names = [v.name for v in vars_]
+            if seq > first:
+                accesses[seq] = ([id(v) for v in vars_], names, op.nreads, op.modes)
+            started = starts.pop(seq, None)
+            if started is None or op.kind >= _WAIT:
+                continue  # (not started: no slice)
+            started.label = _lane_label(op.kind, op.ctx, op.target)
+            nreads = op.nreads
+            records.append(
+                (seq, op.kind, op.name, op.target, names[:nreads], _mutated(names[nreads:],
+                 op.modes), op.priority, "unfinished (trace stopped)", None, now, started, 0)
+            )  # fmt: skip
+        for started in in_order:  # threads' tracks in order of first start, as they were seen
+            if started.label is None:
+                started.tid = self._thread_tid(started.ident)
+        return records, accesses
 
-    @staticmethod
-    def _record(
-        op: Operation[Any],
-        outcome: str | None,
-        error: str | None,
-        end: int,
-        started: _Started | None,
-        here: int,
-    ) -> _Record:
-        """What the events of ``op`` need, copied: the trace keeps no operation or Var alive,
-        nor the result or failure they hold."""
-        nreads, modes, vars_ = op.nreads, op.modes, op.vars
-        if modes is None:  # all writes: the usual case, without the modes' names
-            mutate = [(v.name, "write") for v in vars_[nreads:]]
-        else:
-            mutate = [(v.name, MODE_NAMES[m]) for v, m in zip(vars_[nreads:], modes, strict=True)]
-        return (
-            op.seq,
-            op.kind,
-            op.name,
-            op.target,
-            [v.name for v in vars_[:nreads]] if nreads else [],
-            mutate,
-            op.priority,
-            _OUTCOMES[op._state] if outcome is None else outcome,
-            error,
-            end,
-            started,
-            here,
-        )
+    def _dependencies(self, accesses: dict[int, tuple[list[int], list[str], int, Any]]) -> None:
+        """Replay the trace's pushes in push order: who waited for whom, through which Var.
 
-    # -- building events (``_mu`` held) -------------------------------------------------
+        A Var is known by the ``id()`` the log recorded. Should a later Var reuse the id of
+        one that died, the replay pairs the new Var's first users with operations that had
+        finished before the Var existed, so before those users were pushed: such a pair gets
+        no arrow (see :meth:`_finish`), so the reuse shows nowhere."""
+        tracker = DepTracker()
+        pushes = self._log.pushes
+        pushed = dict(zip(pushes[0::2], pushes[1::2], strict=True))
+        for seq in sorted(accesses):
+            keys, names, nreads, modes = accesses[seq]
+            deps = tracker.replay(seq, keys, names, nreads, modes)
+            if deps:
+                self._waited[seq] = (pushed.get(seq, 0), deps)
+
+    def _allocate_lanes(self, records: list[_Record]) -> None:
+        """Give each operation that shows on lanes its lane, like registers: the lowest one
+        free when it started (freed when the operation before on it ended)."""
+        log = self._log
+        by_label: dict[str, list[tuple[int, int, _Started]]] = {}
+        for record in records:
+            started, end = record[10], record[9]
+            if started is None or started.label is None:
+                continue
+            seq = record[0]
+            ran = log.ran.get(seq)
+            if ran is not None:  # a remote operation: its task's worker and end
+                started.worker, started.end = ran
+            if started.label is _REMOTE:
+                continue  # by worker, when its slice is made (_span_lane)
+            started.steps = log.steps.get(seq)
+            by_label.setdefault(started.label, []).append((started.start, end, started))
+        for label, spans in sorted(by_label.items(), key=lambda item: min(s[0] for s in item[1])):
+            spans.sort(key=lambda s: s[0])
+            busy: list[tuple[int, int]] = []  # (end, lane) of the lanes in use
+            free: list[int] = []  # lanes freed, lowest first
+            count = 0
+            for start, end, started in spans:
+                while busy and busy[0][0] <= start:
+                    heapq.heappush(free, heapq.heappop(busy)[1])
+                if free:
+                    lane = heapq.heappop(free)
+                else:
+                    lane, count = count, count + 1
+                heapq.heappush(busy, (end, lane))
+                started.lane = lane
+                started.tid = self._lane_tid(label, lane)
+
+    # -- building events -----------------------------------------------------------------
 
     def _lane_tid(self, label: str, lane: int) -> int:
         base = self._lane_base.get(label)
@@ -393,8 +370,9 @@ class Tracer(Instrument):
                 }
             )
             return
-        if started.lane < 0:
-            tid = self._span_lane(started, end)
+        if started.end:  # a remote operation: its task's end
+            end = started.end
+        tid = self._span_lane(started, end) if started.label is _REMOTE else started.tid
         start_us, end_us = self._us(started.start), self._us(end)
         self._slice(args["name"], "op", tid, start_us, end_us, args)
         if started.steps:
@@ -451,32 +429,28 @@ class Tracer(Instrument):
     # -- output --------------------------------------------------------------------------
 
     def finish(self, live: list[Operation[Any]]) -> dict[str, Any]:
-        """Close the slices of ``live`` operations still running and return the trace."""
-        self.stopped = True
-        end = _now()
-        with self._mu:
-            records = self._records
-            self._records = []
-            for op in live:
-                started = self._started.pop(op.seq, None)
-                if started is not None:
-                    outcome = "unfinished (trace stopped)"
-                    records.append(self._record(op, outcome, None, end, started, started.tid))
-            for record in records:
-                self._finish(record)
-            events = sorted(self._events, key=lambda e: (e["ts"], e["ph"] != "X"))
-            meta: list[dict[str, Any]] = [
-                {"name": "process_name", "ph": "M", "pid": self._pid, "args": {"name": "aioengine"}}
-            ]
-            for tid, (name, index) in sorted(self._threads.items()):
-                meta.append(
-                    {"name": "thread_name", "ph": "M", "pid": self._pid, "tid": tid,
-                     "args": {"name": name}}
-                )  # fmt: skip
-                meta.append(
-                    {"name": "thread_sort_index", "ph": "M", "pid": self._pid, "tid": tid,
-                     "args": {"sort_index": index}}
-                )  # fmt: skip
+        """The trace: ``live`` are the operations pending at the stop (those running are
+        closed at this moment)."""
+        self._log.stopped = True  # running coroutines stop timing their steps
+        now = _now()
+        records, accesses = self._records(live, now)
+        self._dependencies(accesses)
+        self._allocate_lanes(records)
+        for record in records:
+            self._finish(record)
+        events = sorted(self._events, key=lambda e: (e["ts"], e["ph"] != "X"))
+        meta: list[dict[str, Any]] = [
+            {"name": "process_name", "ph": "M", "pid": self._pid, "args": {"name": "aioengine"}}
+        ]
+        for tid, (name, index) in sorted(self._threads.items()):
+            meta.append(
+                {"name": "thread_name", "ph": "M", "pid": self._pid, "tid": tid,
+                 "args": {"name": name}}
+            )  # fmt: skip
+            meta.append(
+                {"name": "thread_sort_index", "ph": "M", "pid": self._pid, "tid": tid,
+                 "args": {"sort_index": index}}
+            )  # fmt: skip
         return {
             "traceEvents": meta + events,
             "displayTimeUnit": "ms",
@@ -484,17 +458,12 @@ class Tracer(Instrument):
         }
 
 
-def tracer_of(instruments: tuple[object, ...]) -> Tracer | None:
-    """The running :class:`Tracer` among an engine's instruments, if any."""
-    return next((i for i in instruments if isinstance(i, Tracer)), None)
-
-
 def finish_trace(
-    tracer: Tracer, live: list[Operation[Any]], path: str | os.PathLike[str] | None
+    log: TraceLog, loop_thread: int, live: list[Operation[Any]], path: str | os.PathLike[str] | None
 ) -> dict[str, Any]:
-    """The trace of an uninstalled ``tracer`` (``live``: the operations still pending),
-    also written to ``path``."""
-    trace = tracer.finish(live)
+    """The trace of ``log``, taken off its core (``live``: the operations pending then;
+    ``loop_thread``: the ident of the engine's loop thread), also written to ``path``."""
+    trace = Tracer(log, loop_thread).finish(live)
     if path is not None:
         _write(trace, path)
     return trace

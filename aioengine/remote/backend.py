@@ -364,8 +364,11 @@ class RemoteBackend:
                     core.attach_task_locked(op, task)
         if todo:
             core.submit_ready(todo)
-        if started and core.instruments:
-            _instrument.notify_start(core, op)
+        if started:
+            if core.instruments:
+                _instrument.notify_start(core, op)
+            if core.tracelog is not None:
+                core.tracelog.started(op)
 
     def _collect_locked(
         self, op: Operation[Any], todo: list[Operation[Any]]
@@ -519,7 +522,7 @@ class RemoteBackend:
                 **self._options(op.ctx),
             )
             await self._link.finished(future)
-            if core.instruments:
+            if core.instruments or core.tracelog is not None:
                 await self._ran_on(client, op, future)
             if future.status == "finished":
                 result = await self._link.call(client.gather(future, asynchronous=True))
@@ -552,11 +555,12 @@ class RemoteBackend:
             del future, op
 
     async def _ran_on(self, client: DaskClient, op: Operation[Any], future: DaskFuture) -> None:
-        """Tell the instruments (a trace) which worker ran ``op``'s finished task: the one
-        that holds its result, asked of the scheduler as soon as it finished (one round trip,
-        only while an instrument is installed). Should Dask already have copied the result to
-        a second worker for a dependent, the first address in order is named. None for a task
-        that failed or was cancelled (no worker holds anything of it)."""
+        """Tell the instruments and a running trace which worker ran ``op``'s finished task:
+        the one that holds its result, asked of the scheduler as soon as it finished (one
+        round trip, only while an instrument or a trace is installed). Should Dask already
+        have copied the result to a second worker for a dependent, the first address in
+        order is named. None for a task that failed or was cancelled (no worker holds
+        anything of it)."""
         where: str | None = None
         if future.status == "finished":
             try:
@@ -566,6 +570,9 @@ class RemoteBackend:
             holders = sorted(who.get(future.key, ()))
             where = holders[0] if holders else None
         _instrument.notify_ran_on(self._core, op, where)
+        log = self._core.tracelog
+        if log is not None:
+            log.ran_on(op, where)
 
     async def _error(self, future: DaskFuture) -> BaseException:
         """The exception of a Dask future that erred or was cancelled."""
@@ -759,7 +766,7 @@ class RemoteBackend:
                 future.release()
                 await self._settle(op, versions, released, _CANCELLED, msg, None, None)
                 return None
-            if self._core.instruments:
+            if self._core.instruments or self._core.tracelog is not None:
                 await self._ran_on(client, op, future)
         except asyncio.CancelledError as exc:  # a holding operation, cancelled while it ran
             await self._cancel_future(future)
