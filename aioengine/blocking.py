@@ -37,6 +37,7 @@ import contextlib
 import functools
 import inspect
 import threading
+import time
 import weakref
 from collections.abc import Callable, Coroutine
 from types import TracebackType
@@ -60,6 +61,48 @@ T = TypeVar("T")
 
 # Every BlockingEngine entered and not closed yet is registered in lifecycle.portals_at_exit
 # (so that interpreter exit can stop it) and lifecycle.portals_after_fork.
+
+# How often (seconds) a wait of the main thread wakes, only to run the handler of a signal
+# that came meanwhile: CPython notices a signal in a lock wait by its interruption, and one
+# that lands as the wait begins (after the interpreter's last check, before the wait
+# blocks) interrupts nothing, so its handler (a Ctrl-C's KeyboardInterrupt) would otherwise
+# run only when the wait ends. Seen as a Ctrl-C in close() that surfaced after the drain.
+_SIGNAL_POLL = 0.05
+
+
+def _wait_done(fut: concurrent.futures.Future[Any], timeout: float | None) -> None:
+    """Block until ``fut`` is done, or raise TimeoutError after ``timeout`` seconds. On the
+    main thread in waits of :data:`_SIGNAL_POLL` seconds, so that a signal interrupts it at
+    once (elsewhere no signal handler runs: one wait)."""
+    main = threading.current_thread() is threading.main_thread()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not fut.done():
+        step = _SIGNAL_POLL if main else None
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            step = left if step is None else min(step, left)
+        concurrent.futures.wait((fut,), step)
+
+
+def _result(fut: concurrent.futures.Future[T], timeout: float | None = None) -> T:
+    """``fut.result(timeout)``, waiting as :func:`_wait_done` does."""
+    _wait_done(fut, timeout)
+    return concurrent.futures.Future.result(fut, 0)
+
+
+def _exception(
+    fut: concurrent.futures.Future[Any], timeout: float | None = None
+) -> BaseException | None:
+    """``fut.exception(timeout)``, waiting as :func:`_wait_done` does."""
+    _wait_done(fut, timeout)
+    return concurrent.futures.Future.exception(fut, 0)
+
+
+def _call(portal: BlockingPortal, fn: Callable[..., Any], *args: Any) -> Any:
+    """``portal.call(fn, *args)``, waiting as :func:`_wait_done` does."""
+    return _result(portal.start_task_soon(fn, *args))
 
 
 def _abandon_at_exit(engine: BlockingEngine) -> None:
@@ -149,12 +192,12 @@ class _OpFuture(concurrent.futures.Future[T]):
     def result(self, timeout: float | None = None) -> T:
         if not self.done():
             self._owner._check_thread("Future.result()")
-        return super().result(timeout)
+        return _result(self, timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if not self.done():
             self._owner._check_thread("Future.exception()")
-        return super().exception(timeout)
+        return _exception(self, timeout)
 
 
 def _resolve(fut: _OpFuture[Any], op: Operation[Any]) -> None:
@@ -235,9 +278,9 @@ class BlockingEngine(BlockingMethods):
                 start_blocking_portal("asyncio", options, name="aioengine-loop")
             )
             try:
-                portal.call(self._engine.__aenter__)
-                self._loop_thread = portal.call(threading.get_ident)
-                self._loop = portal.call(asyncio.get_running_loop)
+                _call(portal, self._engine.__aenter__)
+                self._loop_thread = _call(portal, threading.get_ident)
+                self._loop = _call(portal, asyncio.get_running_loop)
             except BaseException:
                 stack.close()
                 raise
@@ -278,7 +321,7 @@ class BlockingEngine(BlockingMethods):
                 return
             interrupted = False
             try:
-                portal.call(closer)
+                _call(portal, closer)
             except KeyboardInterrupt:
                 # Ctrl-C while draining: the close goes on on the loop, the engine stays
                 # open (closing), and close() may be called again, as for Engine.aclose().
@@ -391,7 +434,7 @@ class BlockingEngine(BlockingMethods):
         if running is not None and running is not loop:
             # This thread runs another loop: push from the engine's. (A tuple, because the
             # portal would await an awaitable result, and an Operation is awaitable.)
-            (op,) = portal.call(lambda: (push(),))
+            (op,) = _call(portal, lambda: (push(),))
         else:
             op = push()
         fut: _OpFuture[T] = _OpFuture(op, self)
@@ -442,7 +485,7 @@ class BlockingEngine(BlockingMethods):
         self._check_thread(what)
         portal = self._portal_or_raise(what)
         try:
-            result: T = portal.call(wait)
+            result: T = _call(portal, wait)
         except RuntimeError:
             if self._portal is portal:
                 raise  # the wait's own error
