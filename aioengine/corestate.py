@@ -392,7 +392,7 @@ class CoreState:
         """Make ``op`` final: counters, ``wait_for_all``, awaiters and callbacks (lock held)."""
         if self.instruments and op.kind < _WAIT:
             _instrument.notify_locked(self, "on_finish", op)
-        if self.tracelog is not None:  # (waits too: the trace's dependencies count them)
+        if self.tracelog is not None and op.kind < _WAIT:
             self.tracelog.finished(op)
         if COMPILED:  # back in the cycle collector, with its Var tuple (collector.py)
             _show(op)  # noqa: F821  (corestate.pxd: compiled only)

@@ -119,7 +119,8 @@ class TraceLog:
         self.threads[ident] = (thread.native_id or ident, thread.name)
 
     def finished(self, op: Operation[Any]) -> None:
-        """``op`` reached a final state (engine lock held, its Vars not yet dropped)."""
+        """``op`` reached a final state (engine lock held, its Vars not yet dropped; not a
+        wait's marker or a bulk segment, whose members are recorded)."""
         f = self.finishes
         f.append(op.seq)
         if COMPILED:

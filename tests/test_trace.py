@@ -377,6 +377,32 @@ class TestTrace:
         arrows = flows(check_format(session.trace))
         assert arrows == Counter({(f"w{i}", f"r{i}", f"v{i}"): 1 for i in range(100)})
 
+    async def test_arrows_of_a_commute_group_follow_its_rules(
+        self, threaded_engine: ae.Engine
+    ) -> None:
+        """Members of a commute group wait for what the group follows, not for each other,
+        and a reader after the group waits for every member (as graph() draws them)."""
+        engine = threaded_engine
+        x = engine.new_var("x")
+        gate = threading.Event()
+        async with engine.trace() as session:
+            first = engine.push_sync(lambda r: gate.wait(5), mutate_vars=[x], name="write")
+            engine.push_sync(lambda r: None, commute_vars=[x], name="c1")
+            engine.push_sync(lambda r: None, commute_vars=[x], name="c2")
+            engine.push_sync(lambda r: None, const_vars=[x], name="read")
+            gate.set()
+            await first
+            await engine.wait_for_all()
+        assert session.trace is not None
+        assert flows(check_format(session.trace)) == Counter(
+            {
+                ("write", "c1", "x"): 1,
+                ("write", "c2", "x"): 1,
+                ("c1", "read", "x"): 1,
+                ("c2", "read", "x"): 1,
+            }
+        )
+
     async def test_nothing_left_on_the_core_when_not_tracing(
         self, threaded_engine: ae.Engine
     ) -> None:

@@ -222,8 +222,6 @@ class Tracer:
             i += 2 * nvars
             if seq > first:
                 accesses[seq] = (keys, names, nreads, modes)
-            if kind >= _WAIT:  # a wait: it counts for the dependencies, it has no slice
-                continue
             started = starts.pop(seq, None)
             outcome = _OUTCOMES[state]
             if started is None:  # not started in the trace: skipped, cancelled, or earlier
@@ -239,14 +237,16 @@ class Tracer:
                  started, here)
             )  # fmt: skip
         for op in live:
+            if op.kind >= _WAIT:  # a wait's marker, a bulk segment: their members show
+                continue
             seq = op.seq
             vars_ = op.vars
             names = [v.name for v in vars_]
             if seq > first:
                 accesses[seq] = ([id(v) for v in vars_], names, op.nreads, op.modes)
             started = starts.pop(seq, None)
-            if started is None or op.kind >= _WAIT:
-                continue  # (not started: no slice)
+            if started is None:
+                continue  # not started: no slice
             started.label = _lane_label(op.kind, op.ctx, op.target)
             nreads = op.nreads
             records.append(
