@@ -58,29 +58,38 @@ def is_coroutine_function(fn: Callable[..., Any]) -> bool:
     if type(inner) is FunctionType:
         return bool(inner.__code__.co_flags & _CO_COROUTINE)
     cls = type(fn)
-    key: object = None  # a partial of something else, or an instance with a __dict__: not kept
+    decided = _BY_CLASS.get(cls)
+    if decided is not None:
+        return decided
+    known = _BY_IDENTITY.get(id(fn))  # (by id: no hash of fn's own runs)
+    if known is not None and known[0] is fn:
+        return known[1]
+    # A partial of something else, or an instance with a __dict__: not kept.
+    decided = _decide(fn, inner)
     if inner is fn:
         if not cls.__dictoffset__:
-            key = cls
-        elif not cls.__flags__ & _HEAP_TYPE and cls.__hash__ is _OBJECT_HASH:
-            key = fn  # a C type's callable (a ufunc, a builtin): long-lived, keyed by identity
-    if key is not None:
-        decided = _DECIDED.get(key)
-        if decided is not None:
-            return decided
-    decided = _decide(fn, inner)
-    if key is not None:
-        if len(_DECIDED) >= _DECIDED_MAX:
-            _DECIDED.clear()  # bounded: it holds its keys (functions made per call churn it)
-        _DECIDED[key] = decided
+            _remember(_BY_CLASS, cls, decided)
+        elif not cls.__flags__ & _HEAP_TYPE:
+            # A C type's callable (a ufunc, a builtin): long-lived, kept with its answer.
+            _remember(_BY_IDENTITY, id(fn), (fn, decided))
     return decided
 
 
-# is_coroutine_function's answers for callables that are not functions: a dict operation each
-# is atomic, so threads share it without a lock (a lost entry is decided again).
-_DECIDED: dict[object, bool] = {}
+def _remember(cache: dict[Any, Any], key: object, entry: object) -> None:
+    if len(cache) >= _DECIDED_MAX:
+        cache.clear()  # bounded: it holds what it keys (functions made per call churn it)
+    cache[key] = entry
+
+
+# is_coroutine_function's answers for callables that are not functions: by class for instances
+# without a __dict__ (submit's records), and by id() for the other callables of C types (a
+# ufunc, a builtin), each entry keeping its object (so its id is not reused meanwhile) beside
+# the answer. Two dicts, so that a class that is itself called never answers for its
+# instances. A dict operation each is atomic, so threads share them without a lock (a lost
+# entry is decided again).
+_BY_CLASS: dict[type, bool] = {}
+_BY_IDENTITY: dict[int, tuple[object, bool]] = {}
 _DECIDED_MAX = 512
-_OBJECT_HASH: Any = object.__hash__  # an identity hash: no code of the object's runs
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not by C code
 
 

@@ -368,6 +368,9 @@ def test_is_coroutine_function_remembers_classes_but_keeps_no_object_made_per_ca
         assert not is_coroutine_function(np.add)
         assert not is_coroutine_function(functools.partial(np.add, 1))
         assert not is_coroutine_function(print)
+        # A class called itself makes an instance: remembered apart from its instances.
+        assert not is_coroutine_function(Slotted)
+        assert is_coroutine_function(Slotted())
     # Instances with a __dict__ and partials are made per call: none is kept.
     made: list[Any] = [Plain(), Async(), functools.partial(np.add, 1), Slotted()]
     refs = [weakref.ref(x) for x in made]
