@@ -350,7 +350,10 @@ class LocalCall(Call):
         if positions:
             args = list(args)
             for i in positions:
-                args[i] = _value_of(args[i])
+                value = args[i]._value  # (_value_of, inlined)
+                if value is NO_VALUE:
+                    raise _no_value(args[i])
+                args[i] = value
         result = self.fn(*args, **self.bind_kwargs()) if self.kwargs else self.fn(*args)
         # A coroutine: a forgotten ``async def``, which fails the operation (the engine says
         # so); a failed operation leaves its out Vars as they were.
@@ -424,7 +427,7 @@ def submit(
     single = type(out) is Var
     if single:
         outs: tuple[Var, ...] = (out,)  # type: ignore[assignment]
-        if not _owned(engine, out):  # type: ignore[arg-type]
+        if out._owner is not engine:  # type: ignore[union-attr]  # (_owned, inlined)
             _check_var(engine, "out", out)
     else:
         outs = _out_vars(out)
@@ -434,7 +437,7 @@ def submit(
     mask = 0  # bit i: args[i] is a Var
     for i, arg in enumerate(args):
         if type(arg) is Var:
-            if not _owned(engine, arg):
+            if arg._owner is not engine:  # (_owned, inlined: every submit's path)
                 _check_var(engine, f"args[{i}]", arg)
             if arg is not out:  # an input that is also the out Var is written, not read
                 const.append(arg)
@@ -468,7 +471,7 @@ def submit(
         fn,
         args,
         kwargs,
-        _positions(mask),
+        _POSITIONS.get(mask) or _positions(mask),
         keys,
         out if single else outs or None,  # type: ignore[arg-type]
     )
