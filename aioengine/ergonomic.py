@@ -51,8 +51,8 @@ from typing import Any, Protocol, TypeVar, overload
 from .context import Context, DeviceType, RunContext, cpu
 from .errors import Abort
 from .functions import ValueCall, default_name, is_coroutine_function
-from .operation import _COROUTINE_TYPES, Call, FnProperty, Operation
-from .var import NO_VALUE, Var, carry
+from .operation import Call, FnProperty, Operation
+from .var import NO_VALUE, Var, carry, give, no_value_error
 
 __all__ = ("OpDecorator", "Pusher", "checked", "get", "op", "read", "submit")
 
@@ -136,20 +136,6 @@ _ASYNC = FnProperty.ASYNC
 _REMOTE = DeviceType.REMOTE
 
 
-def _no_value(var: Var) -> ValueError:
-    return ValueError(
-        f"{var!r} carries no value: create it with engine.new_var(name, value=...) or "
-        "write it first (submit(..., out=var) or var.set(value))"
-    )
-
-
-def _value_of(var: Var) -> Any:
-    value = var._value
-    if value is NO_VALUE:
-        raise _no_value(var)
-    return value
-
-
 def _nested_var(arg: object) -> Var | None:
     """The first Var inside a list, tuple, set or dict argument, at any depth (each container
     visited once, so a self-referencing one ends)."""
@@ -222,7 +208,7 @@ def checked(var: Var, result: Any) -> Any:
     """The value in ``result``, the result of :func:`read`; raise ``ValueError`` if ``var``
     carried none."""
     if result is NO_VALUE:
-        raise _no_value(var)
+        raise no_value_error(var)
     return result[0]
 
 
@@ -267,111 +253,28 @@ def _owned(engine: Pusher, var: Var) -> bool:
     return var._owner is engine
 
 
-def _unpack(outs: tuple[Var, ...], result: Any) -> None:
-    """Give a sequence ``out``'s Vars their new values, unpacked from ``result`` (the
-    operation holds their write turn)."""
-    values = tuple(result)
-    if len(values) != len(outs):
-        raise ValueError(
-            f"the function returned {len(values)} value(s) for out= of {len(outs)} Var(s)"
-        )
-    for var, value in zip(outs, values, strict=True):
-        carry(var, value)
-
-
-def _give(out: Var | tuple[Var, ...], result: Any) -> None:
-    """Give ``out`` (one Var, or several that ``result`` is unpacked into) its new value."""
-    if isinstance(out, tuple):
-        _unpack(out, result)
-    else:
-        carry(out, result)
-
-
 class LocalCall(Call):
     """The function of a local value operation (``submit`` on a CPU or GPU context).
 
-    Calls ``fn(*args, **kwargs)`` with the Vars among them replaced by their values, and
-    gives its result to the ``out`` Vars. One slotted object per submit, which the push
-    classifies once per class (``functions.is_coroutine_function``): no closures, cells or
-    argument lists for the cycle collector to walk while thousands of operations are
-    pending; the compiled core even keeps it and its ``args`` out of the collector until it
-    runs (:class:`~aioengine.operation.Call`). The remote counterpart is
+    The core's :class:`~aioengine.operation.Call` is the call itself (the Vars among the
+    arguments replaced by their values, the result given to ``out``), compiled with the
+    core. This adds the coroutine function's run and the repr. One slotted object per
+    submit, which the push classifies once per class (``functions.is_coroutine_function``):
+    no closures, cells or argument lists for the cycle collector to walk while thousands of
+    operations are pending. A positions tuple is shared by every call with Vars at the same
+    places (:func:`_positions`). The remote counterpart is
     :class:`~aioengine.functions.ValueCall`.
-
-    Attributes:
-        fn: the user's function; args, kwargs: its arguments, Vars included.
-        positions: the indices of the Var arguments in ``args``; keys: the names of the Var
-            keyword arguments (both empty tuples when there are none). A positions tuple is
-            shared by every call with Vars at the same places (:func:`_positions`).
-        out: the ``out`` Var, a tuple of them (the result is unpacked into them), or None.
     """
 
-    __slots__ = ("fn", "keys", "kwargs", "out", "positions")
-
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        positions: tuple[int, ...],
-        keys: tuple[str, ...],
-        out: Var | tuple[Var, ...] | None,
-    ) -> None:
-        self.fn = fn
-        self.args = args
-        self.kwargs = kwargs
-        self.positions = positions
-        self.keys = keys
-        self.out = out
-
-    def bind(self) -> tuple[Any, dict[str, Any]]:
-        """The arguments with each Var replaced by its value (the operation holds its turn)."""
-        args: Any = self.args
-        if self.positions:
-            args = list(args)
-            for i in self.positions:
-                args[i] = _value_of(args[i])
-        return args, self.bind_kwargs()
-
-    def bind_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments with each Var replaced by its value."""
-        kwargs = self.kwargs
-        if self.keys:
-            kwargs = dict(kwargs)
-            for key in self.keys:
-                kwargs[key] = _value_of(kwargs[key])
-        return kwargs
-
-    def __call__(self, rctx: RunContext) -> Any:
-        self.show()  # back in the collector: a failure's traceback may keep it from now on
-        # bind() and _give(), written out: every submit's path.
-        args: Any = self.args
-        positions = self.positions
-        if positions:
-            args = list(args)
-            for i in positions:
-                value = args[i]._value  # (_value_of, inlined)
-                if value is NO_VALUE:
-                    raise _no_value(args[i])
-                args[i] = value
-        result = self.fn(*args, **self.bind_kwargs()) if self.kwargs else self.fn(*args)
-        # A coroutine: a forgotten ``async def``, which fails the operation (the engine says
-        # so); a failed operation leaves its out Vars as they were.
-        out = self.out
-        if out is not None and type(result) not in _COROUTINE_TYPES:
-            if isinstance(out, tuple):
-                _unpack(out, result)
-            else:
-                carry(out, result)
-        return result
+    __slots__ = ()
 
     async def run_async(self, rctx: RunContext) -> Any:
-        """The same for a coroutine function: pushed with ``push_async``, run on the loop."""
+        """The call of a coroutine function: pushed with ``push_async``, run on the loop."""
         args, kwargs = self.bind()
         result = await self.fn(*args, **kwargs)
         out = self.out
         if out is not None:
-            _give(out, result)
+            give(out, result)
         return result
 
     def __repr__(self) -> str:

@@ -14,6 +14,11 @@ cdef extern from "Python.h":
 # it, and its args, with its operation; show() puts them back.
 cdef class Call:
     cdef public tuple args
+    cdef public object fn
+    cdef public tuple keys
+    cdef public object kwargs
+    cdef public object out
+    cdef public tuple positions
     cpdef show(self)
 
 

@@ -32,10 +32,19 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from .cancellation import cancel
 from .errors import report, summary
 from .kinds import FnProperty, OpState
-from .var import COMMUTE, CONCURRENT, MODE_NAMES, WRITE, queued_behind
+from .var import (
+    COMMUTE,
+    CONCURRENT,
+    MODE_NAMES,
+    NO_VALUE,
+    WRITE,
+    give,
+    no_value_error,
+    queued_behind,
+)
 
 if TYPE_CHECKING:
-    from .context import Context
+    from .context import Context, RunContext
     from .scheduler import Scheduler
     from .var import Failure, Var
 
@@ -206,28 +215,92 @@ class _OperationCore:
 
 
 class Call:
-    """A function made for one push alone, with its arguments: ``submit``'s record
-    (``ergonomic.LocalCall`` derives from it).
+    """The function of a local value operation, made for one push alone (``submit``'s record:
+    ``ergonomic.LocalCall`` derives from it): calls ``fn(*args, **kwargs)`` with the Vars
+    among the arguments replaced by the values they carry, and gives the result to ``out``.
 
-    While its operation is pending, the compiled core keeps it and its ``args`` tuple out of
-    the cycle collector with the operation (``collector.pxd``): thousands of pending submits
-    then cost the collector nothing, as thousands of ``push_sync`` do. The core recognises a
-    *direct* subclass (one pointer compare per push). A subclass calls :meth:`show` first
-    thing when it is called: from then on a failure's traceback may keep it, and it must be
-    back in the collector (Python has no call that untracks an object: the pure-Python core
-    hides nothing, and ``show`` does nothing there).
+    Here in the core, so that the compiled build runs every submit's call as C, as it runs
+    the push. While its operation is pending, the compiled core keeps it and its ``args``
+    tuple out of the cycle collector with the operation (``collector.pxd``): thousands of
+    pending submits then cost the collector nothing, as thousands of ``push_sync`` do. The
+    core recognises a *direct* subclass (one pointer compare per push). A call begins with
+    :meth:`show`: from then on a failure's traceback may keep the record, and it must be back
+    in the collector (Python has no call that untracks an object: the pure-Python core hides
+    nothing, and ``show`` does nothing there).
 
     Attributes:
-        args: the positional arguments of the call.
+        fn: the user's function; args, kwargs: its arguments, Vars included.
+        positions: the indices of the Var arguments in ``args``; keys: the names of the Var
+            keyword arguments (both empty tuples when there are none).
+        out: the ``out`` Var, a tuple of them (the result is unpacked into them), or None.
     """
 
-    __slots__ = ("args",)
+    __slots__ = ("args", "fn", "keys", "kwargs", "out", "positions")
     args: tuple[Any, ...]
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        positions: tuple[int, ...],
+        keys: tuple[str, ...],
+        out: Var | tuple[Var, ...] | None,
+    ) -> None:
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.positions = positions
+        self.keys = keys
+        self.out = out
 
     def show(self) -> None:
         """Put the record and its ``args`` back in the cycle collector (compiled core)."""
         if _COMPILED:
             _show_call(self)  # noqa: F821  (operation.pxd: compiled only)
+
+    def bind(self) -> tuple[Any, dict[str, Any]]:
+        """The arguments with each Var replaced by its value (the operation holds its turn)."""
+        args: Any = self.args
+        if self.positions:
+            args = list(args)
+            for i in self.positions:
+                args[i] = _value_of(args[i])
+        return args, self.bind_kwargs()
+
+    def bind_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments with each Var replaced by its value."""
+        kwargs = self.kwargs
+        if self.keys:
+            kwargs = dict(kwargs)
+            for key in self.keys:
+                kwargs[key] = _value_of(kwargs[key])
+        return kwargs
+
+    def __call__(self, rctx: RunContext) -> Any:
+        self.show()  # back in the collector: a failure's traceback may keep it from now on
+        # bind(), written out: every submit's path.
+        args: Any = self.args
+        positions = self.positions
+        if positions:
+            args = list(args)
+            for i in positions:
+                args[i] = _value_of(args[i])
+        result = self.fn(*args, **self.bind_kwargs()) if self.kwargs else self.fn(*args)
+        # A coroutine: a forgotten ``async def``, which fails the operation (the engine says
+        # so); a failed operation leaves its out Vars as they were.
+        out = self.out
+        if out is not None and type(result) not in _COROUTINE_TYPES:
+            give(out, result)
+        return result
+
+
+def _value_of(var: Var) -> Any:
+    """The value ``var`` carries (ValueError if none)."""
+    value = var._value
+    if value is NO_VALUE:
+        raise no_value_error(var)
+    return value
 
 
 class Operation(_OperationCore, Generic[T]):

@@ -80,6 +80,8 @@ __all__ = (
     "check_groups",
     "drop_consumed",
     "fences_of",
+    "give",
+    "no_value_error",
     "queued_behind",
     "release_all",
     "release_modes",
@@ -696,6 +698,30 @@ def carry(var: Var, value: object) -> None:
     transitions. A function of this module, not a method: users change a value through an
     operation (``Var.set``, ``submit(..., out=var)``), in push order."""
     var._value = value
+
+
+def give(out: Var | tuple[Var, ...], result: Any) -> None:
+    """Give ``out`` its new value: one Var ``result`` itself, or each Var of a tuple one value
+    unpacked from ``result`` (ValueError if the counts differ, and no Var changes). The
+    caller holds their write turn (a value operation's function, as it returns)."""
+    if not isinstance(out, tuple):
+        out._value = result  # (carry, inlined)
+        return
+    values = tuple(result)
+    if len(values) != len(out):
+        raise ValueError(
+            f"the function returned {len(values)} value(s) for out= of {len(out)} Var(s)"
+        )
+    for var, value in zip(out, values, strict=True):
+        var._value = value
+
+
+def no_value_error(var: Var) -> ValueError:
+    """The error of reading the value of ``var``, which carries none."""
+    return ValueError(
+        f"{var!r} carries no value: create it with engine.new_var(name, value=...) or "
+        "write it first (submit(..., out=var) or var.set(value))"
+    )
 
 
 def carry_failure_locked(var: Var, box: Failure) -> None:
