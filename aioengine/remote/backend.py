@@ -243,13 +243,13 @@ class RemoteBackend:
             if type(value) is not RemoteVersion:
                 continue
             if not value.settled:
-                value.waiters.append(op)
+                value.hold(op)
                 return True
             if not gather:
                 continue  # it needs no value
             # (Gathered even if the Var carries a failure: until the operation starts, the
             # failure may be thrown, and then it runs.)
-            value.waiters.append(op)
+            value.hold(op)
             if not value.gathering:
                 value.gathering = True
                 self._core.call_soon_locked(functools.partial(self._begin_gather, value))
