@@ -20,8 +20,10 @@ Four measurements (``docs/howto/cluster.md`` describes the mechanism):
 * ``tracked``: the objects the garbage collector tracks per *pending* remote operation: N
   value operations wait on the cluster (each reads the version of a gate operation that
   blocks on a ``distributed.Event``) while the collector's objects are counted, beside the
-  same N tasks sent by ``client.submit`` with the gate's future as argument. The engine's
-  figure includes Dask's own future per operation (the client's part of it).
+  same N tasks sent by ``client.map`` and by ``client.submit`` with the gate's future as
+  argument. Every figure includes Dask's share (the client's future and its state, and the
+  scheduler's records, in this process); ``added`` is the engine's minus ``client.map``'s:
+  what the engine adds per operation.
 
 ``--busy`` runs a second process beside the benchmark, spinning in a pure-Python loop for the
 whole run, as other work on a shared machine would: the client's costs then compete for the
@@ -253,37 +255,51 @@ async def _until_sent(op: Any) -> None:
 
 
 async def tracked(cluster: Any, client: Any, n: int) -> dict[str, float]:
-    """Objects the collector tracks per pending remote operation (engine, ``client.submit``)."""
+    """Objects the collector tracks per pending remote operation: the engine's, and those of
+    the same tasks sent by ``client.map`` and by ``client.submit``; counted once the loop has
+    run what the sending queued (the scheduler, in this process, then holds its share of
+    each task, on both sides)."""
 
     def ident(x: Any) -> Any:
         return x
 
+    async def counted_after(sent: Awaitable[Any]) -> int:
+        await sent
+        await asyncio.sleep(0.1)  # the loop runs what the sending queued
+        return _counted()
+
     async with ae.Engine(cluster=cluster) as engine:
         g = engine.new_var("g")
         xs = [engine.new_var(f"x{i}") for i in range(n)]
-        await engine.submit(ident, 0, out=xs[0], ctx=ae.remote())  # connected, warmed
+        for i, x in enumerate(xs):  # each Var written once already: a program's steady state
+            engine.submit(ident, i, out=x, ctx=ae.remote())
+        await engine.wait_for_all()
         name = f"gate-{time.monotonic_ns()}"
         engine.submit(gate, name, out=g, ctx=ae.remote())
         base = _counted()
-        last = None
-        for x in xs:
-            last = engine.submit(ident, g, out=x, ctx=ae.remote())
-        await _until_sent(last)
+        ops = [engine.submit(ident, g, out=x, ctx=ae.remote()) for x in xs]
+        last = ops[-1]
+        del ops
+        engine_n = await counted_after(_until_sent(last))
         del last
-        engine_per_op = (_counted() - base) / n
         await distributed.Event(name, client=client).set()
         await engine.wait_for_all()
-    await settle(client)
-    name = f"gate-{time.monotonic_ns()}"
-    gate_f = client.submit(gate, name, pure=False)
-    base = _counted()
-    futures = [client.submit(ident, gate_f, pure=False) for _ in range(n)]
-    await asyncio.sleep(0)
-    submit_per_op = (_counted() - base) / n
-    await distributed.Event(name, client=client).set()
-    await distributed.wait(futures)
-    del futures, gate_f
-    return {"engine": engine_per_op, "submit": submit_per_op}
+    results = {"engine": (engine_n - base) / n}
+    for how in ("map", "submit"):
+        await settle(client)
+        name = f"gate-{time.monotonic_ns()}"
+        gate_f = client.submit(gate, name, pure=False)
+        base = _counted()
+        if how == "map":
+            futures = client.map(ident, [gate_f] * n, pure=False)
+        else:
+            futures = [client.submit(ident, gate_f, pure=False) for _ in range(n)]
+        results[how] = (await counted_after(asyncio.sleep(0)) - base) / n
+        await distributed.Event(name, client=client).set()
+        await distributed.wait(futures)
+        del futures, gate_f
+    results["added"] = results["engine"] - results["map"]
+    return results
 
 
 async def settle(client: Any) -> None:
@@ -439,8 +455,8 @@ def report(results: dict[str, Any]) -> str:
     )
     t = results["tracked"]
     lines.append(
-        f"  tracked objects per pending remote op: aioengine {t['engine']:.1f} (with Dask's "
-        f"future), dask client.submit {t['submit']:.1f}"
+        f"  tracked objects per pending remote op: aioengine {t['engine']:.1f}, dask client.map "
+        f"{t['map']:.1f}, client.submit {t['submit']:.1f}: the engine adds {t['added']:.1f}"
     )
     return "\n".join(lines)
 
