@@ -481,8 +481,8 @@ class RemoteBackend:
             self._last_apply,
             fn,
             n,
-            parse_input(args),
             parse_input(kwargs) if kwargs else kwargs,
+            *map(parse_input, args),
         )
         versions = record.versions
         if n is None:
@@ -946,8 +946,8 @@ class RemoteBackend:
             apply,
             call.fn,
             n,
-            args,
             kwargs,
+            *args,
             key=key,
             pure=False,
             priority=priority,
