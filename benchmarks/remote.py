@@ -16,7 +16,9 @@ Four measurements (``docs/howto/cluster.md`` describes the mechanism):
   Dask, per operation (``engine_us``), beside what Dask's client itself takes per task for the
   same tasks, sent one ``client.submit`` each (``submit_us``) or by one ``client.map``
   (``map_us``); ``per_op_us`` is what the engine adds to the latter (the engine sends the
-  value operations pushed in one loop iteration as one graph, as ``client.map`` does).
+  value operations pushed in one loop iteration as one graph, as ``client.map`` does);
+  ``total_added_us``, what it adds over the whole life of an operation (sent, run, and
+  completed: until ``wait_for_all()``), against ``client.map`` and ``distributed.wait``.
 * ``tracked``: the objects the garbage collector tracks per *pending* remote operation: N
   value operations wait on the cluster (each reads the version of a gate operation that
   blocks on a ``distributed.Event``) while the collector's objects are counted, beside the
@@ -25,9 +27,10 @@ Four measurements (``docs/howto/cluster.md`` describes the mechanism):
   scheduler's records, in this process); ``added`` is the engine's minus ``client.map``'s:
   what the engine adds per operation.
 
-``--busy`` runs a second process beside the benchmark, spinning in a pure-Python loop for the
-whole run, as other work on a shared machine would: the client's costs then compete for the
-CPU with it (the issue's figures on a busy machine).
+``--busy [N]`` runs N processes (default: one per core) beside the benchmark, each spinning in
+a pure-Python loop from after the calibration to the end, as other work on a shared machine
+would: the client's costs then compete for the CPU with them (the issue's figures on a busy
+machine).
 
 Each shape is timed ``--reps`` times (4) on each side, the two sides taking turns at going
 first, each side starting on an idle cluster (:func:`settle`); the ratio reported is the median
@@ -35,7 +38,7 @@ of the pairs' ratios, with every pair's ratio beside it. On a small machine the 
 work (scheduler, worker and client share the process and its GIL) dominates the time, and a
 single pair's ratio moves by 10-15 %.
 
-Run: python benchmarks/remote.py [--quick] [--busy] [--reps N] [--scheduler ADDRESS]
+Run: python benchmarks/remote.py [--quick] [--busy [N]] [--reps N] [--scheduler ADDRESS]
 [--json PATH]
 (``nox -s bench`` runs it). Timings are printed, never asserted: the targets (aioengine's time
 at most 1.1x Dask's) are judged by a person, on a quiet machine.
@@ -48,6 +51,7 @@ import asyncio
 import gc
 import json
 import multiprocessing
+import os
 import random
 import statistics
 import time
@@ -201,6 +205,8 @@ async def overhead(cluster: Any, client: Any, n: int, reps: int) -> dict[str, fl
     engine: list[float] = []
     submit: list[float] = []
     mapped: list[float] = []
+    engine_total: list[float] = []
+    map_total: list[float] = []
     for _ in range(reps):
         async with ae.Engine(cluster=cluster) as eng:
             xs = [eng.new_var(f"x{i}") for i in range(n)]
@@ -212,6 +218,7 @@ async def overhead(cluster: Any, client: Any, n: int, reps: int) -> dict[str, fl
             await _until_sent(ops[-1])
             engine.append(time.perf_counter() - t0)
             await eng.wait_for_all()
+            engine_total.append(time.perf_counter() - t0)
             del ops
         await settle(client)
         t0 = time.perf_counter()
@@ -224,6 +231,7 @@ async def overhead(cluster: Any, client: Any, n: int, reps: int) -> dict[str, fl
         futures = client.map(ident, range(n), pure=False)
         mapped.append(time.perf_counter() - t0)
         await distributed.wait(futures)
+        map_total.append(time.perf_counter() - t0)
         del futures
         await settle(client)
     engine_s, submit_s, map_s = (statistics.median(x) for x in (engine, submit, mapped))
@@ -233,6 +241,13 @@ async def overhead(cluster: Any, client: Any, n: int, reps: int) -> dict[str, fl
         "submit_us": submit_s / n * 1e6,
         "map_us": map_s / n * 1e6,
         "engine_us_runs": [round(x / n * 1e6, 1) for x in engine],
+        # From the first push (the client.map call) until every operation has completed
+        # (wait_for_all; distributed.wait): the same tasks on the same cluster, so the
+        # difference is what the engine's client side adds over a whole operation's life
+        # (sending and completing), per operation.
+        "total_added_us": (statistics.median(engine_total) - statistics.median(map_total))
+        / n
+        * 1e6,
     }
 
 
@@ -352,7 +367,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     n_chain = 50 if quick else 200
     n_independent = 400 if quick else 2000
     reps = 1 if quick else args.reps
-    rounds = calibrate()
+    rounds = calibrate()  # before the spinner starts: the same work, quiet or busy
+    spawn = multiprocessing.get_context("spawn")
+    spinners = [spawn.Process(target=spin, daemon=True) for _ in range(args.busy)]
+    for spinner in spinners:
+        spinner.start()
     cluster: Any
     own = None
     if args.scheduler is None:
@@ -418,6 +437,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if own is not None:
             await own.close()
+        for spinner in spinners:
+            spinner.terminate()
+            spinner.join()
     return results
 
 
@@ -431,7 +453,8 @@ def spin() -> None:
 def report(results: dict[str, Any]) -> str:
     lines = [
         f"remote operations vs Dask (work: {results['rounds']} rounds, ~2 ms; "
-        f"{'busy: a spinning process beside it' if results['busy'] else 'quiet'}; collector "
+        f"{f'busy: {b} spinning processes beside it' if (b := results['busy']) else 'quiet'}; "
+        f"collector "
         f"{'on' if results['gc_enabled'] else 'off'}, {results['gc_frozen']} frozen)"
     ]
     for name in ("dag", "chain", "independent"):
@@ -451,7 +474,8 @@ def report(results: dict[str, Any]) -> str:
     lines.append(
         f"  client side per remote op: aioengine {o['engine_us']:.0f} µs, dask client.submit "
         f"{o['submit_us']:.0f} µs, client.map {o['map_us']:.0f} µs: the engine adds "
-        f"{o['per_op_us']:.0f} µs (aioengine runs: {o['engine_us_runs']})"
+        f"{o['per_op_us']:.0f} µs (aioengine runs: {o['engine_us_runs']}); sent, run and "
+        f"completed: the engine adds {o['total_added_us']:.0f} µs to client.map's"
     )
     t = results["tracked"]
     lines.append(
@@ -470,19 +494,16 @@ if __name__ == "__main__":
         "--reps", type=int, default=4, help="timed pairs per shape (the sides alternate first)"
     )
     parser.add_argument(
-        "--busy", action="store_true", help="run a CPU-bound process beside it (a busy machine)"
+        "--busy",
+        type=int,
+        nargs="?",
+        const=os.cpu_count() or 1,
+        default=0,
+        metavar="N",
+        help="run N CPU-bound processes beside it (a busy machine; default N: one per core)",
     )
     ns = parser.parse_args()
-    spinner = None
-    if ns.busy:
-        spinner = multiprocessing.get_context("spawn").Process(target=spin, daemon=True)
-        spinner.start()
-    try:
-        out = asyncio.run(main(ns))
-    finally:
-        if spinner is not None:
-            spinner.terminate()
-            spinner.join()
+    out = asyncio.run(main(ns))
     print(report(out))
     if ns.json:
         with open(ns.json, "w") as f:
