@@ -16,15 +16,30 @@ Four measurements (``docs/howto/cluster.md`` describes the mechanism):
   Dask, per operation (``engine_us``), beside what Dask's client itself takes per task for the
   same tasks, sent one ``client.submit`` each (``submit_us``) or by one ``client.map``
   (``map_us``); ``per_op_us`` is what the engine adds to the latter (the engine sends the
-  value operations pushed in one loop iteration as one graph, as ``client.map`` does).
+  value operations pushed in one loop iteration as one graph, as ``client.map`` does);
+  ``total_added_us``, what it adds over the whole life of an operation (sent, run, and
+  completed: until ``wait_for_all()``), against ``client.map`` and ``distributed.wait``.
+* ``tracked``: the objects the garbage collector tracks per *pending* remote operation: N
+  value operations wait on the cluster (each reads the version of a gate operation that
+  blocks on a ``distributed.Event``) while the collector's objects are counted, beside the
+  same N tasks sent by ``client.map`` and by ``client.submit`` with the gate's future as
+  argument. Every figure includes Dask's share (the client's future and its state, and the
+  scheduler's records, in this process); ``added`` is the engine's minus ``client.map``'s:
+  what the engine adds per operation.
 
-Each shape is timed ``--reps`` times (3) on each side, the two sides taking turns at going
+``--busy [N]`` runs N processes (default: one per core) beside the benchmark, each spinning in
+a pure-Python loop from after the calibration to the end, as other work on a shared machine
+would: the client's costs then compete for the CPU with them (the issue's figures on a busy
+machine).
+
+Each shape is timed ``--reps`` times (4) on each side, the two sides taking turns at going
 first, each side starting on an idle cluster (:func:`settle`); the ratio reported is the median
 of the pairs' ratios, with every pair's ratio beside it. On a small machine the cluster's own
 work (scheduler, worker and client share the process and its GIL) dominates the time, and a
 single pair's ratio moves by 10-15 %.
 
-Run: python benchmarks/remote.py [--quick] [--reps N] [--scheduler ADDRESS] [--json PATH]
+Run: python benchmarks/remote.py [--quick] [--busy [N]] [--reps N] [--scheduler ADDRESS]
+[--json PATH]
 (``nox -s bench`` runs it). Timings are printed, never asserted: the targets (aioengine's time
 at most 1.1x Dask's) are judged by a person, on a quiet machine.
 """
@@ -35,6 +50,8 @@ import argparse
 import asyncio
 import gc
 import json
+import multiprocessing
+import os
 import random
 import statistics
 import time
@@ -91,25 +108,28 @@ def initial(n_vars: int) -> list[np.ndarray]:
 
 async def dag_engine(
     cluster: Any, dag: list[tuple[tuple[int, ...], int]], n_vars: int, rounds: int
-) -> tuple[float, list[np.ndarray]]:
+) -> tuple[float, list[np.ndarray], float]:
     async with ae.Engine(cluster=cluster) as engine:
         xs = [engine.new_var(f"x{i}", value=v) for i, v in enumerate(initial(n_vars))]
         await engine.submit(work, rounds, xs[0], ctx=ae.remote())  # connected, warmed
         remote = ae.remote()
+        c0 = time.process_time()
         t0 = time.perf_counter()
         for reads, write in dag:
             engine.submit(work, rounds, *(xs[r] for r in reads), out=xs[write], ctx=remote)
         await engine.wait_for_all()
         wall = time.perf_counter() - t0
+        cpu = time.process_time() - c0
         values = [await x.get() for x in xs]
-    return wall, values
+    return wall, values, cpu
 
 
 async def dag_dask(
     client: Any, dag: list[tuple[tuple[int, ...], int]], n_vars: int, rounds: int
-) -> tuple[float, list[np.ndarray]]:
+) -> tuple[float, list[np.ndarray], float]:
     current = [await client.scatter(v, hash=False) for v in initial(n_vars)]
     await client.submit(work, rounds, current[0], pure=False)
+    c0 = time.process_time()
     t0 = time.perf_counter()
     futures = []
     for reads, write in dag:
@@ -118,7 +138,8 @@ async def dag_dask(
         futures.append(fut)
     await distributed.wait(futures)
     wall = time.perf_counter() - t0
-    return wall, await client.gather(current)
+    cpu = time.process_time() - c0
+    return wall, await client.gather(current), cpu
 
 
 def inc(x: int) -> int:
@@ -174,37 +195,126 @@ async def independent_dask(client: Any, n: int, rounds: int) -> float:
     return time.perf_counter() - t0
 
 
-async def overhead(cluster: Any, client: Any, n: int) -> dict[str, float]:
+async def overhead(cluster: Any, client: Any, n: int, reps: int) -> dict[str, float]:
+    """The client-side cost per operation (see the module docstring): the median of ``reps``
+    measurements of each figure, each of ``n`` operations."""
+
     def ident(x: int) -> int:
         return x
 
-    async with ae.Engine(cluster=cluster) as engine:
-        xs = [engine.new_var(f"x{i}") for i in range(n)]
-        await engine.submit(ident, 1, ctx=ae.remote())
+    engine: list[float] = []
+    submit: list[float] = []
+    mapped: list[float] = []
+    engine_total: list[float] = []
+    map_total: list[float] = []
+    for _ in range(reps):
+        async with ae.Engine(cluster=cluster) as eng:
+            xs = [eng.new_var(f"x{i}") for i in range(n)]
+            await eng.submit(ident, 1, ctx=ae.remote())
+            t0 = time.perf_counter()
+            ops = [eng.submit(ident, i, out=x, ctx=ae.remote()) for i, x in enumerate(xs)]
+            # Submitted: a value operation drops its task reference once its Dask task exists
+            # (collected into the loop iteration's graph, sent at the next iteration).
+            await _until_sent(ops[-1])
+            engine.append(time.perf_counter() - t0)
+            await eng.wait_for_all()
+            engine_total.append(time.perf_counter() - t0)
+            del ops
+        await settle(client)
         t0 = time.perf_counter()
-        ops = [engine.submit(ident, i, out=x, ctx=ae.remote()) for i, x in enumerate(xs)]
-        # Submitted: a value operation drops its task reference once its Dask task exists
-        # (collected into the loop iteration's graph, sent at the next iteration).
-        last = ops[-1]
-        while last.state < ae.OpState.RUNNING or last.task is not None:  # noqa: ASYNC110
-            await asyncio.sleep(0)
-        await asyncio.sleep(0)  # the graph is sent
-        engine_s = time.perf_counter() - t0
-        await engine.wait_for_all()
-    t0 = time.perf_counter()
-    futures = [client.submit(ident, i, pure=False) for i in range(n)]
-    submit_s = time.perf_counter() - t0
-    await distributed.wait(futures)
-    t0 = time.perf_counter()
-    futures = client.map(ident, range(n), pure=False)
-    map_s = time.perf_counter() - t0
-    await distributed.wait(futures)
+        futures = [client.submit(ident, i, pure=False) for i in range(n)]
+        submit.append(time.perf_counter() - t0)
+        await distributed.wait(futures)
+        del futures
+        await settle(client)
+        t0 = time.perf_counter()
+        futures = client.map(ident, range(n), pure=False)
+        mapped.append(time.perf_counter() - t0)
+        await distributed.wait(futures)
+        map_total.append(time.perf_counter() - t0)
+        del futures
+        await settle(client)
+    engine_s, submit_s, map_s = (statistics.median(x) for x in (engine, submit, mapped))
     return {
         "per_op_us": (engine_s - map_s) / n * 1e6,
         "engine_us": engine_s / n * 1e6,
         "submit_us": submit_s / n * 1e6,
         "map_us": map_s / n * 1e6,
+        "engine_us_runs": [round(x / n * 1e6, 1) for x in engine],
+        # From the first push (the client.map call) until every operation has completed
+        # (wait_for_all; distributed.wait): the same tasks on the same cluster, so the
+        # difference is what the engine's client side adds over a whole operation's life
+        # (sending and completing), per operation.
+        "total_added_us": (statistics.median(engine_total) - statistics.median(map_total))
+        / n
+        * 1e6,
     }
+
+
+def gate(name: str) -> int:
+    """A task that blocks until the ``distributed.Event`` ``name`` is set (on a worker)."""
+    distributed.Event(name).wait()
+    return 0
+
+
+def _counted() -> int:
+    gc.collect()
+    return len(gc.get_objects())
+
+
+async def _until_sent(op: Any) -> None:
+    """Return once value operation ``op`` (and those pushed before it) reached Dask."""
+    while op.state < ae.OpState.RUNNING or op.task is not None:  # noqa: ASYNC110
+        await asyncio.sleep(0)
+    await asyncio.sleep(0)  # the graph is sent
+
+
+async def tracked(cluster: Any, client: Any, n: int) -> dict[str, float]:
+    """Objects the collector tracks per pending remote operation: the engine's, and those of
+    the same tasks sent by ``client.map`` and by ``client.submit``; counted once the loop has
+    run what the sending queued (the scheduler, in this process, then holds its share of
+    each task, on both sides)."""
+
+    def ident(x: Any) -> Any:
+        return x
+
+    async def counted_after(sent: Awaitable[Any]) -> int:
+        await sent
+        await asyncio.sleep(0.1)  # the loop runs what the sending queued
+        return _counted()
+
+    async with ae.Engine(cluster=cluster) as engine:
+        g = engine.new_var("g")
+        xs = [engine.new_var(f"x{i}") for i in range(n)]
+        for i, x in enumerate(xs):  # each Var written once already: a program's steady state
+            engine.submit(ident, i, out=x, ctx=ae.remote())
+        await engine.wait_for_all()
+        name = f"gate-{time.monotonic_ns()}"
+        engine.submit(gate, name, out=g, ctx=ae.remote())
+        base = _counted()
+        ops = [engine.submit(ident, g, out=x, ctx=ae.remote()) for x in xs]
+        last = ops[-1]
+        del ops
+        engine_n = await counted_after(_until_sent(last))
+        del last
+        await distributed.Event(name, client=client).set()
+        await engine.wait_for_all()
+    results = {"engine": (engine_n - base) / n}
+    for how in ("map", "submit"):
+        await settle(client)
+        name = f"gate-{time.monotonic_ns()}"
+        gate_f = client.submit(gate, name, pure=False)
+        base = _counted()
+        if how == "map":
+            futures = client.map(ident, [gate_f] * n, pure=False)
+        else:
+            futures = [client.submit(ident, gate_f, pure=False) for _ in range(n)]
+        results[how] = (await counted_after(asyncio.sleep(0)) - base) / n
+        await distributed.Event(name, client=client).set()
+        await distributed.wait(futures)
+        del futures, gate_f
+    results["added"] = results["engine"] - results["map"]
+    return results
 
 
 async def settle(client: Any) -> None:
@@ -257,7 +367,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     n_chain = 50 if quick else 200
     n_independent = 400 if quick else 2000
     reps = 1 if quick else args.reps
-    rounds = calibrate()
+    rounds = calibrate()  # before the spinner starts: the same work, quiet or busy
+    spawn = multiprocessing.get_context("spawn")
+    spinners = [spawn.Process(target=spin, daemon=True) for _ in range(args.busy)]
+    for spinner in spinners:
+        spinner.start()
     cluster: Any
     own = None
     if args.scheduler is None:
@@ -266,7 +380,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         )
     else:
         cluster = args.scheduler
-    results: dict[str, Any] = {"rounds": rounds, "quick": quick, "reps": reps}
+    results: dict[str, Any] = {
+        "rounds": rounds,
+        "quick": quick,
+        "reps": reps,
+        "busy": args.busy,
+        "gc_enabled": gc.isenabled(),
+        "gc_frozen": gc.get_freeze_count(),
+    }
     try:
         # The default client: distributed.wait() looks it up.
         async with distributed.Client(cluster, asynchronous=True) as client:
@@ -284,6 +405,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 "vars": n_vars,
                 **summary([r[0] for r in engine_runs], [r[0] for r in dask_runs]),
                 "same_values": same,
+                # CPU time of the whole process (client, scheduler and in-process workers)
+                # per operation, the engine's minus Dask's: median over the pairs.
+                "cpu_us_added": statistics.median(
+                    (e[2] - d[2]) / n_ops * 1e6 for e, d in zip(engine_runs, dask_runs, strict=True)
+                ),
             }
             chain_runs = await pairs(
                 client,
@@ -305,15 +431,32 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             )
             results["independent"] = {"ops": n_independent, **summary(*independent_runs)}
             await settle(client)
-            results["overhead"] = {"ops": 500, **await overhead(cluster, client, 500)}
+            results["overhead"] = {"ops": 500, **await overhead(cluster, client, 500, 5)}
+            await settle(client)
+            results["tracked"] = {"ops": 1000, **await tracked(cluster, client, 1000)}
     finally:
         if own is not None:
             await own.close()
+        for spinner in spinners:
+            spinner.terminate()
+            spinner.join()
     return results
 
 
+def spin() -> None:
+    """The ``--busy`` process: a pure-Python loop that never sleeps, until terminated."""
+    n = 0
+    while True:
+        n += 1
+
+
 def report(results: dict[str, Any]) -> str:
-    lines = [f"remote operations vs Dask (work: {results['rounds']} rounds, ~2 ms)"]
+    lines = [
+        f"remote operations vs Dask (work: {results['rounds']} rounds, ~2 ms; "
+        f"{f'busy: {b} spinning processes beside it' if (b := results['busy']) else 'quiet'}; "
+        f"collector "
+        f"{'on' if results['gc_enabled'] else 'off'}, {results['gc_frozen']} frozen)"
+    ]
     for name in ("dag", "chain", "independent"):
         r = results[name]
         lines.append(
@@ -321,14 +464,23 @@ def report(results: dict[str, Any]) -> str:
             f"dask {r['dask_s']:.3f} s, ratio {r['ratio']:.2f}x "
             f"(pairs: {', '.join(f'{x:.2f}' for x in r['ratios'])})"
         )
-    lines.append(f"  dag values equal: {results['dag']['same_values']}")
+    lines.append(
+        f"  dag values equal: {results['dag']['same_values']}; process CPU per op, aioengine "
+        f"minus dask: {results['dag']['cpu_us_added']:.0f} µs"
+    )
     c = results["chain"]
     lines.append(f"  chain, submit-then-await by hand: {c['submit_then_await_s']:.3f} s")
     o = results["overhead"]
     lines.append(
         f"  client side per remote op: aioengine {o['engine_us']:.0f} µs, dask client.submit "
         f"{o['submit_us']:.0f} µs, client.map {o['map_us']:.0f} µs: the engine adds "
-        f"{o['per_op_us']:.0f} µs"
+        f"{o['per_op_us']:.0f} µs (aioengine runs: {o['engine_us_runs']}); sent, run and "
+        f"completed: the engine adds {o['total_added_us']:.0f} µs to client.map's"
+    )
+    t = results["tracked"]
+    lines.append(
+        f"  tracked objects per pending remote op: aioengine {t['engine']:.1f}, dask client.map "
+        f"{t['map']:.1f}, client.submit {t['submit']:.1f}: the engine adds {t['added']:.1f}"
     )
     return "\n".join(lines)
 
@@ -339,7 +491,16 @@ if __name__ == "__main__":
     parser.add_argument("--scheduler", help="a Dask scheduler address (default: LocalCluster)")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument(
-        "--reps", type=int, default=3, help="timed pairs per shape (the sides alternate first)"
+        "--reps", type=int, default=4, help="timed pairs per shape (the sides alternate first)"
+    )
+    parser.add_argument(
+        "--busy",
+        type=int,
+        nargs="?",
+        const=os.cpu_count() or 1,
+        default=0,
+        metavar="N",
+        help="run N CPU-bound processes beside it (a busy machine; default N: one per core)",
     )
     ns = parser.parse_args()
     out = asyncio.run(main(ns))

@@ -550,6 +550,73 @@ class TestBatches:
             assert await y.get() == 32
             await no_keys_left_but_versions(cluster, engine, 2)
 
+    async def test_a_collected_operation_has_no_task_of_its_own(
+        self, cluster: Any, gate: str
+    ) -> None:
+        # The common path: a value operation sent in a graph is completed by its future's
+        # state telling its record, not by an asyncio task per operation; the results, the
+        # skips after a failure and the order are those of the rule.
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=0)
+            ys = [engine.new_var(f"y{i}") for i in range(40)]
+            await engine.submit(inc, x, ctx=ae.remote())  # connected, x scattered
+            tasks = len(asyncio.all_tasks())
+            first = engine.submit(slow_inc, gate, x, out=x, ctx=ae.remote())
+            readers = [engine.submit(add, x, i, out=y, ctx=ae.remote()) for i, y in enumerate(ys)]
+            bad = engine.submit(fail, x, out=x, ctx=ae.remote())
+            skipped = engine.submit(inc, x, out=x, ctx=ae.remote())
+            while skipped.state < ae.OpState.RUNNING:
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(0.05)  # sent, and pending on the cluster
+            assert len(asyncio.all_tasks()) - tasks < 5  # not one per operation
+            _GATES[gate].set()
+            await first
+            assert [await y.get() for y in ys] == [1 + i for i in range(40)]
+            assert all(op.state is ae.OpState.DONE for op in readers)
+            with pytest.raises(KeyError, match="bad 1"):
+                await bad
+            with pytest.raises(ae.DependencyError, match="'x' carries a failure"):
+                await skipped
+            with pytest.raises(KeyError):
+                await engine.wait_for_var(x)
+            assert await x.get() == 1
+            await no_keys_left_but_versions(cluster, engine, 41)
+
+    async def test_without_watched_future_states_a_task_awaits_each_operation(
+        self, cluster: Any, monkeypatch: pytest.MonkeyPatch, gate: str
+    ) -> None:
+        # A Dask whose future states cannot be watched: each collected operation is awaited
+        # by a task instead, with the same results, skips and withdrawals.
+        monkeypatch.setattr(dask_api, "_watched_state", False)
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=1)
+            y = engine.new_var("y", value=10)
+            await engine.submit(inc, x, ctx=ae.remote())  # connected
+            remote = ae.remote()
+            for _ in range(10):
+                engine.submit(inc, x, out=x, ctx=remote)
+            total = engine.submit(operator.add, x, y, out=y, ctx=remote)
+            bad = engine.submit(fail, y, out=y, ctx=remote)
+            skipped = engine.submit(inc, y, out=y, ctx=remote)
+            held = engine.submit(slow_inc, gate, x, out=x, ctx=remote)
+            withdrawn = engine.submit(inc, x, out=x, ctx=remote)
+            while withdrawn.state < ae.OpState.RUNNING:
+                await asyncio.sleep(0.005)
+            assert withdrawn.cancel("not wanted")
+            _GATES[gate].set()
+            await total
+            with pytest.raises(KeyError):
+                await bad
+            with pytest.raises(ae.DependencyError):
+                await skipped
+            with pytest.raises(asyncio.CancelledError):
+                await withdrawn
+            await held
+            assert await x.get() == 12
+            with pytest.raises(KeyError):
+                await engine.wait_for_var(y)
+            assert await y.get() == 21
+
     @pytest.mark.parametrize("module", ["dask._expr", "dask._task_spec", "distributed.spans"])
     def test_the_graph_api_is_missing_when_a_module_of_it_is(
         self, module: str, monkeypatch: pytest.MonkeyPatch

@@ -25,8 +25,10 @@ Two kinds of remote operation:
   is *collected* as it starts (:meth:`RemoteBackend.start`) and released there, and the
   collected tasks are sent as one graph at the next loop iteration (:meth:`RemoteBackend._flush`,
   one ``update-graph`` message instead of one per task). It completes (``await op``) when its task
-  has. Two conditions, documented for users: the function must not modify its inputs in
-  place, and Dask may run it more than once. One that declares ``writes=`` (side effects),
+  has: its Dask future's state tells the operation's record, and no asyncio task runs per
+  operation (:mod:`~aioengine.remote.backend` documents the record). Two conditions,
+  documented for users: the function must not modify its inputs in place, and Dask may run it
+  more than once. One that declares ``writes=`` (side effects),
   and every value operation in serial mode, holds its Vars until it has finished instead.
 
 Any other operation that uses a Var whose version is still being computed (a local one, a

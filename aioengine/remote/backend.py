@@ -15,12 +15,25 @@ rest is loop-thread only):
 - ``_executor``: the one :class:`RemoteExecutor` every remote context routes to.
 - ``_starting``: while :meth:`RemoteBackend.start` runs, the operations it made READY, which
   it starts next (a chain is started by a loop, not by recursion); None otherwise.
-- ``_batch``: the collected value operations' tasks not sent yet (a flush is scheduled
-  whenever it is not empty); ``_batch_api``: the parts of Dask that sending a graph needs
-  (None on a Dask without them: then each is sent by ``client.submit``).
-- ``_submitted``: the value operations released once submitted, until they settle: their
-  Dask future and versions (what withdrawing one needs); ``_withdrawn``: those that
+- ``_batch``: the records (:class:`_Submitted`) of the collected value operations whose
+  tasks are not sent yet (a flush is scheduled whenever it is not empty); ``_batch_api``: the
+  parts of Dask that sending a graph needs (None on a Dask without them: then each is sent by
+  ``client.submit``).
+- ``_ended``: the records of the value operations whose Dask tasks ended since the last
+  :meth:`RemoteBackend._complete_ended`, which is scheduled whenever it is not empty (loop
+  thread only).
+- ``_submitted``: the records of the value operations released once submitted, until they
+  settle (what withdrawing one needs: its future and versions); ``_withdrawn``: those that
   ``cancel()`` withdrew, with its message, until they settle. Both under the lock.
+
+A value operation's record is its whole client-side state from its submission until it
+settles. On the common path no asyncio task runs for it: its Dask future's state calls the
+record when the task ends (:func:`~aioengine.remote.dask_api.watched_future`), the record
+joins ``_ended``, and :meth:`RemoteBackend._complete` settles it in the next loop
+iteration, with the other operations that ended meanwhile. Only what must await (a failed
+task's exception, a result to gather, an input not settled yet, the instruments' question,
+a withdrawal, a resend) starts a coroutine, :meth:`RemoteBackend._complete_slowly`; so does
+every operation sent without a watched future (``client.submit``).
 """
 
 from __future__ import annotations
@@ -148,10 +161,6 @@ class RemoteExecutor:
         self._closed = True
 
 
-#: What a value operation was sent with: its call, and the arguments (futures in place of its
-#: Vars) of its task.
-_Sent = tuple[ValueCall, list[Any], dict[str, Any]]
-
 #: How many times a value operation is sent again because a version it read was aborted
 #: (once per aborted or re-sent input upstream, in practice); past it, it fails.
 _RESENDS = 8
@@ -160,6 +169,58 @@ _RESENDS = 8
 def _priority(op: Operation[Any]) -> int:
     """The ``priority`` an operation was pushed with (its run key encodes it)."""
     return (op.seq - op.key) >> 64
+
+
+class _Submitted:
+    """A value operation from its submission until it settles: all that completing it needs
+    (and withdrawing it, or sending it again). Written on the loop thread; ``future`` and
+    ``versions``, which ``withdraw_locked`` reads from any thread, under the lock.
+
+    - ``op``, ``call``: the operation and its call (``op.fn`` is dropped at completion);
+      ``args``, ``kwargs``: the arguments its task was sent (futures in place of its Vars);
+    - ``deps``: the versions it depends on (those it reads, and the previous versions of
+      those it writes); ``versions``: the versions it writes, in ``call.outs`` order;
+    - ``future``: its task's Dask future (a new one if it is sent again); ``released``: its
+      Vars were released at submission (else it holds them until it settles);
+    - ``tasks``: its Dask task spec(s) until :meth:`RemoteBackend._flush` sends them (one
+      ``Task``, or a list of them for a sequence ``out``), then None.
+    """
+
+    __slots__ = (
+        "args",
+        "backend",
+        "call",
+        "deps",
+        "future",
+        "kwargs",
+        "op",
+        "released",
+        "tasks",
+        "versions",
+    )
+
+    def __init__(
+        self,
+        backend: RemoteBackend,
+        op: Operation[Any],
+        call: ValueCall,
+        deps: list[RemoteVersion],
+    ) -> None:
+        self.backend = backend
+        self.op = op
+        self.call = call
+        self.deps = deps
+        self.args: list[Any] = []
+        self.kwargs: dict[str, Any] = {}
+        self.versions: list[RemoteVersion] = []
+        self.future: DaskFuture = None
+        self.released = False
+        self.tasks: Any = None
+
+    def ended(self) -> None:
+        """Its Dask task ended (finished, erred or was cancelled): called once by its
+        future's watched state (:func:`~aioengine.remote.dask_api.watched_future`)."""
+        self.backend._task_ended(self)
 
 
 class RemoteBackend:
@@ -183,18 +244,18 @@ class RemoteBackend:
         self._holders: weakref.WeakSet[Var] = weakref.WeakSet()
         self._executor = RemoteExecutor(self)
         self._starting: collections.deque[Operation[Any]] | None = None
-        # Collected value operations not sent yet: (priority and options, context, tasks,
-        # futures) each.
-        self._batch: list[
-            tuple[tuple[int, RemoteOptions | None], Context, list[Any], list[Any]]
-        ] = []
+        self._batch: list[_Submitted] = []  # collected, not sent yet
         self._batch_api = dask_api.batch_api()
-        #: the value operations released once submitted, until they settle: their Dask
-        #: future and versions (what withdrawing one needs); lock held
-        self._submitted: dict[Operation[Any], tuple[DaskFuture, list[RemoteVersion]]] = {}
+        self._ended: list[_Submitted] = []  # their tasks ended, to complete
+        #: the value operations released once submitted, until they settle; lock held
+        self._submitted: dict[Operation[Any], _Submitted] = {}
         #: those withdrawn by ``cancel()``, with its message, until they settle; lock held
         self._withdrawn: dict[Operation[Any], object] = {}
         self._resent = 0  # value operations sent again (part of their new keys)
+        # The function last collected (weak: it may hold a large closure) and the worker
+        # function that applies it (inspect.iscoroutinefunction, once per function in a row).
+        self._last_fn: weakref.ref[Any] | None = None
+        self._last_apply: Any = worker.apply
 
     def _unreachable(self, box: Failure) -> None:
         """Record the failure of connecting, once: every operation that waited for the
@@ -243,13 +304,13 @@ class RemoteBackend:
             if type(value) is not RemoteVersion:
                 continue
             if not value.settled:
-                value.waiters.append(op)
+                value.hold(op)
                 return True
             if not gather:
                 continue  # it needs no value
             # (Gathered even if the Var carries a failure: until the operation starts, the
             # failure may be thrown, and then it runs.)
-            value.waiters.append(op)
+            value.hold(op)
             if not value.gathering:
                 value.gathering = True
                 self._core.call_soon_locked(functools.partial(self._begin_gather, value))
@@ -262,33 +323,27 @@ class RemoteBackend:
         value it had before (what starts from now on reads that), its Dask task is cancelled
         (if it ran anyway, its result is dropped), and it ends CANCELLED when that task has.
         False if it settled, was withdrawn already, or its result was handed on. Lock held."""
-        entry = self._submitted.get(op)
-        if entry is None or op in self._withdrawn:
+        record = self._submitted.get(op)
+        if record is None or op in self._withdrawn:
             return False
-        future, versions = entry
-        if any(version.given or version.settled for version in versions):
+        if any(version.given or version.settled for version in record.versions):
             return False
         self._withdrawn[op] = msg
-        for version in versions:
+        for version in record.versions:
             version.withdraw()
-        self._core.call_soon_locked(functools.partial(self._begin_cancel, future))
+        self._core.call_soon_locked(functools.partial(self._begin_cancel, record.future))
         return True
 
     async def _lost_inputs(
-        self,
-        op: Operation[Any],
-        client: DaskClient,
-        exc: BaseException,
-        sent: _Sent,
-        cancelled: bool,
+        self, record: _Submitted, client: DaskClient, exc: BaseException, cancelled: bool
     ) -> BaseException:
-        """The failure of value operation ``op`` whose task failed with ``exc``: a value
+        """The failure of a value operation whose task failed with ``exc``: a value
         this process sent it that is gone (its worker died with the only copy) is forgotten,
         so that the next operation sends it again; if the cluster ``cancelled`` the task for
         that, an error that names it and the worker that held it, else ``exc`` (loop
         thread)."""
         lost: dict[str, str] = {}  # key: the Var's name
-        call = sent[0]
+        call = record.call
         for _, var in [*call.arg_vars, *call.kw_vars]:
             cached = self._scattered.get(var)
             if cached is not None and getattr(cached[1], "status", "finished") != "finished":
@@ -304,9 +359,9 @@ class RemoteBackend:
             for key, name in lost.items()
         )
         error = RuntimeError(
-            f"the cluster cancelled {op.name!r}: the value of {named} that this process sent "
-            "was lost with the worker that held it, which left the cluster (it died); push "
-            "the operation again to send the value again"
+            f"the cluster cancelled {record.op.name!r}: the value of {named} that this process "
+            "sent was lost with the worker that held it, which left the cluster (it died); "
+            "push the operation again to send the value again"
         )
         error.__cause__ = exc
         return error
@@ -351,15 +406,11 @@ class RemoteBackend:
         with core.lock:
             started = core.start_locked(op, todo)
             if started:
-                collected = type(op.fn) is ValueCall and self._collect_locked(op, todo)
-                if collected:
-                    assert self._link.client is not None
-                    run = self._complete_value(op, self._link.client, *collected)
-                else:
-                    run = (self._run_value if type(op.fn) is ValueCall else self._run_effect)(op)
-                task = self._loop.create_task(run, name=op.name, context=op.snapshot)
-                quiet(task)
-                if not collected:
+                value = type(op.fn) is ValueCall
+                if not (value and self._collect_locked(op, todo)):
+                    run = (self._run_value if value else self._run_effect)(op)
+                    task = self._loop.create_task(run, name=op.name, context=op.snapshot)
+                    quiet(task)
                     task.add_done_callback(functools.partial(self._task_done, op))
                     core.attach_task_locked(op, task)
         if todo:
@@ -370,13 +421,12 @@ class RemoteBackend:
             if core.tracelog is not None:
                 core.tracelog.started(op)
 
-    def _collect_locked(
-        self, op: Operation[Any], todo: list[Operation[Any]]
-    ) -> tuple[DaskFuture, list[RemoteVersion], list[RemoteVersion], bool, _Sent] | None:
+    def _collect_locked(self, op: Operation[Any], todo: list[Operation[Any]]) -> bool:
         """Add value operation ``op``'s task to the batch and release its Vars, if it can be
         done now: connected, every argument a future already (nothing to scatter), not
         holding its Vars, not in serial mode (a blocking client's calls are thread-safe).
-        Returns what :meth:`_complete_value` needs, else None. Lock held, loop thread."""
+        Its record then waits for its task's end (:meth:`_task_ended`). False if it cannot.
+        Lock held, loop thread."""
         core = self._core
         call = op.fn
         assert type(call) is ValueCall
@@ -389,54 +439,88 @@ class RemoteBackend:
             or client is None
             or api is None
         ):
-            return None
+            return False
         deps: list[RemoteVersion] = []
         args = list(call.args)
         kwargs = dict(call.kwargs)
         for i, var in call.arg_vars:
             args[i] = arg = self._arg_now(var, deps)
             if arg is None:
-                return None
+                return False
         for name, var in call.kw_vars:
             kwargs[name] = arg = self._arg_now(var, deps)
             if arg is None:
-                return None
+                return False
         for var in op.vars:  # the previous versions of what it writes, too
             value = var._value
             if type(value) is RemoteVersion and value not in deps:
                 value.given = True
                 deps.append(value)
-        future_type, task_type, parse_input = api[0], api[1], api[2]
-        n = None if call.single or not call.outs else len(call.outs)
+        record = _Submitted(self, op, call, deps)
+        record.args = args
+        record.kwargs = kwargs
+        record.released = True
+        task_type, parse_input = api[1], api[2]
+        outs = call.outs
+        n = None if call.single or not outs else len(outs)
         key = self._key(op)
-        apply = worker.apply_async if inspect.iscoroutinefunction(call.fn) else worker.apply
-        future = future_type(key, client)
-        tasks = [task_type(key, apply, call.fn, n, parse_input(args), parse_input(kwargs))]
+        fn = call.fn
+        last = self._last_fn
+        if last is None or last() is not fn:  # (a loop of submits sends one function)
+            self._last_apply = (
+                worker.apply_async if inspect.iscoroutinefunction(fn) else worker.apply
+            )
+            try:
+                self._last_fn = weakref.ref(fn)
+            except TypeError:
+                self._last_fn = None
+        future, watched = dask_api.watched_future(api, client, key, record)
+        record.future = future
+        task = task_type(
+            key,
+            self._last_apply,
+            fn,
+            n,
+            parse_input(kwargs) if kwargs else kwargs,
+            *map(parse_input, args),
+        )
+        versions = record.versions
         if n is None:
-            parts = [future] if call.outs else []
+            record.tasks = task
+            if outs:
+                var = outs[0]
+                value = var._value
+                if type(value) is not RemoteVersion:  # (one that does is a holder already)
+                    self._holders.add(var)
+                version = RemoteVersion(future, var, value)
+                carry(var, version)
+                versions.append(version)
         else:
-            parts = []
-            for i in range(n):
+            tasks = [task]
+            for i, var in enumerate(outs):
                 part_key = f"{key}-{i}"
                 tasks.append(task_type(part_key, operator.getitem, parse_input(future), i))
-                parts.append(future_type(part_key, client))
-        ctx = op.ctx
-        group = (_priority(op), ctx.options)  # one graph per priority and options
-        self._batch.append((group, ctx, tasks, [future, *parts] if n else [future]))
-        if len(self._batch) == 1:
+                version = RemoteVersion(api[0](part_key, client), var, var._value)
+                carry(var, version)
+                versions.append(version)
+                self._holders.add(var)
+            record.tasks = tasks
+        batch = self._batch
+        batch.append(record)
+        if len(batch) == 1:
             self._loop.call_soon(self._flush)
-        versions: list[RemoteVersion] = []
-        for var, part in zip(call.outs, parts, strict=True):
-            version = RemoteVersion(part, var, var._value)
-            carry(var, version)
-            versions.append(version)
-            self._holders.add(var)
         ready: list[Any] = []
-        self._submitted[op] = (future, versions)
+        self._submitted[op] = record
         core.release_submitted_locked(op, ready)
         if ready:
             todo.extend(core.dispatch_locked(ready))
-        return future, deps, versions, True, (call, args, kwargs)
+        if not watched:  # a Dask whose future states cannot tell: a task awaits it
+            quiet(
+                self._loop.create_task(
+                    self._complete_slowly(record, False), name=op.name, context=op.snapshot
+                )
+            )
+        return True
 
     def _arg_now(self, var: Var, deps: list[RemoteVersion]) -> DaskFuture | None:
         """:meth:`_remote_arg` if nothing is to be sent: the future, else None."""
@@ -457,22 +541,27 @@ class RemoteBackend:
         again task by task, and the tasks that still cannot fail their operations."""
         batch, self._batch = self._batch, []
         client = self._link.client
-        groups: dict[tuple[int, RemoteOptions | None], list[Any]] = {}
-        for entry in batch:
-            groups.setdefault(entry[0], []).append(entry)
-        for (priority, _), entries in groups.items():
-            options = self._options(entries[0][1])
+        groups: dict[tuple[int, RemoteOptions | None], list[_Submitted]] = {}
+        for record in batch:
+            op = record.op
+            groups.setdefault((_priority(op), op.ctx.options), []).append(record)
+        for (priority, _), records in groups.items():
+            options = self._options(records[0].op.ctx)
             try:
-                self._send(client, [t for e in entries for t in e[2]], priority, options)
+                self._send(client, _tasks_of(records), priority, options)
             except Exception:
-                for entry in entries:
+                for record in records:
                     try:
-                        if len(entries) == 1:
+                        if len(records) == 1:
                             raise
-                        self._send(client, entry[2], priority, options)
+                        self._send(client, _tasks_of([record]), priority, options)
                     except Exception as error:
-                        for future in entry[3]:
-                            dask_api.set_error(future, error)
+                        dask_api.set_error(record.future, error)
+                        if type(record.tasks) is list:  # a sequence out: its parts' futures
+                            for version in record.versions:
+                                dask_api.set_error(version.future, error)
+            for record in records:
+                record.tasks = None
 
     def _send(self, client: DaskClient, tasks: list[Any], priority: int, options: Any) -> None:
         if client is None:
@@ -531,7 +620,7 @@ class RemoteBackend:
         except asyncio.CancelledError as exc:
             if future is not None:
                 await self._cancel_future(future)
-                await self._ended(future.key)  # it holds its Vars until then, as locally
+                await self._ended_on_workers(future.key)  # it holds its Vars until then
             core.finish(op, _FAILED, None, exc)  # reported as cancelled, with its message
         except Exception as exc:
             box = self._link.unreachable
@@ -593,7 +682,7 @@ class RemoteBackend:
         except (asyncio.CancelledError, Exception):
             pass  # cancelled again, or the client is closing: the key goes with it
 
-    async def _ended(self, key: str) -> None:
+    async def _ended_on_workers(self, key: str) -> None:
         """Return once no worker runs the task of ``key`` any more (after its cancellation:
         Dask drops a cancelled task's result but cannot stop a running function, and an
         operation holds its Vars until its function has ended). Polled, as Dask sends no
@@ -659,15 +748,13 @@ class RemoteBackend:
         return future
 
     async def _run_value(self, op: Operation[Any]) -> None:
-        """A value operation: submit it with its Vars' versions; unless it holds, release the
-        Vars at once; complete (and settle its versions) when the task has finished."""
+        """A value operation that could not be collected: submit it with its Vars' versions
+        (once connected, and its local values scattered); unless it holds, release the Vars at
+        once; complete (and settle its versions) when the task has finished."""
         core = self._core
         call = op.fn
         assert type(call) is ValueCall
-        versions: list[RemoteVersion] = []
-        deps: list[RemoteVersion] = []
-        future = None
-        released = False
+        record = _Submitted(self, op, call, [])
         try:
             client = await self._link.ready()
             if op.prop is _NO_SKIP:
@@ -677,6 +764,7 @@ class RemoteBackend:
                     value = var._value
                     if type(value) is RemoteVersion:
                         await value.wait_settled(self._loop)
+            deps = record.deps
             args = list(call.args)
             kwargs = dict(call.kwargs)
             for i, var in call.arg_vars:
@@ -689,17 +777,18 @@ class RemoteBackend:
                     if type(value) is RemoteVersion and value not in deps:
                         value.given = True
                         deps.append(value)
-            sent = (call, args, kwargs)
-            future, parts = self._submit_value(client, op, call, args, kwargs, self._key(op))
+            record.args = args
+            record.kwargs = kwargs
+            record.future, parts = self._submit_value(client, op, call, args, kwargs, self._key(op))
             ready: list[Any] = []
             with core.lock:
                 for var, part in zip(call.outs, parts, strict=True):
                     version = RemoteVersion(part, var, var._value)
                     carry(var, version)
-                    versions.append(version)
+                    record.versions.append(version)
                 if not call.holds and not core.settings.serial:
-                    released = True
-                    self._submitted[op] = (future, versions)
+                    record.released = True
+                    self._submitted[op] = record
                     core.release_submitted_locked(op, ready)
                     todo = core.dispatch_locked(ready)
                 else:
@@ -709,86 +798,135 @@ class RemoteBackend:
             if todo:
                 core.submit_ready(todo)
         except asyncio.CancelledError as exc:
-            if future is not None:
-                await self._cancel_future(future)
-            await self._settle(op, versions, released, _FAILED, None, exc, None)
+            if record.future is not None:
+                await self._cancel_future(record.future)
+            self._settle(record, _FAILED, None, exc, None)
             return
         except Exception as exc:
             box = self._link.unreachable
             if box is None or exc is not box.exc:
                 box = Failure(exc)
-            await self._settle(op, versions, released, _FAILED, None, exc, box)
+            self._settle(record, _FAILED, None, exc, box)
             return
         finally:
             del call
-        await self._complete_value(op, client, future, deps, versions, released, sent)
+        await self._complete_slowly(record, False)
 
-    async def _complete_value(
-        self,
-        op: Operation[Any],
-        client: DaskClient,
-        future: DaskFuture,
-        deps: list[RemoteVersion],
-        versions: list[RemoteVersion],
-        released: bool,
-        sent: _Sent,
-    ) -> None:
-        """The rest of a submitted value operation: await its task, then settle (or, if it
-        failed only because a version it read was aborted, send it again on the value the
-        abort left: :meth:`_resend`). ``sent``: its call, and the arguments it was sent."""
-        for _ in range(_RESENDS):
-            again = await self._await_value(op, client, future, deps, versions, released, sent)
-            if again is None:
-                return
-            future = again
-        error = RuntimeError(
-            f"{op.name!r} was sent again {_RESENDS} times: its inputs kept aborting"
-        )
-        await self._settle(op, versions, released, _FAILED, None, error, Failure(error))
+    # -- completing value operations -------------------------------------------------------
 
-    async def _await_value(
-        self,
-        op: Operation[Any],
-        client: DaskClient,
-        future: DaskFuture,
-        deps: list[RemoteVersion],
-        versions: list[RemoteVersion],
-        released: bool,
-        sent: _Sent,
-    ) -> DaskFuture | None:
-        """One round of :meth:`_complete_value`: None once settled, else the future of the
-        task sent again."""
+    def _task_ended(self, record: _Submitted) -> None:
+        """The Dask task of ``record`` ended (its future's state tells, on the client's
+        loop): it joins ``_ended``, completed by :meth:`_complete_ended` at the next loop
+        iteration, not within Dask's handling of the scheduler's report."""
+        if threading.get_ident() != self._core.loop_thread:  # a blocking client's thread
+            if not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(self._task_ended, record)
+            return
+        ended = self._ended
+        ended.append(record)
+        if len(ended) == 1:
+            self._loop.call_soon(self._complete_ended)
+
+    def _complete_ended(self) -> None:
+        """Complete the value operations whose tasks ended since the last call, in the order
+        the client learnt of it (a task's inputs first): :meth:`_complete` (loop thread)."""
+        ended, self._ended = self._ended, []
+        done = 0
         try:
-            await self._link.finished(future)
-            if released and op in self._withdrawn:
+            for record in ended:
+                done += 1
+                self._complete(record)
+        finally:
+            for left in ended[done:]:  # (only if one raised)
+                self._task_ended(left)
+
+    def _complete(self, record: _Submitted) -> None:
+        """Complete a value operation whose task has ended, here and now on the common path:
+        its task finished, it has versions (its result stays on the cluster), every version it
+        depends on has settled, and neither an instrument nor a withdrawal is involved; then
+        it is done, or skipped if a version it depends on failed (as :meth:`_outcome` decides
+        once it could await). Anything else goes to :meth:`_complete_slowly` (a trace too: it
+        asks the scheduler where the task ran)."""
+        op = record.op
+        future = record.future
+        slow = (
+            future.status != "finished"
+            or not record.versions
+            or self._core.instruments
+            or self._core.tracelog is not None
+            or (record.released and op in self._withdrawn)
+        )
+        if not slow:
+            for dep in record.deps:
+                if not dep.settled:
+                    slow = True
+                    break
+        if slow:
+            task = self._loop.create_task(
+                self._complete_slowly(record, True), name=op.name, context=op.snapshot
+            )
+            quiet(task)
+            return
+        skipped = self._skip(record)
+        if skipped is None:
+            state, failure, box = _DONE, None, None
+        else:
+            state, failure, box = _SKIPPED, *skipped
+        if not any(version.future is future for version in record.versions):
+            future.release()  # (a version's future lives as long as the version)
+        self._settle(record, state, None, failure, box)
+
+    async def _complete_slowly(self, record: _Submitted, ended: bool) -> None:
+        """The rest of a submitted value operation that :meth:`_complete` could not finish
+        at once: await its task (unless it ``ended`` already), then settle (or, if it failed
+        only because a version it read was aborted, send it again on the value the abort left:
+        :meth:`_resend`, and await that, at most ``_RESENDS`` times)."""
+        for _ in range(_RESENDS):
+            if not await self._await_value(record, ended):
+                return
+            ended = False
+        error = RuntimeError(
+            f"{record.op.name!r} was sent again {_RESENDS} times: its inputs kept aborting"
+        )
+        self._settle(record, _FAILED, None, error, Failure(error))
+
+    async def _await_value(self, record: _Submitted, ended: bool) -> bool:
+        """One round of :meth:`_complete_slowly`: False once settled, True if its task was
+        sent again."""
+        op = record.op
+        future = record.future
+        client = self._link.client
+        try:
+            if not ended:
+                await self._link.finished(future)
+            if record.released and op in self._withdrawn:
                 with self._core.lock:
                     msg = self._withdrawn.pop(op)
                 future.release()
-                await self._settle(op, versions, released, _CANCELLED, msg, None, None)
-                return None
+                self._settle(record, _CANCELLED, msg, None, None)
+                return False
             if self._core.instruments or self._core.tracelog is not None:
                 await self._ran_on(client, op, future)
         except asyncio.CancelledError as exc:  # a holding operation, cancelled while it ran
             await self._cancel_future(future)
-            await self._ended(future.key)
-            await self._settle(op, versions, released, _FAILED, None, exc, None)
-            return None
+            await self._ended_on_workers(future.key)
+            self._settle(record, _FAILED, None, exc, None)
+            return False
         try:
-            state, result, failure, box = await self._outcome(
-                op, client, future, deps, versions, sent
-            )
+            state, result, failure, box = await self._outcome(record, client)
             if state is None:  # failed for an aborted input: sent again
-                return await self._resend(op, client, future, deps, versions, sent)
+                await self._resend(record, client)
+                return True
         except asyncio.CancelledError as cancel:  # a holding operation, cancelled while it ran
             await self._cancel_future(future)
             state, result, failure, box = _FAILED, None, cancel, None
         except Exception as error:
             state, result, failure, box = _FAILED, None, error, Failure(error)
         finally:
-            if not any(version.future is future for version in versions):
+            if not any(version.future is future for version in record.versions):
                 future.release()  # (a version's future lives as long as the version)
-        await self._settle(op, versions, released, state, result, failure, box)
-        return None
+        self._settle(record, state, result, failure, box)
+        return False
 
     def _submit_value(
         self,
@@ -808,8 +946,8 @@ class RemoteBackend:
             apply,
             call.fn,
             n,
-            args,
             kwargs,
+            *args,
             key=key,
             pure=False,
             priority=priority,
@@ -823,22 +961,15 @@ class RemoteBackend:
         ]
         return future, parts
 
-    async def _resend(
-        self,
-        op: Operation[Any],
-        client: DaskClient,
-        future: DaskFuture,
-        deps: list[RemoteVersion],
-        versions: list[RemoteVersion],
-        sent: _Sent,
-    ) -> DaskFuture:
-        """Send value operation ``op`` again, its task having failed only because a version
-        it read was aborted (``ae.Abort``: its operation rolled back) or sent again itself:
+    async def _resend(self, record: _Submitted, client: DaskClient) -> None:
+        """Send a value operation again, its task having failed only because a version it
+        read was aborted (``ae.Abort``: its operation rolled back) or sent again itself:
         each such argument is now the value the abort left (the version before, or the
         local value, scattered), or the version's new future. Its own versions take the new
-        futures, so what reads them sees the new values. Returns the new task's future."""
-        call, args, kwargs = sent
-        by_first = {id(dep.first): dep for dep in deps}
+        futures, so what reads them sees the new values; so does ``record.future``."""
+        op, call, args, kwargs = record.op, record.call, record.args, record.kwargs
+        future = record.future
+        by_first = {id(dep.first): dep for dep in record.deps}
 
         async def now(arg: Any) -> Any:
             dep = by_first.get(id(arg))
@@ -866,69 +997,72 @@ class RemoteBackend:
         key = f"{self._key(op)}-again{self._resent}"
         again, parts = self._submit_value(client, op, call, new_args, new_kwargs, key)
         with self._core.lock:
-            for version, part in zip(versions, parts, strict=True):
+            for version, part in zip(record.versions, parts, strict=True):
                 version.future = part
-            entry = self._submitted.get(op)
-            if entry is not None:
-                self._submitted[op] = (again, entry[1])
-        if not any(version.future is future for version in versions):
+            record.future = again
+        if not any(version.future is future for version in record.versions):
             future.release()
-        return again
+
+    def _skip(self, record: _Submitted) -> tuple[BaseException, Failure | None] | None:
+        """Whether a value operation whose dependencies have all settled is skipped: if one
+        of them failed (Dask then failed its task with that exception), its error and the
+        root failure's record, else None. An aborted version failed nothing (errors.Abort):
+        what read it is sent again instead."""
+        failed = next(
+            (dep for dep in record.deps if dep.exc is not None and not isinstance(dep.exc, Abort)),
+            None,
+        )
+        if failed is None:
+            return None
+        cause = failed.exc
+        assert cause is not None
+        err = DependencyError(
+            f"operation {record.op.name!r} was skipped: {failed.name!r} carries a failure "
+            f"({summary(cause)})"
+        )
+        err.__cause__ = cause
+        return err, failed.box
 
     async def _outcome(
-        self,
-        op: Operation[Any],
-        client: DaskClient,
-        future: DaskFuture,
-        deps: list[RemoteVersion],
-        versions: list[RemoteVersion],
-        sent: _Sent,
+        self, record: _Submitted, client: DaskClient
     ) -> tuple[OpState | None, object, BaseException | None, Failure | None]:
         """How a value operation whose task has finished ends: skipped if a version it
-        depends on failed (Dask then failed it with that exception), else failed or done;
-        None for the state if it must be sent again (:meth:`_resend`)."""
+        depends on failed (:meth:`_skip`), else failed or done; None for the state if it must
+        be sent again (:meth:`_resend`)."""
+        deps = record.deps
         for dep in deps:
             await dep.wait_settled(self._loop)
-        # An aborted version failed nothing (errors.Abort): what read it is sent again.
-        failed = next(
-            (dep for dep in deps if dep.exc is not None and not isinstance(dep.exc, Abort)), None
-        )
-        if failed is not None:
-            cause = failed.exc
-            assert cause is not None
-            err = DependencyError(
-                f"operation {op.name!r} was skipped: {failed.name!r} carries a failure "
-                f"({summary(cause)})"
-            )
-            err.__cause__ = cause
-            return _SKIPPED, None, err, failed.box
+        skipped = self._skip(record)
+        if skipped is not None:
+            return _SKIPPED, None, *skipped
+        future = record.future
         if future.status != "finished":
             exc = await self._error(future)
             if isinstance(exc, Abort) and any(
                 isinstance(dep.exc, Abort) or dep.future is not dep.first for dep in deps
             ):
                 return None, None, None, None  # maybe only its input's abort: send it again
-            exc = await self._lost_inputs(op, client, exc, sent, future.status == "cancelled")
+            exc = await self._lost_inputs(record, client, exc, future.status == "cancelled")
             # An Abort records nothing (errors.Abort): its versions roll back, and only the
             # awaiter sees it.
             return _FAILED, None, exc, None if isinstance(exc, Abort) else Failure(exc)
         result = None
-        if not versions:  # no out=: its result is gathered for ``await op``
+        if not record.versions:  # no out=: its result is gathered for ``await op``
             result = await self._link.call(client.gather(future, asynchronous=True))
         return _DONE, result, None, None
 
-    async def _settle(
+    def _settle(
         self,
-        op: Operation[Any],
-        versions: list[RemoteVersion],
-        released: bool,
+        record: _Submitted,
         state: OpState,
         result: object,
         exc: BaseException | None,
         box: Failure | None,
     ) -> None:
-        """Finish ``op`` and settle its versions (loop thread); wake what they held."""
+        """Finish a value operation and settle its versions (loop thread); wake what they
+        held."""
         core = self._core
+        op = record.op
         if state is _FAILED and isinstance(exc, asyncio.CancelledError):
             state, result, exc, box = _CANCELLED, exc.args[0] if exc.args else None, None, None
         ready: list[Any] = []
@@ -943,11 +1077,11 @@ class RemoteBackend:
                 why = exc.__cause__ if exc is not None and exc.__cause__ else exc
             else:
                 why = exc
-            for version in versions:
+            for version in record.versions:
                 version.settle(why, box, ready, watchers)
             if state is _FAILED and box is not None:
                 core.record_failure_locked(box)
-            if released:
+            if record.released:
                 cancelled = state is _CANCELLED
                 core.complete_released_locked(
                     op,
@@ -1041,6 +1175,17 @@ class RemoteBackend:
                 future.release()
         self._scattered.clear()
         await self._link.aclose()
+
+
+def _tasks_of(records: list[_Submitted]) -> list[Any]:
+    """The Dask tasks of the collected ``records``, in order."""
+    tasks: list[Any] = []
+    for record in records:
+        if type(record.tasks) is list:
+            tasks.extend(record.tasks)
+        else:
+            tasks.append(record.tasks)
+    return tasks
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:

@@ -2,10 +2,11 @@
 one place: the one file to read on a Dask upgrade.
 
 Dask's public API cannot send several tasks in one graph message, observe a future's end
-without a thread, or say which worker left with a key; these helpers do, through names that
-Dask may move. Each one degrades to the public API (or to a plainer message) where the name
-is missing, and :func:`missing` lists what this Dask lacks, which
-``tests/test_remote.py`` checks so that an upgrade that moves one fails loudly.
+without a thread or a task, or say which worker left with a key; these helpers do, through
+names that Dask may move. Each one degrades to the public API (or to a plainer message, or to
+a task that awaits the future) where the name is missing, and :func:`missing` lists what this
+Dask lacks, which ``tests/test_remote.py`` checks so that an upgrade that moves one fails
+loudly.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import inspect
 import uuid
 from collections.abc import Awaitable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import DeviceUnavailableError
 
@@ -28,6 +29,7 @@ __all__ = (
     "set_error",
     "state_wait",
     "task_running",
+    "watched_future",
 )
 
 INSTALL = (
@@ -67,13 +69,85 @@ def batch_api() -> tuple[Any, Any, Any, Any, Any] | None:
     return Future, Task, parse_input, LLGExpr, SpanMetadata
 
 
+class Watcher(Protocol):
+    """What :func:`watched_future` tells when its task ends."""
+
+    def ended(self) -> None:
+        """The task ended: finished, erred or was cancelled (called once, on the thread of
+        the client's loop, from within Dask's handling of the scheduler's report)."""
+
+
+_watched_state: Any = None  # the FutureState subclass, made on first use (None: not yet)
+
+
+def _watched_state_type() -> Any:
+    """A subclass of Dask's ``FutureState`` that calls its watcher's ``ended()`` once, when the
+    client learns that the task finished, erred or was cancelled (the moments its event is
+    set: what awaiting the future waits for); False on a Dask without it."""
+    global _watched_state
+    if _watched_state is not None:
+        return _watched_state
+    try:
+        from distributed.client import FutureState
+    except ImportError:
+        _watched_state = False
+        return False
+    if not all(callable(getattr(FutureState, n, None)) for n in ("finish", "set_error", "cancel")):
+        _watched_state = False
+        return False
+
+    class WatchedState(FutureState):
+        __slots__ = ("watcher",)
+
+        def __init__(self, key: str, watcher: Watcher) -> None:
+            super().__init__(key)
+            self.watcher: Watcher | None = watcher
+
+        def finish(self, type: Any = None) -> None:
+            super().finish(type)  # type: ignore[no-untyped-call]
+            self._ended()
+
+        def set_error(self, exception: Any, traceback: Any) -> None:
+            super().set_error(exception, traceback)  # type: ignore[no-untyped-call]
+            self._ended()
+
+        def cancel(self, reason: Any = None, msg: Any = None) -> None:
+            super().cancel(reason=reason, msg=msg)  # type: ignore[no-untyped-call]
+            self._ended()
+
+        def _ended(self) -> None:
+            watcher = self.watcher
+            if watcher is not None:
+                self.watcher = None  # once; and the record no longer lives as long as the key
+                watcher.ended()
+
+    _watched_state = WatchedState
+    return WatchedState
+
+
+def watched_future(api: tuple[Any, ...], client: Any, key: str, watcher: Watcher) -> Any:
+    """A new future of ``key`` (not submitted yet: :func:`send_graph` sends its task) whose
+    end calls ``watcher.ended()``, once, with no task or thread of its own: its state (shared
+    by every future of the key on this client) is a ``FutureState`` that tells it. Returns
+    the future, and whether it is watched (False on a Dask without it: await it instead)."""
+    state_type = _watched_state_type()
+    futures = getattr(client, "futures", None)
+    if state_type is False or type(futures) is not dict or key in futures:
+        return api[0](key, client), False
+    state = futures[key] = state_type(key, watcher)
+    future = api[0](key, client)  # it takes the state the client holds for the key
+    if future._state is not state:
+        return future, False
+    return future, True
+
+
 def send_graph(
     client: Any, api: tuple[Any, ...], tasks: list[Any], priority: int, options: Any
 ) -> None:
     """Send ``tasks`` (built with ``api``, :func:`batch_api`'s) as one graph message."""
     expr_type, span_metadata = api[3], api[4]
     keys = [task.key for task in tasks]
-    client._graph_to_futures(
+    futures = client._graph_to_futures(
         expr_type({task.key: task for task in tasks}, _determ_token=uuid.uuid4().hex),
         keys,
         span_metadata=span_metadata(collections=[{"type": "Future"}]),
@@ -82,6 +156,17 @@ def send_graph(
         fifo_timeout="100 ms",
         **options,
     )
+    # They duplicate the engine's own futures (made as the tasks were collected): released
+    # here as Future.release() would, but at once, not by one loop callback per future (on
+    # a Dask without these names, their __del__ does it).
+    try:
+        generation = client.generation
+        for future in futures.values():
+            if not future._cleared and future._generation == generation:
+                future._cleared = True
+                client._dec_ref(future.key)
+    except AttributeError:
+        pass
 
 
 def set_error(future: Any, error: BaseException) -> None:
@@ -135,9 +220,19 @@ def missing() -> list[str]:
     except ImportError:
         gone.append("distributed.client.FutureState")
     else:
-        for name in ("wait", "set_error"):
+        for name in ("wait", "set_error", "finish", "cancel"):
             if not callable(getattr(FutureState, name, None)):
                 gone.append(f"FutureState.{name}")
+    try:
+        from distributed import Client, Future
+    except ImportError:
+        gone.append("distributed.Client, distributed.Future")
+    else:
+        if not callable(getattr(Client, "_dec_ref", None)):
+            gone.append("Client._dec_ref")
+        if "_cleared" not in getattr(Future, "__annotations__", {}):
+            gone.append("Future._cleared")
+
     try:
         from distributed.worker_state_machine import TaskState
     except ImportError:

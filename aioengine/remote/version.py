@@ -34,7 +34,9 @@ class RemoteVersion:
     A Var carries it as its value (``Var._value``) until the next write; an operation's
     function never sees it (a remote one gets the future, a local one the gathered value).
     Its fields are written on the loop thread under the engine lock, by its methods (and
-    ``given``/``gathering``/``waiters`` by the backend that hands it out).
+    ``given``/``gathering`` by the backend that hands it out). ``waiters`` and ``watchers``
+    stay None until something waits (most versions settle with nobody waiting: two lists
+    fewer per remote operation).
     """
 
     __slots__ = (
@@ -72,8 +74,10 @@ class RemoteVersion:
         #: its future was handed to a later remote operation (an argument, or a dependency of
         #: its write): from then on its operation can no longer be withdrawn
         self.given = False
-        self.waiters: list[Operation[Any]] = []  #: operations held until it settles or arrives
-        self.watchers: list[asyncio.Future[None]] = []  #: loop futures woken when it settles
+        #: operations held until it settles or arrives (None: none yet)
+        self.waiters: list[Operation[Any]] | None = None
+        #: loop futures woken when it settles (None: none yet)
+        self.watchers: list[asyncio.Future[None]] | None = None
 
     def __repr__(self) -> str:
         state = "failed" if self.exc is not None else "settled" if self.settled else "pending"
@@ -83,8 +87,18 @@ class RemoteVersion:
         """Return once this version has settled (loop thread)."""
         if not self.settled:
             fut = loop.create_future()
-            self.watchers.append(fut)
+            if self.watchers is None:
+                self.watchers = [fut]
+            else:
+                self.watchers.append(fut)
             await fut
+
+    def hold(self, op: Operation[Any]) -> None:
+        """Hold ``op`` until this version settles or arrives here (lock held)."""
+        if self.waiters is None:
+            self.waiters = [op]
+        else:
+            self.waiters.append(op)
 
     def _before(self) -> object:
         """The value the Var goes back to if this version does not stand."""
@@ -117,8 +131,9 @@ class RemoteVersion:
                     carry_failure_locked(var, box)
         self.previous = None
         self._release(ready)
-        watchers.extend(self.watchers)
-        self.watchers.clear()
+        if self.watchers is not None:
+            watchers.extend(self.watchers)
+            self.watchers = None
 
     def gathered(self, value: object, ready: list[Any]) -> Var | None:
         """Its value arrived here: the Var carries it now, if this is still its version
@@ -159,8 +174,9 @@ class RemoteVersion:
             carry(var, self._before())
 
     def _release(self, ready: list[Any]) -> None:
-        ready.extend(op for op in self.waiters if op._state is _PENDING)
-        self.waiters.clear()
+        if self.waiters is not None:
+            ready.extend(op for op in self.waiters if op._state is _PENDING)
+            self.waiters = None
 
 
 def lost_error(version: RemoteVersion, cause: BaseException) -> RuntimeError:

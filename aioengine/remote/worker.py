@@ -58,9 +58,10 @@ async def awaiting(fn: Callable[[RunContext], Awaitable[Any]], rctx: RunContext)
     raise escaped
 
 
-def apply(fn: Callable[..., Any], n: int | None, args: list[Any], kwargs: dict[str, Any]) -> Any:
-    """A value operation's task on the worker: ``fn(*args, **kwargs)``, checked for
-    ``n`` results when ``out`` is a sequence of ``n`` Vars."""
+def apply(fn: Callable[..., Any], n: int | None, kwargs: dict[str, Any], *args: Any) -> Any:
+    """A value operation's task on the worker: ``fn(*args, **kwargs)``, checked for ``n``
+    results when ``out`` is a sequence of ``n`` Vars. The positional arguments are the task's
+    own (Dask gives each its value, with no list around them to walk)."""
     try:
         return unpack(fn(*args, **kwargs), n)
     except (KeyboardInterrupt, SystemExit) as exc:
@@ -71,8 +72,8 @@ def apply(fn: Callable[..., Any], n: int | None, args: list[Any], kwargs: dict[s
 async def apply_async(
     fn: Callable[..., Coroutine[Any, Any, Any]],
     n: int | None,
-    args: list[Any],
     kwargs: dict[str, Any],
+    *args: Any,
 ) -> Any:
     """:func:`apply` for a coroutine function: it runs on the worker's event loop."""
     try:
