@@ -366,9 +366,15 @@ def submit(
         name = default_name(fn)
     if type(ctx) is Context and ctx.device_type is _REMOTE:
         # A value operation on the cluster (remote/): its Vars' versions, not their values.
-        arg_vars = [(i, args[i]) for i in _positions(mask)]
-        kw_vars = [(key, kwargs[key]) for key in keys]
-        call = ValueCall(fn, args, kwargs, arg_vars, kw_vars, outs, single, bool(writes_))
+        call = ValueCall(
+            fn,
+            args,
+            kwargs,
+            _POSITIONS.get(mask) or _positions(mask),
+            keys,
+            out if single else outs or None,
+            bool(writes_),
+        )
         return engine.push_sync(call, ctx, const, mutate, prop=prop, priority=priority, name=name)
     local = LocalCall(
         fn,

@@ -157,38 +157,61 @@ class ValueCall:
 
     The ergonomic layer (``ergonomic.py``) pushes one with ``push_sync``; the remote backend
     (``remote/``) recognises it by its type and sends ``fn`` to the cluster with each Var
-    argument replaced by the version it must see. It is never called locally.
+    argument replaced by the version it must see. It is never called locally. It holds no
+    container of its own beyond its arguments: a pending remote operation is a handful of
+    objects for the cycle collector (the positions tuple is shared by the calls with Vars
+    at the same places).
 
     Attributes:
         fn: the user's function (plain or ``async def``).
         args, kwargs: its arguments, Vars included.
-        arg_vars, kw_vars: the Var arguments, as ``(index, var)`` / ``(keyword, var)`` pairs.
-        outs: the ``out`` Vars (empty: none); ``single``: ``out`` was one Var, not a sequence.
+        positions: the indices of the Var arguments in ``args``; keys: the names of the Var
+            keyword arguments (both empty tuples when there are none).
+        out: the ``out`` Var, the tuple of them (the result is unpacked into them), or None.
         holds: whether it declared other writes (``writes=``), which it may perform as side
             effects: then it holds its Vars until the remote task has finished.
     """
 
-    __slots__ = ("arg_vars", "args", "fn", "holds", "kw_vars", "kwargs", "outs", "single")
+    __slots__ = ("args", "fn", "holds", "keys", "kwargs", "out", "positions")
 
     def __init__(
         self,
         fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        arg_vars: list[tuple[int, Any]],
-        kw_vars: list[tuple[str, Any]],
-        outs: tuple[Any, ...],
-        single: bool,
+        positions: tuple[int, ...],
+        keys: tuple[str, ...],
+        out: Any,
         holds: bool,
     ) -> None:
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
-        self.arg_vars = arg_vars
-        self.kw_vars = kw_vars
-        self.outs = outs
-        self.single = single
+        self.positions = positions
+        self.keys = keys
+        self.out = out
         self.holds = holds
+
+    @property
+    def single(self) -> bool:
+        """Whether ``out`` is one Var (not a sequence of them, nor None)."""
+        out = self.out
+        return out is not None and type(out) is not tuple
+
+    @property
+    def outs(self) -> tuple[Any, ...]:
+        """The ``out`` Vars, as a tuple (empty: none)."""
+        out = self.out
+        if out is None:
+            return ()
+        return out if type(out) is tuple else (out,)
+
+    def arg_vars(self) -> list[tuple[int | str, Any]]:
+        """The Var arguments, as ``(index, var)`` then ``(keyword, var)`` pairs."""
+        args, kwargs = self.args, self.kwargs
+        pairs: list[tuple[int | str, Any]] = [(i, args[i]) for i in self.positions]
+        pairs.extend((key, kwargs[key]) for key in self.keys)
+        return pairs
 
     def __call__(self, rctx: object) -> Any:
         raise RuntimeError(f"{self!r} runs on a Dask cluster, never locally")

@@ -344,7 +344,7 @@ class RemoteBackend:
         thread)."""
         lost: dict[str, str] = {}  # key: the Var's name
         call = record.call
-        for _, var in [*call.arg_vars, *call.kw_vars]:
+        for _, var in call.arg_vars():
             cached = self._scattered.get(var)
             if cached is not None and getattr(cached[1], "status", "finished") != "finished":
                 del self._scattered[var]
@@ -443,12 +443,12 @@ class RemoteBackend:
         deps: list[RemoteVersion] = []
         args = list(call.args)
         kwargs = dict(call.kwargs)
-        for i, var in call.arg_vars:
-            args[i] = arg = self._arg_now(var, deps)
+        for i in call.positions:
+            args[i] = arg = self._arg_now(args[i], deps)
             if arg is None:
                 return False
-        for name, var in call.kw_vars:
-            kwargs[name] = arg = self._arg_now(var, deps)
+        for name in call.keys:
+            kwargs[name] = arg = self._arg_now(kwargs[name], deps)
             if arg is None:
                 return False
         for var in op.vars:  # the previous versions of what it writes, too
@@ -767,10 +767,10 @@ class RemoteBackend:
             deps = record.deps
             args = list(call.args)
             kwargs = dict(call.kwargs)
-            for i, var in call.arg_vars:
-                args[i] = await self._remote_arg(client, var, deps)
-            for key, var in call.kw_vars:
-                kwargs[key] = await self._remote_arg(client, var, deps)
+            for i in call.positions:
+                args[i] = await self._remote_arg(client, args[i], deps)
+            for key in call.keys:
+                kwargs[key] = await self._remote_arg(client, kwargs[key], deps)
             with core.lock:
                 for var in op.vars:  # the previous versions of what it writes, too
                     value = var._value
@@ -988,10 +988,10 @@ class RemoteBackend:
             return await self._link.call(client.scatter(value, asynchronous=True))
 
         new_args = list(args)
-        for i, _ in call.arg_vars:
+        for i in call.positions:
             new_args[i] = await now(args[i])
         new_kwargs = dict(kwargs)
-        for name, _ in call.kw_vars:
+        for name in call.keys:
             new_kwargs[name] = await now(kwargs[name])
         self._resent += 1
         key = f"{self._key(op)}-again{self._resent}"
