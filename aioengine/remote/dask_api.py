@@ -157,16 +157,9 @@ def send_graph(
         **options,
     )
     # They duplicate the engine's own futures (made as the tasks were collected): released
-    # here as Future.release() would, but at once, not by one loop callback per future (on
-    # a Dask without these names, their __del__ does it).
-    try:
-        generation = client.generation
-        for future in futures.values():
-            if not future._cleared and future._generation == generation:
-                future._cleared = True
-                client._dec_ref(future.key)
-    except AttributeError:
-        pass
+    # (Dask's own Future.release, which defers the work to the client's loop).
+    for future in futures.values():
+        future.release()
 
 
 def set_error(future: Any, error: BaseException) -> None:
@@ -223,16 +216,6 @@ def missing() -> list[str]:
         for name in ("wait", "set_error", "finish", "cancel"):
             if not callable(getattr(FutureState, name, None)):
                 gone.append(f"FutureState.{name}")
-    try:
-        from distributed import Client, Future
-    except ImportError:
-        gone.append("distributed.Client, distributed.Future")
-    else:
-        if not callable(getattr(Client, "_dec_ref", None)):
-            gone.append("Client._dec_ref")
-        if "_cleared" not in getattr(Future, "__annotations__", {}):
-            gone.append("Future._cleared")
-
     try:
         from distributed.worker_state_machine import TaskState
     except ImportError:
