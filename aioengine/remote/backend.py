@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextvars
 import functools
 import inspect
 import operator
@@ -75,7 +74,6 @@ _CANCELLED = OpState.CANCELLED
 _PENDING = OpState.PENDING
 _DELETE_VAR = FnProperty.DELETE_VAR
 _NO_SKIP = FnProperty.NO_SKIP
-_context_run = contextvars.Context.run
 
 
 def open_remote(core: Scheduler, ctx: Context, cluster: object, security: object) -> RemoteBackend:
