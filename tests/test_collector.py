@@ -375,17 +375,21 @@ async def test_pending_submits_leave_the_collector_almost_nothing_to_walk(held: 
     v = engine.new_var("v", value=0)
     n = 20_000
     submit = engine.submit
+    # One first: what a first call of a function may do once (decide and remember whether it
+    # is a coroutine function, which may clear a full cache) is not the pending operations'.
+    first = submit(operator.add, v, 1, out=v, writes=[x], prop=ae.FnProperty.ASYNC)
     ops, tracked = _tracked_by(
         lambda: [
             submit(operator.add, v, 1, out=v, writes=[x], prop=ae.FnProperty.ASYNC)
             for _ in range(n)
         ]
     )
-    assert 0 <= tracked / n <= 0.1, tracked
+    # (Other threads may free objects meanwhile: the count may dip below 0, seen once in CI.)
+    assert tracked / n <= 0.1, tracked
     release()
     await engine.wait_for_all()
-    assert await v.get() == n
-    del ops
+    assert await v.get() == n + 1
+    del ops, first
 
 
 async def test_an_engine_dropped_with_stuck_submits_is_collected() -> None:
