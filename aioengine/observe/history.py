@@ -142,7 +142,7 @@ class DepTracker:
             if id(v) not in tracks:  # (a dead Var's entry is gone: see __init__)
                 self._track(v)
         keys = [id(v) for v in vars_]
-        return self._add(op.seq, keys, [v.name for v in vars_], op.nreads, op.modes)
+        return self.replay(op.seq, keys, [v.name for v in vars_], op.nreads, op.modes)
 
     def replay(
         self,
@@ -152,25 +152,15 @@ class DepTracker:
         nreads: int,
         modes: Sequence[int] | None,
     ) -> tuple[tuple[int, str], ...]:
-        """:meth:`push` for an operation recorded earlier: its Vars given by key (one per
-        Var, the same for every use of it in the replay) and name, reads first."""
+        """Record the accesses of operation ``seq``, its Vars given by key (one per Var, the
+        same for every use of it) and name, reads first; return its dependencies. What
+        :meth:`push` does once it has tracked the Vars, and a trace's replay of an operation
+        recorded earlier (whose keys get tracks without a Var)."""
+        deps: list[tuple[int, str]] = []
         tracks = self._tracks
         for key in keys:
             if key not in tracks:
                 tracks[key] = _VarTrack(None)
-        return self._add(seq, keys, names, nreads, modes)
-
-    def _add(
-        self,
-        seq: int,
-        keys: Sequence[int],
-        names: Sequence[str],
-        nreads: int,
-        modes: Sequence[int] | None,
-    ) -> tuple[tuple[int, str], ...]:
-        """Record the accesses of operation ``seq`` (every key tracked); its dependencies."""
-        deps: list[tuple[int, str]] = []
-        tracks = self._tracks
         for i in range(nreads):
             track = tracks[keys[i]]
             name = names[i]
@@ -181,10 +171,7 @@ class DepTracker:
                 deps.extend(zip(track.base, repeat(name)))
             elif track.writer:
                 deps.append((track.writer, name))
-            readers = track.readers
-            readers.append(seq)
-            if len(readers) > _MAX_READERS:
-                del readers[: _MAX_READERS // 2]
+            _join_group(track, seq)
         for i in range(nreads, len(keys)):
             track = tracks[keys[i]]
             name = names[i]
@@ -217,10 +204,15 @@ class DepTracker:
             deps.extend(zip(track.base, repeat(name)))
         elif track.writer:
             deps.append((track.writer, name))
-        readers = track.readers
-        readers.append(seq)
-        if len(readers) > _MAX_READERS:
-            del readers[: _MAX_READERS // 2]
+        _join_group(track, seq)
+
+
+def _join_group(track: _VarTrack, seq: int) -> None:
+    """Add operation ``seq`` to ``track``'s current group (its newest members only kept)."""
+    readers = track.readers
+    readers.append(seq)
+    if len(readers) > _MAX_READERS:
+        del readers[: _MAX_READERS // 2]
 
 
 class OpRecord:
