@@ -364,26 +364,13 @@ def submit(
     mutate = [*writes_, *outs] if writes_ else outs  # in both: written (engine rule)
     if name is None:
         name = default_name(fn)
+    positions = _POSITIONS.get(mask) or _positions(mask)
+    given: Any = out if single else outs or None  # as the record keeps it
     if type(ctx) is Context and ctx.device_type is _REMOTE:
         # A value operation on the cluster (remote/): its Vars' versions, not their values.
-        call = ValueCall(
-            fn,
-            args,
-            kwargs,
-            _POSITIONS.get(mask) or _positions(mask),
-            keys,
-            out if single else outs or None,
-            bool(writes_),
-        )
+        call = ValueCall(fn, args, kwargs, positions, keys, given, bool(writes_))
         return engine.push_sync(call, ctx, const, mutate, prop=prop, priority=priority, name=name)
-    local = LocalCall(
-        fn,
-        args,
-        kwargs,
-        _POSITIONS.get(mask) or _positions(mask),
-        keys,
-        out if single else outs or None,  # type: ignore[arg-type]
-    )
+    local = LocalCall(fn, args, kwargs, positions, keys, given)
     if is_coroutine_function(fn):
         return engine.push_async(
             local.run_async, ctx, const, mutate, prop=prop, priority=priority, name=name
