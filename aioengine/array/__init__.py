@@ -22,26 +22,47 @@ import weakref
 
 from .. import BlockingEngine, Engine
 from ._array import Array, blocking_of
+from ._chain import CHUNK_BYTES
 from ._namespace import Namespace
 from ._push import FUSE_MAX, INLINE_COST
 from ._sync import PendingArrayError
 
-__all__ = ("FUSE_MAX", "INLINE_COST", "Array", "Namespace", "PendingArrayError", "namespace")
+__all__ = (
+    "CHUNK_BYTES",
+    "FUSE_MAX",
+    "INLINE_COST",
+    "Array",
+    "Namespace",
+    "PendingArrayError",
+    "namespace",
+)
 
 # One namespace per engine (its loop and caches live there), dropped with the engine.
 _NAMESPACES: weakref.WeakKeyDictionary[object, Namespace] = weakref.WeakKeyDictionary()
 
 
-def namespace(engine: Engine | BlockingEngine) -> Namespace:
+def namespace(engine: Engine | BlockingEngine, *, chunk_bytes: int | None = None) -> Namespace:
     """The Array API namespace bound to ``engine`` (the same object on every call).
+
+    ``chunk_bytes`` sets the chunk size of the namespace's large arrays (``_chain.py``: each
+    chunk has a Var of its own, and an elementwise operation runs one kernel per chunk); by
+    default the ``AIOENGINE_ARRAY_CHUNK_BYTES`` environment variable, else 1 MiB. It applies
+    when the namespace is made: asking again with another value raises ``ValueError``.
 
     Raises:
         TypeError: if ``engine`` is not an Engine or a BlockingEngine.
+        ValueError: if ``chunk_bytes`` is not an integer of at least 8, or differs from the
+            existing namespace's.
     """
     if not isinstance(engine, Engine | BlockingEngine):
         raise TypeError(f"namespace() needs an aioengine Engine or BlockingEngine, got {engine!r}")
     key = engine.engine if isinstance(engine, BlockingEngine) else engine
     ns = _NAMESPACES.get(key)
     if ns is None or (isinstance(engine, BlockingEngine) and blocking_of(ns) is None):
-        ns = _NAMESPACES[key] = Namespace(engine)
+        ns = _NAMESPACES[key] = Namespace(engine, chunk_bytes)
+    elif chunk_bytes is not None and ns.chunk_bytes != chunk_bytes:
+        raise ValueError(
+            f"the namespace of {engine!r} exists with chunk_bytes={ns.chunk_bytes}; "
+            "chunk_bytes is set when it is made"
+        )
     return ns

@@ -65,6 +65,7 @@ __all__ = (
     "check_writable",
     "concrete_shape",
     "engine_of",
+    "is_view",
     "known_shape",
     "layout_of",
     "namespace_of",
@@ -223,10 +224,16 @@ class Array:
         writer = buf.writer
         if writer is not None and not writer.done():
             return False
-        stats = buf.var.statistics()
-        if stats.mode not in (None, "read"):
+        writers = buf.writers
+        if writers is not None and not all(w.done() for w in writers):
             return False
-        return all(mode == "read" for mode in stats.waiting_modes)
+        for var in buf.vars:
+            stats = var.statistics()
+            if stats.mode not in (None, "read") or not all(
+                mode == "read" for mode in stats.waiting_modes
+            ):
+                return False
+        return True
 
     def __await__(self) -> Generator[Any, None, Any]:
         ns = self._ns
@@ -246,7 +253,7 @@ class Array:
         # Reading on the loop, in push order; a GPU buffer is read once its fences completed
         # (the engine holds a host consumer back until then).
         op: Operation[Any] = engine.push_sync(
-            functools.partial(_capture, self), host, (buf.var,), (), prop=_ASYNC, name="await"
+            functools.partial(_capture, self), host, buf.vars, (), prop=_ASYNC, name="await"
         )
         ns._bind(op)
         try:
@@ -256,12 +263,13 @@ class Array:
             # The Var carries the engine's record of a failure: throw it (once, engine-wide,
             # so wait_for_all() and aclose() do not raise it again) and raise it as the
             # array's own.
-            try:
-                await engine.wait_for_var(buf.var)
-            except asyncio.CancelledError:
-                raise
-            except BaseException:
-                pass
+            for var in buf.vars:
+                try:
+                    await engine.wait_for_var(var)
+                except asyncio.CancelledError:
+                    raise
+                except BaseException:
+                    pass
             failure = failure_of(buf)
             if failure is None:
                 root = exc.__cause__ if exc.__cause__ is not None else exc
@@ -670,6 +678,11 @@ def unpack(x: Array) -> tuple[Namespace, Buffer, Shape, np.dtype[Any], Context]:
     """``x``'s namespace, Buffer, known shape, dtype and device, in one call (for the hot
     path of the binary functions, ``_push.Pusher._binop``)."""
     return x._ns, x._buf, x._shape, x._dtype, x._device
+
+
+def is_view(x: Array) -> bool:
+    """Whether ``x`` sees its Buffer through steps (a view), not as a whole."""
+    return bool(x._steps)
 
 
 def namespace_of(x: Array) -> Namespace:

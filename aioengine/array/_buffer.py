@@ -31,6 +31,16 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
 * ``exported``: ``await`` or a sync point handed ``value`` out as a read-only view; the next
   write copies it first (inside that write, which holds the turn), so what the user holds never
   changes.
+* ``vars``: the Vars that order access to the Buffer: ``(var,)``, or one per chunk for a
+  chunked Buffer (``_chain.py``; then ``var`` is the first). Set at creation (and by
+  :meth:`expose`, which merges the chunks back into one Var); a whole-array operation reads
+  or writes them all.
+* ``pending``, ``writers``: a chunked Buffer's kernels (``_chain.ChainKernel``), one per
+  chunk, which later elementwise operations may join while they have not started; and
+  their operations (``writer`` is the last). None for an unchunked Buffer.
+* ``wgen``: the number of array writes pushed on the Buffer (set at push, on the pushing
+  thread): a fused step may join a kernel only while the ``wgen`` of every array it reads is
+  what the kernel recorded (no write came in between).
 * ``shape``, ``dtype``: what the operation that makes the Buffer promised (checked when it
   runs); ``fn``, ``args`` (or ``x1`` and ``x2`` for a binary function), ``name``: that
   operation, until it has run (then None, so that a chain of arrays does not keep its inputs
@@ -75,12 +85,16 @@ class Buffer:
         "fn",
         "more",
         "name",
+        "pending",
         "rewritten",
         "shape",
         "share",
         "value",
         "var",
+        "vars",
+        "wgen",
         "writer",
+        "writers",
         "x1",
         "x2",
     )
@@ -100,6 +114,10 @@ class Buffer:
     ) -> None:
         self.engine = engine
         self.var = var
+        self.vars: tuple[Var, ...] = (var,)
+        self.pending: list[Any] | None = None
+        self.writers: tuple[Operation[Any], ...] | None = None
+        self.wgen = 0
         self.shape = shape
         self.dtype = dtype
         self.value = value
@@ -174,6 +192,8 @@ class Buffer:
         goes with the Buffer, without the push a deletion costs.
         """
         if not self.exposed:
+            if len(self.vars) > 1:
+                self._merge()
             self.exposed = True
             # Buffers fused into one operation share its Var: it goes when they all have.
             owner: Buffer | Shared = self if self.share is None else self.share
@@ -185,6 +205,19 @@ class Buffer:
                 finalizer = weakref.finalize(self, _delete, self.engine, self.var)
                 finalizer.atexit = False  # an engine closed at exit has nothing left to delete
         return self.var
+
+    def _merge(self) -> None:
+        """Give a chunked Buffer one Var again (before handing it out: raw pushes name one):
+        an operation writing every chunk's Var and the new one orders what follows on the
+        new Var after everything pushed on the chunks."""
+        var = self.engine.new_var(self.name or "array")
+        self.engine.push_sync(
+            _nothing, const_vars=(), mutate_vars=(*self.vars, var), prop=_ASYNC, name="merge chunks"
+        )
+        self.var = var
+        self.vars = (var,)
+        self.pending = None
+        self.wgen += 1
 
     def handed_out(self) -> bool:
         """Whether this Buffer's Var was handed out (by it, or another Buffer sharing it)."""
@@ -204,6 +237,10 @@ def _delete(engine: Engine, var: Var) -> None:
             engine.delete_var(var)
     except Exception:  # a closed engine, a Var deleted already, interpreter exit
         pass
+
+
+def _nothing(rctx: RunContext) -> None:
+    """The operation that merges a chunked Buffer's Vars (it orders, and does nothing)."""
 
 
 def _reraise(exc: BaseException, rctx: RunContext) -> None:

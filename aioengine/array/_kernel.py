@@ -102,9 +102,19 @@ def failure_of(buf: Buffer) -> BaseException | None:
     failure = buf.failure
     if failure is not None:
         return failure
-    writer = buf.writer
-    if writer is None:
+    writers = buf.writers
+    if writers is not None:  # a chunked Buffer: a kernel per chunk
+        for writer in writers:
+            if writer.state is _SKIPPED or writer.state is _CANCELLED:
+                return _learn(buf, writer)
         return None
+    last = buf.writer
+    if last is None:
+        return None
+    return _learn(buf, last)
+
+
+def _learn(buf: Buffer, writer: Any) -> BaseException | None:
     state = writer.state
     if state is _SKIPPED:
         cause = writer.exception()

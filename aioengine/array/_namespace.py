@@ -31,7 +31,16 @@ from ._linalg import Linalg
 from ._manipulation import Manipulation
 from ._meta import Shape, as_dtype, broadcast
 from ._products import Products
-from ._push import CPU, NORMAL, check_same, copy_value, elementwise, operand, push1
+from ._push import (
+    CPU,
+    NORMAL,
+    check_same,
+    chunk_bytes_setting,
+    copy_value,
+    elementwise,
+    operand,
+    push1,
+)
 from ._searching import Searching
 from ._statistics import Statistics
 
@@ -164,8 +173,8 @@ class Namespace(Creation, DataTypes, Manipulation, Searching, Statistics, Produc
     pi = math.pi
     newaxis = None
 
-    def __init__(self, engine: Engine | BlockingEngine) -> None:
-        super().__init__(engine)
+    def __init__(self, engine: Engine | BlockingEngine, chunk_bytes: int | None = None) -> None:
+        super().__init__(engine, chunk_bytes_setting(chunk_bytes))
         for name in DTYPE_NAMES:
             setattr(self, name, np.dtype(name))
         self.linalg = Linalg(self)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -52,11 +53,13 @@ from ._array import (
     buffer_of,
     check_writable,
     engine_of,
+    is_view,
     known_shape,
     namespace_of,
     unpack,
 )
 from ._buffer import Buffer, Shared
+from ._chain import CHUNK_BYTES, join_or_push
 from ._kernel import MISSING, Const, Kernel
 from ._meta import Shape, axis_index, broadcast, reduced
 from ._sync import running_loop
@@ -70,6 +73,7 @@ __all__ = (
     "Pusher",
     "call_with",
     "check_same",
+    "chunk_bytes_setting",
     "copy_value",
     "create",
     "elementwise",
@@ -99,6 +103,28 @@ _partial = functools.partial
 # Result dtypes of the hot path (_fast): function -> dtype -> dtype or scalar type -> dtype
 # (nested: three cheap lookups cost less than hashing one tuple of them).
 _DTYPES: dict[Any, dict[np.dtype[Any], dict[Any, np.dtype[Any]]]] = {}
+
+
+def chunk_bytes_setting(chunk_bytes: int | None) -> int:
+    """The chunk size of a namespace: ``chunk_bytes`` if given, else the
+    ``AIOENGINE_ARRAY_CHUNK_BYTES`` environment variable, else :data:`CHUNK_BYTES`.
+
+    Raises:
+        ValueError: if it is not a positive integer.
+    """
+    source = "chunk_bytes"
+    if chunk_bytes is None:
+        text = os.environ.get("AIOENGINE_ARRAY_CHUNK_BYTES")
+        if text is None or not text.strip():
+            return CHUNK_BYTES
+        source = "AIOENGINE_ARRAY_CHUNK_BYTES"
+        try:
+            chunk_bytes = int(text)
+        except ValueError:
+            raise ValueError(f"{source} must be a positive integer, got {text!r}") from None
+    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 8:
+        raise ValueError(f"{source} must be an integer of at least 8 (bytes), got {chunk_bytes!r}")
+    return chunk_bytes
 
 
 def call_with(fn: Callable[..., Any], kwargs: dict[str, Any], *values: Any) -> Any:
@@ -133,12 +159,19 @@ class Pusher(Bound):
     astype: Callable[..., Array]
     result_type: Callable[..., np.dtype[Any]]
 
-    def __init__(self, engine: Engine | BlockingEngine) -> None:
+    def __init__(self, engine: Engine | BlockingEngine, chunk_bytes: int = CHUNK_BYTES) -> None:
         super().__init__(engine)
         #: Fusion: the Buffer whose pending operation later ones may join, and the Vars it
         #: reads (only the loop thread sets them; any other push clears them first).
         self._segment: Buffer | None = None
         self._segment_reads: tuple[Any, ...] = ()
+        #: Chunks: the elements of one chunk (``_chain.py``), and the kernels of the latest
+        #: chunked result (later operations may join them; any thread may replace it).
+        self._chunk_elems = max(1, chunk_bytes // 8)
+        #: The chunk size of this namespace's large arrays, in bytes of float64 (an aioengine
+        #: extension: ``namespace(engine, chunk_bytes=...)``).
+        self.chunk_bytes = self._chunk_elems * 8
+        self._recent: list[Any] | None = None
 
     @staticmethod
     def _shape_arg(shape: Any) -> tuple[int, ...]:
@@ -180,6 +213,8 @@ class Pusher(Bound):
             op = self._engine.push_sync(kernel, device, reads, writes, prop=prop, name=name)
         if target is not None:
             target.writer = op
+            if target.writers is not None:
+                target.writers = (*target.writers, op)
         if self._loop is None:
             self._bind(op)
         if self._engine.max_pending is not None:
@@ -270,6 +305,10 @@ class Pusher(Bound):
         for d in shape:
             size *= d or 1
         inline = size <= INLINE_COST and device.device_type is CPU
+        if not inline and device.device_type is CPU:
+            chained = self._chain(fn, name, (a, b), shape, dtype, device)
+            if chained is not None:
+                return chained
         head = self._segment
         if head is not None and inline and head.fn is not None:
             fused = self._fuse(head, fn, name, a, b, abuf, bbuf, shape, dtype, device)
@@ -278,7 +317,11 @@ class Pusher(Bound):
         self._segment = None  # before the push: no later operation fuses across it
         buf = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, fn, None, name, a, b)
         out = Array(self, buf, shape, dtype, device)
-        reads = (abuf.var,) if bbuf is None or bbuf is abuf else (abuf.var, bbuf.var)
+        reads: tuple[Any, ...]
+        if len(abuf.vars) == 1 and (bbuf is None or len(bbuf.vars) == 1):
+            reads = (abuf.var,) if bbuf is None or bbuf is abuf else (abuf.var, bbuf.var)
+        else:  # a chunked operand (read whole: a broadcast or a view)
+            reads = tuple(dict.fromkeys((*abuf.vars, *(() if bbuf is None else bbuf.vars))))
         if self._blocking is None:
             op: Operation[Any] = engine.push_sync(
                 buf, device, reads, (buf.var,), prop=_ASYNC if inline else NORMAL, name=name
@@ -296,6 +339,49 @@ class Pusher(Bound):
         prop = _ASYNC if inline else NORMAL
         buf.writer = self._submit(buf, device, reads, (buf.var,), prop, name, None)
         return out
+
+    def _chain(
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        operands: tuple[Any, ...],
+        shape: Shape,
+        dtype: np.dtype[Any],
+        device: Context,
+    ) -> Array | None:
+        """``fn(*operands)`` as a chunked, fused operation (``_chain.py``), or None if it
+        cannot be one: every array operand must be a whole array of the result's shape (no
+        view, no broadcast) whose Var was never handed out."""
+        for x in operands:
+            if type(x) is Array:
+                _, xbuf, xshape, _, xdevice = unpack(x)
+                if (
+                    is_view(x)
+                    or xshape != shape
+                    or xbuf.exposed
+                    or xbuf.share is not None
+                    or xdevice != device
+                ):
+                    return None
+            elif type(x) is not Const:
+                return None
+        if None in shape:
+            return None
+        self._segment = None  # no tiny operation fuses across a push
+        buf = join_or_push(
+            self._submit,
+            self._engine,
+            self._chunk_elems,
+            self._recent,
+            fn,
+            name,
+            operands,
+            shape,  # type: ignore[arg-type]
+            dtype,
+            device,
+        )
+        self._recent = buf.pending
+        return Array(self, buf, shape, dtype, device)
 
     def _fuse(
         self,
@@ -323,6 +409,8 @@ class Pusher(Bound):
         for x in (abuf, bbuf):
             if x is None:
                 continue
+            if len(x.vars) > 1:
+                return None  # a chunked Buffer: read by an operation of its own
             if x.var is var:
                 fused = True
             elif x.var not in reads or x.handed_out():
@@ -441,7 +529,9 @@ def push(
         buf = buffer_of(a)
         if buf is not None and buf is not target_buf and id(buf) not in seen:
             seen.add(id(buf))
-            reads.append(buf.var)
+            for var in buf.vars:  # every chunk of a chunked Buffer
+                if var not in reads:
+                    reads.append(var)
     if run_on is None:
         run_on = device
     if prop is None:
@@ -457,7 +547,9 @@ def push(
     )
     if target_buf is not None:
         target_buf.rewritten = True
-        writes: tuple[Any, ...] = (target_buf.var,)
+        target_buf.wgen += 1  # no later step joins a kernel that read it before this write
+        writes: tuple[Any, ...] = target_buf.vars
+        reads = [v for v in reads if v not in writes]
     else:
         writes = tuple(b.var for b in bufs)
     kernel = Kernel(fn, args, bufs, target_buf, name)
@@ -505,6 +597,10 @@ def elementwise(
         **kw,
     )
     call = _partial(call_with, fn, kw) if kw else fn
+    if device.device_type is CPU and _meta.prod(shape) > INLINE_COST:
+        chained = ns._chain(call, name, operands, shape, dtype, device)
+        if chained is not None:
+            return chained
     return push1(ns, call, operands, shape, dtype, device, name)
 
 

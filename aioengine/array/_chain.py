@@ -1,0 +1,429 @@
+"""Chunks and fused chains: how a large elementwise operation uses every core in one pass.
+
+An array above :data:`~aioengine.array._push.INLINE_COST` elements made by an elementwise
+operation is **chunked**: its flat (C-order) elements are cut into chunks of ``chunk_elems``
+(the namespace's ``chunk_bytes`` over 8), and each chunk has an engine Var of its own
+(``Buffer.vars``). One operation becomes one push per chunk, so a chain runs on every worker,
+and chunk *i* of the next step starts as soon as chunk *i* of this one is done (a wavefront, no
+barrier between steps). The chunks are slices of one allocation (the Buffer's ``value``): a
+whole-array operation (``await``, a reduction, ``matmul``, a view) reads every chunk's Var and
+the value as it is, without a gather.
+
+**Fusion.** A chunk's operation is a :class:`ChainKernel`: a program of elementwise steps over
+that chunk. While it has not started (it waits for its inputs, or for a worker), a later
+elementwise operation whose every array operand is an input the kernel reads already, or a
+result the kernel makes, **joins** it: it becomes one more step of the program instead of a push
+of its own, and its result shares the kernel's Var for that chunk. The rule still holds per
+chunk: the kernel holds a read on every input's Var and a write on the Var of its results,
+and a step may join only if no write on any array it reads was pushed after the kernel
+(``Buffer.wgen``, the writes pushed on a Buffer, is compared with what the kernel recorded).
+A kernel evaluates its program in blocks of about :data:`BLOCK_BYTES` (cache-sized), each step a
+NumPy call with ``out=`` into the result (a step whose result someone still holds) or into a
+scratch block reused once its last reader is done (a step whose result nobody holds any more:
+its Buffer is known by a weak reference only). So ``c = a * 1.5 + b; c = c * c - a; ...``
+streams ``a`` and ``b`` through memory once and allocates only ``c``.
+
+Failures (the kernel itself never raises, because its Var is shared by results that computed):
+a step that raises fails its result and every step that reads it (a
+:class:`~aioengine.DependencyError` whose ``__cause__`` is the exception, which has a note
+naming the step); the others compute on. An operation of its own then carries the exception
+into the engine's record (``Buffer.carrier``), once per Buffer, as a fused tiny step does.
+
+State (each field says who writes it): :class:`ChainKernel`'s ``started`` and ``steps`` are
+guarded by its ``lock`` (joins run on the pushing thread, the kernel on a worker); everything
+else of a kernel is written before its push or under that lock before ``started``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import DependencyError, FnProperty
+from ._array import buffer_of
+from ._buffer import Buffer
+from ._kernel import MISSING, failure_of
+
+if TYPE_CHECKING:
+    from .. import Context, Engine, Operation, RunContext, Var
+
+__all__ = ("BLOCK_BYTES", "CHUNK_BYTES", "ChainKernel", "chunk_count", "join_or_push")
+
+#: The default chunk size in bytes of float64 (``chunk_elems`` = this over 8, whatever the
+#: dtype, so that arrays of one shape have the same chunks): chosen by measurement
+#: (``benchmarks/arrays.py``'s chain, 2 cores): a chunk must hold far more work than a push
+#: (about 5 µs): 1 MiB of float64 is 0.2-1 ms of elementwise work per step.
+CHUNK_BYTES = 1 << 20
+
+#: The bytes of one block of a kernel's evaluation (per operand): scratch blocks of this size
+#: stay in the core's cache between the steps of a chain.
+BLOCK_BYTES = 1 << 18
+
+#: The most steps one kernel's program holds (a longer chain pushes a new kernel per chunk).
+FUSE_STEPS = 64
+
+_NORMAL = FnProperty.NORMAL
+_ASYNC = FnProperty.ASYNC
+# Allocation of a chunked Buffer's value by whichever kernel materialises a chunk first.
+_alloc_lock = threading.Lock()
+
+
+def chunk_count(size: int, chunk_elems: int) -> int:
+    """The number of chunks of an array of ``size`` elements."""
+    return max(1, -(-size // chunk_elems))
+
+
+# An operand reference in a step: (kind, index or value).
+_IN = 0  # an input Buffer of the kernel, by index into ``inputs``
+_REG = 1  # the result of an earlier step, by its index
+_CONST = 2  # a Python scalar, as it is
+
+
+class _Step:
+    """One elementwise operation in a kernel's program."""
+
+    __slots__ = ("fn", "gen", "name", "operands", "out", "ufunc")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        operands: tuple[tuple[int, Any], ...],
+        out: weakref.ReferenceType[Buffer],
+    ) -> None:
+        self.fn = fn
+        #: Whether ``fn`` is a ufunc (then called with ``out=``).
+        self.ufunc = isinstance(fn, np.ufunc)
+        self.name = name
+        self.operands = operands
+        #: The result's Buffer, weakly: dead means nobody can read it (not materialised).
+        self.out = out
+
+
+class ChainKernel:
+    """The operation that computes one chunk of one or more elementwise results (see the
+    module docstring): the function pushed for it."""
+
+    __slots__ = (
+        "chunk",
+        "dtypes",
+        "engine",
+        "gens",
+        "hi",
+        "inputs",
+        "lo",
+        "lock",
+        "op",
+        "started",
+        "steps",
+        "var",
+    )
+
+    def __init__(self, engine: Engine, chunk: int, lo: int, hi: int, var: Var) -> None:
+        self.engine = engine
+        self.chunk = chunk
+        self.lo = lo
+        self.hi = hi
+        #: The Var this kernel writes: every result's Var for this chunk.
+        self.var = var
+        #: Input Buffers, read (the kernel holds a read on each one's Var for this chunk).
+        self.inputs: list[Buffer] = []
+        #: ``wgen`` of each input and of each result, when the kernel started reading it:
+        #: a step may join only while they are unchanged. Keyed by ``id(buffer)``.
+        self.gens: dict[int, int] = {}
+        #: The program, in push order (guarded by ``lock`` until ``started``).
+        self.steps: list[_Step] = []
+        #: The result dtypes of the steps, in order.
+        self.dtypes: list[np.dtype[Any]] = []
+        self.lock = threading.Lock()
+        #: Set (under ``lock``) when the kernel starts: nothing joins after it.
+        self.started = False
+        self.op: Operation[Any] | None = None
+
+    # -- recording (the pushing thread) --------------------------------------------------------
+
+    def _operands(
+        self, operands: Sequence[Any], bufs: Sequence[Buffer | None], new: bool
+    ) -> tuple[tuple[int, Any], ...] | None:
+        """The step's operand references, or None if it cannot join (an array this kernel
+        neither reads nor makes, or one written since). ``new``: the kernel's first step
+        (every array is an input)."""
+        refs: list[tuple[int, Any]] = []
+        for x, buf in zip(operands, bufs, strict=True):
+            if buf is None:
+                refs.append((_CONST, x.value))
+                continue
+            # Found by identity first: then its id keys ``gens`` (it is alive: the kernel
+            # holds its inputs, and a result read here is held by the caller).
+            pending = buf.pending
+            if pending is not None and pending[self.chunk] is self:
+                index = next((j for j, s in enumerate(self.steps) if s.out() is buf), -1)
+                if index < 0 or self.gens.get(id(buf)) != buf.wgen:
+                    return None
+                refs.append((_REG, index))
+                continue
+            index = next((j for j, b in enumerate(self.inputs) if b is buf), -1)
+            if index >= 0:
+                if self.gens.get(id(buf)) != buf.wgen or (not new and buf.handed_out()):
+                    return None  # written since the kernel read it, or raw pushes may
+                refs.append((_IN, index))
+                continue
+            if not new:
+                return None  # an array the kernel holds no turn on
+            self.gens[id(buf)] = buf.wgen
+            self.inputs.append(buf)
+            refs.append((_IN, len(self.inputs) - 1))
+        return tuple(refs)
+
+    def add(
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        operands: Sequence[Any],
+        bufs: Sequence[Buffer | None],
+        out: Buffer,
+        dtype: np.dtype[Any],
+        new: bool = False,
+    ) -> bool:
+        """Add the step ``fn(*operands)`` making chunk ``chunk`` of ``out``; False (nothing
+        changed) if it may not join (started, or the rule forbids it)."""
+        with self.lock:
+            if self.started or len(self.steps) >= FUSE_STEPS:
+                return False
+            refs = self._operands(operands, bufs, new)
+            if refs is None:
+                return False
+            self.steps.append(_Step(fn, name, refs, weakref.ref(out)))
+            self.dtypes.append(dtype)
+            self.gens[id(out)] = out.wgen
+            return True
+
+    # -- running (a worker thread) -------------------------------------------------------------
+
+    def __call__(self, rctx: RunContext) -> None:
+        with self.lock:
+            self.started = True
+            steps = self.steps
+        inputs = self.inputs
+        self.inputs = []
+        self.gens = {}
+        try:
+            self._run(steps, inputs, rctx)
+        finally:
+            self.steps = []
+
+    def _run(self, steps: list[_Step], inputs: list[Buffer], rctx: RunContext) -> None:
+        lo, hi = self.lo, self.hi
+        outs = [step.out() for step in steps]
+        # An input that failed (or was never computed) fails every result.
+        values: list[Any] = []
+        for buf in inputs:
+            failure = buf.failure
+            if failure is None and (buf.value is MISSING or buf.rewritten or buf.writers):
+                failure = failure_of(buf)
+                if failure is None and buf.value is MISSING:
+                    failure = RuntimeError("an input has no value")
+            if failure is not None:
+                root = failure.__cause__ if isinstance(failure, DependencyError) else failure
+                for out, step in zip(outs, steps, strict=True):
+                    if out is not None and out.failure is None:
+                        dep = DependencyError(
+                            f"{step.name} was not computed: an input failed: {root!r}"
+                        )
+                        dep.__cause__ = root
+                        out.failure = dep
+                return
+            value = buf.value
+            values.append(value.reshape(-1) if value.ndim != 1 else value)
+        # Destinations: a live result's slice of its value (allocated by the first kernel to
+        # materialise a chunk of it), else a scratch block.
+        flat: list[Any] = []
+        for out, dtype in zip(outs, self.dtypes, strict=True):
+            if out is None:
+                flat.append(None)
+                continue
+            value = out.value
+            if value is MISSING:
+                with _alloc_lock:
+                    value = out.value
+                    if value is MISSING:
+                        value = out.value = np.empty(out.shape, dtype)
+            flat.append(value.reshape(-1))
+        last = _last_uses(steps)
+        itemsize = max(8, *(d.itemsize for d in self.dtypes))
+        block = max(1024, BLOCK_BYTES // itemsize)
+        failed: dict[int, BaseException] = {}
+        scratch: dict[int, Any] = {}
+        for start in range(lo, hi, block):
+            stop = min(start + block, hi)
+            m = stop - start
+            regs: list[Any] = [None] * len(steps)
+            free: dict[np.dtype[Any], list[Any]] = {}
+            for k, step in enumerate(steps):
+                if k in failed:
+                    continue
+                args = []
+                for kind, ref in step.operands:
+                    if kind == _IN:
+                        args.append(values[ref][start:stop])
+                    elif kind == _REG:
+                        args.append(regs[ref])
+                    else:
+                        args.append(ref)
+                dest = flat[k]
+                dtype = self.dtypes[k]
+                if dest is not None:
+                    dest = dest[start:stop]
+                else:
+                    pool = free.get(dtype)
+                    if pool:
+                        dest = pool.pop()[:m]
+                    else:
+                        key = len(scratch)
+                        scratch[key] = np.empty(block, dtype)
+                        dest = scratch[key][:m]
+                try:
+                    if step.ufunc:
+                        step.fn(*args, out=dest)
+                    else:
+                        dest[...] = step.fn(*args)
+                except BaseException as exc:
+                    self._fail(steps, outs, k, exc, failed, rctx)
+                    continue
+                regs[k] = dest
+                # Scratch of results read for the last time by this step goes back to the pool.
+                for kind, ref in step.operands:
+                    if kind == _REG and last[ref] == k and flat[ref] is None:
+                        reg = regs[ref]
+                        if reg is not None:
+                            base = reg.base if reg.base is not None else reg
+                            free.setdefault(reg.dtype, []).append(base)
+                        regs[ref] = None
+                if last[k] < 0 and flat[k] is None:  # never read, nobody holds it
+                    base = dest.base if dest.base is not None else dest
+                    free.setdefault(dtype, []).append(base)
+
+    def _fail(
+        self,
+        steps: list[_Step],
+        outs: list[Buffer | None],
+        k: int,
+        exc: BaseException,
+        failed: dict[int, BaseException],
+        rctx: RunContext,
+    ) -> None:
+        """Step ``k`` raised ``exc``: fail its result and every step reading it, and report
+        ``exc`` to the engine once per Buffer (an operation of its own carries it)."""
+        step = steps[k]
+        exc.add_note(f"in aioengine.array operation {step.name} on {rctx.ctx} (a fused chain)")
+        failed[k] = exc
+        for j in range(k + 1, len(steps)):
+            if any(kind == _REG and ref in failed for kind, ref in steps[j].operands):
+                failed[j] = exc
+        for j, err in failed.items():
+            out = outs[j]
+            if out is None:
+                continue
+            with _alloc_lock:
+                if out.failure is not None:
+                    continue
+                if j == k:
+                    out.failure = err
+                else:
+                    dep = DependencyError(
+                        f"{steps[j].name} was not computed: an input failed: {err!r}"
+                    )
+                    dep.__cause__ = err
+                    out.failure = dep
+                if j != k:
+                    continue
+                carrier = out.carrier = self.engine.new_var(f"{step.name} failure")
+            self.engine.push_sync(
+                functools.partial(_reraise, err),
+                rctx.ctx,
+                (),
+                (carrier,),
+                prop=_ASYNC,
+                name=step.name,
+            )
+
+
+def _reraise(exc: BaseException, rctx: RunContext) -> None:
+    """The operation that carries a fused step's failure into the engine's record."""
+    raise exc
+
+
+def _last_uses(steps: Sequence[_Step]) -> list[int]:
+    """For each step, the index of the last step reading its result (-1: none)."""
+    last = [-1] * len(steps)
+    for j, step in enumerate(steps):
+        for kind, ref in step.operands:
+            if kind == _REG:
+                last[ref] = j
+    return last
+
+
+def join_or_push(
+    submit: Callable[..., Operation[Any]],
+    engine: Engine,
+    chunk_elems: int,
+    recent: list[Any] | None,
+    fn: Callable[..., Any],
+    name: str,
+    operands: Sequence[Any],
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    device: Context,
+) -> Buffer:
+    """The Buffer of ``fn(*operands)`` (arrays of ``shape`` and Consts), chunked: per chunk,
+    a step joined to a kernel that makes or reads its operands there (the operands' own, then
+    ``recent``: the kernels of the namespace's latest chunked result), else a new kernel pushed
+    with ``submit`` (the namespace's push)."""
+    size = math.prod(shape)
+    n = chunk_count(size, chunk_elems)
+    bufs = [buffer_of(x) for x in operands]
+    out = Buffer(engine, None, shape, dtype, MISSING, name=name)  # type: ignore[arg-type]
+    pending: list[Any] = [None] * n
+    out.pending = pending
+    if recent is not None and len(recent) != n:
+        recent = None
+    vars_: list[Any] = [None] * n
+    writers: list[Any] = [None] * n
+    for i in range(n):
+        kernel = None
+        for buf in bufs:
+            if buf is not None and buf.pending is not None:
+                candidate = buf.pending[i]
+                if candidate is not None and candidate.add(fn, name, operands, bufs, out, dtype):
+                    kernel = candidate
+                    break
+        if kernel is None and recent is not None:
+            candidate = recent[i]
+            if candidate is not None and candidate.add(fn, name, operands, bufs, out, dtype):
+                kernel = candidate
+        if kernel is None:
+            lo = i * chunk_elems
+            var = engine.new_var(name)
+            kernel = ChainKernel(engine, i, lo, min(lo + chunk_elems, size), var)
+            kernel.add(fn, name, operands, bufs, out, dtype, new=True)
+            reads = []
+            for buf in kernel.inputs:
+                bvars = buf.vars
+                bvar = bvars[i] if len(bvars) == n else bvars[0]
+                if bvar not in reads:  # results of one kernel share its Var
+                    reads.append(bvar)
+            kernel.op = submit(kernel, device, reads, (var,), _NORMAL, name, None)
+        pending[i] = kernel
+        vars_[i] = kernel.var
+        writers[i] = kernel.op
+    out.vars = tuple(vars_)
+    out.var = vars_[0]
+    out.writers = tuple(writers)
+    out.writer = writers[-1]
+    return out
