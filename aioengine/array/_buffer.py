@@ -38,6 +38,10 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
 * ``pending``, ``writers``: a chunked Buffer's kernels (``_chain.ChainKernel``), one per
   chunk, which later elementwise operations may join while they have not started; and
   their operations (``writer`` is the last). None for an unchunked Buffer.
+* ``readers``: the Vars of kernels that read this Buffer without a turn on its Vars (a step
+  joined them after the value was computed, ``_chain.py``): a write on it (and the merge
+  before handing the Var out) reads them first, so it waits for those reads. Pushing thread;
+  cleared by that write.
 * ``wgen``: the number of array writes pushed on the Buffer (set at push, on the pushing
   thread): a fused step may join a kernel only while the ``wgen`` of every array it reads is
   what the kernel recorded (no write came in between).
@@ -86,6 +90,7 @@ class Buffer:
         "more",
         "name",
         "pending",
+        "readers",
         "rewritten",
         "shape",
         "share",
@@ -118,6 +123,7 @@ class Buffer:
         self.pending: list[Any] | None = None
         self.writers: tuple[Operation[Any], ...] | None = None
         self.wgen = 0
+        self.readers: list[Var] | None = None
         self.shape = shape
         self.dtype = dtype
         self.value = value
@@ -192,7 +198,7 @@ class Buffer:
         goes with the Buffer, without the push a deletion costs.
         """
         if not self.exposed:
-            if len(self.vars) > 1:
+            if len(self.vars) > 1 or self.readers:
                 self._merge()
             self.exposed = True
             # Buffers fused into one operation share its Var: it goes when they all have.
@@ -207,12 +213,19 @@ class Buffer:
         return self.var
 
     def _merge(self) -> None:
-        """Give a chunked Buffer one Var again (before handing it out: raw pushes name one):
-        an operation writing every chunk's Var and the new one orders what follows on the
-        new Var after everything pushed on the chunks."""
-        var = self.engine.new_var(self.name or "array")
+        """Before handing the Var out (raw pushes name one Var): give a chunked Buffer one Var
+        again, and order it after the kernels that read the Buffer without a turn
+        (``readers``). One operation writes every chunk's Var and the one handed out, reading
+        those kernels' Vars: what raw pushes do on it comes after all of them."""
+        readers = self.readers or ()
+        self.readers = None
+        var = self.engine.new_var(self.name or "array") if len(self.vars) > 1 else self.var
         self.engine.push_sync(
-            _nothing, const_vars=(), mutate_vars=(*self.vars, var), prop=_ASYNC, name="merge chunks"
+            _nothing,
+            const_vars=readers,
+            mutate_vars=tuple(dict.fromkeys((*self.vars, var))),
+            prop=_ASYNC,
+            name="merge chunks",
         )
         self.var = var
         self.vars = (var,)

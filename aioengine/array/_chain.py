@@ -175,7 +175,16 @@ class ChainKernel:
                 refs.append((_IN, index))
                 continue
             if not new:
-                return None  # an array the kernel holds no turn on
+                # An array the kernel holds no turn on: it may read it still if its value is
+                # computed and no write is pending (then the kernel reads what the step would),
+                # and a write pushed later waits for the kernel (``Buffer.readers``).
+                if not quiescent(buf):
+                    return None
+                readers = buf.readers
+                if readers is None:
+                    buf.readers = [self.var]
+                elif self.var not in readers:
+                    readers.append(self.var)
             self.gens[id(buf)] = buf.wgen
             self.inputs.append(buf)
             refs.append((_IN, len(self.inputs) - 1))
@@ -352,6 +361,18 @@ class ChainKernel:
                 prop=_ASYNC,
                 name=step.name,
             )
+
+
+def quiescent(buf: Buffer) -> bool:
+    """Whether ``buf``'s value is computed and no write on it is pending: every write on it
+    was pushed by the arrays (its Var never handed out) and has finished."""
+    if buf.exposed or buf.share is not None or buf.value is MISSING:
+        return False
+    writer = buf.writer
+    if writer is not None and not writer.done():
+        return False
+    writers = buf.writers
+    return writers is None or all(w.done() for w in writers)
 
 
 def _reraise(exc: BaseException, rctx: RunContext) -> None:

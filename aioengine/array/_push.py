@@ -550,6 +550,9 @@ def push(
         target_buf.wgen += 1  # no later step joins a kernel that read it before this write
         writes: tuple[Any, ...] = target_buf.vars
         reads = [v for v in reads if v not in writes]
+        if target_buf.readers:  # kernels that read it without a turn: the write waits
+            reads.extend(v for v in target_buf.readers if v not in reads)
+            target_buf.readers = None
     else:
         writes = tuple(b.var for b in bufs)
     kernel = Kernel(fn, args, bufs, target_buf, name)

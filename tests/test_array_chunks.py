@@ -1,0 +1,284 @@
+"""Chunks and fused chains (``aioengine/array/_chain.py``): a large elementwise operation runs
+one kernel per chunk, each chunk with a Var of its own, and later elementwise operations join a
+chunk's kernel while it has not started.
+
+What a user relies on: the values are NumPy's (exactly, for these operations), whatever joined
+what; a write pushed between two operations is seen by the second; a raw push on ``x.var``, a
+view across chunks, an in-place write, ``await`` in the middle and a failing step behave as
+unfused operations do; results nobody holds are not allocated. The namespaces here use small
+chunks (``chunk_bytes``) so that arrays of a few tens of thousands of elements have many.
+"""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import aioengine as ae
+import aioengine.array as aa
+from aioengine.array import _push
+
+N = 5 * 8192 + 17  # 5 chunks of 8,192 elements and a short one, above the inline threshold
+CHUNK = 8192 * 8
+assert N > _push.INLINE_COST
+
+
+def chain(xp: Any, a: Any, b: Any) -> Any:
+    """The issue's 10-step chain."""
+    c = a * 1.5 + b
+    c = c * c - a
+    c = xp.sqrt(xp.abs(c)) + 2.0
+    c = c * b - a * 0.5
+    return xp.exp(-c * c) + c
+
+
+def rng_values(seed: int, n: int = N) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(n), rng.standard_normal(n)
+
+
+def arrays(xp: Any, *values: np.ndarray[Any, Any]) -> list[Any]:
+    """Engine arrays of copies of ``values`` (in-place writes must not change the originals)."""
+    return [xp.asarray(v.copy()) for v in values]
+
+
+async def test_a_chain_is_chunked_and_equals_numpy_exactly() -> None:
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        an, bn = rng_values(0)
+        a, b = arrays(xp, an, bn)
+        c = chain(xp, a, b)
+        assert len(aa._array.buffer_of(c).vars) == 6  # one Var per chunk
+        np.testing.assert_array_equal(await c, chain(np, an, bn))
+
+
+def test_the_synchronous_namespace_chunks_too() -> None:
+    with ae.BlockingEngine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        an, bn = rng_values(1)
+        c = chain(xp, xp.asarray(an), xp.asarray(bn))
+        np.testing.assert_array_equal(np.asarray(c), chain(np, an, bn))
+
+
+async def test_chunk_bytes_is_settable_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with ae.Engine() as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        assert xp.chunk_bytes == CHUNK
+        assert aa.namespace(engine) is xp
+        with pytest.raises(ValueError, match="chunk_bytes"):
+            aa.namespace(engine, chunk_bytes=2 * CHUNK)
+    async with ae.Engine() as engine:
+        monkeypatch.setenv("AIOENGINE_ARRAY_CHUNK_BYTES", str(4 * CHUNK))
+        assert aa.namespace(engine).chunk_bytes == 4 * CHUNK
+    async with ae.Engine() as engine:
+        monkeypatch.setenv("AIOENGINE_ARRAY_CHUNK_BYTES", "lots")
+        with pytest.raises(ValueError, match="AIOENGINE_ARRAY_CHUNK_BYTES"):
+            aa.namespace(engine)
+    async with ae.Engine() as engine:
+        monkeypatch.delenv("AIOENGINE_ARRAY_CHUNK_BYTES")
+        with pytest.raises(ValueError, match="at least 8"):
+            aa.namespace(engine, chunk_bytes=0)
+        assert aa.namespace(engine).chunk_bytes == aa.CHUNK_BYTES
+
+
+async def test_a_write_pushed_between_is_seen_by_what_follows() -> None:
+    async with ae.Engine(cpu_workers=1) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        an, bn = rng_values(2)
+        a, b = arrays(xp, an, bn)
+        gate = engine.new_var("gate")  # holds the only worker: nothing starts yet
+        block = engine.push_sync(lambda r: __import__("time").sleep(0.05), mutate_vars=[gate])
+        c1 = a + b
+        a += 5.0  # a write on an input of c1's kernels, pushed before c2
+        c2 = c1 * a  # must read a after the write: it may not join c1's kernels
+        b[N // 2 :] = 0.0  # a write through a view straddling chunks
+        c3 = c2 - b
+        await block
+        an2 = an + 5.0
+        bn2 = bn.copy()
+        bn2[N // 2 :] = 0.0
+        np.testing.assert_array_equal(await c1, an + bn)
+        np.testing.assert_array_equal(await c2, (an + bn) * an2)
+        np.testing.assert_array_equal(await c3, (an + bn) * an2 - bn2)
+
+
+async def test_an_in_place_write_on_a_fused_result_is_ordered() -> None:
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        an, bn = rng_values(3)
+        a, b = arrays(xp, an, bn)
+        c1 = a * 2.0
+        c2 = c1 + b
+        c1 += 1.0  # c2 was computed from c1 before this write
+        c3 = c1 * 3.0  # and this after it
+        np.testing.assert_array_equal(await c2, an * 2.0 + bn)
+        np.testing.assert_array_equal(await c3, (an * 2.0 + 1.0) * 3.0)
+        np.testing.assert_array_equal(await c1, an * 2.0 + 1.0)
+
+
+async def test_a_raw_push_on_the_var_of_a_chunked_array_is_ordered() -> None:
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        an, bn = rng_values(4)
+        a, b = arrays(xp, an, bn)
+        c = a + b
+        seen: list[float] = []
+        # Reading x.var orders the raw push after every chunk's write, and later array
+        # operations after it.
+        engine.push_sync(lambda r: seen.append(1.0), const_vars=[c.var])
+        d = c * 2.0
+        np.testing.assert_array_equal(await d, (an + bn) * 2.0)
+        await engine.wait_for_all()
+        assert seen == [1.0]
+
+
+async def test_await_in_the_middle_and_views_across_chunks() -> None:
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        an, bn = rng_values(5)
+        a, b = arrays(xp, an, bn)
+        c = a - b
+        first = await c
+        d = c * c
+        window = d[8000:20000]  # straddles two chunk boundaries
+        total = xp.sum(d)
+        np.testing.assert_array_equal(first, an - bn)
+        np.testing.assert_array_equal(await window, ((an - bn) ** 2)[8000:20000])
+        assert float(await total) == pytest.approx(float(np.sum((an - bn) ** 2)), rel=1e-12)
+        c += 1.0  # what await returned never changes
+        await c
+        np.testing.assert_array_equal(first, an - bn)
+
+
+async def test_a_failing_step_fails_its_dependents_only_and_is_raised_once() -> None:
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        x = xp.asarray(np.arange(N, dtype=np.int64) % 7)
+        e = xp.asarray(-np.ones(N, dtype=np.int64))
+        ok = x + 1
+        bad = ok**e  # integers to negative integer powers: NumPy raises
+        worse = bad + 1
+        fine = ok * 2
+        np.testing.assert_array_equal(await fine, (np.arange(N) % 7 + 1) * 2)
+        with pytest.raises(ValueError, match="negative integer powers") as info:
+            await bad
+        assert any("pow" in note for note in getattr(info.value, "__notes__", []))
+        with pytest.raises(ae.DependencyError):
+            await worse
+        np.testing.assert_array_equal(await ok, np.arange(N) % 7 + 1)
+        await engine.wait_for_all()  # thrown by await already: not again
+
+
+async def test_a_failure_nobody_awaits_is_reported_by_wait_for_all() -> None:
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        x = xp.asarray(np.ones(N, dtype=np.int64))
+        bad = x ** xp.asarray(-np.ones(N, dtype=np.int64))
+        with pytest.raises(ExceptionGroup) as info:
+            await engine.wait_for_all()
+        (only,) = info.value.exceptions  # once, not once per chunk
+        assert isinstance(only, ValueError) and "negative integer powers" in str(only)
+        with pytest.raises(ValueError, match="negative integer powers"):
+            await bad
+
+
+async def test_results_nobody_holds_are_not_allocated() -> None:
+    n = 2_000_000
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine)  # the default chunk size
+        an, bn = rng_values(6, n)
+        a, b = arrays(xp, an, bn)
+        await a
+        await b
+        gc.collect()
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            c = chain(xp, a, b)
+            value = await c
+            peak = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+        np.testing.assert_array_equal(value, chain(np, an, bn))
+        # NumPy's own chain peaks at 3 results; the fused chain at the result and the
+        # intermediates of the chunks that had started before the rest of it was pushed.
+        assert peak < 2.5 * value.nbytes, peak / value.nbytes
+
+
+# -- random programs against NumPy -------------------------------------------------------------
+
+_UNARY: dict[str, Callable[[Any, Any], Any]] = {
+    "abs": lambda xp, x: xp.abs(x),
+    "neg": lambda xp, x: -x,
+    "sqrt_abs": lambda xp, x: xp.sqrt(xp.abs(x)),
+    "square": lambda xp, x: x * x,
+    "tanh": lambda xp, x: xp.tanh(x),
+}
+_BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "add": lambda x, y: x + y,
+    "sub": lambda x, y: x - y,
+    "mul": lambda x, y: x * y,
+    "max": lambda x, y: x * (x > y) + y * (x <= y),
+}
+
+
+def _program(data: st.DataObject) -> list[tuple[Any, ...]]:
+    steps = []
+    for _ in range(data.draw(st.integers(4, 14), label="length")):
+        kind = data.draw(
+            st.sampled_from(["unary", "binary", "scalar", "inplace", "setitem", "await", "drop"])
+        )
+        i = data.draw(st.integers(0, 7))
+        j = data.draw(st.integers(0, 7))
+        name = data.draw(st.sampled_from(sorted(_UNARY if kind == "unary" else _BINARY)))
+        lo = data.draw(st.integers(0, N - 1))
+        hi = data.draw(st.integers(lo, N))
+        s = data.draw(st.sampled_from([0.5, 1.25, -2.0]))
+        steps.append((kind, i, j, name, lo, hi, s))
+    return steps
+
+
+async def _run(xp: Any, vals: list[Any], steps: list[tuple[Any, ...]], is_np: bool) -> list[Any]:
+    held = list(vals)
+    seen = []
+    for kind, i, j, name, lo, hi, s in steps:
+        x, y = held[i % len(held)], held[j % len(held)]
+        if kind == "unary":
+            held.append(_UNARY[name](xp, x))
+        elif kind == "binary":
+            held.append(_BINARY[name](x, y))
+        elif kind == "scalar":
+            held.append(_BINARY[name](x, s))
+        elif kind == "inplace":
+            x += s  # noqa: PLW2901
+        elif kind == "setitem":
+            x[lo:hi] = s
+        elif kind == "await":
+            seen.append(np.array(x if is_np else await x))
+        elif kind == "drop" and len(held) > 2:
+            held.pop(i % len(held))
+    for x in held:
+        seen.append(np.array(x if is_np else await x))
+    return seen
+
+
+@pytest.mark.parametrize("mode", ["threaded", "serial"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+async def test_random_chunked_programs_equal_numpy(mode: str, data: st.DataObject) -> None:
+    steps = _program(data)
+    an, bn = rng_values(data.draw(st.integers(0, 3)))
+    want = await _run(np, [an.copy(), bn.copy()], steps, True)
+    async with ae.Engine(cpu_workers=2, serial=mode == "serial") as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        got = await _run(xp, arrays(xp, an, bn), steps, False)
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        np.testing.assert_allclose(g, w, rtol=1e-13, atol=0, err_msg=f"value {k} of {steps}")
