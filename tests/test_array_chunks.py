@@ -283,3 +283,85 @@ async def test_random_chunked_programs_equal_numpy(mode: str, data: st.DataObjec
     assert len(got) == len(want)
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
         np.testing.assert_allclose(g, w, rtol=1e-13, atol=0, err_msg=f"value {k} of {steps}")
+
+
+# -- reductions at the end of a chain -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype"),
+    [
+        ("sum", "float64"),
+        ("sum", "int32"),
+        ("sum", "bool"),
+        ("prod", "float64"),
+        ("mean", "float64"),
+        ("mean", "float32"),
+        ("mean", "int64"),
+        ("max", "float64"),
+        ("min", "int16"),
+    ],
+)
+async def test_a_reduction_of_a_chain_equals_numpys(name: str, dtype: str) -> None:
+    rng = np.random.default_rng(7)
+    if dtype == "bool":
+        xn = rng.random(N) > 0.5
+    elif np.dtype(dtype).kind == "f":
+        xn = (rng.random(N) * 0.01 + 0.995).astype(dtype)  # a product in range
+    else:
+        xn = rng.integers(-50, 50, N).astype(dtype)
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        x = xp.asarray(xn.copy())
+        y = x if name == "prod" else (x * x if dtype == "bool" else x + x)
+        got = await getattr(xp, name)(y)
+        yn = xn if name == "prod" else (xn * xn if dtype == "bool" else xn + xn)
+        want = getattr(np, name)(yn)
+        assert got.dtype == want.dtype
+        assert got.shape == ()
+        if np.dtype(dtype).kind == "f" or name == "mean":
+            rtol = 1e-5 if want.dtype == np.float32 else 1e-12
+            np.testing.assert_allclose(got, want, rtol=rtol)
+        else:
+            assert got == want  # integer and max/min reductions are exact
+        if name == "sum":
+            kept = await xp.sum(y, keepdims=True, dtype=xp.float64)
+            assert kept.shape == (1,)
+            np.testing.assert_allclose(kept, np.sum(yn, keepdims=True, dtype=np.float64))
+
+
+async def test_a_fused_reduction_is_ordered_with_writes_and_makes_no_product_array() -> None:
+    async with ae.Engine(cpu_workers=1) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        an, bn = rng_values(8)
+        a, b = arrays(xp, an, bn)
+        gate = engine.new_var("gate")
+        engine.push_sync(lambda r: __import__("time").sleep(0.02), mutate_vars=[gate])
+        total = xp.sum(a * b)  # reads a before the write below
+        a += 1.0
+        after = xp.sum(a * b)
+        assert float(await total) == pytest.approx(float(np.sum(an * bn)), rel=1e-12)
+        assert float(await after) == pytest.approx(float(np.sum((an + 1.0) * bn)), rel=1e-12)
+        # The product nobody holds is not allocated: only the two partial lists are.
+        gc.collect()
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            await xp.sum(a * b)
+            peak = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+        assert peak < an.nbytes / 2, peak
+
+
+async def test_a_failed_input_fails_the_reduction() -> None:
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        x = xp.asarray(np.ones(N, dtype=np.int64))
+        bad = x ** xp.asarray(-np.ones(N, dtype=np.int64))
+        total = xp.sum(bad)
+        with pytest.raises(ValueError, match="negative integer powers"):
+            await bad
+        with pytest.raises(ae.DependencyError) as info:
+            await total
+        assert isinstance(info.value.__cause__, ValueError)

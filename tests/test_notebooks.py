@@ -77,10 +77,11 @@ def test_notebook_runs(name: str, tmp_path: pathlib.Path) -> None:
     for expected in EXPECTED[name]:
         assert expected in text, f"{expected!r} not in the outputs of {name}:\n{text}"
     if name == "arrays.ipynb":
-        # The trace is drawn inline: the two branches' sin and cos, each a bar.
+        # The trace is drawn inline: the two branches' sin and cos, each a bar per chunk of
+        # the 400x400 matrix (1.28 MB: two chunks of the default 1 MiB).
         titles = _slice_titles(_timelines(notebook))
-        assert sum(t.startswith("sin — ") for t in titles) == 1, titles
-        assert sum(t.startswith("cos — ") for t in titles) == 1, titles
+        assert sum(t.startswith("sin — ") for t in titles) == 2, titles
+        assert sum(t.startswith("cos — ") for t in titles) == 2, titles
     if name == "engine_basics.ipynb":
         results = [
             o["data"]

@@ -53,7 +53,17 @@ from ._kernel import MISSING, failure_of
 if TYPE_CHECKING:
     from .. import Context, Engine, Operation, RunContext, Var
 
-__all__ = ("BLOCK_BYTES", "CHUNK_BYTES", "ChainKernel", "chunk_count", "join_or_push")
+__all__ = (
+    "BLOCK_BYTES",
+    "CHUNK_BYTES",
+    "REDUCERS",
+    "ChainKernel",
+    "Combine",
+    "Partials",
+    "chunk_count",
+    "join_or_push",
+    "reduce_chunks",
+)
 
 #: The default chunk size in bytes of float64 (``chunk_elems`` = this over 8, whatever the
 #: dtype, so that arrays of one shape have the same chunks): chosen by measurement
@@ -85,25 +95,46 @@ _REG = 1  # the result of an earlier step, by its index
 _CONST = 2  # a Python scalar, as it is
 
 
-class _Step:
-    """One elementwise operation in a kernel's program."""
+class Partials:
+    """The per-chunk partial results of a fused reduction (``sum``, ``max``, ...): each
+    chunk's kernel writes its own entry, the block results in order; the reduction's own
+    operation (:class:`Combine`) reads them all once every kernel has run."""
 
-    __slots__ = ("fn", "gen", "name", "operands", "out", "ufunc")
+    __slots__ = ("failure", "parts")
+
+    def __init__(self, n: int) -> None:
+        #: Per chunk, the results of its blocks in order (None until its kernel ran).
+        self.parts: list[list[Any] | None] = [None] * n
+        #: Why a kernel could not compute its partial (the first one wins).
+        self.failure: BaseException | None = None
+
+
+def _no_buffer() -> None:
+    return None
+
+
+class _Step:
+    """One elementwise operation, or a reduction of one chunk, in a kernel's program."""
+
+    __slots__ = ("fn", "name", "operands", "out", "sink", "ufunc")
 
     def __init__(
         self,
         fn: Callable[..., Any],
         name: str,
         operands: tuple[tuple[int, Any], ...],
-        out: weakref.ReferenceType[Buffer],
+        out: Callable[[], Buffer | None],
+        sink: Partials | None = None,
     ) -> None:
         self.fn = fn
         #: Whether ``fn`` is a ufunc (then called with ``out=``).
-        self.ufunc = isinstance(fn, np.ufunc)
+        self.ufunc = sink is None and isinstance(fn, np.ufunc)
         self.name = name
         self.operands = operands
         #: The result's Buffer, weakly: dead means nobody can read it (not materialised).
         self.out = out
+        #: A reduction's partials (then ``fn`` reduces a block to a scalar; no Buffer).
+        self.sink = sink
 
 
 class ChainKernel:
@@ -120,13 +151,17 @@ class ChainKernel:
         "lo",
         "lock",
         "op",
+        "size",
         "started",
         "steps",
         "var",
     )
 
-    def __init__(self, engine: Engine, chunk: int, lo: int, hi: int, var: Var) -> None:
+    def __init__(self, engine: Engine, size: int, chunk: int, lo: int, hi: int, var: Var) -> None:
         self.engine = engine
+        #: The elements of the arrays it computes a chunk of: a step of another size (the
+        #: chunks are cut alike only in arrays of one size) never joins.
+        self.size = size
         self.chunk = chunk
         self.lo = lo
         self.hi = hi
@@ -203,7 +238,7 @@ class ChainKernel:
         """Add the step ``fn(*operands)`` making chunk ``chunk`` of ``out``; False (nothing
         changed) if it may not join (started, or the rule forbids it)."""
         with self.lock:
-            if self.started or len(self.steps) >= FUSE_STEPS:
+            if self.started or len(self.steps) >= FUSE_STEPS or math.prod(out.shape) != self.size:  # type: ignore[arg-type]
                 return False
             refs = self._operands(operands, bufs, new)
             if refs is None:
@@ -211,6 +246,27 @@ class ChainKernel:
             self.steps.append(_Step(fn, name, refs, weakref.ref(out)))
             self.dtypes.append(dtype)
             self.gens[id(out)] = out.wgen
+            return True
+
+    def add_reduction(
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        x: Any,
+        buf: Buffer,
+        sink: Partials,
+        new: bool = False,
+    ) -> bool:
+        """Add the reduction of chunk ``chunk`` of ``x`` by ``fn`` into ``sink``; False if it
+        may not join (as :meth:`add`)."""
+        with self.lock:
+            if self.started or len(self.steps) >= FUSE_STEPS or math.prod(x.shape) != self.size:
+                return False
+            refs = self._operands((x,), (buf,), new)
+            if refs is None:
+                return False
+            self.steps.append(_Step(fn, name, refs, _no_buffer, sink))
+            self.dtypes.append(np.dtype(np.float64))  # no block of its own
             return True
 
     # -- running (a worker thread) -------------------------------------------------------------
@@ -240,6 +296,13 @@ class ChainKernel:
                     failure = RuntimeError("an input has no value")
             if failure is not None:
                 root = failure.__cause__ if isinstance(failure, DependencyError) else failure
+                for step in steps:
+                    if step.sink is not None and step.sink.failure is None:
+                        dep = DependencyError(
+                            f"{step.name} was not computed: an input failed: {root!r}"
+                        )
+                        dep.__cause__ = root
+                        step.sink.failure = dep
                 for out, step in zip(outs, steps, strict=True):
                     if out is not None and out.failure is None:
                         dep = DependencyError(
@@ -266,7 +329,7 @@ class ChainKernel:
             flat.append(value.reshape(-1))
         last = _last_uses(steps)
         itemsize = max(8, *(d.itemsize for d in self.dtypes))
-        block = max(1024, BLOCK_BYTES // itemsize)
+        block = min(max(1024, BLOCK_BYTES // itemsize), hi - lo)
         failed: dict[int, BaseException] = {}
         scratch: dict[int, Any] = {}
         for start in range(lo, hi, block):
@@ -285,6 +348,20 @@ class ChainKernel:
                         args.append(regs[ref])
                     else:
                         args.append(ref)
+                sink = step.sink
+                if sink is not None:
+                    try:
+                        partial = step.fn(*args)
+                    except BaseException as exc:
+                        self._fail(steps, outs, k, exc, failed, rctx)
+                        continue
+                    got = sink.parts[self.chunk]
+                    if got is None:
+                        sink.parts[self.chunk] = [partial]
+                    else:
+                        got.append(partial)
+                    self._release(step, k, last, flat, regs, free)
+                    continue
                 dest = flat[k]
                 dtype = self.dtypes[k]
                 if dest is not None:
@@ -306,17 +383,29 @@ class ChainKernel:
                     self._fail(steps, outs, k, exc, failed, rctx)
                     continue
                 regs[k] = dest
-                # Scratch of results read for the last time by this step goes back to the pool.
-                for kind, ref in step.operands:
-                    if kind == _REG and last[ref] == k and flat[ref] is None:
-                        reg = regs[ref]
-                        if reg is not None:
-                            base = reg.base if reg.base is not None else reg
-                            free.setdefault(reg.dtype, []).append(base)
-                        regs[ref] = None
+                self._release(step, k, last, flat, regs, free)
                 if last[k] < 0 and flat[k] is None:  # never read, nobody holds it
                     base = dest.base if dest.base is not None else dest
                     free.setdefault(dtype, []).append(base)
+
+    @staticmethod
+    def _release(
+        step: _Step,
+        k: int,
+        last: list[int],
+        flat: list[Any],
+        regs: list[Any],
+        free: dict[np.dtype[Any], list[Any]],
+    ) -> None:
+        """Scratch blocks of results read for the last time by step ``k`` go back to the
+        pool."""
+        for kind, ref in step.operands:
+            if kind == _REG and last[ref] == k and flat[ref] is None:
+                reg = regs[ref]
+                if reg is not None:
+                    base = reg.base if reg.base is not None else reg
+                    free.setdefault(reg.dtype, []).append(base)
+                regs[ref] = None
 
     def _fail(
         self,
@@ -336,6 +425,19 @@ class ChainKernel:
             if any(kind == _REG and ref in failed for kind, ref in steps[j].operands):
                 failed[j] = exc
         for j, err in failed.items():
+            sink = steps[j].sink
+            if sink is not None:  # its reduction's own operation reports its own failure
+                with _alloc_lock:
+                    if sink.failure is None:
+                        if j == k:
+                            sink.failure = err
+                        else:
+                            dep = DependencyError(
+                                f"{steps[j].name} was not computed: an input failed: {err!r}"
+                            )
+                            dep.__cause__ = err
+                            sink.failure = dep
+                continue
             out = outs[j]
             if out is None:
                 continue
@@ -431,7 +533,7 @@ def join_or_push(
         if kernel is None:
             lo = i * chunk_elems
             var = engine.new_var(name)
-            kernel = ChainKernel(engine, i, lo, min(lo + chunk_elems, size), var)
+            kernel = ChainKernel(engine, size, i, lo, min(lo + chunk_elems, size), var)
             kernel.add(fn, name, operands, bufs, out, dtype, new=True)
             reads = []
             for buf in kernel.inputs:
@@ -447,4 +549,148 @@ def join_or_push(
     out.var = vars_[0]
     out.writers = tuple(writers)
     out.writer = writers[-1]
+    return out
+
+
+class Combine:
+    """The operation of a fused reduction: once every chunk's kernel has run (it reads their
+    Vars), combine the partials in chunk order, so the result does not depend on which chunk
+    finished first."""
+
+    __slots__ = ("combine", "count", "dtype", "name", "out", "sink")
+
+    def __init__(
+        self,
+        combine: Callable[..., Any],
+        sink: Partials,
+        out: Buffer,
+        dtype: np.dtype[Any],
+        count: int,
+        name: str,
+    ) -> None:
+        self.combine = combine
+        self.sink = sink
+        self.out = out
+        self.dtype = dtype
+        self.count = count
+        self.name = name
+
+    def __call__(self, rctx: RunContext) -> None:
+        out, sink = self.out, self.sink
+        failure = sink.failure
+        if failure is None and any(p is None for p in sink.parts):
+            failure = RuntimeError(f"{self.name}: a chunk was not computed")
+        if isinstance(failure, DependencyError):
+            out.failure = failure  # the root failure is reported already
+            return
+        if failure is not None:
+            out.failure = failure
+            raise failure
+        partials = [v for part in sink.parts for v in part]  # type: ignore[union-attr]
+        value = self.combine(np.asarray(partials), self.count, self.dtype)
+        out.value = np.asarray(value, dtype=self.dtype).reshape(out.shape)
+
+
+def _sum(values: Any, count: int, dtype: np.dtype[Any]) -> Any:
+    return np.sum(values, dtype=dtype)
+
+
+def _prod(values: Any, count: int, dtype: np.dtype[Any]) -> Any:
+    return np.prod(values, dtype=dtype)
+
+
+def _max(values: Any, count: int, dtype: np.dtype[Any]) -> Any:
+    return np.max(values)
+
+
+def _min(values: Any, count: int, dtype: np.dtype[Any]) -> Any:
+    return np.min(values)
+
+
+def _mean(values: Any, count: int, dtype: np.dtype[Any]) -> Any:
+    return np.true_divide(np.sum(values, dtype=dtype), count, dtype=dtype)
+
+
+def _block_sum(dtype: np.dtype[Any], x: Any) -> Any:
+    return np.sum(x, dtype=dtype)
+
+
+def _block_prod(dtype: np.dtype[Any], x: Any) -> Any:
+    return np.prod(x, dtype=dtype)
+
+
+def _block_max(dtype: np.dtype[Any], x: Any) -> Any:
+    return np.max(x)
+
+
+def _block_min(dtype: np.dtype[Any], x: Any) -> Any:
+    return np.min(x)
+
+
+#: The reductions that fuse: NumPy's function -> (block function of (dtype, block), combine).
+REDUCERS: dict[Any, tuple[Callable[..., Any], Callable[..., Any]]] = {
+    np.sum: (_block_sum, _sum),
+    np.prod: (_block_prod, _prod),
+    np.max: (_block_max, _max),
+    np.min: (_block_min, _min),
+    np.mean: (_block_sum, _mean),
+}
+
+
+def reduce_chunks(
+    submit: Callable[..., Operation[Any]],
+    engine: Engine,
+    chunk_elems: int,
+    recent: list[Any] | None,
+    fn: Callable[..., Any],
+    name: str,
+    x: Any,
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    device: Context,
+) -> Buffer:
+    """The Buffer of the reduction ``fn`` (a key of :data:`REDUCERS`) of every element of
+    ``x`` (a whole array, not a view), with result ``shape`` and ``dtype``: per chunk, a step
+    joined to the kernel that makes or reads ``x`` there (else a new kernel), then one
+    operation that combines the partials in chunk order."""
+    size = math.prod(x.shape)
+    n = chunk_count(size, chunk_elems)
+    block, combine = REDUCERS[fn]
+    step_fn = functools.partial(block, dtype)
+    buf = buffer_of(x)
+    assert buf is not None
+    sink = Partials(n)
+    if recent is not None and len(recent) != n:
+        recent = None
+    reads: list[Any] = []
+    for i in range(n):
+        kernel = None
+        candidates = [buf.pending[i] if buf.pending is not None else None]
+        if recent is not None:
+            candidates.append(recent[i])
+        for candidate in candidates:
+            if candidate is not None and candidate.add_reduction(step_fn, name, x, buf, sink):
+                kernel = candidate
+                break
+        if kernel is None:
+            lo = i * chunk_elems
+            kernel = ChainKernel(
+                engine, size, i, lo, min(lo + chunk_elems, size), engine.new_var(name)
+            )
+            kernel.add_reduction(step_fn, name, x, buf, sink, new=True)
+            bvars = buf.vars
+            bvar = bvars[i] if len(bvars) == n else bvars[0]
+            kernel.op = submit(kernel, device, [bvar], (kernel.var,), _NORMAL, name, None)
+        if kernel.var not in reads:
+            reads.append(kernel.var)
+    out = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
+    out.writer = submit(
+        Combine(combine, sink, out, dtype, size, name),
+        device,
+        reads,
+        (out.var,),
+        _ASYNC,
+        name,
+        None,
+    )
     return out

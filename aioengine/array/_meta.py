@@ -39,6 +39,7 @@ __all__ = (
     "axis_index",
     "broadcast",
     "layout",
+    "normalize_axes",
     "reduced",
     "sample_dtype",
 )
@@ -172,6 +173,14 @@ def axis_index(axis: object, ndim: int, name: str = "axis") -> int:
     except TypeError:
         raise TypeError(f"{name} must be an int, got {axis!r}") from None
     return int(normalize_axis_index(index, ndim))
+
+
+def normalize_axes(axis: object, ndim: int) -> tuple[int, ...]:
+    """``axis`` (an int or a tuple of them) as non-negative indices into ``ndim`` dimensions
+    (AxisError if out of range)."""
+    if isinstance(axis, list):
+        axis = tuple(axis)
+    return tuple(normalize_axis_tuple(axis, ndim))  # type: ignore[arg-type]
 
 
 def reduced(shape: Shape, axis: object, keepdims: bool) -> Shape:

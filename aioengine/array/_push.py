@@ -59,9 +59,9 @@ from ._array import (
     unpack,
 )
 from ._buffer import Buffer, Shared
-from ._chain import CHUNK_BYTES, join_or_push
+from ._chain import CHUNK_BYTES, REDUCERS, join_or_push, reduce_chunks
 from ._kernel import MISSING, Const, Kernel
-from ._meta import Shape, axis_index, broadcast, reduced
+from ._meta import Shape, axis_index, broadcast, normalize_axes, reduced
 from ._sync import running_loop
 
 __all__ = (
@@ -365,7 +365,7 @@ class Pusher(Bound):
                     return None
             elif type(x) is not Const:
                 return None
-        if None in shape:
+        if None in shape or 0 in shape:
             return None
         self._segment = None  # no tiny operation fuses across a push
         buf = join_or_push(
@@ -381,6 +381,36 @@ class Pusher(Bound):
             device,
         )
         self._recent = buf.pending
+        return Array(self, buf, shape, dtype, device)
+
+    def _chain_reduce(
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        x: Array,
+        shape: Shape,
+        dtype: np.dtype[Any],
+        device: Context,
+    ) -> Array | None:
+        """The reduction ``fn`` of all of ``x`` as per-chunk partials fused into the chunks'
+        kernels and one operation combining them in order (``_chain.py``), or None if ``x``
+        cannot be read by kernels (a view, or its Var handed out)."""
+        _, xbuf, _, _, xdevice = unpack(x)
+        if is_view(x) or xbuf.exposed or xbuf.share is not None or xdevice != device:
+            return None
+        self._segment = None
+        buf = reduce_chunks(
+            self._submit,
+            self._engine,
+            self._chunk_elems,
+            self._recent,
+            fn,
+            name,
+            x,
+            shape,  # type: ignore[arg-type]
+            dtype,
+            device,
+        )
         return Array(self, buf, shape, dtype, device)
 
     def _fuse(
@@ -630,6 +660,17 @@ def reduction(
     xshape = known_shape(x)
     shape = reduced(xshape, axis, keepdims)
     dtype = _meta.sample_dtype(fn, [(x.dtype, (1,) * x.ndim)], **kwargs)
+    if (
+        fn in REDUCERS
+        and device.device_type is CPU
+        and None not in xshape
+        and _meta.prod(xshape) > INLINE_COST
+        and (axis is None or len(set(normalize_axes(axis, x.ndim))) == x.ndim)
+        and set(kw) <= {"dtype"}
+    ):
+        chained = ns._chain_reduce(fn, name, x, shape, dtype, device)
+        if chained is not None:
+            return chained
     return push1(
         ns,
         _partial(call_with, fn, kwargs),
