@@ -16,6 +16,7 @@ from . import _meta
 from ._array import Array, known_shape
 from ._meta import Shape, axis_index
 from ._push import Pusher, check_same, elementwise, operand, push, push1, reduction
+from ._statistics import check_identity
 
 __all__ = ("Searching", "UniqueAllResult", "UniqueCountsResult", "UniqueInverseResult")
 
@@ -49,10 +50,12 @@ class Searching(Pusher):
 
     def argmax(self, x: Array, /, *, axis: int | None = None, keepdims: bool = False) -> Array:
         """Indices of the maxima along ``axis`` (of the flattened array if None)."""
+        check_identity(x, axis, "attempt to get argmax of an empty sequence")
         return reduction(self, np.argmax, "argmax", x, axis, keepdims, single_axis=True)
 
     def argmin(self, x: Array, /, *, axis: int | None = None, keepdims: bool = False) -> Array:
         """Indices of the minima along ``axis`` (of the flattened array if None)."""
+        check_identity(x, axis, "attempt to get argmin of an empty sequence")
         return reduction(self, np.argmin, "argmin", x, axis, keepdims, single_axis=True)
 
     def count_nonzero(self, x: Array, /, *, axis: Any = None, keepdims: bool = False) -> Array:

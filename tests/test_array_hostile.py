@@ -1,0 +1,237 @@
+"""Defects a hostile round found in the engine-backed arrays (issue 44): results that shared
+their input's memory, errors that waited for ``await``, read-only memory accepted and then
+refused, sync points that could only deadlock, large work run inline on the loop, ``await``
+after a close, and clean-up during a close.
+
+Where an operation runs is read from the operation itself (``FnProperty.ASYNC``: inline on the
+loop; ``NORMAL``: the device's pool), never from timings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+import aioengine as ae
+import aioengine.array as aa
+from aioengine.array._array import buffer_of
+
+from .conftest import Hold
+
+BIG = aa.INLINE_COST * 4  # elements: well past what runs inline
+
+
+def _prop(x: aa.Array) -> ae.FnProperty:
+    """Where the operation that made ``x`` runs (ASYNC: inline on the loop)."""
+    writer = buffer_of(x).writer
+    assert writer is not None
+    return writer.prop
+
+
+# -- 1. a result that is its input's memory owns a copy -------------------------------------------
+
+
+class TestResultsOwnTheirMemory:
+    async def test_real_of_a_real_array_does_not_change_with_it(self, engine: ae.Engine) -> None:
+        xp = aa.namespace(engine)
+        x = xp.asarray([1.0, 2.0, 3.0])
+        vy = await xp.real(x)
+        x += 1
+        np.testing.assert_array_equal(await x, [2.0, 3.0, 4.0])
+        np.testing.assert_array_equal(vy, [1.0, 2.0, 3.0])
+
+    async def test_apply_returning_its_argument_does_not_change_with_it(
+        self, engine: ae.Engine
+    ) -> None:
+        xp = aa.namespace(engine)
+        x = xp.asarray([1.0, 2.0, 3.0])
+        y = xp.apply(lambda v: v, x, shape=(3,), dtype=xp.float64)
+        vy = await y
+        x[0] = 10.0
+        y += 5
+        np.testing.assert_array_equal(vy, [1.0, 2.0, 3.0])
+        np.testing.assert_array_equal(await x, [10.0, 2.0, 3.0])
+        np.testing.assert_array_equal(await y, [6.0, 7.0, 8.0])
+
+
+# -- 2. reductions without an identity on empty arrays raise at the call -------------------------
+
+
+class TestEmptyReductions:
+    @pytest.mark.parametrize(
+        ("name", "shape", "axis"),
+        [
+            ("max", (0,), None),
+            ("min", (0, 3), 0),
+            ("max", (3, 0), 1),
+            ("min", (0, 0), 0),
+            ("max", (2, 0), (0, 1)),
+            ("argmax", (0,), None),
+            ("argmin", (0, 3), 0),
+            ("argmax", (3, 0), 1),
+        ],
+    )
+    async def test_raise_at_the_call_with_numpys_message(
+        self, engine: ae.Engine, name: str, shape: tuple[int, ...], axis: Any
+    ) -> None:
+        xp = aa.namespace(engine)
+        x = xp.zeros(shape)
+        with pytest.raises(ValueError) as expected:
+            getattr(np, name)(np.zeros(shape), axis=axis)
+        with pytest.raises(ValueError, match=f"^{expected.value}$"):
+            getattr(xp, name)(x, axis=axis)
+
+    @pytest.mark.parametrize("name", ["max", "min", "argmax", "argmin"])
+    async def test_a_reduction_over_non_empty_axes_of_an_empty_array_works(
+        self, engine: ae.Engine, name: str
+    ) -> None:
+        xp = aa.namespace(engine)
+        got = await getattr(xp, name)(xp.zeros((0, 3)), axis=1)
+        assert got.shape == (0,)
+
+
+# -- 3. asarray of read-only memory gives a writable array ---------------------------------------
+
+
+class TestAsarrayOfReadOnlyMemory:
+    @pytest.mark.parametrize("copy", [None, False])
+    async def test_writes_are_accepted_and_done(self, engine: ae.Engine, copy: Any) -> None:
+        xp = aa.namespace(engine)
+        async with ae.Engine(cpu_workers=1) as other:
+            x = aa.namespace(other).asarray([1.0, 2.0, 3.0])
+            value = await x  # read-only, as await gives it
+            y = xp.asarray(value, copy=copy)
+            y[0] = 5.0
+            y += 1
+            np.testing.assert_array_equal(await y, [6.0, 3.0, 4.0])
+            np.testing.assert_array_equal(value, [1.0, 2.0, 3.0])  # never changes
+            np.testing.assert_array_equal(await x, [1.0, 2.0, 3.0])
+
+    async def test_a_read_only_numpy_array_is_not_written(self, engine: ae.Engine) -> None:
+        xp = aa.namespace(engine)
+        value = np.arange(4.0)
+        value.flags.writeable = False
+        y = xp.asarray(value)
+        y[1:] = 0.0
+        np.testing.assert_array_equal(await y, [0.0, 0.0, 0.0, 0.0])
+        np.testing.assert_array_equal(value, [0.0, 1.0, 2.0, 3.0])
+
+
+# -- 5, 6. large work goes to the pool ------------------------------------------------------------
+
+
+class TestCost:
+    async def test_a_boolean_mask_counts_the_input(self, engine: ae.Engine) -> None:
+        xp = aa.namespace(engine)
+        big = xp.arange(BIG, dtype=xp.float64)
+        r = big[big > 1.0]
+        assert _prop(r) is ae.FnProperty.NORMAL
+        small = xp.arange(10, dtype=xp.float64)
+        assert _prop(small[small > 1.0]) is ae.FnProperty.ASYNC
+
+    async def test_operations_on_a_large_learnt_result_run_on_the_pool(
+        self, engine: ae.Engine
+    ) -> None:
+        xp = aa.namespace(engine)
+        big = xp.arange(BIG, dtype=xp.float64)
+        r = big[big >= 0.0]
+        await r
+        for y in (r * 2.0, xp.sum(r), xp.max(r), r + r, xp.sin(r)):
+            assert _prop(y) is ae.FnProperty.NORMAL, y
+        r += 1.0
+        assert buffer_of(r).writer is not None
+        assert buffer_of(r).writer.prop is ae.FnProperty.NORMAL
+        np.testing.assert_array_equal((await r)[:3], [1.0, 2.0, 3.0])
+        assert r.shape == (BIG,)
+
+    async def test_a_small_learnt_result_still_runs_inline(self, engine: ae.Engine) -> None:
+        xp = aa.namespace(engine)
+        x = xp.arange(10, dtype=xp.float64)
+        r = x[x > 4.0]
+        await r
+        for y in (r * 2.0, xp.sum(r), r + r):
+            assert _prop(y) is ae.FnProperty.ASYNC, y
+        np.testing.assert_array_equal(await (r * 2.0), [10.0, 12.0, 14.0, 16.0, 18.0])
+
+    async def test_a_pending_data_dependent_result_is_not_assumed_small(
+        self, engine: ae.Engine
+    ) -> None:
+        xp = aa.namespace(engine)
+        big = xp.arange(BIG, dtype=xp.float64)
+        r = big[big >= 0.0]
+        assert _prop(r * 2.0) is ae.FnProperty.NORMAL
+        assert _prop(xp.sum(r)) is ae.FnProperty.NORMAL
+        assert float(await xp.sum(r * 2.0)) == float(np.sum(np.arange(BIG) * 2.0))
+
+    async def test_a_small_write_into_an_awaited_large_buffer_counts_the_copy(
+        self, engine: ae.Engine
+    ) -> None:
+        xp = aa.namespace(engine)
+        big = xp.zeros((BIG,))
+        held = await big
+        head = big[:10]
+        head[...] = 5.0
+        assert buffer_of(big).writer is not None
+        assert buffer_of(big).writer.prop is ae.FnProperty.NORMAL
+        head += 1.0
+        assert buffer_of(big).writer.prop is ae.FnProperty.NORMAL
+        got = await big
+        assert got[0] == 6.0 and got[10] == 0.0
+        assert held[0] == 0.0  # what await returned never changes
+
+    async def test_a_small_write_into_an_unexported_buffer_stays_inline(
+        self, engine: ae.Engine
+    ) -> None:
+        xp = aa.namespace(engine)
+        big = xp.zeros((BIG,))
+        head = big[:10]
+        head += 1.0
+        assert buffer_of(big).writer is not None
+        assert buffer_of(big).writer.prop is ae.FnProperty.ASYNC
+        assert float(await xp.sum(big)) == 10.0
+
+
+# -- 9. a ready value stays readable after the close ---------------------------------------------
+
+
+class TestAfterClose:
+    async def test_await_of_a_ready_array_after_aclose(self, serial: bool) -> None:
+        engine = ae.Engine(cpu_workers=1, serial=serial)
+        xp = aa.namespace(engine)
+        x = xp.asarray([1.0, 2.0])
+        y = x * 3.0
+        await y
+        await engine.aclose()
+        np.testing.assert_array_equal(await y, [3.0, 6.0])
+        np.testing.assert_array_equal(await x, np.asarray(x))
+
+    async def test_await_of_a_failed_array_after_aclose_raises_its_failure(self) -> None:
+        engine = ae.Engine(cpu_workers=1)
+        xp = aa.namespace(engine)
+
+        def boom(v: Any) -> Any:
+            raise ZeroDivisionError("boom")
+
+        y = xp.apply(boom, xp.asarray([1.0]), shape=(1,), dtype=xp.float64)
+        with pytest.raises(ZeroDivisionError):
+            await y
+        await engine.aclose()
+        with pytest.raises(ZeroDivisionError):
+            await y
+
+    async def test_await_of_a_pending_array_after_close_raises(self) -> None:
+        engine = ae.Engine(cpu_workers=1)
+        xp = aa.namespace(engine)
+        x = xp.asarray([1.0, 2.0])
+        hold = Hold(engine, x.var)
+        await hold.started.wait()
+        closing = asyncio.ensure_future(engine.aclose(cancel=True))
+        await asyncio.sleep(0)
+        with pytest.raises(ae.EngineClosedError):
+            await x
+        await hold.release()
+        await closing
