@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -180,7 +181,8 @@ class TestCost:
         head += 1.0
         assert buffer_of(big).writer.prop is ae.FnProperty.NORMAL
         got = await big
-        assert got[0] == 6.0 and got[10] == 0.0
+        assert got[0] == 6.0
+        assert got[10] == 0.0
         assert held[0] == 0.0  # what await returned never changes
 
     async def test_a_small_write_into_an_unexported_buffer_stays_inline(
@@ -235,3 +237,56 @@ class TestAfterClose:
             await x
         await hold.release()
         await closing
+
+
+# -- 4. a sync point whose loop is not running raises ---------------------------------------------
+
+
+def _in_thread(body: Callable[[], None], timeout: float = 30.0) -> None:
+    """Run ``body`` on a thread of its own; fail if it does not finish within ``timeout``
+    (a hang fails the test instead of hanging the suite); re-raise what it raised."""
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            body()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), "the sync point blocked"
+    if errors:
+        raise errors[0]
+
+
+class TestSyncPointWithoutARunningLoop:
+    def test_between_two_runs_of_the_loop(self) -> None:
+        def body() -> None:
+            with asyncio.Runner() as runner:
+
+                async def start() -> tuple[ae.Engine, Hold, aa.Array, aa.Array]:
+                    engine = ae.Engine(cpu_workers=1)
+                    xp = aa.namespace(engine)
+                    x = xp.asarray([1.0, 2.0])
+                    ready = xp.asarray([3.0])
+                    await ready
+                    return engine, Hold(engine, x.var), x * 2.0, ready
+
+                engine, hold, y, ready = runner.run(start())
+                with pytest.raises(aa.PendingArrayError, match="loop is not running"):
+                    float(y[0])
+                with pytest.raises(aa.PendingArrayError, match="loop is not running"):
+                    np.asarray(y)
+                assert float(ready) == 3.0  # a ready value answers
+
+                async def finish() -> None:
+                    await hold.release()
+                    np.testing.assert_array_equal(await y, [2.0, 4.0])
+                    await engine.aclose()
+
+                runner.run(finish())
+                np.testing.assert_array_equal(np.asarray(y), [2.0, 4.0])
+
+        _in_thread(body)

@@ -42,6 +42,7 @@ from .. import (
     DependencyError,
     DeviceType,
     Engine,
+    EngineClosedError,
     FnProperty,
     Operation,
     Var,
@@ -245,9 +246,21 @@ class Array:
         host = self._device if self._device.device_type is _CPU else cpu()
         # Reading on the loop, in push order; a GPU buffer is read once its fences completed
         # (the engine holds a host consumer back until then).
-        op: Operation[Any] = engine.push_sync(
-            functools.partial(_capture, self), host, (buf.var,), (), prop=_ASYNC, name="await"
-        )
+        op: Operation[Any] | None = None
+        try:
+            op = engine.push_sync(
+                functools.partial(_capture, self), host, (buf.var,), (), prop=_ASYNC, name="await"
+            )
+        except EngineClosedError:
+            if not self.ready:
+                raise
+        if op is None:
+            # A closing or closed engine takes no push, but a ready value stays readable (as
+            # the sync points read it): nothing can write it any more.
+            got = _capture(self, None)
+            if type(got) is _Failed:
+                raise got.failure
+            return got
         ns._bind(op)
         try:
             got = await op
@@ -298,7 +311,8 @@ class Array:
                     value = step(value)
                 buf.exported = True
                 return _readonly(value)
-            if not on_loop_thread(ns._loop):
+            loop = ns._loop
+            if loop is not None and loop.is_running() and not on_loop_thread(loop):
                 return ns._wait(self._get())  # throws the engine's record once, then raises
             raise failure
         if in_operation():
@@ -314,6 +328,13 @@ class Array:
                 f"{what} needs the value of {self._describe()}, which is not computed yet: "
                 "`await` the array on the event loop's thread (blocking that thread could "
                 "only deadlock: the loop itself completes the operations)"
+            )
+        if not loop.is_running():
+            raise PendingArrayError(
+                f"{what} needs the value of {self._describe()}, which is not computed yet, "
+                "and the engine's event loop is not running (between two runs of it, or "
+                "after it stopped): waiting could only deadlock; `await` the array while "
+                "the loop runs"
             )
         return ns._wait(self._get())
 

@@ -18,7 +18,7 @@ import numpy as np
 from . import _meta
 from ._array import Array, check_writable, concrete_shape, known_shape, layout_of, view
 from ._meta import Shape, axis_index, broadcast
-from ._push import Pusher, call_with, check_same, operand, push, push1
+from ._push import Pusher, call_with, check_same, operand, push, push1, size_of
 
 __all__ = ("Indexing",)
 
@@ -77,6 +77,8 @@ class Indexing(Pusher):
                     f"boolean index of shape {mshape} does not match the array's shape {xshape}"
                 )
             shape: Shape = (None, *xshape[len(mshape) :])
+            # The result has at most the input's elements, a number not known yet.
+            cost = size_of(x)
         else:
             for a in arrays:
                 if a.dtype.kind not in "iu":
@@ -91,8 +93,8 @@ class Indexing(Pusher):
                     np.zeros((), np.intp), concrete_shape(self, a, "indexing")
                 )
             shape = dummy[tuple(probe)].shape
+            cost = max(_meta.prod(shape), 1)
         fn = partial(_take_key, parts, tuple(positions))
-        cost = max(_meta.prod(shape), 1)
         return push1(self, fn, (x, *arrays), shape, x.dtype, device, "getitem", cost)
 
     def _setitem(self, x: Array, key: Any, value: Any) -> None:
