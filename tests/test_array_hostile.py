@@ -10,8 +10,13 @@ loop; ``NORMAL``: the device's pool), never from timings.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+import tempfile
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -290,3 +295,41 @@ class TestSyncPointWithoutARunningLoop:
                 np.testing.assert_array_equal(np.asarray(y), [2.0, 4.0])
 
         _in_thread(body)
+
+
+# -- 10. unobserved failures of an array_api script are said once, plainly ------------------------
+
+_SCRIPT = """\
+import time
+import aioengine.array_api as xp
+
+def boom(value):
+    raise ValueError("boom")
+
+y = xp.apply(boom, xp.asarray([1.0]), shape=(1,), dtype=xp.float64)
+while not y.ready:
+    time.sleep(0.01)
+print("done", flush=True)
+"""
+
+
+def test_unobserved_failures_of_an_array_api_script_are_one_warning() -> None:
+    env = dict(os.environ, PYTHONPATH=str(Path(ae.__file__).parent.parent))
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tempfile.gettempdir(),
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "done\n"
+    assert "Exception ignored" not in proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "RuntimeWarning" in lines[0]
+    assert "1 failure(s)" in lines[0]
+    assert "ValueError: boom" in lines[0]
