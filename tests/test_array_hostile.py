@@ -333,3 +333,40 @@ def test_unobserved_failures_of_an_array_api_script_are_one_warning() -> None:
     assert "RuntimeWarning" in lines[0]
     assert "1 failure(s)" in lines[0]
     assert "ValueError: boom" in lines[0]
+
+
+# -- 7. delete_var from a finalizer while the engine closes ---------------------------------------
+
+
+class _Tensor:
+    """MXNet's NDArray in Python: deletes its Var, with a function, in ``__del__``."""
+
+    def __init__(self, engine: ae.Engine, deleted: list[str]) -> None:
+        self.engine, self.var, self.deleted = engine, engine.new_var("tensor"), deleted
+
+    def __del__(self) -> None:
+        self.engine.delete_var(self.var, lambda rctx, d=self.deleted: d.append("deleted"))
+
+
+async def test_delete_var_from_a_finalizer_while_aclose_cancels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    engine = ae.Engine(cpu_workers=2)
+    deleted: list[str] = []
+    x = engine.new_var("x")
+    gate, started = threading.Event(), threading.Event()
+    engine.push_sync(lambda r: started.set() or gate.wait(10), mutate_vars=[x], name="blocker")
+    await asyncio.to_thread(started.wait, 10)
+    tensor = _Tensor(engine, deleted)
+    tensor_var = tensor.var
+    engine.push_sync(lambda r: None, const_vars=[x, tensor_var], name="reader")
+    closing = asyncio.ensure_future(engine.aclose(cancel=True))
+    await asyncio.sleep(0.01)  # the close has begun: the reader is cancelled
+    assert not engine.closed
+    del tensor  # its finalizer deletes its Var while the engine closes
+    gate.set()
+    await closing
+    assert [u.exc_value for u in unraisable] == []
+    assert deleted == ["deleted"]  # the deletion function ran, before the close ended
