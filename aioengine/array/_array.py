@@ -395,10 +395,38 @@ class Array:
             return value.copy()
         return value
 
-    def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
+    def __dlpack__(
+        self,
+        /,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[Any, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """A DLPack capsule of the value (a sync point). The value is read-only (what
+        ``await`` gives never changes), which only a versioned capsule (``max_version``
+        1.0 and later) can say: a legacy one (no ``max_version``) is of a copy, unless
+        ``copy=False`` (BufferError then)."""
         value = self._value_now("__dlpack__()")
+        kwargs: dict[str, Any] = {}
         if stream is not None:
-            return value.__dlpack__(stream=stream, **kwargs)
+            kwargs["stream"] = stream
+        if dl_device is not None:
+            kwargs["dl_device"] = dl_device
+        if copy is not None:
+            kwargs["copy"] = copy
+        if max_version is not None:
+            kwargs["max_version"] = max_version
+        legacy = max_version is None or max_version[0] < 1
+        if legacy and not getattr(getattr(value, "flags", None), "writeable", True):
+            if copy is False:
+                raise BufferError(
+                    "__dlpack__(copy=False): the value is read-only, which a legacy DLPack "
+                    "capsule cannot say; ask for max_version=(1, 0) or allow a copy"
+                )
+            value = value.copy()
+            kwargs.pop("copy", None)
         return value.__dlpack__(**kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:

@@ -76,7 +76,9 @@ class Indexing(Pusher):
                 raise IndexError(
                     f"boolean index of shape {mshape} does not match the array's shape {xshape}"
                 )
-            shape: Shape = (None, *xshape[len(mshape) :])
+            # The number of true elements: known now only for a mask without elements.
+            count = 0 if 0 in mshape else None
+            shape: Shape = (count, *xshape[len(mshape) :])
             # The result has at most the input's elements, a number not known yet.
             cost = size_of(x)
         else:

@@ -185,7 +185,7 @@ class Manipulation(Indexing):
         if isinstance(repeats, Array):
             if repeats.dtype.kind not in "iu":
                 raise TypeError("repeat: repeats must be an integer array")
-            n: int | None = None
+            n: int | None = 0 if base[ax] == 0 else None  # nothing to repeat: known now
             args: tuple[Any, ...] = (x, repeats)
             fn: Callable[..., Any] = partial(call_with, np.repeat, {"axis": axis})
         else:
