@@ -197,3 +197,113 @@ def test_pinv_rtol_that_does_not_broadcast_raises_at_the_call() -> None:
 def test_clip_bounds_that_do_not_broadcast_raise_at_the_call() -> None:
     with pytest.raises(ValueError, match="do not broadcast"):
         xp.clip(xp.zeros((3,)), max=xp.zeros((2,)))
+
+
+def test_expand_dims_takes_axis_by_position_or_keyword() -> None:
+    params = inspect.signature(xp.expand_dims).parameters
+    assert params["x"].kind is inspect.Parameter.POSITIONAL_ONLY
+    assert params["axis"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    x = xp.asarray([1.0, 2.0])
+    assert xp.expand_dims(x, 1).shape == xs.expand_dims(xs.asarray([1.0, 2.0]), 1).shape == (2, 1)
+    assert xp.expand_dims(x, axis=-1).shape == (2, 1)
+    assert xp.expand_dims(x).shape == (1, 2)
+
+
+# -- the standard's special cases where NumPy's differ ----------------------------------------
+
+INF, NAN = float("inf"), float("nan")
+
+# (x1, x2, the standard's floor_divide(x1, x2)): -0.0 and 0.0 differ (their sign is checked).
+FLOOR_DIVIDE = [
+    (INF, 2.0, INF),
+    (INF, -2.0, -INF),
+    (-INF, 2.0, -INF),
+    (-INF, -2.0, INF),
+    (INF, 0.0, INF),
+    (-INF, 0.0, -INF),
+    (1.0, INF, 0.0),
+    (1.0, -INF, -0.0),
+    (-1.0, INF, -0.0),
+    (-1.0, -INF, 0.0),
+    (INF, INF, NAN),
+    (NAN, 1.0, NAN),
+    (7.0, 2.0, 3.0),
+    (-7.0, 2.0, -4.0),
+    (5.0, 0.0, INF),
+    (-5.0, -0.0, INF),
+]
+
+
+def _same(got: Any, want: Any) -> bool:
+    """Equal, NaN equal to NaN, and the sign of a zero (or an infinity) the same."""
+    got, want = complex(got), complex(want)
+    for g, w in ((got.real, want.real), (got.imag, want.imag)):
+        if np.isnan(w):
+            if not np.isnan(g):
+                return False
+        elif g != w or np.signbit(g) != np.signbit(w):
+            return False
+    return True
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_floor_divide_special_cases(dtype: str) -> None:
+    x1 = xp.asarray([c[0] for c in FLOOR_DIVIDE], dtype=getattr(xp, dtype))
+    x2 = xp.asarray([c[1] for c in FLOOR_DIVIDE], dtype=getattr(xp, dtype))
+    inplace = xp.asarray(x1, copy=True)
+    inplace //= x2
+    for got in (xp.floor_divide(x1, x2), x1 // x2, inplace):
+        assert got.dtype == getattr(xp, dtype)
+        values = np.asarray(got).tolist()
+        wrong = [
+            (a, b, v, w)
+            for (a, b, w), v in zip(FLOOR_DIVIDE, values, strict=True)
+            if not _same(v, w)
+        ]
+        assert wrong == []
+    # A Python scalar operand, on either side.
+    assert _same(float(xp.asarray([INF], dtype=getattr(xp, dtype)) // 2.0), INF)
+    assert _same(float(-1.0 // xp.asarray([INF], dtype=getattr(xp, dtype))), -0.0)
+
+
+def test_floor_divide_of_integers_is_numpys() -> None:
+    x = xp.asarray([7, -7, 0])
+    np.testing.assert_array_equal(np.asarray(x // 2), [3, -4, 0])
+    np.testing.assert_array_equal(np.asarray(xp.floor_divide(x, xp.asarray([2, 2, 3]))), [3, -4, 0])
+
+
+EXPM1 = [
+    (complex(INF, 0.0), complex(INF, 0.0)),
+    (complex(INF, -0.0), complex(INF, -0.0)),
+    (complex(-INF, 0.0), complex(-1.0, 0.0)),
+    (complex(-INF, 1.0), complex(-1.0, 0.0)),
+    (complex(-INF, -1.0), complex(-1.0, -0.0)),
+    (complex(INF, 1.0), complex(INF, INF)),
+    (complex(INF, 2.0), complex(-INF, INF)),
+    (complex(INF, INF), complex(INF, NAN)),
+    (complex(INF, NAN), complex(INF, NAN)),
+    (complex(-INF, INF), complex(-1.0, 0.0)),
+    (complex(-INF, NAN), complex(-1.0, 0.0)),
+    (complex(NAN, 0.0), complex(NAN, 0.0)),
+    (complex(NAN, -0.0), complex(NAN, -0.0)),
+    (complex(NAN, 1.0), complex(NAN, NAN)),
+    (complex(0.0, INF), complex(NAN, NAN)),
+    (complex(0.0, 0.0), complex(0.0, 0.0)),
+]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_expm1_complex_special_cases(dtype: str) -> None:
+    x = xp.asarray([c[0] for c in EXPM1], dtype=getattr(xp, dtype))
+    got = xp.expm1(x)
+    assert got.dtype == getattr(xp, dtype)
+    values = np.asarray(got).tolist()
+    wrong = [(z, v, w) for (z, w), v in zip(EXPM1, values, strict=True) if not _same(v, w)]
+    assert wrong == []
+    finite = xp.asarray([complex(1.0, 1.0), complex(-0.5, 2.0)], dtype=getattr(xp, dtype))
+    np.testing.assert_allclose(
+        np.asarray(xp.expm1(finite)), np.expm1(np.asarray(finite)), rtol=1e-6
+    )
+    assert _same(complex(xp.expm1(xp.asarray(complex(INF, 0.0)))), complex(INF, 0.0))

@@ -51,6 +51,7 @@ from .. import (
 from ._buffer import Buffer
 from ._kernel import Const, failure_of
 from ._meta import Shape, layout
+from ._special import elementwise_function
 from ._sync import PendingArrayError, in_operation, on_loop_thread, running_loop
 
 if TYPE_CHECKING:
@@ -522,7 +523,7 @@ def _root_repr(failure: BaseException) -> str:
 
 def _binary(name: str, reflected: bool = False) -> Callable[[Array, Any], Any]:
     if name != "matmul":  # an elementwise function: straight to the namespace's hot path
-        ufunc = getattr(np, name)
+        ufunc = elementwise_function(name)
 
         def method(self: Array, other: Any) -> Any:
             ns = self._ns

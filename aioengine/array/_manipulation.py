@@ -70,8 +70,10 @@ class Manipulation(Indexing):
         axes = (*range(x.ndim - 2), x.ndim - 1, x.ndim - 2)
         return self.permute_dims(x, axes)
 
-    def expand_dims(self, x: Array, /, *, axis: int = 0) -> Array:
-        """``x`` with a new axis of size one at ``axis`` (a view)."""
+    def expand_dims(self, x: Array, /, axis: int = 0) -> Array:
+        """``x`` with a new axis of size one at ``axis`` (a view). ``axis`` may be passed by
+        position or by keyword, as revision 2024.12 (corrected) has it; it keeps the default
+        of 0 that earlier revisions gave it."""
         ax = axis_index(axis, x.ndim + 1)
         key = (slice(None),) * ax + (None, Ellipsis)
         return self._getitem(x, key)

@@ -33,6 +33,7 @@ from ._meta import Shape, as_dtype, broadcast
 from ._products import Products
 from ._push import CPU, NORMAL, check_same, copy_value, elementwise, operand, push1
 from ._searching import Searching
+from ._special import elementwise_function
 from ._statistics import Statistics
 
 __all__ = ("ELEMENTWISE", "Namespace")
@@ -281,7 +282,7 @@ class Namespace(Creation, DataTypes, Manipulation, Searching, Statistics, Produc
 
 
 def _make_elementwise(name: str, arity: int) -> Callable[..., Array]:
-    fn = getattr(np, name)
+    fn = elementwise_function(name)
 
     if arity == 1:
 

@@ -59,6 +59,7 @@ from ._array import (
 from ._buffer import Buffer, Shared
 from ._kernel import MISSING, Const, Kernel
 from ._meta import Shape, axis_index, broadcast, reduced
+from ._special import elementwise_function
 from ._sync import running_loop
 
 __all__ = (
@@ -365,7 +366,7 @@ class Pusher(Bound):
             )
             fn: Callable[..., Any] = _inplace_matmul
         else:
-            ufunc = getattr(np, name)
+            ufunc = elementwise_function(name)
             shape = broadcast(tshape, x.shape)
             dtype = _meta.sample_dtype(ufunc, [tdtype, value])
             fn = _partial(_inplace_ufunc, ufunc)
