@@ -23,8 +23,9 @@ Reading the value:
   copies first and what ``await`` returned never changes.
 * Sync points (``__bool__``, ``__int__``, ``__float__``, ``__complex__``, ``__index__``,
   ``__array__``, ``__dlpack__``, ``tolist``, ``item``, pickling) need the value now
-  (``_sync.py``): off the engine's loop thread they block until it is ready; on it a pending
-  array raises :class:`~aioengine.array.PendingArrayError`.
+  (``_sync.py``): off the engine's loop thread they block until it is ready; on it, or while
+  that loop is not running, a pending array raises :class:`~aioengine.array.PendingArrayError`.
+* ``await`` after the engine closed (it takes no push) reads a ready value as a sync point does.
 """
 
 from __future__ import annotations
@@ -301,7 +302,7 @@ class Array:
 
     def _value_now(self, what: str) -> Any:
         """The value for a sync point (``what``): at once if ready, else blocking off the
-        loop thread, :class:`PendingArrayError` on it."""
+        loop thread, :class:`PendingArrayError` on it or while the loop is not running."""
         ns = self._ns
         if self.ready:
             buf = self._buf

@@ -10,7 +10,9 @@ the standard are its subclasses' (``_creation.py``, ``_manipulation.py``, ...), 
 Where an operation runs (written once, here): on its arrays' device; on a CPU, an operation
 whose estimated cost (elements touched) is at most :data:`INLINE_COST` runs inline on the event
 loop (``FnProperty.ASYNC``: a thread hop costs more than such work), a larger one on the
-device's thread pool.
+device's thread pool. A data-dependent dimension counts as learnt once its value is ready, and
+as large (more than :data:`INLINE_COST`) until then (:func:`size_of`); an in-place write into an
+exported Buffer counts the copy it makes first.
 
 Fusion (MXNet's lesson that tiny operations want aggregating at the array level, not engine
 bulks): on the loop thread, a binary elementwise operation that runs inline and reads the result
