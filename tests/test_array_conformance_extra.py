@@ -84,6 +84,31 @@ def test_data_dependent_sizes_known_at_the_call(make: Callable[[Any], Any]) -> N
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda m: m.asarray(3.0)[m.asarray(False)], id="0d-false"),
+        pytest.param(lambda m: m.asarray(3.0)[m.asarray(True)], id="0d-true"),
+        pytest.param(lambda m: m.asarray([1.0, 2.0, 3.0])[m.asarray([True, False, True])], id="1d"),
+        pytest.param(lambda m: m.reshape(m.arange(6), (2, 3))[m.asarray([False, True])], id="rows"),
+    ],
+)
+def test_a_ready_mask_gives_its_count_at_the_call(make: Callable[[Any], Any]) -> None:
+    ours, reference = _both(make)
+    assert tuple(ours.shape) == tuple(reference.shape)
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(reference))
+
+
+def test_a_ready_mask_is_taken_as_it_is_at_the_call() -> None:
+    x = xp.asarray([1.0, 2.0, 3.0])
+    mask = xp.asarray([True, True, False])
+    picked = x[mask]
+    mask[0] = False  # after the index: not seen by it, as for a read pushed at the call
+    assert picked.shape == (2,)
+    np.testing.assert_array_equal(np.asarray(picked), [1.0, 2.0])
+    np.testing.assert_array_equal(np.asarray(x[mask]), [2.0])
+
+
 # -- finfo, iinfo, can_cast --------------------------------------------------------------------
 
 

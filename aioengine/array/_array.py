@@ -72,6 +72,7 @@ __all__ = (
     "layout_of",
     "namespace_of",
     "operand_ok",
+    "ready_value",
     "unpack",
     "view",
 )
@@ -742,6 +743,26 @@ def view(ns: Pusher, x: Array, step: Callable[[Any], Any], lay: np.ndarray[Any, 
     """An array of ``ns`` sharing ``x``'s Buffer, seen through ``step`` after ``x``'s own steps;
     ``lay`` is its layout (:func:`~aioengine.array._meta.layout`), whose shape is its shape."""
     return Array(ns, x._buf, tuple(lay.shape), x._dtype, x._device, (*x._steps, step), lay)
+
+
+def _is_ready(x: Array) -> bool:
+    return x.ready
+
+
+def ready_value(x: Array) -> Any | None:
+    """``x``'s value now, read-only, if it is ready and healthy (no wait, no push); else None.
+    Its Buffer is marked exported first, so a write that starts later copies before writing
+    and the value handed out never changes."""
+    buf = x._buf
+    if not _is_ready(x) or failure_of(buf) is not None:
+        return None
+    buf.exported = True
+    if not _is_ready(x):  # a write pushed meanwhile has started: it may not have seen the mark
+        return None
+    value = buf.value
+    for step in x._steps:
+        value = step(value)
+    return _readonly(value)
 
 
 def concrete_shape(ns: Bound, x: Array, what: str) -> tuple[int, ...]:
