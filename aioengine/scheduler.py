@@ -397,7 +397,8 @@ class Scheduler(CoreState):
         ``push`` is the :meth:`push` call that admits it (``op`` passed as ``made``). Its
         caller got ``op`` back long ago, so a push refused now (the engine closed, a Var
         deleted meanwhile) fails ``op`` with that error and reports it, except a deletion
-        refused because the engine is closing or closed (clean-up with nothing left to do).
+        refused because the engine is closed (clean-up with nothing left to do; one pushed
+        while it closes is admitted, see :meth:`_admit_locked`).
         """
         try:
             push()
