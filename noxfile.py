@@ -212,7 +212,13 @@ def bench_smoke(session: nox.Session) -> None:
     """The benchmark's smoke mode (CI): every peer runs and verifies; timings are not judged."""
     # Editable (the sources, pure Python): CI builds the compiled wheel once, for its tests.
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "bench"))
-    session.run("python", "benchmarks/run.py", "--quick", *session.posargs)
+    # Every output goes to the session's temporary folder: a test run never rewrites the
+    # committed figures under benchmarks/results (tests/test_docs.py checks each call).
+    tmp = session.create_tmp()
+    out, png = f"{tmp}/latest.json", f"{tmp}/latest.png"
+    session.run(
+        "python", "benchmarks/run.py", "--quick", "--out", out, "--png", png, *session.posargs
+    )
     # One round of each paired workload: it runs and verifies, in the time CI has.
     out = f"{session.create_tmp()}/paired.json"
     session.run("python", "benchmarks/paired.py", "--quick", "--rounds", "1", "--out", out)

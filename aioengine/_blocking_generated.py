@@ -305,6 +305,7 @@ class BlockingMethods:
 
         Raises:
             VarDeletedError: if ``var`` was already deleted.
+            EngineClosedError: if the engine is closed.
             TypeError: if ``delete_fn`` is not callable or None.
         """
         return self._bridge(lambda: self._engine.delete_var(var, delete_fn, ctx))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import warnings
 from typing import Any
 
 import numpy as np
@@ -50,11 +51,28 @@ _namespace: Namespace | None = None
 
 
 def _close() -> None:
+    """Close this module's engine (at interpreter exit). Failures that no ``await``, sync
+    point or wait raised are said once, as a RuntimeWarning (as an engine says of failures
+    it loses), not as a traceback of this callback."""
     global _engine, _namespace
     with _lock:
         engine, _engine, _namespace = _engine, None, None
-    if engine is not None:
+    if engine is None:
+        return
+    try:
         engine.close()
+    except BaseExceptionGroup as group:
+        first = group.exceptions[0]
+        # No frame of the user's is left to point at: the module itself is the warning's
+        # location (one line on stderr, filterable as any warning).
+        warnings.warn_explicit(
+            f"its engine closed at interpreter exit with {len(group.exceptions)} failure(s) "
+            f"that no await, sync point or wait raised; the first: "
+            f"{type(first).__name__}: {first}",
+            RuntimeWarning,
+            __name__,
+            0,
+        )
 
 
 def default_namespace() -> Namespace:

@@ -372,6 +372,8 @@ class Engine:
                 _join_executors(executors)
             else:
                 await joined
+        # Deletions pushed by finalizers meanwhile (accepted while closing, run on the loop).
+        await self._drained(timeout)
         with self._core.lock:
             self._core.set_state_locked(State.CLOSED)
         unguard_interrupts(self._core)
@@ -729,10 +731,14 @@ class Engine:
         even if ``var`` carries a failure (which stays recorded for :meth:`wait_for_all`). From
         this call on, a push or wait naming ``var`` raises :class:`~aioengine.VarDeletedError`.
         Cancelling the returned operation before it starts cancels the deletion: ``delete_fn``
-        does not run and ``var`` can be used (or deleted) again.
+        does not run and ``var`` can be used (or deleted) again. While the engine closes (a
+        finalizer of an object dropped meanwhile, say), a deletion is still accepted: the close
+        waits for it, and ``delete_fn`` runs on the event loop's thread (the pools are shutting
+        down); once the engine is closed, it raises (nothing is left to delete).
 
         Raises:
             VarDeletedError: if ``var`` was already deleted.
+            EngineClosedError: if the engine is closed.
             TypeError: if ``delete_fn`` is not callable or None.
         """
         if delete_fn is not None:

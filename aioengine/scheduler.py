@@ -151,6 +151,7 @@ _CANCELLED = OpState.CANCELLED
 _NO_SKIP = frozenset({FnProperty.NO_SKIP, FnProperty.DELETE_VAR})
 _NORMAL = FnProperty.NORMAL
 _OPEN = State.OPEN
+_CLOSING = State.CLOSING
 _CPU0 = cpu(0)
 _GPU = DeviceType.GPU
 _CPU = DeviceType.CPU
@@ -253,8 +254,15 @@ class Scheduler(CoreState):
             last_ctx, last_prop, target = self._last_route
             if ctx is not last_ctx or prop is not last_prop:
                 target = self._route(ctx, prop, kind)
-        if deleting is not None and fn is delete_nothing and loop is not None:
-            target = None  # a deletion with nothing to run finishes on the loop: no thread hop
+        if (
+            deleting is not None
+            and loop is not None
+            and (fn is delete_nothing or self.state is _CLOSING)
+        ):
+            # A deletion with nothing to run finishes on the loop: no thread hop. One pushed
+            # while the engine closes (by a finalizer) runs there too: the pools may be
+            # shutting down, the loop runs until the close ends.
+            target = None
         if target is None and loop is None:
             raise RuntimeError(
                 f"{self!r} is not bound to an event loop yet, and {name!r} must run on it "
@@ -324,7 +332,10 @@ class Scheduler(CoreState):
         for a commute token, joined a segment or was queued for the loop thread).
         """
         sequencer = self._sequencer
-        if self.state is not _OPEN:
+        if self.state is not _OPEN and (deleting is None or self.state is not _CLOSING):
+            # A deletion is clean-up, which a finalizer may push while the engine closes:
+            # accepted until the close ends (it runs on the loop then, the pools shutting
+            # down: see push; the close waits for it).
             raise EngineClosedError(f"{self!r} is {self.state.value}; create a new Engine")
         if handle is not None and handle._deleted:
             raise OperatorDeletedError(f"{handle!r} was deleted; build a new one")
@@ -386,7 +397,8 @@ class Scheduler(CoreState):
         ``push`` is the :meth:`push` call that admits it (``op`` passed as ``made``). Its
         caller got ``op`` back long ago, so a push refused now (the engine closed, a Var
         deleted meanwhile) fails ``op`` with that error and reports it, except a deletion
-        refused because the engine is closing or closed (clean-up with nothing left to do).
+        refused because the engine is closed (clean-up with nothing left to do; one pushed
+        while it closes is admitted, see :meth:`_admit_locked`).
         """
         try:
             push()

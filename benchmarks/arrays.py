@@ -81,6 +81,8 @@ import numpy as np
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 OUT = BENCH / "results" / "arrays.json"
+# Where --quick writes by default: an ignored folder (.gitignore), never the committed figures.
+QUICK_OUT = BENCH / "results" / "quick" / "arrays.json"
 WARMUP_OPS = 500  # untimed operations before each timed chain, in the chain's own process
 HEARTBEAT_S = 0.001
 CHILD_TIMEOUT_S = 600.0  # a peer process that answers no request in this long is killed
@@ -930,7 +932,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="smoke mode: small sizes, 2 repetitions")
     ap.add_argument("--only", default="tiny,branches,overlap,memory", help="benchmarks to run")
     ap.add_argument("--reps", type=int, help="repetitions of tiny and branches (7; 2 with --quick)")
-    ap.add_argument("--out", type=Path, default=OUT, help="the JSON file to write")
+    ap.add_argument(
+        "--out", type=Path, help="the JSON file to write (results/arrays.json; --quick: quick/)"
+    )
     ap.add_argument("--workers", type=int, default=2, help="CPU workers (engine and dask)")
     ap.add_argument("--no-mxnet", action="store_true", help="skip the MXNet peer")
     ap.add_argument("--no-install", action="store_true", help="never create MXNet's venv")
@@ -952,6 +956,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--memory-variant", default="await", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    args.out = args.out or (QUICK_OUT if args.quick else OUT)
     if args.quick:
         args.tiny_ops, args.branch_elements = 2_000, 131_072
         args.chunks, args.chunk_elements, args.io_s, args.compute_s = 10, 131_072, 0.1, 0.1

@@ -42,6 +42,8 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 OUT = BENCH / "results" / "paired.json"
+# Where --quick writes by default: an ignored folder (.gitignore), never the committed figures.
+QUICK_OUT = BENCH / "results" / "quick" / "paired.json"
 # Workload family -> its body and the configurations that take turns on it, the reference
 # (the ratios' denominator) last: no-op operations against MXNet's NaiveEngine, coroutine
 # ones against asyncio's own tasks (the task floor).
@@ -137,9 +139,10 @@ def main() -> int:
     ap.add_argument("--shapes", default="independent,chain,fanout,random")
     ap.add_argument("--mxnet-venv", type=Path, default=ROOT / ".venv-mxnet")
     ap.add_argument("--no-install", action="store_true", help="never install MXNet's venv")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out", type=Path, help="the JSON file (results/paired.json; --quick: quick/)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    args.out = args.out or (QUICK_OUT if args.quick else OUT)
     rounds = args.rounds or (3 if args.quick else 11)
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     if args.child:

@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import gc
 import json
+import os
 import pathlib
 import random
 import statistics
@@ -48,6 +49,8 @@ from aioengine.engine import _COMPILED
 ASYNC = ae.FnProperty.ASYNC
 NVARS = 1000  # the random-out shape's Vars
 OUT = pathlib.Path(__file__).resolve().parent / "results" / "paths.json"
+# Where --quick writes by default: an ignored folder (.gitignore), never the committed figures.
+QUICK_OUT = OUT.parent / "quick" / "paths.json"
 
 
 def _noop(rctx: ae.RunContext) -> None:
@@ -144,8 +147,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--ops", type=int, default=20_000)
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="2,000 operations, 2 pairs")
-    parser.add_argument("--out", default=str(OUT), help="where to write the JSON")
+    parser.add_argument(
+        "--out", help="where to write the JSON (results/paths.json; --quick: results/quick/)"
+    )
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = str(QUICK_OUT if args.quick else OUT)
     if args.quick:
         args.ops, args.pairs = 2_000, 2
     report: dict[str, Any] = {
@@ -186,6 +193,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
     return report

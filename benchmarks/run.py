@@ -48,6 +48,8 @@ from workloads import WorkloadSpec, select, selftest, standard_workloads
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 RESULTS = BENCH / "results"
+# Where --quick writes by default: an ignored folder (.gitignore), never the committed figures.
+QUICK_RESULTS = RESULTS / "quick"
 N_CPU = os.cpu_count() or 1
 MXNET_REQS = ("mxnet==1.9.1", "numpy<1.24")
 
@@ -784,10 +786,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         " measurement",
     )
     ap.add_argument("--timeout", type=float, help="seconds per runner process")
-    ap.add_argument("--out", type=Path, default=RESULTS / "latest.json", help="JSON output path")
-    ap.add_argument("--png", type=Path, default=RESULTS / "latest.png", help="chart output path")
+    ap.add_argument(
+        "--out", type=Path, help="JSON output path (results/latest.json; --quick: results/quick/)"
+    )
+    ap.add_argument(
+        "--png", type=Path, help="chart output path (results/latest.png; --quick: results/quick/)"
+    )
     ap.add_argument("--list", action="store_true", help="list workloads and peers, then exit")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    folder = QUICK_RESULTS if args.quick else RESULTS
+    args.out = args.out or folder / "latest.json"
+    args.png = args.png or folder / "latest.png"
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:

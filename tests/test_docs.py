@@ -112,6 +112,39 @@ def test_readme_opens_with_the_two_commands() -> None:
     }
 
 
+def test_bench_smoke_never_writes_the_committed_results() -> None:
+    """``nox`` (the README's test command) runs bench_smoke: each benchmark it runs writes
+    its output to the session's temporary folder (issue 44: a clean clone was left dirty,
+    its committed quick-mode figures rewritten); and each one's own ``--quick`` default is
+    an ignored folder, not a committed file."""
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    smoke = next(
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.name == "bench_smoke"
+    )
+    scripts = []
+    for node in ast.walk(smoke):
+        if not (isinstance(node, ast.Call) and ast.unparse(node.func) == "session.run"):
+            continue
+        args = [a.value for a in node.args if isinstance(a, ast.Constant)]
+        script = next((a for a in args if str(a).startswith("benchmarks/")), None)
+        if script is None:
+            continue
+        scripts.append(script)
+        assert "--out" in args, f"bench_smoke runs {script} without --out"
+        if script == "benchmarks/run.py":
+            assert "--png" in args, "bench_smoke runs benchmarks/run.py without --png"
+    assert sorted(scripts) == sorted(
+        ["benchmarks/run.py", "benchmarks/paired.py", "benchmarks/arrays.py", "benchmarks/paths.py"]
+    )
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    assert "benchmarks/results/quick/" in ignored
+    for script in scripts:
+        text = (ROOT / script).read_text()
+        assert '"quick"' in text, f"{script}: --quick has no default of its own"
+
+
 def nox_names(target: str) -> list[list[str]]:
     """The literal assigned to ``target`` (a name or ``nox.options.<name>``) in noxfile.py,
     as a list of lists (read, not imported: nox is not a test need)."""

@@ -157,9 +157,11 @@ def test_aclose_with_cancel() -> None:
         threading.Timer(0.05, gate.set).start()
         await engine.aclose(cancel=True)
         assert op.cancelled()
-        assert len(deleted) == 0  # delete_var() on a closing engine raises in __del__
+        assert len(deleted) == 1  # a deletion is accepted while the engine closes
+        assert deleted[0].state is ae.OpState.DONE  # and ran before the close ended
     """)
-    assert "EngineClosedError" in proc.stderr
+    assert "EngineClosedError" not in proc.stderr
+    assert "Exception ignored" not in proc.stderr
 
 
 def test_weakref_finalize_calling_delete_var() -> None:

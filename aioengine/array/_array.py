@@ -23,8 +23,9 @@ Reading the value:
   copies first and what ``await`` returned never changes.
 * Sync points (``__bool__``, ``__int__``, ``__float__``, ``__complex__``, ``__index__``,
   ``__array__``, ``__dlpack__``, ``tolist``, ``item``, pickling) need the value now
-  (``_sync.py``): off the engine's loop thread they block until it is ready; on it a pending
-  array raises :class:`~aioengine.array.PendingArrayError`.
+  (``_sync.py``): off the engine's loop thread they block until it is ready; on it, or while
+  that loop is not running, a pending array raises :class:`~aioengine.array.PendingArrayError`.
+* ``await`` after the engine closed (it takes no push) reads a ready value as a sync point does.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from .. import (
     DependencyError,
     DeviceType,
     Engine,
+    EngineClosedError,
     FnProperty,
     Operation,
     Var,
@@ -50,6 +52,7 @@ from .. import (
 from ._buffer import Buffer
 from ._kernel import Const, failure_of
 from ._meta import Shape, layout
+from ._special import elementwise_function
 from ._sync import PendingArrayError, in_operation, on_loop_thread, running_loop
 
 if TYPE_CHECKING:
@@ -70,6 +73,7 @@ __all__ = (
     "layout_of",
     "namespace_of",
     "operand_ok",
+    "ready_value",
     "unpack",
     "view",
 )
@@ -252,9 +256,21 @@ class Array:
         host = self._device if self._device.device_type is _CPU else cpu()
         # Reading on the loop, in push order; a GPU buffer is read once its fences completed
         # (the engine holds a host consumer back until then).
-        op: Operation[Any] = engine.push_sync(
-            functools.partial(_capture, self), host, buf.vars, (), prop=_ASYNC, name="await"
-        )
+        op: Operation[Any] | None = None
+        try:
+            op = engine.push_sync(
+                functools.partial(_capture, self), host, buf.vars, (), prop=_ASYNC, name="await"
+            )
+        except EngineClosedError:
+            if not self.ready:
+                raise
+        if op is None:
+            # A closing or closed engine takes no push, but a ready value stays readable (as
+            # the sync points read it): nothing can write it any more.
+            got = _capture(self, None)
+            if type(got) is _Failed:
+                raise got.failure
+            return got
         ns._bind(op)
         try:
             got = await op
@@ -295,7 +311,7 @@ class Array:
 
     def _value_now(self, what: str) -> Any:
         """The value for a sync point (``what``): at once if ready, else blocking off the
-        loop thread, :class:`PendingArrayError` on it."""
+        loop thread, :class:`PendingArrayError` on it or while the loop is not running."""
         ns = self._ns
         if self.ready:
             buf = self._buf
@@ -306,7 +322,8 @@ class Array:
                     value = step(value)
                 buf.exported = True
                 return _readonly(value)
-            if not on_loop_thread(ns._loop):
+            loop = ns._loop
+            if loop is not None and loop.is_running() and not on_loop_thread(loop):
                 return ns._wait(self._get())  # throws the engine's record once, then raises
             raise failure
         if in_operation():
@@ -322,6 +339,13 @@ class Array:
                 f"{what} needs the value of {self._describe()}, which is not computed yet: "
                 "`await` the array on the event loop's thread (blocking that thread could "
                 "only deadlock: the loop itself completes the operations)"
+            )
+        if not loop.is_running():
+            raise PendingArrayError(
+                f"{what} needs the value of {self._describe()}, which is not computed yet, "
+                "and the engine's event loop is not running (between two runs of it, or "
+                "after it stopped): waiting could only deadlock; `await` the array while "
+                "the loop runs"
             )
         return ns._wait(self._get())
 
@@ -382,10 +406,38 @@ class Array:
             return value.copy()
         return value
 
-    def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
+    def __dlpack__(
+        self,
+        /,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[Any, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """A DLPack capsule of the value (a sync point). The value is read-only (what
+        ``await`` gives never changes), which only a versioned capsule (``max_version``
+        1.0 and later) can say: a legacy one (no ``max_version``) is of a copy, unless
+        ``copy=False`` (BufferError then)."""
         value = self._value_now("__dlpack__()")
+        kwargs: dict[str, Any] = {}
         if stream is not None:
-            return value.__dlpack__(stream=stream, **kwargs)
+            kwargs["stream"] = stream
+        if dl_device is not None:
+            kwargs["dl_device"] = dl_device
+        if copy is not None:
+            kwargs["copy"] = copy
+        if max_version is not None:
+            kwargs["max_version"] = max_version
+        legacy = max_version is None or max_version[0] < 1
+        if legacy and not getattr(getattr(value, "flags", None), "writeable", True):
+            if copy is False:
+                raise BufferError(
+                    "__dlpack__(copy=False): the value is read-only, which a legacy DLPack "
+                    "capsule cannot say; ask for max_version=(1, 0) or allow a copy"
+                )
+            value = value.copy()
+            kwargs.pop("copy", None)
         return value.__dlpack__(**kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -481,7 +533,7 @@ def _root_repr(failure: BaseException) -> str:
 
 def _binary(name: str, reflected: bool = False) -> Callable[[Array, Any], Any]:
     if name != "matmul":  # an elementwise function: straight to the namespace's hot path
-        ufunc = getattr(np, name)
+        ufunc = elementwise_function(name)
 
         def method(self: Array, other: Any) -> Any:
             ns = self._ns
@@ -704,6 +756,26 @@ def view(ns: Pusher, x: Array, step: Callable[[Any], Any], lay: np.ndarray[Any, 
     """An array of ``ns`` sharing ``x``'s Buffer, seen through ``step`` after ``x``'s own steps;
     ``lay`` is its layout (:func:`~aioengine.array._meta.layout`), whose shape is its shape."""
     return Array(ns, x._buf, tuple(lay.shape), x._dtype, x._device, (*x._steps, step), lay)
+
+
+def _is_ready(x: Array) -> bool:
+    return x.ready
+
+
+def ready_value(x: Array) -> Any | None:
+    """``x``'s value now, read-only, if it is ready and healthy (no wait, no push); else None.
+    Its Buffer is marked exported first, so a write that starts later copies before writing
+    and the value handed out never changes."""
+    buf = x._buf
+    if not _is_ready(x) or failure_of(buf) is not None:
+        return None
+    buf.exported = True
+    if not _is_ready(x):  # a write pushed meanwhile has started: it may not have seen the mark
+        return None
+    value = buf.value
+    for step in x._steps:
+        value = step(value)
+    return _readonly(value)
 
 
 def concrete_shape(ns: Bound, x: Array, what: str) -> tuple[int, ...]:

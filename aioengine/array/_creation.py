@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import Context
 from . import _meta
-from ._array import SCALARS, Array, concrete_shape, known_shape, namespace_of
+from ._array import SCALARS, Array, buffer_of, concrete_shape, known_shape, namespace_of
 from ._meta import as_dtype
 from ._push import CPU0, Pusher, check_same, copy_value, create, push, push1, same_shape
 
@@ -40,8 +40,9 @@ class Creation(Pusher):
         """An array from ``obj`` (an array, a NumPy array, a scalar, nested sequences, or an
         object with ``__array__``/``__dlpack__``). ``copy=None`` shares a NumPy array's memory
         where possible (as NumPy does), ``True`` always copies, ``False`` never does
-        (ValueError if it must). An array of this namespace with a new dtype or device is a
-        copy operation."""
+        (ValueError if it must). Shared read-only memory (what ``await`` gives) is copied by
+        the first in-place write, so the array is writable all the same. An array of this
+        namespace with a new dtype or device is a copy operation."""
         if dtype is not None:
             dtype = as_dtype(dtype)
         if isinstance(obj, Array):
@@ -75,6 +76,10 @@ class Creation(Pusher):
         if type(value) is not np.ndarray:
             value = value.view(np.ndarray)
         array = self._from_value(value)
+        if not value.flags.writeable:
+            # Read-only memory (a value ``await`` gave, say): shared, and copied by the first
+            # write, inside it (as after ``await``), so writes are accepted and done.
+            buffer_of(array).exported = True
         if device is not None and device != CPU0:
             return array.to_device(device)
         return array

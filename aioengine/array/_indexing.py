@@ -16,9 +16,27 @@ from typing import Any
 import numpy as np
 
 from . import _meta
-from ._array import Array, check_writable, concrete_shape, known_shape, layout_of, view
+from ._array import (
+    Array,
+    check_writable,
+    concrete_shape,
+    known_shape,
+    layout_of,
+    ready_value,
+    view,
+)
 from ._meta import Shape, axis_index, broadcast
-from ._push import Pusher, call_with, check_same, operand, push, push1
+from ._push import (
+    CPU,
+    INLINE_COST,
+    Pusher,
+    call_with,
+    check_same,
+    operand,
+    push,
+    push1,
+    size_of,
+)
 
 __all__ = ("Indexing",)
 
@@ -76,7 +94,24 @@ class Indexing(Pusher):
                 raise IndexError(
                     f"boolean index of shape {mshape} does not match the array's shape {xshape}"
                 )
-            shape: Shape = (None, *xshape[len(mshape) :])
+            # The number of true elements: known now for a mask without elements, and for a
+            # small mask whose value is ready, which the operation then takes as it is now
+            # (what a read pushed now would see) instead of reading its Buffer.
+            count = 0 if 0 in mshape else None
+            known = None
+            if (
+                count is None
+                and device.device_type is CPU
+                and None not in mshape
+                and _meta.prod(mshape) <= INLINE_COST
+            ):
+                known = ready_value(mask)
+            if isinstance(known, np.ndarray):
+                count = int(np.count_nonzero(known))
+                parts, positions, arrays = (known,), [], []
+            shape: Shape = (count, *xshape[len(mshape) :])
+            # The result has at most the input's elements, a number not known yet.
+            cost = size_of(x)
         else:
             for a in arrays:
                 if a.dtype.kind not in "iu":
@@ -91,8 +126,8 @@ class Indexing(Pusher):
                     np.zeros((), np.intp), concrete_shape(self, a, "indexing")
                 )
             shape = dummy[tuple(probe)].shape
+            cost = max(_meta.prod(shape), 1)
         fn = partial(_take_key, parts, tuple(positions))
-        cost = max(_meta.prod(shape), 1)
         return push1(self, fn, (x, *arrays), shape, x.dtype, device, "getitem", cost)
 
     def _setitem(self, x: Array, key: Any, value: Any) -> None:

@@ -189,6 +189,17 @@ def _store(buf: Buffer, value: Any) -> None:
     buf.value = value
 
 
+def _owned(result: Any, values: list[Any]) -> Any:
+    """``result``, copied if it is one of the input ``values`` itself (``np.real`` of a real
+    array, an ``xp.apply`` returning its argument): a new Buffer owns its memory, or a write
+    to the input would change what ``await`` returned of the result (views of an input are
+    copied by :func:`_store`)."""
+    for value in values:
+        if result is value:
+            return result.copy()
+    return result
+
+
 def run(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -239,10 +250,10 @@ def run(
     try:
         result = fn(*values)
         if len(outs) == 1:
-            _store(outs[0], result)
+            _store(outs[0], _owned(result, values))
         elif outs:
             for out, value in zip(outs, result, strict=True):
-                _store(out, value)
+                _store(out, _owned(value, values))
     except BaseException as exc:
         exc.add_note(f"in aioengine.array operation {describe(name, args, rctx.ctx)}")
         _fail(outs, target, exc)

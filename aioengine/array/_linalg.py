@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from . import _meta
-from ._array import known_shape
+from ._array import Array, known_shape
 from ._meta import Shape, axis_index, broadcast, reduced
 from ._push import check_same, push, push1
 
 if TYPE_CHECKING:
-    from ._array import Array
     from ._namespace import Namespace
 
 __all__ = ("EighResult", "Linalg", "QRResult", "SVDResult", "SlogdetResult")
@@ -60,6 +59,14 @@ class SVDResult(NamedTuple):
 def _call(fn: Callable[..., Any], kwargs: dict[str, Any], *values: Any) -> Any:
     result = fn(*values, **kwargs)
     return tuple(result) if isinstance(result, tuple) else result
+
+
+def _pinv_rtol(x: Any, rtol: Any) -> Any:
+    return _la.pinv(x, rtol=rtol)
+
+
+def _matrix_rank_rtol(x: Any, rtol: Any) -> Any:
+    return _la.matrix_rank(x, rtol=rtol)
 
 
 class Linalg:
@@ -184,9 +191,26 @@ class Linalg:
     def matrix_rank(self, x: Array, /, *, rtol: Any = None) -> Array:
         """The rank of each matrix."""
         s = self._matrix(x, "matrix_rank", square=False)
+        if isinstance(rtol, Array):  # an operand (one per matrix), not a keyword
+            self._rtol_fits(s, rtol, "matrix_rank")
+            return self._push(_matrix_rank_rtol, "matrix_rank", [x, rtol], [s[:-2]], self._cube(s))[
+                0
+            ]
         return self._push(_la.matrix_rank, "matrix_rank", [x], [s[:-2]], self._cube(s), rtol=rtol)[
             0
         ]
+
+    @staticmethod
+    def _rtol_fits(s: Shape, rtol: Array, name: str) -> None:
+        """ValueError at the call if an array ``rtol`` does not broadcast against the stack
+        of matrices of shape ``s`` (one tolerance per matrix)."""
+        try:
+            broadcast(s[:-2], known_shape(rtol))
+        except ValueError:
+            raise ValueError(
+                f"linalg.{name}: rtol of shape {known_shape(rtol)} does not broadcast against "
+                f"the stack of matrices {s[:-2]}"
+            ) from None
 
     def matrix_transpose(self, x: Array, /) -> Array:
         """As the main namespace's ``matrix_transpose``."""
@@ -202,6 +226,11 @@ class Linalg:
     def pinv(self, x: Array, /, *, rtol: Any = None) -> Array:
         """The Moore-Penrose pseudo-inverse of each matrix."""
         s = self._matrix(x, "pinv", square=False)
+        if isinstance(rtol, Array):  # an operand (one per matrix), not a keyword
+            self._rtol_fits(s, rtol, "pinv")
+            return self._push(
+                _pinv_rtol, "pinv", [x, rtol], [(*s[:-2], s[-1], s[-2])], self._cube(s)
+            )[0]
         return self._push(
             _la.pinv, "pinv", [x], [(*s[:-2], s[-1], s[-2])], self._cube(s), rtol=rtol
         )[0]

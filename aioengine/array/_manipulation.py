@@ -70,8 +70,10 @@ class Manipulation(Indexing):
         axes = (*range(x.ndim - 2), x.ndim - 1, x.ndim - 2)
         return self.permute_dims(x, axes)
 
-    def expand_dims(self, x: Array, /, *, axis: int = 0) -> Array:
-        """``x`` with a new axis of size one at ``axis`` (a view)."""
+    def expand_dims(self, x: Array, /, axis: int = 0) -> Array:
+        """``x`` with a new axis of size one at ``axis`` (a view). ``axis`` may be passed by
+        position or by keyword, as revision 2024.12 (corrected) has it; it keeps the default
+        of 0 that earlier revisions gave it."""
         ax = axis_index(axis, x.ndim + 1)
         key = (slice(None),) * ax + (None, Ellipsis)
         return self._getitem(x, key)
@@ -185,7 +187,7 @@ class Manipulation(Indexing):
         if isinstance(repeats, Array):
             if repeats.dtype.kind not in "iu":
                 raise TypeError("repeat: repeats must be an integer array")
-            n: int | None = None
+            n: int | None = 0 if base[ax] == 0 else None  # nothing to repeat: known now
             args: tuple[Any, ...] = (x, repeats)
             fn: Callable[..., Any] = partial(call_with, np.repeat, {"axis": axis})
         else:

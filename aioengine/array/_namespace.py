@@ -42,6 +42,7 @@ from ._push import (
     push1,
 )
 from ._searching import Searching
+from ._special import elementwise_function
 from ._statistics import Statistics
 
 __all__ = ("ELEMENTWISE", "Namespace")
@@ -190,8 +191,9 @@ class Namespace(Creation, DataTypes, Manipulation, Searching, Statistics, Produc
     def clip(self, x: Array, /, min: Any = None, max: Any = None) -> Array:
         """Clamp each element of ``x`` to ``[min, max]`` (arrays or scalars; None: unbounded).
 
-        The result has ``x``'s shape and dtype: bounds must broadcast to the one and fit the
-        other (ValueError / TypeError at the call).
+        The result has ``x``'s dtype, which the bounds must fit (TypeError at the call), and the
+        shape of ``x`` and the bounds broadcast together (ValueError at the call if they do
+        not), as NumPy's ``clip``: ``x``'s own but for bounds of more dimensions, or empty ones.
         """
         if not isinstance(x, Array):
             raise TypeError("clip() needs an array")
@@ -200,13 +202,15 @@ class Namespace(Creation, DataTypes, Manipulation, Searching, Statistics, Produc
         arrays = [a for a in operands if isinstance(a, Array)]
         device = check_same(self, arrays)
         xshape = known_shape(x)
-        if broadcast(*(known_shape(a) for a in arrays)) != xshape:
-            raise ValueError(f"clip: the bounds do not broadcast to x's shape {xshape}")
+        try:
+            shape = broadcast(*(known_shape(a) for a in arrays))
+        except ValueError:
+            raise ValueError(f"clip: the bounds do not broadcast with x's shape {xshape}") from None
         for a in operands[1:]:
             bound = a.dtype if isinstance(a, Array) else a.value
             if _meta.sample_dtype(np.maximum, [x.dtype, bound]) != x.dtype:
                 raise TypeError(f"clip: a bound {bound!r} does not fit x's dtype {x.dtype}")
-        return push1(self, partial(_clip, names), operands, xshape, x.dtype, device, "clip")
+        return push1(self, partial(_clip, names), operands, shape, x.dtype, device, "clip")
 
     def apply(self, fn: Callable[..., Any], /, *args: Any, shape: Any, dtype: Any) -> Array:
         """Run ``fn(*values)`` on the CPU pool as one operation reading the array arguments
@@ -287,7 +291,7 @@ class Namespace(Creation, DataTypes, Manipulation, Searching, Statistics, Produc
 
 
 def _make_elementwise(name: str, arity: int) -> Callable[..., Array]:
-    fn = getattr(np, name)
+    fn = elementwise_function(name)
 
     if arity == 1:
 

@@ -10,7 +10,9 @@ the standard are its subclasses' (``_creation.py``, ``_manipulation.py``, ...), 
 Where an operation runs (written once, here): on its arrays' device; on a CPU, an operation
 whose estimated cost (elements touched) is at most :data:`INLINE_COST` runs inline on the event
 loop (``FnProperty.ASYNC``: a thread hop costs more than such work), a larger one on the
-device's thread pool.
+device's thread pool. A data-dependent dimension counts as learnt once its value is ready, and
+as large (more than :data:`INLINE_COST`) until then (:func:`size_of`); an in-place write into an
+exported Buffer counts the copy it makes first.
 
 Fusion (MXNet's lesson that tiny operations want aggregating at the array level, not engine
 bulks): on the loop thread, a binary elementwise operation that runs inline and reads the result
@@ -62,6 +64,7 @@ from ._buffer import Buffer, Shared
 from ._chain import CHUNK_BYTES, REDUCERS, join_or_push, reduce_chunks
 from ._kernel import MISSING, Const, Kernel
 from ._meta import Shape, axis_index, broadcast, normalize_axes, reduced
+from ._special import elementwise_function
 from ._sync import running_loop
 
 __all__ = (
@@ -82,6 +85,7 @@ __all__ = (
     "push1",
     "reduction",
     "same_shape",
+    "size_of",
 )
 
 #: The largest operation (elements touched) run inline on the loop rather than on a pool
@@ -301,9 +305,12 @@ class Pusher(Bound):
             dtype = _meta.sample_dtype(fn, [adtype, bsample])
             _DTYPES.setdefault(fn, {}).setdefault(adtype, {})[bkey] = dtype
         engine = self._engine
-        size = 1
-        for d in shape:
-            size *= d or 1
+        if None in shape:  # data-dependent: the learnt shapes, or assumed large
+            size = _cost(broadcast(a.shape, () if bbuf is None else b.shape))
+        else:
+            size = 1
+            for d in shape:
+                size *= d  # type: ignore[operator]
         inline = size <= INLINE_COST and device.device_type is CPU
         if not inline and device.device_type is CPU:
             chained = self._chain(fn, name, (a, b), shape, dtype, device)
@@ -479,7 +486,7 @@ class Pusher(Bound):
             )
             fn: Callable[..., Any] = _inplace_matmul
         else:
-            ufunc = getattr(np, name)
+            ufunc = elementwise_function(name)
             shape = broadcast(tshape, x.shape)
             dtype = _meta.sample_dtype(ufunc, [tdtype, value])
             fn = _partial(_inplace_ufunc, ufunc)
@@ -493,7 +500,7 @@ class Pusher(Bound):
                 f"in-place {name}: the result shape {shape} is not the array's shape "
                 f"{tshape} (an in-place operation cannot change the shape)"
             )
-        cost = _meta.prod(shape)
+        cost = size_of(target)
         push(self, fn, (target, x), (), device, f"i{name}", cost, target=target)
 
 
@@ -564,6 +571,10 @@ def push(
                     reads.append(var)
     if run_on is None:
         run_on = device
+    if target_buf is not None and target_buf.exported:
+        # The write copies the whole Buffer first (what await handed out must not change):
+        # a small write through a view of a large one is a large operation.
+        cost = max(cost, getattr(target_buf.value, "size", 0))
     if prop is None:
         prop = _ASYNC if cost <= INLINE_COST and run_on.device_type is CPU else NORMAL
     if target_buf is None and len(outs) == 1:
@@ -607,10 +618,25 @@ def push1(
     """:func:`push` of an operation with one output, of ``shape`` and ``dtype``; its cost, by
     default, the elements of the largest of it and its array arguments."""
     if cost is None:
-        cost = max(
-            [_meta.prod(shape), *(_meta.prod(a.shape) for a in args if buffer_of(a) is not None)]
-        )
+        cost = max([_meta.prod(shape), *(size_of(a) for a in args if buffer_of(a) is not None)])
     return push(ns, fn, args, ((shape, dtype),), device, name, cost, prop=prop, run_on=run_on)[0]
+
+
+def _cost(shape: Shape) -> int:
+    """The elements of ``shape`` for an operation's cost: an unknown (data-dependent)
+    dimension counts as more than :data:`INLINE_COST`, so that work of a size not known yet
+    goes to the pool rather than risk holding the loop."""
+    n = 1
+    for d in shape:
+        n *= INLINE_COST + 1 if d is None else d
+    return n
+
+
+def size_of(x: Array) -> int:
+    """The elements of ``x`` for an operation's cost: its shape as learnt (``x.shape`` learns
+    a data-dependent dimension once the value is ready), an unknown dimension counting as
+    more than :data:`INLINE_COST`."""
+    return _cost(x.shape)
 
 
 def elementwise(
@@ -679,7 +705,7 @@ def reduction(
         dtype,
         device,
         name,
-        cost=_meta.prod(xshape),
+        cost=size_of(x),
     )
 
 

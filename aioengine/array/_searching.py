@@ -16,6 +16,7 @@ from . import _meta
 from ._array import Array, known_shape
 from ._meta import Shape, axis_index
 from ._push import Pusher, check_same, elementwise, operand, push, push1, reduction
+from ._statistics import check_identity
 
 __all__ = ("Searching", "UniqueAllResult", "UniqueCountsResult", "UniqueInverseResult")
 
@@ -49,10 +50,12 @@ class Searching(Pusher):
 
     def argmax(self, x: Array, /, *, axis: int | None = None, keepdims: bool = False) -> Array:
         """Indices of the maxima along ``axis`` (of the flattened array if None)."""
+        check_identity(x, axis, "attempt to get argmax of an empty sequence")
         return reduction(self, np.argmax, "argmax", x, axis, keepdims, single_axis=True)
 
     def argmin(self, x: Array, /, *, axis: int | None = None, keepdims: bool = False) -> Array:
         """Indices of the minima along ``axis`` (of the flattened array if None)."""
+        check_identity(x, axis, "attempt to get argmin of an empty sequence")
         return reduction(self, np.argmin, "argmin", x, axis, keepdims, single_axis=True)
 
     def count_nonzero(self, x: Array, /, *, axis: Any = None, keepdims: bool = False) -> Array:
@@ -65,7 +68,8 @@ class Searching(Pusher):
         if x.ndim == 0:
             raise ValueError("nonzero of a 0-d array is not allowed")
         device = check_same(self, [x])
-        outs = tuple(((None,), np.dtype(np.int64)) for _ in range(x.ndim))
+        n = 0 if 0 in known_shape(x) else None  # no element: no index, a size known now
+        outs = tuple(((n,), np.dtype(np.int64)) for _ in range(x.ndim))
         fn = _nonzero if x.ndim > 1 else np.flatnonzero
         return push(self, fn, (x,), outs, device, "nonzero", _meta.prod(known_shape(x)))
 
@@ -112,6 +116,11 @@ class Searching(Pusher):
         self, x: Array, kind: str, outs: tuple[tuple[Shape, np.dtype[Any]], ...]
     ) -> tuple[Array, ...]:
         device = check_same(self, [x])
+        # As many unique elements as elements when there are at most one: a size known now.
+        shape = known_shape(x)
+        size = None if None in shape else _meta.prod(shape)
+        if size is not None and size <= 1:
+            outs = tuple(((size,), dtype) if s == (None,) else (s, dtype) for s, dtype in outs)
         return push(
             self,
             partial(_unique, kind),

@@ -17,7 +17,28 @@ from ._array import Array, known_shape
 from ._meta import as_dtype, axis_index
 from ._push import Pusher, call_with, check_same, push1, reduction
 
-__all__ = ("Statistics",)
+__all__ = ("Statistics", "check_identity")
+
+
+def check_identity(x: Any, axis: Any, message: str) -> None:
+    """ValueError(``message``, NumPy's) if a reduction without an identity (``max``,
+    ``argmin``, ...) of ``x`` along ``axis`` reduces an axis of length 0: it depends on the
+    shape only, so it raises at the call, not when the operation runs."""
+    if not isinstance(x, Array):
+        return  # the reduction says what it needs
+    shape = known_shape(x)
+    if axis is None:
+        axes: tuple[int, ...] = tuple(range(len(shape)))
+    else:
+        try:
+            axes = tuple(
+                axis_index(a, len(shape))
+                for a in (axis if isinstance(axis, tuple | list) else (axis,))
+            )
+        except (TypeError, ValueError, IndexError):
+            return  # a bad axis: the reduction raises its own error
+    if any(shape[a] == 0 for a in axes):
+        raise ValueError(message)
 
 
 class Statistics(Pusher):
@@ -76,10 +97,16 @@ class Statistics(Pusher):
 
     def max(self, x: Array, /, *, axis: Any = None, keepdims: bool = False) -> Array:
         """The maximum along ``axis``."""
+        check_identity(
+            x, axis, "zero-size array to reduction operation maximum which has no identity"
+        )
         return reduction(self, np.max, "max", x, axis, keepdims)
 
     def min(self, x: Array, /, *, axis: Any = None, keepdims: bool = False) -> Array:
         """The minimum along ``axis``."""
+        check_identity(
+            x, axis, "zero-size array to reduction operation minimum which has no identity"
+        )
         return reduction(self, np.min, "min", x, axis, keepdims)
 
     def all(self, x: Array, /, *, axis: Any = None, keepdims: bool = False) -> Array:
