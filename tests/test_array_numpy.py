@@ -199,6 +199,27 @@ class TestGufuncs:
         for name, (arr, want) in got.items():
             np.testing.assert_allclose(await arr, want, err_msg=name)
 
+    async def test_matmul_out_an_array_is_a_write_on_it(self, engine: ae.Engine) -> None:
+        xp = aa.namespace(engine)
+        a = xp.asarray(M)
+        out = xp.zeros((6, 6))
+        view = out[:2]
+        hold = Hold(engine, a.var)
+        assert np.matmul(a, a.T, out=out) is out
+        assert np.matmul(a, a.T, out=(out,)) is out
+        assert not view.ready  # a write on out's buffer, seen through its views
+        with pytest.raises(ValueError, match=r"matmul\(\.\.\., out=\)"):
+            np.matmul(a, a.T, out=xp.zeros((6, 4)))
+        await hold.release()
+        np.testing.assert_allclose(await out, M @ M.T)
+        np.testing.assert_allclose(await view, (M @ M.T)[:2])
+
+    def test_matmul_out_a_numpy_array_is_a_sync_point_writing_it(self) -> None:
+        a = sxp.asarray(M)
+        out = np.zeros((6, 6))
+        assert np.matmul(a, a.T, out=out) is out
+        np.testing.assert_allclose(out, M @ M.T)
+
     def test_a_gufunc_without_an_equivalent_is_a_sync_point(self) -> None:
         if not hasattr(np, "matvec"):
             pytest.skip("numpy.matvec is NumPy 2.2's")
@@ -245,6 +266,10 @@ class TestNumpySignatures:
         assert got.shape == want.shape, name
         assert got.dtype == want.dtype, name
         np.testing.assert_allclose(np.asarray(got), want, err_msg=name)
+
+    def test_a_bound_given_twice_is_refused(self) -> None:
+        with pytest.raises(TypeError, match="a_min= and min= give one argument twice"):
+            np.clip(sxp.asarray(M), a_min=0.0, min=0.0)
 
     def test_a_namespace_error_names_the_numpy_function(self) -> None:
         with pytest.raises(ValueError) as ei:

@@ -4,9 +4,10 @@
   the ufunc itself as the function (metadata by broadcasting and sampling, as the namespace's
   elementwise functions); ``out=`` an array of the namespace is an in-place write on it;
   ``reduce``, ``accumulate`` and ``outer`` are pushes too. A generalized ufunc (``matmul``,
-  ``vecdot``: not elementwise) with a namespace equivalent calls it; any other one is a sync
-  point, as below. Anything else (``at``, ``reduceat``, ``out=`` a NumPy array) returns
-  NotImplemented, and NumPy raises ``TypeError``.
+  ``vecdot``: not elementwise) with a namespace equivalent calls it (``out=`` an array: the
+  result written into it); any other one is a sync point, as below. Anything else (``at``,
+  ``reduceat``, an elementwise ufunc's ``out=`` a NumPy array) returns NotImplemented, and
+  NumPy raises ``TypeError``.
 * ``__array_function__`` (NEP 18): a NumPy function with a namespace equivalent (the same name
   in ``numpy``, ``numpy.linalg`` or ``numpy.fft``, or an alias such as ``concatenate`` for
   ``concat``) calls it, its arguments bound by NumPy's signature (NumPy's keywords mapped to
@@ -168,8 +169,26 @@ def _gufunc(
     the same name where it has one and takes the keywords, else a sync point."""
     name = ufunc.__name__
     keywords = _GUFUNCS.get(name)
-    if method == "__call__" and keywords is not None and set(kwargs) <= keywords:
-        return getattr(ns, name)(*(_convert(ns, a) for a in inputs), **kwargs)
+    out = kwargs.get("out")
+    target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+    if (
+        method == "__call__"
+        and keywords is not None
+        and set(kwargs) - {"out"} <= keywords
+        and (out is None or isinstance(target, Array))
+    ):
+        kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+        result: Array = getattr(ns, name)(*(_convert(ns, a) for a in inputs), **kwargs)
+        if out is None:
+            return result
+        # out= an array: the result written into it (an in-place write after the push).
+        if (known_shape(result), result.dtype) != (known_shape(target), target.dtype):
+            raise ValueError(
+                f"{name}(..., out=): the result's shape and dtype {known_shape(result)} "
+                f"{result.dtype} are not out's {known_shape(target)} {target.dtype}"
+            )
+        target[...] = result
+        return target
     fn = ufunc if method == "__call__" else getattr(ufunc, method)
     what = f"numpy.{name}" if method == "__call__" else f"numpy.{name}.{method}"
     return sync_call(fn, f"{what}()", inputs, kwargs)
@@ -296,6 +315,7 @@ def array_function(
     given = list(bound.arguments.items())
     positional: list[Any] = []
     keywords: dict[str, Any] = {}
+    sources: dict[str, str] = {}  # the namespace's keyword -> NumPy's, as given
     for i, (key, value) in enumerate(given):
         kind = np_sig.parameters[key].kind
         if kind is inspect.Parameter.VAR_POSITIONAL and var:
@@ -307,9 +327,14 @@ def array_function(
         if i < npos:
             positional.append(value)
             continue
-        key = _KEYWORDS.get(key, key)
+        np_key, key = key, _KEYWORDS.get(key, key)
+        if key in keywords:  # np.clip(x, a_min=0, min=0)
+            raise TypeError(
+                f"numpy.{func.__name__}: {sources[key]}= and {np_key}= give one argument twice"
+            )
         if key in ns_sig.parameters:
             keywords[key] = value
+            sources[key] = np_key
         elif value is not None and value is not np._NoValue:
             raise TypeError(
                 f"numpy.{func.__name__}(..., {key}=) is not supported on aioengine arrays "
