@@ -170,7 +170,7 @@ def _gufunc(
     name = ufunc.__name__
     keywords = _GUFUNCS.get(name)
     out = kwargs.get("out")
-    target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+    target: Any = out[0] if isinstance(out, tuple) and len(out) == 1 else out
     if (
         method == "__call__"
         and keywords is not None
@@ -179,7 +179,7 @@ def _gufunc(
     ):
         kwargs = {k: v for k, v in kwargs.items() if k != "out"}
         result: Array = getattr(ns, name)(*(_convert(ns, a) for a in inputs), **kwargs)
-        if out is None:
+        if not isinstance(target, Array):
             return result
         # out= an array: the result written into it (an in-place write after the push).
         if (known_shape(result), result.dtype) != (known_shape(target), target.dtype):
