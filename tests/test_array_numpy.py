@@ -160,6 +160,8 @@ class TestSyncPointFunctions:
         assert np.ndim(x) == 2
         assert np.shape(x) == (2, 3)
         assert np.size(x) == 6
+        assert np.isrealobj(x)
+        assert not np.iscomplexobj(x)
         await hold.release()
 
     def test_out_an_engine_array_is_refused(self) -> None:

@@ -20,7 +20,8 @@
   off the event loop's thread; on it, a pending argument raises
   :class:`~aioengine.array.PendingArrayError` naming the function. Its result is NumPy's (a
   NumPy array, a scalar, a tuple ...), not an array of the namespace. ``np.ndim``,
-  ``np.shape`` and ``np.size`` answer from the metadata, without the value.
+  ``np.shape``, ``np.size``, ``np.iscomplexobj`` and ``np.isrealobj`` answer from the
+  metadata, without the value.
 """
 
 from __future__ import annotations
@@ -362,6 +363,8 @@ _METADATA: dict[Callable[..., Any], Callable[[Array], Any]] = {
     np.ndim: lambda x: x.ndim,
     np.shape: _shape,
     np.size: lambda x: x.size,
+    np.iscomplexobj: lambda x: x.dtype.kind == "c",
+    np.isrealobj: lambda x: x.dtype.kind != "c",
 }
 
 
