@@ -653,27 +653,6 @@ class TestNumpyInterop:
         for name, (arr, want) in got.items():
             np.testing.assert_allclose(await arr, want, err_msg=name)
 
-    @pytest.mark.parametrize(
-        ("name", "call"),
-        [
-            ("polyfit", lambda x: np.polyfit(x, x, 1)),
-            ("histogram", lambda x: np.histogram(x)),
-            ("median", lambda x: np.median(x)),
-            ("savetxt", lambda x: np.savetxt("/dev/null", x)),
-        ],
-    )
-    async def test_any_other_numpy_function_raises_type_error_naming_it(
-        self, engine: ae.Engine, name: str, call: Callable[[aa.Array], Any]
-    ) -> None:
-        xp = aa.namespace(engine)
-        x = xp.asarray([1.0, 2.0, 3.0])
-        hold = Hold(engine, x.var)
-        before = engine.pending
-        with pytest.raises(TypeError, match=name):
-            call(x)
-        assert engine.pending == before
-        await hold.release()
-
 
 # -- devices --------------------------------------------------------------------------------
 

@@ -22,8 +22,8 @@ Reading the value:
   array (or the GPU backend's array); the Buffer is marked exported, so a later in-place write
   copies first and what ``await`` returned never changes.
 * Sync points (``__bool__``, ``__int__``, ``__float__``, ``__complex__``, ``__index__``,
-  ``__array__``, ``__dlpack__``, ``tolist``, ``item``, pickling) need the value now
-  (``_sync.py``): off the engine's loop thread they block until it is ready; on it, or while
+  ``__array__``, ``__dlpack__``, ``tolist``, ``to_numpy``, ``item``, pickling) need the value
+  now (``_sync.py``): off the engine's loop thread they block until it is ready; on it, or while
   that loop is not running, a pending array raises :class:`~aioengine.array.PendingArrayError`.
 * ``await`` after the engine closed (it takes no push) reads a ready value as a sync point does.
 """
@@ -213,10 +213,11 @@ class Array:
         return d
 
     def __iter__(self) -> Iterator[Array]:
+        # Raised by iter() itself, as NumPy's is: libraries tell scalars from sequences by
+        # whether iter(x) raises (matplotlib's hist does).
         if not self._shape:
             raise TypeError("iteration over a 0-d array")
-        for i in range(len(self)):
-            yield self[i]
+        return map(self.__getitem__, range(len(self)))
 
     # -- the value ------------------------------------------------------------------------
 
@@ -398,9 +399,29 @@ class Array:
         """The value as nested Python lists (a sync point)."""
         return self._host_value("tolist()").tolist()
 
+    def to_numpy(self) -> np.ndarray[Any, Any]:
+        """The value as a (read-only) NumPy array on the host: ``np.asarray(x)`` (a sync
+        point). pandas' and xarray's name for it, through which libraries such as matplotlib
+        unpack array-likes (and then draw a 2-D array by columns, as they do NumPy's)."""
+        return self._host_value("to_numpy()")
+
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
-        value = self._host_value("__array__()")
+        # NumPy 2's rules: copy=True always copies; copy=False never does, and raises
+        # ValueError where a copy is needed (a dtype change, a GPU value copied to the host).
+        value = self._value_now("__array__()")
+        if not isinstance(value, np.ndarray):
+            if copy is False:
+                raise ValueError(
+                    f"Unable to avoid copy while creating an array as requested: the value on "
+                    f"{self._device} is copied to the host (copy=False)"
+                )
+            value, copy = self._host_value("__array__()"), None  # already a copy
         if dtype is not None and np.dtype(dtype) != value.dtype:
+            if copy is False:
+                raise ValueError(
+                    f"Unable to avoid copy while creating an array as requested: {value.dtype} "
+                    f"to {np.dtype(dtype)} needs one (copy=False)"
+                )
             return value.astype(dtype)
         if copy:
             return value.copy()
@@ -522,7 +543,18 @@ class Array:
     ) -> Any:
         return self._ns._array_function(func, types, args, kwargs)
 
-    __hash__ = None  # type: ignore[assignment]
+    def __copy__(self) -> Array:
+        """``copy.copy(x)``: a new array of the same namespace with ``x``'s value, pushed as a
+        copy operation (not a sync point)."""
+        return self._ns.asarray(self, copy=True)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Array:
+        """``copy.deepcopy(x)``: as ``copy.copy(x)`` (the elements are numbers)."""
+        return self._ns.asarray(self, copy=True)
+
+    # By identity (the comparison operators are elementwise pushes): an array is an awaitable,
+    # which asyncio.gather and asyncio.wait keep in sets and dicts.
+    __hash__ = object.__hash__
 
 
 def _root_repr(failure: BaseException) -> str:

@@ -68,6 +68,7 @@ class Creation(Pusher):
         else:
             value = np.asarray(obj, dtype=dtype)
         if value.dtype.kind not in "biufc":
+            _check_int_range(value)
             raise TypeError(f"asarray: unsupported dtype {value.dtype} (from {type(obj).__name__})")
         if not value.flags.c_contiguous:
             if copy is False:
@@ -274,3 +275,16 @@ class Creation(Pusher):
 def _meshgrid(indexing: str, dtype: np.dtype[Any], *values: Any) -> Any:
     grids: Any = np.meshgrid(*values, indexing=indexing)  # type: ignore[call-overload]
     return tuple(np.ascontiguousarray(v, dtype=dtype) for v in grids)
+
+
+def _check_int_range(value: np.ndarray[Any, Any]) -> None:
+    """OverflowError, as NumPy 2 raises for an integer dtype, if ``value`` (an object array
+    NumPy made) holds a Python int that no integer dtype of the namespace holds."""
+    if value.dtype != object:
+        return
+    for v in value.ravel():
+        if type(v) is int and not -(2**63) <= v < 2**64:
+            raise OverflowError(
+                f"asarray: Python int {v} is out of the integer dtypes' range (int64: "
+                "[-2**63, 2**63 - 1], uint64: [0, 2**64 - 1])"
+            )

@@ -1,15 +1,27 @@
 """NumPy's protocols: ``np.sin(x)``, ``np.add(a, x, out=...)``, ``np.mean(x)`` on arrays.
 
-* ``__array_ufunc__`` (NEP 13): every ufunc call on an array becomes a push, with the ufunc
-  itself as the function (metadata by broadcasting and sampling, as the namespace's elementwise
-  functions); ``out=`` an array of the namespace is an in-place write on it; ``reduce``,
-  ``accumulate`` and ``outer`` are pushes too. Anything else (``at``, ``reduceat``, ``out=`` a
-  NumPy array) returns NotImplemented, and NumPy raises ``TypeError``.
+* ``__array_ufunc__`` (NEP 13): every elementwise ufunc call on an array becomes a push, with
+  the ufunc itself as the function (metadata by broadcasting and sampling, as the namespace's
+  elementwise functions); ``out=`` an array of the namespace is an in-place write on it;
+  ``reduce``, ``accumulate`` and ``outer`` are pushes too. A generalized ufunc (``matmul``,
+  ``vecdot``: not elementwise) with a namespace equivalent calls it (``out=`` an array: the
+  result written into it); any other one is a sync point, as below. Anything else (``at``,
+  ``reduceat``, an elementwise ufunc's ``out=`` a NumPy array) returns NotImplemented, and
+  NumPy raises ``TypeError``.
 * ``__array_function__`` (NEP 18): a NumPy function with a namespace equivalent (the same name
   in ``numpy``, ``numpy.linalg`` or ``numpy.fft``, or an alias such as ``concatenate`` for
-  ``concat``) calls it, its arguments bound by NumPy's signature; a keyword the namespace does
-  not take raises ``TypeError`` naming it. Any other NumPy function returns NotImplemented, so
-  NumPy raises ``TypeError`` naming the function: never a silent synchronous fallback.
+  ``concat``) calls it, its arguments bound by NumPy's signature (NumPy's keywords mapped to
+  the namespace's, NumPy's defaults kept where they differ: ``np.cumsum`` of a 2-D array
+  flattens it, ``np.squeeze`` drops every axis of size 1); a keyword the namespace does not
+  take raises ``TypeError`` naming it. The result is an array: a push.
+* Any other NumPy function (``np.median``, ``np.histogram``, ``np.allclose``, ...) is a **sync
+  point**: NumPy's own function on the values of its array arguments (anywhere in its
+  arguments, inside lists and tuples too), which it gets as ``np.asarray(x)`` does: blocking
+  off the event loop's thread; on it, a pending argument raises
+  :class:`~aioengine.array.PendingArrayError` naming the function. Its result is NumPy's (a
+  NumPy array, a scalar, a tuple ...), not an array of the namespace. ``np.ndim``,
+  ``np.shape``, ``np.size``, ``np.iscomplexobj`` and ``np.isrealobj`` answer from the
+  metadata, without the value.
 """
 
 from __future__ import annotations
@@ -22,14 +34,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _meta
-from ._array import Array, check_writable, known_shape, operand_ok
+from ._array import Array, check_writable, concrete_shape, known_shape, operand_ok
 from ._meta import broadcast
 from ._push import check_same, elementwise, operand, push, push1, reduction
+from ._sync import PendingArrayError
 
 if TYPE_CHECKING:
     from ._namespace import Namespace
 
-__all__ = ("array_function", "array_ufunc")
+__all__ = ("array_function", "array_ufunc", "sync_call")
 
 # NumPy's name -> the namespace's, where they differ.
 _ALIASES = {
@@ -43,7 +56,48 @@ _ALIASES = {
     "amin": "min",
 }
 # NumPy's keyword -> the namespace's.
-_KEYWORDS = {"ddof": "correction"}
+_KEYWORDS = {"ddof": "correction", "a_min": "min", "a_max": "max"}
+# The generalized ufuncs with a namespace equivalent, and the keywords it takes.
+_GUFUNCS = {"matmul": frozenset(), "vecdot": frozenset({"axis"})}
+
+
+def _values(what: str, value: Any) -> Any:
+    """``value`` with every array in it (inside lists and tuples too) replaced by its value
+    (a sync point)."""
+    if isinstance(value, Array):
+        try:
+            return value._host_value(what)
+        except PendingArrayError as exc:
+            raise PendingArrayError(
+                f"{exc}; or run the NumPy function in an operation that reads the array "
+                "when its turn comes: xp.apply(fn, x, shape=..., dtype=...)"
+            ) from None
+    if (type(value) is list or type(value) is tuple) and any(
+        isinstance(v, Array | list | tuple) for v in value
+    ):
+        return type(value)(_values(what, v) for v in value)
+    return value
+
+
+def _writes_into_array(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return any(isinstance(v, Array) for v in value)
+    return isinstance(value, Array)
+
+
+def sync_call(
+    fn: Callable[..., Any], what: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``fn(*args, **kwargs)`` on the values of the arrays in the arguments: a sync point
+    (``what`` names it in a :class:`PendingArrayError`)."""
+    if _writes_into_array(kwargs.get("out")):
+        raise TypeError(
+            f"{what} with out= an aioengine array is not supported: {what} is a sync point, "
+            "computed by NumPy on the values; assign its result instead (x[...] = result)"
+        )
+    values = tuple(_values(what, a) for a in args)
+    kwvalues = {k: _values(what, v) for k, v in kwargs.items()}
+    return fn(*values, **kwvalues)
 
 
 def _inplace_call(ufunc: np.ufunc, kwargs: dict[str, Any], target: Any, *values: Any) -> None:
@@ -61,6 +115,8 @@ def array_ufunc(
     for x in inputs:
         if not operand_ok(x):
             return NotImplemented
+    if ufunc.signature is not None:
+        return _gufunc(ns, ufunc, method, inputs, kwargs)
     out = kwargs.pop("out", None)
     extra = set(kwargs) - {"dtype", "axis", "keepdims"}
     if extra:
@@ -105,6 +161,38 @@ def array_ufunc(
             ns, functools.partial(_outer, ufunc), (x, y), shape, dtype, device, f"{name}.outer"
         )
     return NotImplemented
+
+
+def _gufunc(
+    ns: Namespace, ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """A generalized ufunc (core dimensions: not elementwise): the namespace's function of
+    the same name where it has one and takes the keywords, else a sync point."""
+    name = ufunc.__name__
+    keywords = _GUFUNCS.get(name)
+    out = kwargs.get("out")
+    target: Any = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+    if (
+        method == "__call__"
+        and keywords is not None
+        and set(kwargs) - {"out"} <= keywords
+        and (out is None or isinstance(target, Array))
+    ):
+        kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+        result: Array = getattr(ns, name)(*(_convert(ns, a) for a in inputs), **kwargs)
+        if not isinstance(target, Array):
+            return result
+        # out= an array: the result written into it (an in-place write after the push).
+        if (known_shape(result), result.dtype) != (known_shape(target), target.dtype):
+            raise ValueError(
+                f"{name}(..., out=): the result's shape and dtype {known_shape(result)} "
+                f"{result.dtype} are not out's {known_shape(target)} {target.dtype}"
+            )
+        target[...] = result
+        return target
+    fn = ufunc if method == "__call__" else getattr(ufunc, method)
+    what = f"numpy.{name}" if method == "__call__" else f"numpy.{name}.{method}"
+    return sync_call(fn, f"{what}()", inputs, kwargs)
 
 
 def _into(
@@ -208,7 +296,11 @@ def array_function(
     """``__array_function__`` of the arrays of ``ns``."""
     entry = _table(ns).get(func)
     if entry is None:
-        return NotImplemented
+        if func in _METADATA and len(args) == 1 and not kwargs and isinstance(args[0], Array):
+            known = _METADATA[func](args[0])
+            if known is not None:
+                return known
+        return sync_call(func, f"numpy.{func.__name__}()", args, kwargs)
     path, name = entry
     target = getattr(getattr(ns, path) if path else ns, name)
     try:
@@ -216,6 +308,7 @@ def array_function(
         bound = np_sig.bind(*args, **kwargs)
     except (TypeError, ValueError):
         return target(*(_convert(ns, a) for a in args), **kwargs)
+    _numpy_defaults(ns, func.__name__, bound.arguments)
     ns_sig = inspect.signature(target)
     params = list(ns_sig.parameters.values())
     npos = sum(p.kind is inspect.Parameter.POSITIONAL_ONLY for p in params)
@@ -223,6 +316,7 @@ def array_function(
     given = list(bound.arguments.items())
     positional: list[Any] = []
     keywords: dict[str, Any] = {}
+    sources: dict[str, str] = {}  # the namespace's keyword -> NumPy's, as given
     for i, (key, value) in enumerate(given):
         kind = np_sig.parameters[key].kind
         if kind is inspect.Parameter.VAR_POSITIONAL and var:
@@ -234,9 +328,14 @@ def array_function(
         if i < npos:
             positional.append(value)
             continue
-        key = _KEYWORDS.get(key, key)
+        np_key, key = key, _KEYWORDS.get(key, key)
+        if key in keywords:  # np.clip(x, a_min=0, min=0)
+            raise TypeError(
+                f"numpy.{func.__name__}: {sources[key]}= and {np_key}= give one argument twice"
+            )
         if key in ns_sig.parameters:
             keywords[key] = value
+            sources[key] = np_key
         elif value is not None and value is not np._NoValue:
             raise TypeError(
                 f"numpy.{func.__name__}(..., {key}=) is not supported on aioengine arrays "
@@ -244,6 +343,41 @@ def array_function(
             )
     if name == "permute_dims" and keywords.get("axes") is None and positional:
         keywords["axes"] = tuple(reversed(range(positional[0].ndim)))  # np.transpose(x)
-    return target(
-        *(_convert(ns, a) for a in positional), **{k: _convert(ns, v) for k, v in keywords.items()}
-    )
+    try:
+        return target(
+            *(_convert(ns, a) for a in positional),
+            **{k: _convert(ns, v) for k, v in keywords.items()},
+        )
+    except (TypeError, ValueError, IndexError) as exc:
+        exc.add_note(f"in numpy.{func.__name__}, computed by the namespace's {name}")
+        raise
+
+
+def _shape(x: Array) -> tuple[int, ...] | None:
+    shape = x.shape
+    return None if None in shape else shape  # type: ignore[return-value]
+
+
+# NumPy functions answered from the metadata (None: unknown yet, the value is needed).
+_METADATA: dict[Callable[..., Any], Callable[[Array], Any]] = {
+    np.ndim: lambda x: x.ndim,
+    np.shape: _shape,
+    np.size: lambda x: x.size,
+    np.iscomplexobj: lambda x: x.dtype.kind == "c",
+    np.isrealobj: lambda x: x.dtype.kind != "c",
+}
+
+
+def _numpy_defaults(ns: Namespace, np_name: str, arguments: dict[str, Any]) -> None:
+    """Where NumPy's function and the namespace's differ in a default or an argument's form,
+    rewrite NumPy's bound ``arguments`` (in place) to the namespace's form of NumPy's meaning."""
+    x = arguments.get("a")
+    if not isinstance(x, Array):
+        return
+    if np_name in ("cumsum", "cumprod") and arguments.get("axis") is None and x.ndim != 1:
+        arguments["a"] = ns.reshape(x, (-1,))  # NumPy's axis=None: over the flattened array
+    elif np_name == "squeeze" and arguments.get("axis") is None:
+        shape = concrete_shape(ns, x, "numpy.squeeze()")
+        arguments["axis"] = tuple(i for i, d in enumerate(shape) if d == 1)
+    elif np_name == "reshape" and isinstance(arguments.get("shape"), int):
+        arguments["shape"] = (arguments["shape"],)

@@ -45,7 +45,7 @@ from ._searching import Searching
 from ._special import elementwise_function
 from ._statistics import Statistics
 
-__all__ = ("ELEMENTWISE", "Namespace")
+__all__ = ("ELEMENTWISE", "NOT_FOR_BOOL", "Namespace")
 
 #: The elementwise functions: name -> number of array arguments. Each is NumPy's function of
 #: the same name, which follows the standard's type promotion (NEP 50) and broadcasting.
@@ -129,6 +129,23 @@ ELEMENTWISE: dict[str, int] = {
 }
 
 
+def _numeric_from_bool(name: str) -> bool:
+    """Whether NumPy's ``name`` makes a number of a bool array (``expm1`` a float16,
+    ``square`` an int8): arithmetic on bools, which the standard refuses."""
+    try:
+        with np.errstate(all="ignore"):
+            return bool(getattr(np, name)(np.ones((), dtype=bool)).dtype != np.bool_)
+    except TypeError:
+        return False  # NumPy refuses it itself (negative, sign, ...)
+
+
+#: The unary elementwise functions that refuse a bool array (TypeError at the call, as
+#: array_api_strict does): those whose NumPy result from bools is a number.
+NOT_FOR_BOOL = frozenset(
+    name for name, arity in ELEMENTWISE.items() if arity == 1 and _numeric_from_bool(name)
+)
+
+
 def _apply_checked(fn: Callable[..., Any], shape: Shape, dtype: np.dtype[Any], *values: Any) -> Any:
     result = fn(*values)
     if not isinstance(result, np.ndarray):
@@ -136,6 +153,10 @@ def _apply_checked(fn: Callable[..., Any], shape: Shape, dtype: np.dtype[Any], *
             f"apply: {getattr(fn, '__qualname__', fn)!r} returned {type(result).__name__}, "
             "not a NumPy array"
         )
+    if type(result) is not np.ndarray:
+        # A subclass (np.matrix, as SciPy's todense() returns; a masked array) indexes and
+        # reduces by rules of its own: the array stores its base-class value.
+        result = np.array(result, subok=False)
     if result.dtype != dtype:
         raise TypeError(f"apply: the function returned dtype {result.dtype}, not {dtype}")
     if result.shape != shape:
@@ -216,7 +237,8 @@ class Namespace(Creation, DataTypes, Manipulation, Searching, Statistics, Produc
         """Run ``fn(*values)`` on the CPU pool as one operation reading the array arguments
         (other arguments are passed as they are) and return an array of ``shape`` and
         ``dtype``. ``fn`` must return a NumPy array of exactly that shape and dtype: anything
-        else is the result's failure, not a silent cast. An aioengine extension."""
+        else is the result's failure, not a silent cast (an ``ndarray`` subclass, such as
+        ``np.matrix``, is stored as a plain NumPy array). An aioengine extension."""
         if not callable(fn):
             raise TypeError(f"apply: fn must be callable, got {fn!r}")
         shape = self._shape_arg(shape)
@@ -294,10 +316,17 @@ def _make_elementwise(name: str, arity: int) -> Callable[..., Array]:
     fn = elementwise_function(name)
 
     if arity == 1:
+        no_bool = name in NOT_FOR_BOOL
 
         def unary(self: Namespace, x: Array, /) -> Array:
             if not isinstance(x, Array):
                 raise TypeError(f"{name}() needs an array, got {type(x).__name__}")
+            if no_bool and x.dtype == np.bool_:
+                raise TypeError(
+                    f"{name}() needs a numeric array, not bool (the standard refuses "
+                    "arithmetic on bools; NumPy's would give a float16 or int8): cast it "
+                    "first, e.g. xp.astype(x, xp.float64)"
+                )
             return elementwise(self, fn, name, (x,))
 
         func: Callable[..., Array] = unary
