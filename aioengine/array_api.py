@@ -68,7 +68,9 @@ def default_namespace() -> Namespace:
             engine = BlockingEngine()
             engine.__enter__()
             _engine = engine
-            _namespace = namespace(engine)
+            ns = namespace(engine)
+            ns.__name__ = __name__  # what array-api-compat and its users see
+            _namespace = ns
             atexit.register(_close)
         return _namespace
 

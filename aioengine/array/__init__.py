@@ -28,12 +28,16 @@ from ._sync import PendingArrayError
 
 __all__ = ("FUSE_MAX", "INLINE_COST", "Array", "Namespace", "PendingArrayError", "namespace")
 
-# One namespace per engine (its loop and caches live there), dropped with the engine.
-_NAMESPACES: weakref.WeakKeyDictionary[object, Namespace] = weakref.WeakKeyDictionary()
+# The namespace of each engine (its loop and caches live there), held weakly on both sides: a
+# namespace refers to its engine, so a strong value would keep its own key (and the engine,
+# its Vars and its loop) alive for ever. The arrays of a namespace and its users keep it; once
+# nothing does, the next call makes a new one (no one can tell it from the old one).
+_NAMESPACES: weakref.WeakKeyDictionary[object, weakref.ref[Namespace]] = weakref.WeakKeyDictionary()
 
 
 def namespace(engine: Engine | BlockingEngine) -> Namespace:
-    """The Array API namespace bound to ``engine`` (the same object on every call).
+    """The Array API namespace bound to ``engine`` (the same object on every call, while
+    anything holds it: the namespace does not keep ``engine`` alive).
 
     Raises:
         TypeError: if ``engine`` is not an Engine or a BlockingEngine.
@@ -41,7 +45,9 @@ def namespace(engine: Engine | BlockingEngine) -> Namespace:
     if not isinstance(engine, Engine | BlockingEngine):
         raise TypeError(f"namespace() needs an aioengine Engine or BlockingEngine, got {engine!r}")
     key = engine.engine if isinstance(engine, BlockingEngine) else engine
-    ns = _NAMESPACES.get(key)
+    ref = _NAMESPACES.get(key)
+    ns = ref() if ref is not None else None
     if ns is None or (isinstance(engine, BlockingEngine) and blocking_of(ns) is None):
-        ns = _NAMESPACES[key] = Namespace(engine)
+        ns = Namespace(engine)
+        _NAMESPACES[key] = weakref.ref(ns)
     return ns

@@ -145,14 +145,20 @@ class Array:
 
     @property
     def shape(self) -> Shape:
-        """The shape; a dimension that depends on data not computed yet is None (until the
-        value is ready)."""
+        """The shape. A dimension that depends on data (boolean indexing, ``unique_*``, ...)
+        is learnt from the value: in synchronous code (off the engine's loop thread, outside
+        an operation) asking waits for it, as a sync point does (and raises the array's
+        failure, if it failed); on the loop thread it is None until the value is ready."""
         shape = self._shape
-        if None in shape and self.ready and failure_of(self._buf) is None:
-            value = self._buf.value
-            for step in self._steps:
-                value = step(value)
-            shape = self._shape = tuple(value.shape)
+        if None in shape:
+            if self.ready:
+                if failure_of(self._buf) is None:
+                    value = self._buf.value
+                    for step in self._steps:
+                        value = step(value)
+                    shape = self._shape = tuple(value.shape)
+            elif self._may_block():
+                shape = self._shape = tuple(self._value_now("x.shape").shape)
         return shape
 
     @property
@@ -285,6 +291,15 @@ class Array:
             raise got.failure
         return got
 
+    def _may_block(self) -> bool:
+        """Whether a sync point may block the calling thread until the value is ready: off
+        the engine's loop thread and outside an operation on its workers (see ``_sync.py``)."""
+        if in_operation():
+            return False
+        ns = self._ns
+        loop = ns._learn_loop() if running_loop() is None else ns._loop
+        return loop is not None and not on_loop_thread(loop)
+
     def _value_now(self, what: str) -> Any:
         """The value for a sync point (``what``): at once if ready, else blocking off the
         loop thread, :class:`PendingArrayError` on it."""
@@ -392,7 +407,7 @@ class Array:
 
     def __format__(self, spec: str) -> str:
         if not spec:
-            return repr(self)
+            return str(self)
         return format(self._host_value("format()").reshape(()).item(), spec)
 
     def to_device(self, device: Context, /, *, stream: object = None) -> Array:
@@ -444,7 +459,14 @@ class Array:
         return f"Array(shape={self._shape}, dtype={self._dtype}{device}, pending: {producing})"
 
     def __str__(self) -> str:
-        return repr(self)
+        """The value as NumPy prints it (``print(x)``, ``f"{x}"``): a sync point in
+        synchronous code, which waits for a pending value and raises the array's failure,
+        as ``float(x)`` does. Where a sync point cannot wait (on the engine's loop thread,
+        inside an operation) a pending or failed array shows its :func:`repr` (its state)
+        instead of raising. ``repr(x)`` never waits."""
+        if (not self.ready or failure_of(self._buf) is not None) and not self._may_block():
+            return repr(self)
+        return str(self._host_value("str()"))
 
     # -- operators: pushes through the namespace ----------------------------------------
 

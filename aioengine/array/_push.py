@@ -483,7 +483,10 @@ def push1(
     default, the elements of the largest of it and its array arguments."""
     if cost is None:
         cost = max(
-            [_meta.prod(shape), *(_meta.prod(a.shape) for a in args if buffer_of(a) is not None)]
+            [
+                _meta.prod(shape),
+                *(_meta.prod(known_shape(a)) for a in args if buffer_of(a) is not None),
+            ]
         )
     return push(ns, fn, args, ((shape, dtype),), device, name, cost, prop=prop, run_on=run_on)[0]
 
