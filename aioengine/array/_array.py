@@ -598,7 +598,12 @@ for _dunder, _fname in {
 
 
 def _nothing(rctx: object) -> None:
-    """Pushed once by a BlockingEngine's namespace, to learn the engine's loop."""
+    """Pushed once by a namespace whose engine's loop is not known yet, to learn it."""
+
+
+def _running(rctx: object) -> asyncio.AbstractEventLoop:
+    """Pushed once by a BlockingEngine's namespace: run on the engine's loop, it returns it."""
+    return asyncio.get_running_loop()
 
 
 class Bound:
@@ -623,8 +628,14 @@ class Bound:
         #: the loop thread wait on it); a BlockingEngine's is known at once.
         self._loop: asyncio.AbstractEventLoop | None = None
         if self._blocking is not None:
-            probe = self._blocking.push_sync(_nothing, prop=_ASYNC, name="namespace")
-            self._loop = probe.operation.get_loop()  # type: ignore[attr-defined]
+            probe = self._blocking.push_sync(_running, prop=_ASYNC, name="namespace")
+            try:
+                self._loop = probe.operation.get_loop()  # type: ignore[attr-defined]
+            except RuntimeError:
+                # This thread runs another loop (a notebook's, asyncio.run()'s), to which
+                # the operation would have to be bound to tell: the probe, run on the
+                # engine's loop, answers instead (a short wait).
+                self._loop = probe.result()
 
     def _bind(self, op: Operation[Any]) -> None:
         if self._loop is None:
