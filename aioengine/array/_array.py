@@ -13,7 +13,8 @@ this module (its internal API: :func:`known_shape`, :func:`buffer_of`, :func:`vi
 (but for the kernels, ``_kernel.py``, a layer below this module, which read an argument's
 ``_buf``, a ``Const``'s being None, and an array's ``_steps`` when its operation runs). Users
 see the properties (``shape``, ``dtype``, ``device``, ...), which give the same values where
-there is one (``shape`` also learns a data-dependent dimension once the value is ready).
+there is one (``shape`` also learns a data-dependent dimension: once the value is ready, or
+waiting for it in synchronous code).
 
 Reading the value:
 
@@ -25,6 +26,9 @@ Reading the value:
   ``__array__``, ``__dlpack__``, ``tolist``, ``item``, pickling) need the value now
   (``_sync.py``): off the engine's loop thread they block until it is ready; on it a pending
   array raises :class:`~aioengine.array.PendingArrayError`.
+* ``shape`` (a data-dependent dimension) and ``__str__`` wait as sync points do off the loop
+  thread; on it they show what is known (None, the pending state) instead of raising.
+  ``__repr__`` never waits.
 """
 
 from __future__ import annotations
