@@ -44,14 +44,19 @@ from sklearn import metrics
 from sklearn.decomposition import PCA
 from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 from sklearn.externals import array_api_compat as sklearn_compat
-from sklearn.linear_model import Ridge
+from sklearn.kernel_approximation import Nystroem
+from sklearn.linear_model import LogisticRegression, Ridge, RidgeClassifier, RidgeCV
 from sklearn.metrics import pairwise
+from sklearn.mixture import GaussianMixture
+from sklearn.naive_bayes import GaussianNB
 from sklearn.preprocessing import (
     KernelCenterer,
+    LabelBinarizer,
     LabelEncoder,
     MaxAbsScaler,
     MinMaxScaler,
     Normalizer,
+    PolynomialFeatures,
     StandardScaler,
 )
 
@@ -83,6 +88,8 @@ class Data:
         self.X = convert(X)
         self.y_class = convert((X[:, 0] + 0.3 * rng.standard_normal(60) > 0).astype(np.int64))
         self.y_reg = convert(X @ np.array([1.0, 2.0, -1.0, 0.5]) + 0.1 * rng.standard_normal(60))
+        self.y_three = convert(np.digitize(X[:, 1], [-0.5, 0.5]).astype(np.int64))
+        self.proba = convert(1 / (1 + np.exp(-X[:, 0])))
         self.a = convert(rng.standard_normal(50))
         self.b = convert(rng.standard_normal(50))
         self.p = convert(rng.uniform(0.1, 0.9, 50))
@@ -122,6 +129,20 @@ SKLEARN: dict[str, Callable[[Data], Any]] = {
     ),
     "PCA(svd_solver='full')": lambda d: PCA(n_components=2, svd_solver="full").fit_transform(d.X),
     "Ridge(solver='svd')": lambda d: Ridge(solver="svd").fit(d.X, d.y_reg).predict(d.X),
+    "RidgeCV": lambda d: RidgeCV().fit(d.X, d.y_reg).predict(d.X),
+    "RidgeClassifier(solver='svd')": lambda d: (
+        RidgeClassifier(solver="svd").fit(d.X, d.y_three).predict(d.X)
+    ),
+    "LogisticRegression": lambda d: LogisticRegression().fit(d.X, d.y_class).predict_proba(d.X),
+    "GaussianNB": lambda d: GaussianNB().fit(d.X, d.y_three).predict_proba(d.X),
+    "GaussianMixture(init_params='random_from_data')": lambda d: (
+        GaussianMixture(2, init_params="random_from_data", random_state=0)
+        .fit(d.X)
+        .predict_proba(d.X)
+    ),
+    "Nystroem": lambda d: Nystroem(n_components=10, random_state=0).fit_transform(d.X),
+    "PolynomialFeatures": lambda d: PolynomialFeatures().fit_transform(d.X),
+    "LabelBinarizer": lambda d: LabelBinarizer().fit_transform(d.y_three),
     "StandardScaler": lambda d: StandardScaler().fit_transform(d.X),
     "MinMaxScaler": lambda d: MinMaxScaler().fit_transform(d.X),
     "MaxAbsScaler": lambda d: MaxAbsScaler().fit_transform(d.X),
@@ -132,6 +153,13 @@ SKLEARN: dict[str, Callable[[Data], Any]] = {
     "zero_one_loss": lambda d: metrics.zero_one_loss(d.y_class, d.y_class),
     "f1_score": lambda d: metrics.f1_score(d.y_class, d.y_class),
     "confusion_matrix": lambda d: metrics.confusion_matrix(d.y_class, d.y_class),
+    "multilabel_confusion_matrix": lambda d: metrics.multilabel_confusion_matrix(
+        d.y_three, (d.y_three * 2) % 3
+    ),
+    "precision_score(average='macro')": lambda d: metrics.precision_score(
+        d.y_three, (d.y_three + 1) % 3, average="macro"
+    ),
+    "log_loss": lambda d: metrics.log_loss(d.y_class, d.proba),
     "r2_score": lambda d: metrics.r2_score(d.y_reg, d.y_reg * 0.9),
     "mean_squared_error": lambda d: metrics.mean_squared_error(d.y_reg, d.y_reg * 0.9),
     "mean_absolute_error": lambda d: metrics.mean_absolute_error(d.y_reg, d.y_reg * 0.9),
@@ -141,6 +169,8 @@ SKLEARN: dict[str, Callable[[Data], Any]] = {
     "euclidean_distances": lambda d: pairwise.euclidean_distances(d.X),
     "manhattan_distances": lambda d: pairwise.manhattan_distances(d.X),
     "additive_chi2_kernel": lambda d: pairwise.additive_chi2_kernel(d.positive),
+    "laplacian_kernel": lambda d: pairwise.laplacian_kernel(d.X),
+    "paired_cosine_distances": lambda d: pairwise.paired_cosine_distances(d.X, d.X[::-1, :]),
     "pairwise_distances(metric='cosine')": lambda d: pairwise.pairwise_distances(
         d.X, metric="cosine"
     ),
