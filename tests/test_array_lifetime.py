@@ -65,7 +65,7 @@ def test_an_unclosed_blocking_engine_dropped_stops_its_threads() -> None:
     xp = aa.namespace(be)
     assert float(xp.sum(xp.ones(100_000))) == 100_000.0  # big enough for the pool
     started = {t for t in set(threading.enumerate()) - before if t.name.startswith("aioengine-")}
-    ref = weakref.ref(be)
+    ref, engine_ref = weakref.ref(be), weakref.ref(be.engine)
     del be, xp
     gc.collect()
     assert ref() is None
@@ -74,6 +74,8 @@ def test_an_unclosed_blocking_engine_dropped_stops_its_threads() -> None:
         if thread.name != "aioengine-finalizer-calls":  # the process's one, for good
             thread.join(30)
             assert not thread.is_alive(), thread.name
+    gc.collect()  # here, where its ResourceWarning is expected
+    assert engine_ref() is None
 
 
 # -- a BlockingEngine's namespace inside another loop ---------------------------------------
