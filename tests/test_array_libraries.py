@@ -14,11 +14,6 @@ and those that call NumPy functions the namespace does not implement (``signal.l
 
 from __future__ import annotations
 
-import os
-
-# SciPy reads this once, at its import; scikit-learn's array API support needs it too.
-os.environ["SCIPY_ARRAY_API"] = "1"
-
 import asyncio
 import threading
 from collections.abc import Callable, Iterator
@@ -64,10 +59,10 @@ import aioengine as ae
 import aioengine.array as aa
 import aioengine.array_api as xp
 
-if not SCIPY_ARRAY_API:  # pragma: no cover - an earlier import of SciPy without the flag
+if not SCIPY_ARRAY_API:  # pragma: no cover - SciPy imported before conftest.py set it
     raise RuntimeError(
-        "SciPy was imported before tests/test_array_libraries.py set SCIPY_ARRAY_API=1: "
-        "its array API support is off, and these tests would test NumPy's paths"
+        "SciPy was imported without SCIPY_ARRAY_API=1 (tests/conftest.py sets it): its "
+        "array API support is off, and these tests would test NumPy's paths"
     )
 
 
