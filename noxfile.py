@@ -63,7 +63,7 @@ def tests(session: nox.Session) -> None:
     invariants (``validate_state()``) of every engine a test created, after each test
     (tests/conftest.py); it costs no measurable time.
     """
-    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "test"))
+    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "test", "interop"))
     args = session.posargs or [
         "--cov=aioengine",
         "--cov-report=term-missing:skip-covered",
@@ -83,7 +83,7 @@ def tests_compiled(session: nox.Session) -> None:
     """
     session.install(
         ".",
-        *nox.project.dependency_groups(PYPROJECT, "test"),
+        *nox.project.dependency_groups(PYPROJECT, "test", "interop"),
         env={"AIOENGINE_REQUIRE_EXTENSIONS": "1"},
     )
     session.run(
@@ -130,7 +130,7 @@ def mypy(session: nox.Session) -> None:
         "-e",
         ".[dask]",
         *nox.project.dependency_groups(PYPROJECT, "lint"),
-        *nox.project.dependency_groups(PYPROJECT, "test"),
+        *nox.project.dependency_groups(PYPROJECT, "test", "interop"),
     )
     session.run(
         "mypy",

@@ -5,9 +5,13 @@ For synchronous scripts, Array-API-generic libraries and the Array API test suit
 it from any thread. The engine is not the running loop's: it is a ``BlockingEngine`` of this
 module's own (its loop on a thread of its own), started on first use of a function that needs
 it and closed at interpreter exit. Dtypes, constants and ``__array_api_version__`` are
-available without starting it. Sync points (``float(x)``, ``np.asarray(x)``) block the calling
-thread until the value is ready, and an array operation waits for room before it returns when
-``AIOENGINE_MAX_PENDING`` bounds the pending operations, so a synchronous loop cannot run away.
+available without starting it. Sync points (``float(x)``, ``np.asarray(x)``, and ``x.shape``
+of a data-dependent dimension, ``str(x)``) block the calling thread until the value is ready,
+and an array operation waits for room before it returns when ``AIOENGINE_MAX_PENDING`` bounds
+the pending operations, so a synchronous loop cannot run away. That holds in a coroutine too
+(a notebook cell, ``asyncio.run()``): the engine's loop is not the caller's, so waiting there
+cannot deadlock, and ``await x`` works as well. The namespace's ``__name__`` is this module's,
+which is how array-api-compat, scikit-learn and SciPy tell it apart.
 
 The engine's settings come from the environment (``AIOENGINE_CPU_WORKERS``,
 ``AIOENGINE_SERIAL``, ``AIOENGINE_MAX_PENDING``, ...), as for any engine created without
@@ -86,7 +90,9 @@ def default_namespace() -> Namespace:
             engine = BlockingEngine()
             engine.__enter__()
             _engine = engine
-            _namespace = namespace(engine)
+            ns = namespace(engine)
+            ns.__name__ = __name__  # what array-api-compat and its users see
+            _namespace = ns
             atexit.register(_close)
         return _namespace
 

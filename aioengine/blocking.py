@@ -51,7 +51,7 @@ from ._blocking_generated import BlockingMethods
 from .engine import Engine
 from .ergonomic import OpDecorator
 from .errors import EngineClosedError
-from .lock import unguard_interrupts
+from .lock import Deferred, unguard_interrupts
 from .operation import Operation, OpState
 from .var import Var
 
@@ -60,7 +60,8 @@ __all__ = ("BlockingEngine", "run")
 T = TypeVar("T")
 
 # Every BlockingEngine entered and not closed yet is registered in lifecycle.portals_at_exit
-# (so that interpreter exit can stop it) and lifecycle.portals_after_fork.
+# (so that interpreter exit can stop it) and lifecycle.portals_after_fork, and has a finalizer
+# (_stop_dropped) that stops its loop thread if it is dropped unclosed.
 
 # How often (seconds) a wait of the main thread wakes, only to run the handler of a signal
 # that came meanwhile: CPython notices a signal in a lock wait by its interruption, and one
@@ -116,6 +117,24 @@ def _abandon_at_exit(engine: BlockingEngine) -> None:
     coroutine operations are cancelled, queued operations cancelled and running ones finish.
     """
     engine._abandon()
+
+
+def _stop_portal(stack: contextlib.ExitStack, portal: BlockingPortal) -> None:
+    """Stop a portal's loop thread without draining (cancelling what runs on the loop) and
+    finalize its context: from a thread that is not the loop's and holds no engine lock."""
+    with contextlib.suppress(RuntimeError):  # the portal has stopped already
+        portal.call(portal.stop, True)
+    stack.close()
+
+
+def _stop_dropped(stack: contextlib.ExitStack, portal: BlockingPortal) -> None:
+    """The finalizer of a BlockingEngine entered and dropped without :meth:`close`: its loop
+    thread is stopped (as at interpreter exit, :func:`_abandon_at_exit`) by the engine's
+    finalizer thread (``lock.py``), not here. Here is any thread that dropped the last
+    reference, or ran the garbage collection that found it: the loop thread itself (which
+    cannot wait for its own stop), or a thread holding a lock that the loop needs to stop.
+    Without this, finalizing the portal's context here would do just that."""
+    lifecycle.deferred_calls.put([Deferred(_stop_portal, stack, portal)])
 
 
 def _mark_stopped(portal: BlockingPortal) -> None:
@@ -247,6 +266,10 @@ class BlockingEngine(BlockingMethods):
         # The futures handed out, so that close() resolves any whose operation finished
         # while its done callback could no longer reach the loop (a push racing the close).
         self._futures: weakref.WeakSet[_OpFuture[Any]] = weakref.WeakSet()
+        # While entered and not closed: stops the loop thread if this is dropped unclosed.
+        self._finalizer: (
+            weakref.finalize[[contextlib.ExitStack, BlockingPortal], BlockingEngine] | None
+        ) = None
 
     @property
     def engine(self) -> Engine:
@@ -285,6 +308,8 @@ class BlockingEngine(BlockingMethods):
                 stack.close()
                 raise
             self._stack, self._portal = stack, portal
+            self._finalizer = weakref.finalize(self, _stop_dropped, stack, portal)
+            self._finalizer.atexit = False  # interpreter exit: portals_at_exit's hook
             lifecycle.portals_at_exit.add(self, _abandon_at_exit)
             lifecycle.portals_after_fork.add(self, _forget_in_child)
         return self
@@ -344,6 +369,9 @@ class BlockingEngine(BlockingMethods):
                 _resolve(fut, fut.operation)
 
     def _unregister(self) -> None:
+        finalizer, self._finalizer = self._finalizer, None
+        if finalizer is not None:
+            finalizer.detach()  # drops its references to the portal and its context
         lifecycle.portals_at_exit.discard(self)
         lifecycle.portals_after_fork.discard(self)
 
@@ -359,9 +387,7 @@ class BlockingEngine(BlockingMethods):
             self._unregister()
             if stack is None or portal is None:
                 return
-            with contextlib.suppress(RuntimeError):  # the portal has stopped already
-                portal.call(portal.stop, True)  # cancels what runs on the loop
-            stack.close()
+            _stop_portal(stack, portal)  # cancels what runs on the loop
         finally:
             self._lock.release()
 

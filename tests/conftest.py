@@ -40,6 +40,11 @@ def ci_examples(n: int, **kwargs: Any) -> settings:
     return settings(**kwargs)
 
 
+# SciPy's array API support (which scikit-learn's needs too) is read once, when SciPy is first
+# imported: on before any test module is collected, whichever imports SciPy first
+# (tests/test_array_libraries.py tests it on engine arrays).
+os.environ.setdefault("SCIPY_ARRAY_API", "1")
+
 # Whether the compiled core (setup.py) is what runs: the wheel compiles engine.py, and an
 # editable install runs the sources.
 COMPILED = ae.engine._COMPILED

@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
+import subprocess
+import sys
+import tempfile
 import threading
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +29,7 @@ import aioengine as ae
 import aioengine.array as aa
 from aioengine.array._buffer import Buffer
 
-from .conftest import Hold
+from .conftest import COMPILED, Hold
 from .helpers import Boom
 
 
@@ -944,3 +949,32 @@ class TestMemory:
         for var in saved_vars[:-1]:
             with pytest.raises(ae.VarDeletedError):
                 engine.push_sync(_noop, ae.cpu(), [var], [])
+
+
+BIG_ASSIGNMENT_SCRIPT = """\
+import aioengine as ae
+import aioengine.array_api as xp
+
+assert ae.engine._COMPILED is {compiled}, "the subprocess imported the other build"
+x = xp.zeros(2**30, dtype=xp.int8)  # untouched memory: only the written pages are used
+x[2**30 - 1] = 7
+x[2**29] = 5
+print(int(x[2**30 - 1]), int(x[2**29]), int(xp.sum(x)), flush=True)
+"""
+
+
+def test_an_assignment_far_into_a_big_array() -> None:
+    """``x[i] = v``'s target shape comes from a 0-d view of the layout stand-in, which has
+    the memory of one element: reading ``x[i]`` from it read a gigabyte past it (a
+    segfault). In a subprocess: a crash fails the test, not the suite."""
+    env = dict(os.environ, PYTHONPATH=str(Path(ae.__file__).parent.parent))
+    proc = subprocess.run(
+        [sys.executable, "-c", BIG_ASSIGNMENT_SCRIPT.format(compiled=COMPILED)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tempfile.gettempdir(),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["7", "5", "12"]

@@ -37,12 +37,16 @@ __all__ = (
     "namespace",
 )
 
-# One namespace per engine (its loop and caches live there), dropped with the engine.
-_NAMESPACES: weakref.WeakKeyDictionary[object, Namespace] = weakref.WeakKeyDictionary()
+# The namespace of each engine (its loop and caches live there), held weakly on both sides: a
+# namespace refers to its engine, so a strong value would keep its own key (and the engine,
+# its Vars and its loop) alive for ever. The arrays of a namespace and its users keep it; once
+# nothing does, the next call makes a new one (no one can tell it from the old one).
+_NAMESPACES: weakref.WeakKeyDictionary[object, weakref.ref[Namespace]] = weakref.WeakKeyDictionary()
 
 
 def namespace(engine: Engine | BlockingEngine, *, chunk_bytes: int | None = None) -> Namespace:
-    """The Array API namespace bound to ``engine`` (the same object on every call).
+    """The Array API namespace bound to ``engine`` (the same object on every call, while
+    anything holds it: the namespace does not keep ``engine`` alive).
 
     ``chunk_bytes`` sets the chunk size of the namespace's large arrays (``_chain.py``: each
     chunk has a Var of its own, and an elementwise operation runs one kernel per chunk); by
@@ -57,9 +61,11 @@ def namespace(engine: Engine | BlockingEngine, *, chunk_bytes: int | None = None
     if not isinstance(engine, Engine | BlockingEngine):
         raise TypeError(f"namespace() needs an aioengine Engine or BlockingEngine, got {engine!r}")
     key = engine.engine if isinstance(engine, BlockingEngine) else engine
-    ns = _NAMESPACES.get(key)
+    ref = _NAMESPACES.get(key)
+    ns = ref() if ref is not None else None
     if ns is None or (isinstance(engine, BlockingEngine) and blocking_of(ns) is None):
-        ns = _NAMESPACES[key] = Namespace(engine, chunk_bytes)
+        ns = Namespace(engine, chunk_bytes)
+        _NAMESPACES[key] = weakref.ref(ns)
     elif chunk_bytes is not None and ns.chunk_bytes != chunk_bytes:
         raise ValueError(
             f"the namespace of {engine!r} exists with chunk_bytes={ns.chunk_bytes}; "

@@ -13,7 +13,8 @@ this module (its internal API: :func:`known_shape`, :func:`buffer_of`, :func:`vi
 (but for the kernels, ``_kernel.py``, a layer below this module, which read an argument's
 ``_buf``, a ``Const``'s being None, and an array's ``_steps`` when its operation runs). Users
 see the properties (``shape``, ``dtype``, ``device``, ...), which give the same values where
-there is one (``shape`` also learns a data-dependent dimension once the value is ready).
+there is one (``shape`` also learns a data-dependent dimension: once the value is ready, or
+waiting for it in synchronous code).
 
 Reading the value:
 
@@ -26,6 +27,9 @@ Reading the value:
   now (``_sync.py``): off the engine's loop thread they block until it is ready; on it, or while
   that loop is not running, a pending array raises :class:`~aioengine.array.PendingArrayError`.
 * ``await`` after the engine closed (it takes no push) reads a ready value as a sync point does.
+* ``shape`` (a data-dependent dimension) and ``__str__`` wait as sync points do off the loop
+  thread; on it they show what is known (None, the pending state) instead of raising.
+  ``__repr__`` never waits.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ __all__ = (
     "is_view",
     "known_shape",
     "layout_of",
+    "learnt_shape",
     "namespace_of",
     "operand_ok",
     "ready_value",
@@ -150,14 +155,16 @@ class Array:
 
     @property
     def shape(self) -> Shape:
-        """The shape; a dimension that depends on data not computed yet is None (until the
-        value is ready)."""
-        shape = self._shape
-        if None in shape and self.ready and failure_of(self._buf) is None:
-            value = self._buf.value
-            for step in self._steps:
-                value = step(value)
-            shape = self._shape = tuple(value.shape)
+        """The shape. A dimension that depends on data (boolean indexing, ``unique_*``, ...)
+        is learnt from the value: in synchronous code (off the engine's loop thread, outside
+        an operation) asking waits for it, as a sync point does (and raises the array's
+        failure, if it failed); on the loop thread it is None until the value is ready."""
+        shape = learnt_shape(self)
+        if None in shape:
+            if self.ready:
+                pass  # failed: its dimensions stay unknown
+            elif self._may_block():
+                shape = self._shape = tuple(self._value_now("x.shape").shape)
         return shape
 
     @property
@@ -309,6 +316,15 @@ class Array:
                     pass
             raise got.failure
         return got
+
+    def _may_block(self) -> bool:
+        """Whether a sync point may block the calling thread until the value is ready: off
+        the engine's loop thread and outside an operation on its workers (see ``_sync.py``)."""
+        if in_operation():
+            return False
+        ns = self._ns
+        loop = ns._learn_loop() if running_loop() is None else ns._loop
+        return loop is not None and not on_loop_thread(loop)
 
     def _value_now(self, what: str) -> Any:
         """The value for a sync point (``what``): at once if ready, else blocking off the
@@ -473,7 +489,7 @@ class Array:
 
     def __format__(self, spec: str) -> str:
         if not spec:
-            return repr(self)
+            return str(self)
         return format(self._host_value("format()").reshape(()).item(), spec)
 
     def to_device(self, device: Context, /, *, stream: object = None) -> Array:
@@ -525,7 +541,14 @@ class Array:
         return f"Array(shape={self._shape}, dtype={self._dtype}{device}, pending: {producing})"
 
     def __str__(self) -> str:
-        return repr(self)
+        """The value as NumPy prints it (``print(x)``, ``f"{x}"``): a sync point in
+        synchronous code, which waits for a pending value and raises the array's failure,
+        as ``float(x)`` does. Where a sync point cannot wait (on the engine's loop thread,
+        inside an operation) a pending or failed array shows its :func:`repr` (its state)
+        instead of raising. ``repr(x)`` never waits."""
+        if (not self.ready or failure_of(self._buf) is not None) and not self._may_block():
+            return repr(self)
+        return str(self._host_value("str()"))
 
     # -- operators: pushes through the namespace ----------------------------------------
 
@@ -668,7 +691,12 @@ for _dunder, _fname in {
 
 
 def _nothing(rctx: object) -> None:
-    """Pushed once by a BlockingEngine's namespace, to learn the engine's loop."""
+    """Pushed once by a namespace whose engine's loop is not known yet, to learn it."""
+
+
+def _running(rctx: object) -> asyncio.AbstractEventLoop:
+    """Pushed once by a BlockingEngine's namespace: run on the engine's loop, it returns it."""
+    return asyncio.get_running_loop()
 
 
 class Bound:
@@ -693,8 +721,14 @@ class Bound:
         #: the loop thread wait on it); a BlockingEngine's is known at once.
         self._loop: asyncio.AbstractEventLoop | None = None
         if self._blocking is not None:
-            probe = self._blocking.push_sync(_nothing, prop=_ASYNC, name="namespace")
-            self._loop = probe.operation.get_loop()  # type: ignore[attr-defined]
+            probe = self._blocking.push_sync(_running, prop=_ASYNC, name="namespace")
+            try:
+                self._loop = probe.operation.get_loop()  # type: ignore[attr-defined]
+            except RuntimeError:
+                # This thread runs another loop (a notebook's, asyncio.run()'s), to which
+                # the operation would have to be bound to tell: the probe, run on the
+                # engine's loop, answers instead (a short wait).
+                self._loop = probe.result()
 
     def _bind(self, op: Operation[Any]) -> None:
         if self._loop is None:
@@ -742,6 +776,25 @@ def known_shape(x: Array) -> Shape:
     is learnt (``x.shape`` learns it once the value is ready, :func:`concrete_shape` waits
     for it); the metadata of the operations on ``x`` follows this one."""
     return x._shape
+
+
+def host_value(x: Array, what: str) -> np.ndarray[Any, Any]:
+    """``x``'s value on the host for the sync point ``what`` (waiting off the loop thread,
+    :class:`PendingArrayError` on it while pending)."""
+    return x._host_value(what)
+
+
+def learnt_shape(x: Array) -> Shape:
+    """``x``'s shape as far as it is known without waiting: a data-dependent dimension is
+    learnt (and kept) once the value is ready, and stays None before (``x.shape`` waits for
+    it in synchronous code; pushes, which never wait, read this)."""
+    shape = x._shape
+    if None in shape and x.ready and failure_of(x._buf) is None:
+        value = x._buf.value
+        for step in x._steps:
+            value = step(value)
+        shape = x._shape = tuple(value.shape)
+    return shape
 
 
 @overload

@@ -157,7 +157,10 @@ class Indexing(Pusher):
                 if not info.min <= v <= info.max:
                     raise OverflowError(f"Python integer {v} out of bounds for {x.dtype}")
         if not arrays:
-            target_shape = layout_of(self, x)[parts].shape
+            # A 0-d view, never a scalar read from the layout (whose memory is one element:
+            # reading x[i]'s would read past it, and may fault).
+            whole = parts if Ellipsis in parts else (*parts, Ellipsis)
+            target_shape = layout_of(self, x)[whole].shape
             broadcast(target_shape, src.shape)  # ValueError if it cannot broadcast
             if len(broadcast(target_shape, src.shape)) > len(target_shape):
                 raise ValueError(f"cannot broadcast a value of shape {src.shape} to {target_shape}")

@@ -34,7 +34,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _meta
-from ._array import Array, check_writable, concrete_shape, known_shape, operand_ok
+from ._array import (
+    Array,
+    check_writable,
+    concrete_shape,
+    host_value,
+    known_shape,
+    operand_ok,
+)
 from ._meta import broadcast
 from ._push import check_same, elementwise, operand, push, push1, reduction
 from ._sync import PendingArrayError
@@ -66,7 +73,7 @@ def _values(what: str, value: Any) -> Any:
     (a sync point)."""
     if isinstance(value, Array):
         try:
-            return value._host_value(what)
+            return host_value(value, what)
         except PendingArrayError as exc:
             raise PendingArrayError(
                 f"{exc}; or run the NumPy function in an operation that reads the array "

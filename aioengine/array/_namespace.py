@@ -197,6 +197,10 @@ class Namespace(Creation, DataTypes, Manipulation, Searching, Statistics, Produc
 
     def __init__(self, engine: Engine | BlockingEngine, chunk_bytes: int | None = None) -> None:
         super().__init__(engine, chunk_bytes_setting(chunk_bytes))
+        #: The module-like name that Array-API-generic libraries read to tell namespaces
+        #: apart (array-api-compat, scikit-learn, SciPy): the package's name, or
+        #: ``"aioengine.array_api"`` for that module's namespace.
+        self.__name__ = "aioengine.array"
         for name in DTYPE_NAMES:
             setattr(self, name, np.dtype(name))
         self.linalg = Linalg(self)

@@ -57,6 +57,7 @@ from ._array import (
     engine_of,
     is_view,
     known_shape,
+    learnt_shape,
     namespace_of,
     unpack,
 )
@@ -306,7 +307,7 @@ class Pusher(Bound):
             _DTYPES.setdefault(fn, {}).setdefault(adtype, {})[bkey] = dtype
         engine = self._engine
         if None in shape:  # data-dependent: the learnt shapes, or assumed large
-            size = _cost(broadcast(a.shape, () if bbuf is None else b.shape))
+            size = _cost(broadcast(learnt_shape(a), () if bbuf is None else learnt_shape(b)))
         else:
             size = 1
             for d in shape:
@@ -636,7 +637,7 @@ def size_of(x: Array) -> int:
     """The elements of ``x`` for an operation's cost: its shape as learnt (``x.shape`` learns
     a data-dependent dimension once the value is ready), an unknown dimension counting as
     more than :data:`INLINE_COST`."""
-    return _cost(x.shape)
+    return _cost(learnt_shape(x))
 
 
 def elementwise(

@@ -132,7 +132,7 @@ class Searching(Pusher):
         )
 
     def unique_values(self, x: Array, /) -> Array:
-        """The unique elements of ``x`` (their number depends on the data)."""
+        """The unique elements of ``x``, sorted (their number depends on the data)."""
         return self._unique(x, "values", (((None,), x.dtype),))[0]
 
     def unique_counts(self, x: Array, /) -> UniqueCountsResult:
@@ -173,6 +173,10 @@ def _nonzero(value: Any) -> Any:
 
 
 def _unique(kind: str, value: Any) -> Any:
+    if kind == "values":
+        # Sorted, as unique_counts' values are (NumPy's unique_values stopped sorting in 2.3;
+        # libraries written against the standard, scikit-learn's, rely on the order).
+        return np.unique(value, equal_nan=False)
     result = getattr(np, f"unique_{kind}")(value)
     return tuple(result) if kind != "values" else result
 

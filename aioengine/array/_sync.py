@@ -9,6 +9,13 @@ very loop, so a wait there could only deadlock. A pending array raises
 ``ValueError`` from these methods); a ready one answers everywhere. The same holds inside an
 operation on one of the engine's worker threads: the value may be queued behind that very
 operation.
+
+Two reads wait the same way but never raise, since what they show has a pending form:
+``x.shape`` of a data-dependent dimension (None where a sync point cannot wait) and ``str(x)``
+(the repr's pending state there). ``repr(x)`` never waits. A thread that runs an event loop of
+its own is "off the loop thread" for a ``BlockingEngine``'s arrays (whose loop runs on a thread
+of its own): a sync point there blocks that thread, which cannot deadlock the engine, as in a
+notebook cell using ``aioengine.array_api``.
 """
 
 from __future__ import annotations
