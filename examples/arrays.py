@@ -30,15 +30,10 @@ import os
 import time
 from typing import Any
 
-# The engine's workers are the parallelism: one BLAS thread per worker avoids oversubscribing
-# the cores. Set before NumPy loads BLAS.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import aioengine as ae  # noqa: E402
-import aioengine.array as aa  # noqa: E402
+import aioengine as ae
+import aioengine.array as aa
 
 SMALL = os.environ.get("AIOENGINE_EXAMPLE_SMALL") == "1"
 POINTS, FEATURES, CLUSTERS = (4_000, 8, 4) if SMALL else (200_000, 8, 8)

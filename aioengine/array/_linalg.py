@@ -17,7 +17,7 @@ import numpy as np
 from . import _meta
 from ._array import Array, known_shape
 from ._meta import Shape, axis_index, broadcast, reduced
-from ._push import check_same, push, push1
+from ._push import blas, check_same, push, push1
 
 if TYPE_CHECKING:
     from ._namespace import Namespace
@@ -93,7 +93,7 @@ class Linalg:
         outs = tuple(zip(shapes, dtypes, strict=True))
         return push(
             ns,
-            functools.partial(_call, fn, kwargs),
+            blas(functools.partial(_call, fn, kwargs), cost, device),
             tuple(arrays),
             outs,
             device,

@@ -15,7 +15,7 @@ import numpy as np
 from . import _meta
 from ._array import Array, concrete_shape, known_shape
 from ._meta import axis_index, broadcast
-from ._push import Pusher, call_with, check_same, push1
+from ._push import Pusher, blas, call_with, check_same, push1
 
 __all__ = ("Products",)
 
@@ -39,8 +39,9 @@ class Products(Pusher):
             np.matmul, [(x1.dtype, (1,) * x1.ndim), (x2.dtype, (1,) * x2.ndim)]
         )
         k = s1[-1] or 1
+        cost = _meta.prod(shape) * k
         return push1(
-            self, np.matmul, (x1, x2), shape, dtype, device, "matmul", cost=_meta.prod(shape) * k
+            self, blas(np.matmul, cost, device), (x1, x2), shape, dtype, device, "matmul", cost=cost
         )
 
     def tensordot(
@@ -65,15 +66,16 @@ class Products(Pusher):
             d for j, d in enumerate(s2) if j not in a2
         )
         dtype = np.result_type(x1.dtype, x2.dtype)
+        cost = math.prod(s1) * max(math.prod(s2), 1)
         return push1(
             self,
-            partial(call_with, np.tensordot, {"axes": axes}),
+            blas(partial(call_with, np.tensordot, {"axes": axes}), cost, device),
             (x1, x2),
             shape,
             dtype,
             device,
             "tensordot",
-            cost=math.prod(s1) * max(math.prod(s2), 1),
+            cost=cost,
         )
 
     def vecdot(self, x1: Array, x2: Array, /, *, axis: int = -1) -> Array:

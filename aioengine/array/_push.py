@@ -61,6 +61,7 @@ from ._array import (
     namespace_of,
     unpack,
 )
+from ._blas import blas_call
 from ._buffer import Buffer, Shared
 from ._chain import CHUNK_BYTES, REDUCERS, join_or_push, reduce_chunks
 from ._kernel import MISSING, Const, Kernel
@@ -75,6 +76,7 @@ __all__ = (
     "INLINE_COST",
     "NORMAL",
     "Pusher",
+    "blas",
     "call_with",
     "check_same",
     "chunk_bytes_setting",
@@ -130,6 +132,16 @@ def chunk_bytes_setting(chunk_bytes: int | None) -> int:
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 8:
         raise ValueError(f"{source} must be an integer of at least 8 (bytes), got {chunk_bytes!r}")
     return chunk_bytes
+
+
+def blas(fn: Callable[..., Any], cost: int, device: Context) -> Callable[..., Any]:
+    """``fn``, a BLAS-class function (a matrix product, a factorisation), as an operation
+    pushes it: counted while it runs on a CPU pool thread (``_blas.py``: BLAS runs on one
+    thread while several such operations run at once); as it is when it runs inline or on a
+    GPU."""
+    if cost <= INLINE_COST or device.device_type is not CPU:
+        return fn
+    return blas_call(fn)
 
 
 def call_with(fn: Callable[..., Any], kwargs: dict[str, Any], *values: Any) -> Any:
@@ -485,7 +497,7 @@ class Pusher(Bound):
                     (value, (1,) * max(len(x.shape), 2)),
                 ],
             )
-            fn: Callable[..., Any] = _inplace_matmul
+            fn: Callable[..., Any] = blas(_inplace_matmul, _meta.prod(shape) * (tshape[-1] or 1), device)
         else:
             ufunc = elementwise_function(name)
             shape = broadcast(tshape, x.shape)
