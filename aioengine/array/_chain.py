@@ -145,7 +145,7 @@ class ChainKernel:
         "chunk",
         "dtypes",
         "engine",
-        "gens",
+        "known",
         "hi",
         "inputs",
         "lo",
@@ -169,9 +169,10 @@ class ChainKernel:
         self.var = var
         #: Input Buffers, read (the kernel holds a read on each one's Var for this chunk).
         self.inputs: list[Buffer] = []
-        #: ``wgen`` of each input and of each result, when the kernel started reading it:
-        #: a step may join only while they are unchanged. Keyed by ``id(buffer)``.
-        self.gens: dict[int, int] = {}
+        #: Each input and result by ``id()``: (kind, index, the input or a weak reference to
+        #: the result, its ``wgen`` when the kernel started reading or made it). A step may
+        #: join only while those ``wgen`` are unchanged.
+        self.known: dict[int, tuple[int, int, Any, int]] = {}
         #: The program, in push order (guarded by ``lock`` until ``started``).
         self.steps: list[_Step] = []
         #: The result dtypes of the steps, in order.
@@ -190,24 +191,18 @@ class ChainKernel:
         neither reads nor makes, or one written since). ``new``: the kernel's first step
         (every array is an input)."""
         refs: list[tuple[int, Any]] = []
+        known = self.known
         for x, buf in zip(operands, bufs, strict=True):
             if buf is None:
                 refs.append((_CONST, x.value))
                 continue
-            # Found by identity first: then its id keys ``gens`` (it is alive: the kernel
-            # holds its inputs, and a result read here is held by the caller).
-            pending = buf.pending
-            if pending is not None and pending[self.chunk] is self:
-                index = next((j for j, s in enumerate(self.steps) if s.out() is buf), -1)
-                if index < 0 or self.gens.get(id(buf)) != buf.wgen:
-                    return None
-                refs.append((_REG, index))
-                continue
-            index = next((j for j, b in enumerate(self.inputs) if b is buf), -1)
-            if index >= 0:
-                if self.gens.get(id(buf)) != buf.wgen or (not new and buf.handed_out()):
+            entry = known.get(id(buf))
+            # An entry counts only if it is this very Buffer (a dead result's id may be reused).
+            if entry is not None and (entry[2]() if entry[0] == _REG else entry[2]) is buf:
+                kind, index, _, gen = entry
+                if gen != buf.wgen or (kind == _IN and not new and buf.exposed):
                     return None  # written since the kernel read it, or raw pushes may
-                refs.append((_IN, index))
+                refs.append((kind, index))
                 continue
             if not new:
                 # An array the kernel holds no turn on: it may read it still if its value is
@@ -220,9 +215,10 @@ class ChainKernel:
                     buf.readers = [self.var]
                 elif self.var not in readers:
                     readers.append(self.var)
-            self.gens[id(buf)] = buf.wgen
+            index = len(self.inputs)
             self.inputs.append(buf)
-            refs.append((_IN, len(self.inputs) - 1))
+            known[id(buf)] = (_IN, index, buf, buf.wgen)
+            refs.append((_IN, index))
         return tuple(refs)
 
     def add(
@@ -243,9 +239,10 @@ class ChainKernel:
             refs = self._operands(operands, bufs, new)
             if refs is None:
                 return False
-            self.steps.append(_Step(fn, name, refs, weakref.ref(out)))
+            ref = weakref.ref(out)
+            self.known[id(out)] = (_REG, len(self.steps), ref, out.wgen)
+            self.steps.append(_Step(fn, name, refs, ref))
             self.dtypes.append(dtype)
-            self.gens[id(out)] = out.wgen
             return True
 
     def add_reduction(
@@ -277,7 +274,7 @@ class ChainKernel:
             steps = self.steps
         inputs = self.inputs
         self.inputs = []
-        self.gens = {}
+        self.known = {}
         try:
             self._run(steps, inputs, rctx)
         finally:
