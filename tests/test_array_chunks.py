@@ -365,3 +365,22 @@ async def test_a_failed_input_fails_the_reduction() -> None:
         with pytest.raises(ae.DependencyError) as info:
             await total
         assert isinstance(info.value.__cause__, ValueError)
+
+
+async def test_a_chunked_array_from_a_failed_input_fails_and_its_writes_too() -> None:
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+
+        def bad(v: Any) -> Any:
+            raise KeyError("load")
+
+        x = xp.apply(bad, xp.asarray(np.ones(N)), shape=(N,), dtype=xp.float64)
+        y = x + 1.0  # its kernels are skipped by the engine: x carries a failure
+        for _ in range(50):
+            y += 1.0  # writes keep one record of the kernels, not one more per write
+        assert len(aa._array.buffer_of(y).writers) == 6
+        with pytest.raises(KeyError):
+            await x
+        with pytest.raises(ae.DependencyError) as info:
+            await y
+        assert isinstance(info.value.__cause__, KeyError)

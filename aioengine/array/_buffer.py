@@ -37,7 +37,8 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
   or writes them all.
 * ``pending``, ``writers``: a chunked Buffer's kernels (``_chain.ChainKernel``), one per
   chunk, which later elementwise operations may join while they have not started; and
-  their operations (``writer`` is the last). None for an unchunked Buffer.
+  their operations (``writer`` is the last of them until a write is pushed on the Buffer).
+  None for an unchunked Buffer.
 * ``readers``: the Vars of kernels that read this Buffer without a turn on its Vars (a step
   joined them after the value was computed, ``_chain.py``): a write on it (and the merge
   before handing the Var out) reads them first, so it waits for those reads. Pushing thread;

@@ -103,13 +103,12 @@ def failure_of(buf: Buffer) -> BaseException | None:
     if failure is not None:
         return failure
     writers = buf.writers
-    if writers is not None:  # a chunked Buffer: a kernel per chunk
+    if writers is not None:  # a chunked Buffer: the kernels that made its chunks
         for writer in writers:
             if writer.state is _SKIPPED or writer.state is _CANCELLED:
                 return _learn(buf, writer)
-        return None
-    last = buf.writer
-    if last is None:
+    last = buf.writer  # the latest write pushed (the last chunk's kernel, or a write since)
+    if last is None or (writers is not None and last is writers[-1]):
         return None
     return _learn(buf, last)
 

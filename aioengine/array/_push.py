@@ -230,8 +230,6 @@ class Pusher(Bound):
             op = self._engine.push_sync(kernel, device, reads, writes, prop=prop, name=name)
         if target is not None:
             target.writer = op
-            if target.writers is not None:
-                target.writers = (*target.writers, op)
         if self._loop is None:
             self._bind(op)
         if self._engine.max_pending is not None:
@@ -497,7 +495,9 @@ class Pusher(Bound):
                     (value, (1,) * max(len(x.shape), 2)),
                 ],
             )
-            fn: Callable[..., Any] = blas(_inplace_matmul, _meta.prod(shape) * (tshape[-1] or 1), device)
+            fn: Callable[..., Any] = blas(
+                _inplace_matmul, _meta.prod(shape) * (tshape[-1] or 1), device
+            )
         else:
             ufunc = elementwise_function(name)
             shape = broadcast(tshape, x.shape)
