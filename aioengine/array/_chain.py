@@ -2,7 +2,8 @@
 
 An array above :data:`~aioengine.array._push.INLINE_COST` elements made by an elementwise
 operation is **chunked**: its flat (C-order) elements are cut into chunks of ``chunk_elems``
-(the namespace's ``chunk_bytes`` over 8), and each chunk has an engine Var of its own
+(the namespace's ``chunk_bytes`` over 8; larger in an array that would have more than
+:data:`MAX_CHUNKS`), and each chunk has an engine Var of its own
 (``Buffer.vars``). One operation becomes one push per chunk, so a chain runs on every worker,
 and chunk *i* of the next step starts as soon as chunk *i* of this one is done (a wavefront, no
 barrier between steps). The chunks are slices of one allocation (the Buffer's ``value``): a
@@ -60,7 +61,7 @@ __all__ = (
     "ChainKernel",
     "Combine",
     "Partials",
-    "chunk_count",
+    "chunking",
     "join_or_push",
     "reduce_chunks",
 )
@@ -84,9 +85,18 @@ _ASYNC = FnProperty.ASYNC
 _alloc_lock = threading.Lock()
 
 
-def chunk_count(size: int, chunk_elems: int) -> int:
-    """The number of chunks of an array of ``size`` elements."""
-    return max(1, -(-size // chunk_elems))
+#: The most chunks an array is cut into: a larger array has larger chunks, so that an
+#: operation costs at most this many joins or pushes on the calling thread (a push or a join
+#: holds the event loop for a few µs; 16 chunks keep two to eight workers busy).
+MAX_CHUNKS = 16
+
+
+def chunking(size: int, chunk_elems: int) -> tuple[int, int]:
+    """The number of chunks of an array of ``size`` elements, and the elements of each (the
+    last one may be shorter): ``chunk_elems``, or more to stay within :data:`MAX_CHUNKS`.
+    Arrays of one size are cut alike."""
+    elems = max(chunk_elems, -(-size // MAX_CHUNKS))
+    return max(1, -(-size // elems)), elems
 
 
 # An operand reference in a step: (kind, index or value).
@@ -328,12 +338,13 @@ class ChainKernel:
         itemsize = max(8, *(d.itemsize for d in self.dtypes))
         block = min(max(1024, BLOCK_BYTES // itemsize), hi - lo)
         failed: dict[int, BaseException] = {}
-        scratch: dict[int, Any] = {}
+        # Scratch blocks not in use, by dtype: a result goes back after its last reader, so
+        # each block of the chunk reuses the same few.
+        free: dict[np.dtype[Any], list[Any]] = {}
         for start in range(lo, hi, block):
             stop = min(start + block, hi)
             m = stop - start
             regs: list[Any] = [None] * len(steps)
-            free: dict[np.dtype[Any], list[Any]] = {}
             for k, step in enumerate(steps):
                 if k in failed:
                     continue
@@ -365,12 +376,7 @@ class ChainKernel:
                     dest = dest[start:stop]
                 else:
                     pool = free.get(dtype)
-                    if pool:
-                        dest = pool.pop()[:m]
-                    else:
-                        key = len(scratch)
-                        scratch[key] = np.empty(block, dtype)
-                        dest = scratch[key][:m]
+                    dest = (pool.pop() if pool else np.empty(block, dtype))[:m]
                 try:
                     if step.ufunc:
                         step.fn(*args, out=dest)
@@ -506,7 +512,7 @@ def join_or_push(
     ``recent``: the kernels of the namespace's latest chunked result), else a new kernel pushed
     with ``submit`` (the namespace's push)."""
     size = math.prod(shape)
-    n = chunk_count(size, chunk_elems)
+    n, chunk_elems = chunking(size, chunk_elems)
     bufs = [buffer_of(x) for x in operands]
     out = Buffer(engine, None, shape, dtype, MISSING, name=name)  # type: ignore[arg-type]
     pending: list[Any] = [None] * n
@@ -651,7 +657,7 @@ def reduce_chunks(
     joined to the kernel that makes or reads ``x`` there (else a new kernel), then one
     operation that combines the partials in chunk order."""
     size = math.prod(x.shape)
-    n = chunk_count(size, chunk_elems)
+    n, chunk_elems = chunking(size, chunk_elems)
     block, combine = REDUCERS[fn]
     step_fn = functools.partial(block, dtype)
     buf = buffer_of(x)
