@@ -1604,7 +1604,9 @@ def _versions(children: dict[str, ChildPeer]) -> dict[str, str]:
         from aioengine.engine import _COMPILED
 
         core = "compiled" if _COMPILED else "pure Python"
-        out["aioengine"] = f"{aioengine.__version__} ({core})"
+        where = Path(aioengine.__file__).resolve().parent.parent
+        origin = "this tree" if where == ROOT else f"from {where}"
+        out["aioengine"] = f"{aioengine.__version__} ({core}, {origin})"
     except ImportError as exc:
         out["aioengine"] = f"ERROR {exc}"
     try:
