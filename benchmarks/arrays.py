@@ -1,6 +1,7 @@
-"""Engine-backed arrays (``aioengine.array``) against NumPy, MXNet's NDArray, JAX and dask.array.
+"""Engine-backed arrays (``aioengine.array``) against NumPy, numexpr, MXNet's NDArray, JAX and
+dask.array.
 
-Four measurements, each peer side by side in one run (the ratios are taken within the run):
+Eleven measurements, each peer side by side in one run (the ratios are taken within the run):
 
 * ``tiny``: a chain of 20,000 ``c = c + b`` on 4-element float64 arrays, awaited at the end:
   what one operation costs when there is no work in it. Peers: aioengine arrays
@@ -42,19 +43,72 @@ Four measurements, each peer side by side in one run (the ratios are taken withi
   of the periodic ``await``. The run stops early (and says so) if the growth passes 2 GiB.
   Target: growth <= 64 MiB.
 
+The programs of issue 45 ("arrays faster than NumPy on the programs people write"). Each is
+written once against ``xp``; the peers take turns (the first to go rotating from one
+repetition to the next), every result is checked against NumPy's, and the figure is the
+median of the repetitions; a ratio ``vs X`` is X's time over the peer's within each
+repetition, the median of those (> 1: faster than X). The async peer (``aioengine``) is
+``namespace(engine)`` on an ``Engine()`` with default settings whose loop runs on a thread of
+its own for the whole measurement (each run timed inside its coroutine, ``await`` at the end);
+``aioengine.array_api`` is the synchronous namespace (``np.asarray`` / ``float`` at the end).
+Inputs are made, and awaited, before the clock starts.
+
+* ``chain``: the 10-step elementwise chain ``c = a * 1.5 + b; c = c * c - a;
+  c = xp.sqrt(xp.abs(c)) + 2.0; c = c * b - a * 0.5; c = xp.exp(-c * c) + c`` on 1e3, 1e6
+  and 8e6 float64 elements (a run at 1e3 times 200 chains, each awaited before the next).
+  Peers: NumPy (the same code), numexpr (one ``evaluate`` per statement, its default threads)
+  and, from 1e6 elements, the physical floor (``floor``): ``np.add(a_chunk, b_chunk,
+  out=out_chunk)`` on a ``ThreadPoolExecutor`` of ``os.cpu_count()`` threads, i.e. the inputs
+  read once and a fresh output written once on every core. Results equal NumPy's to
+  ``rtol=1e-12``. Targets: >= 3x NumPy and >= 1x numexpr at 1e6 and 8e6; at 1e3 <= 3x NumPy's
+  time; the synchronous namespace within 1.2x of the async one's time at every size.
+* ``reductions``: ``xp.sum(a * b)`` and ``xp.mean((a - b) ** 2)`` on 8e6 float64; peers NumPy
+  and numexpr (``sum(a * b)``; numexpr has no ``mean``: ``sum((a - b) ** 2)`` over n).
+  Results equal NumPy's to ``rtol=1e-10`` (the peers sum in different orders). Target: >= 2.5x
+  NumPy.
+* ``chain_memory``: the peak memory of the 8e6 chain above its inputs (``tracemalloc``, started
+  once the inputs exist and a 1,000-element warm-up chain ran), as a multiple of the result's
+  size (61 MiB), a fresh process per peer (aioengine, array_api, NumPy, numexpr). tracemalloc
+  traces every thread's NumPy allocations: each process checks that it sees an array made on
+  another thread, and a peak below the result's size is reported as invisible allocations.
+  Target: <= 1.25x (NumPy: 3x).
+* ``chain_lag``: the event loop's lag (a 1 ms ``asyncio.sleep`` heartbeat, as in ``overlap``)
+  while five 8e6 chains run back to back on the engine, each awaited; beside it, for
+  reference, NumPy called in the coroutine. The worst p99 of three runs. Target: <= 5 ms.
+* ``mlp``: a 2-layer MLP (64 -> 128 tanh -> 1, mean squared error), 200 steps of full-batch
+  gradient descent on 20,000 x 64 float64 samples (fixed seed), the loss read every 20 steps
+  (as a training loop that logs does) and the final weights' loss at the end, on NumPy, the
+  async namespace and ``aioengine.array_api``, default BLAS settings (OpenBLAS's own thread
+  count; threadpoolctl reports it in the versions); the losses equal NumPy's to ``rtol=1e-9``.
+  ``mlp_two``: two such models (seeds 7 and 8) trained at once on the engine (two coroutines;
+  on ``array_api``, their steps interleaved in one loop) against NumPy training them in turn.
+  Median of 3. Targets: >= 1x NumPy (async and synchronous); two at once >= 1.6x NumPy in turn.
+* ``kmeans``: ``examples/arrays.py`` at its default size (200,000 points, 4 restarts), its
+  ``on_engine()`` against its ``on_numpy()`` (imported from the example, timed in turns in a
+  process of their own with the example's one BLAS thread), checked as its ``main()`` checks
+  them. Median of 3. Target: >= 1.5x NumPy.
+
+``--busy [N]`` runs N CPU-bound processes (default 1), each spinning in a pure-Python loop,
+beside the whole run: the busy-machine figures.
+
 ``--quick`` (the smoke run in ``nox -s bench_smoke``) shrinks everything: 2,000-operation
-chains, 1 MB arrays, 0.1 s of I/O, 2,000 iterations, two repetitions.
+chains, 1 MB arrays, 0.1 s of I/O, 2,000 iterations, chains of 1e3, 1e5 and 1e6 elements,
+1e6-element reductions, memory and lag, a 2,000-sample MLP for 20 steps, the example's small
+k-means, two repetitions (one for overlap, chain_lag and kmeans).
 
 Usage::
 
-    python benchmarks/arrays.py                 # everything (about 2-3 minutes on 2 cores)
-    python benchmarks/arrays.py --quick         # smoke: small sizes, under 30 s
+    python benchmarks/arrays.py                 # everything (about 12 minutes on 2 cores)
+    python benchmarks/arrays.py --quick         # smoke: small sizes, under a minute
     python benchmarks/arrays.py --only tiny,branches --reps 9
+    python benchmarks/arrays.py --only chain,mlp,mlp_two --busy --no-mxnet
 
 Prints the peers' figures and a table of the targets; writes ``benchmarks/results/arrays.json``
 (``--out``). Timings are reported, never judged: the exit status is 1 only when a result is
 wrong or a peer crashed. MXNet is skipped, with a note, when its venv cannot be made
-(``--no-mxnet`` skips it outright); JAX when it does not import.
+(``--no-mxnet`` skips it outright); JAX and numexpr when they do not import. The versions
+say which aioengine ran (this tree's sources, or an installed one, which takes precedence)
+and which BLAS, with its thread count.
 """
 
 from __future__ import annotations
