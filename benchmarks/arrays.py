@@ -100,7 +100,7 @@ k-means, two repetitions (one for overlap, chain_lag and kmeans).
 
 Usage::
 
-    python benchmarks/arrays.py                 # everything (about 30 minutes on 2 cores)
+    python benchmarks/arrays.py                 # everything (about 20 minutes on 2 cores)
     python benchmarks/arrays.py --quick         # smoke: small sizes, under a minute
     python benchmarks/arrays.py --only tiny,branches --reps 9
     python benchmarks/arrays.py --only chain,mlp,mlp_two --busy --no-mxnet
