@@ -184,7 +184,7 @@ def bench(session: nox.Session) -> None:
     (both JSON, ``--quick`` passed on; the latter reports itself skipped without CuPy and a
     CUDA device), benchmarks/remote.py remote operations against hand-written Dask
     (``--quick`` passed on), and benchmarks/arrays.py engine-backed arrays against NumPy,
-    MXNet's NDArray, JAX and dask.array (ratios and targets, ``results/arrays.json``,
+    numexpr, MXNet's NDArray, JAX and dask.array (ratios and targets, ``results/arrays.json``,
     ``--quick`` passed on), and benchmarks/paths.py ``submit`` and tracing against the
     core's push (ratios, JSON).
     """
@@ -201,7 +201,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/gpu_overlap.py", *{"--quick"} & set(session.posargs))
     # Remote operations against hand-written Dask on one LocalCluster (ratios, one run).
     session.run("python", "benchmarks/remote.py", *{"--quick"} & set(session.posargs))
-    # Engine-backed arrays: tiny operations, independent branches, I/O overlap, memory.
+    # Engine-backed arrays: tiny operations, independent branches, I/O overlap, memory, and
+    # issue 45's programs (elementwise chain, reductions, memory, lag, MLP, k-means).
     session.run("python", "benchmarks/arrays.py", *{"--quick"} & set(session.posargs))
     # submit and tracing against the core's push, in turns (ratios, JSON; --quick passed on).
     session.run("python", "benchmarks/paths.py", *{"--quick"} & set(session.posargs))
@@ -222,8 +223,8 @@ def bench_smoke(session: nox.Session) -> None:
     # One round of each paired workload: it runs and verifies, in the time CI has.
     out = f"{session.create_tmp()}/paired.json"
     session.run("python", "benchmarks/paired.py", "--quick", "--rounds", "1", "--out", out)
-    # Engine-backed arrays, every peer once at small sizes (JAX only where installed): under
-    # 30 s once MXNet's venv exists (run.py above makes it).
+    # Engine-backed arrays, every peer at small sizes, two repetitions (JAX only where
+    # installed): under a minute on 2 cores once MXNet's venv exists (run.py above makes it).
     out = f"{session.create_tmp()}/arrays.json"
     session.run("python", "benchmarks/arrays.py", "--quick", "--out", out)
     # submit and tracing against the core's push: runs and checks its results (seconds).

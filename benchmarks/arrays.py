@@ -1,6 +1,7 @@
-"""Engine-backed arrays (``aioengine.array``) against NumPy, MXNet's NDArray, JAX and dask.array.
+"""Engine-backed arrays (``aioengine.array``) against NumPy, numexpr, MXNet's NDArray, JAX and
+dask.array.
 
-Four measurements, each peer side by side in one run (the ratios are taken within the run):
+Eleven measurements, each peer side by side in one run (the ratios are taken within the run):
 
 * ``tiny``: a chain of 20,000 ``c = c + b`` on 4-element float64 arrays, awaited at the end:
   what one operation costs when there is no work in it. Peers: aioengine arrays
@@ -42,19 +43,74 @@ Four measurements, each peer side by side in one run (the ratios are taken withi
   of the periodic ``await``. The run stops early (and says so) if the growth passes 2 GiB.
   Target: growth <= 64 MiB.
 
+The programs of issue 45 ("arrays faster than NumPy on the programs people write"). Each is
+written once against ``xp``; the peers take turns (the first to go rotating from one
+repetition to the next), every result is checked against NumPy's, and the figure is the
+median of the repetitions; a ratio ``vs X`` is X's time over the peer's within each
+repetition, the median of those (> 1: faster than X). The async peer (``aioengine``) is
+``namespace(engine)`` on an ``Engine()`` with default settings whose loop runs on a thread of
+its own for the whole measurement (each run timed inside its coroutine, ``await`` at the end);
+``aioengine.array_api`` is the synchronous namespace (``np.asarray`` / ``float`` at the end).
+Inputs are made, and awaited, before the clock starts.
+
+* ``chain``: the 10-step elementwise chain ``c = a * 1.5 + b; c = c * c - a;
+  c = xp.sqrt(xp.abs(c)) + 2.0; c = c * b - a * 0.5; c = xp.exp(-c * c) + c`` on 1e3, 1e6
+  and 8e6 float64 elements (a run at 1e3 times 200 chains, each awaited before the next).
+  Peers: NumPy (the same code), numexpr (one ``evaluate`` per statement, its default threads)
+  and, from 1e6 elements, the physical floor (``floor``): ``np.add(a_chunk, b_chunk,
+  out=out_chunk)`` on a ``ThreadPoolExecutor`` of ``os.cpu_count()`` threads, i.e. the inputs
+  read once and a fresh output written once on every core. Results equal NumPy's to
+  ``rtol=1e-12`` (``atol``: 1e-12 times the largest magnitude, for the elements that a
+  cancellation leaves near zero). Targets: >= 3x NumPy and >= 1x numexpr at 1e6 and 8e6; at
+  1e3 <= 3x NumPy's time; the synchronous namespace within 1.2x of the async one's time at
+  every size.
+* ``reductions``: ``xp.sum(a * b)`` and ``xp.mean((a - b) ** 2)`` on 8e6 float64; peers NumPy
+  and numexpr (``sum(a * b)``; numexpr has no ``mean``: ``sum((a - b) ** 2)`` over n).
+  Results equal NumPy's to ``rtol=1e-10`` (the peers sum in different orders). Target: >= 2.5x
+  NumPy.
+* ``chain_memory``: the peak memory of the 8e6 chain above its inputs (``tracemalloc``, started
+  once the inputs exist and a 1,000-element warm-up chain ran), as a multiple of the result's
+  size (61 MiB), a fresh process per peer (aioengine, array_api, NumPy, numexpr). tracemalloc
+  traces every thread's NumPy allocations: each process checks that it sees an array made on
+  another thread, and a peak below the result's size is reported as invisible allocations.
+  Target: <= 1.25x (NumPy: 3x).
+* ``chain_lag``: the event loop's lag (a 1 ms ``asyncio.sleep`` heartbeat, as in ``overlap``)
+  while five 8e6 chains run back to back on the engine, each awaited; beside it, for
+  reference, NumPy called in the coroutine. The worst p99 of three runs. Target: <= 5 ms.
+* ``mlp``: a 2-layer MLP (64 -> 128 tanh -> 1, mean squared error), 200 steps of full-batch
+  gradient descent on 20,000 x 64 float64 samples (fixed seed), the loss read every 20 steps
+  (as a training loop that logs does) and the final weights' loss at the end, on NumPy, the
+  async namespace and ``aioengine.array_api``, default BLAS settings (OpenBLAS's own thread
+  count; threadpoolctl reports it in the versions); the losses equal NumPy's to ``rtol=1e-9``.
+  ``mlp_two``: two such models (seeds 7 and 8) trained at once on the engine (two coroutines;
+  on ``array_api``, their steps interleaved in one loop) against NumPy training them in turn.
+  Median of 3. Targets: >= 1x NumPy (async and synchronous); two at once >= 1.6x NumPy in turn.
+* ``kmeans``: ``examples/arrays.py`` at its default size (200,000 points, 4 restarts), its
+  ``on_engine()`` against its ``on_numpy()`` (imported from the example, timed in turns in a
+  process of their own with the example's one BLAS thread), checked as its ``main()`` checks
+  them. Median of 3. Target: >= 1.5x NumPy.
+
+``--busy [N]`` runs N CPU-bound processes (default 1), each spinning in a pure-Python loop,
+beside the whole run: the busy-machine figures.
+
 ``--quick`` (the smoke run in ``nox -s bench_smoke``) shrinks everything: 2,000-operation
-chains, 1 MB arrays, 0.1 s of I/O, 2,000 iterations, two repetitions.
+chains, 1 MB arrays, 0.1 s of I/O, 2,000 iterations, chains of 1e3, 1e5 and 1e6 elements,
+1e6-element reductions, memory and lag, a 2,000-sample MLP for 20 steps, the example's small
+k-means, two repetitions (one for overlap, chain_lag and kmeans).
 
 Usage::
 
-    python benchmarks/arrays.py                 # everything (about 2-3 minutes on 2 cores)
-    python benchmarks/arrays.py --quick         # smoke: small sizes, under 30 s
+    python benchmarks/arrays.py                 # everything (about 20 minutes on 2 cores)
+    python benchmarks/arrays.py --quick         # smoke: small sizes, under a minute
     python benchmarks/arrays.py --only tiny,branches --reps 9
+    python benchmarks/arrays.py --only chain,mlp,mlp_two --busy --no-mxnet
 
 Prints the peers' figures and a table of the targets; writes ``benchmarks/results/arrays.json``
 (``--out``). Timings are reported, never judged: the exit status is 1 only when a result is
 wrong or a peer crashed. MXNet is skipped, with a note, when its venv cannot be made
-(``--no-mxnet`` skips it outright); JAX when it does not import.
+(``--no-mxnet`` skips it outright); JAX and numexpr when they do not import. The versions
+say which aioengine ran (this tree's sources, or an installed one, which takes precedence)
+and which BLAS, with its thread count.
 """
 
 from __future__ import annotations
@@ -64,6 +120,7 @@ import asyncio
 import concurrent.futures
 import gc
 import json
+import multiprocessing
 import os
 import platform
 import statistics
@@ -72,7 +129,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +142,19 @@ OUT = BENCH / "results" / "arrays.json"
 QUICK_OUT = BENCH / "results" / "quick" / "arrays.json"
 WARMUP_OPS = 500  # untimed operations before each timed chain, in the chain's own process
 HEARTBEAT_S = 0.001
+SHAPES = (
+    "tiny",
+    "branches",
+    "overlap",
+    "memory",
+    "chain",
+    "reductions",
+    "chain_memory",
+    "chain_lag",
+    "mlp",
+    "mlp_two",
+    "kmeans",
+)
 CHILD_TIMEOUT_S = 600.0  # a peer process that answers no request in this long is killed
 
 # The elementwise step of ``branches`` and ``overlap``, cycled: ``xp`` is numpy, dask.array
@@ -765,6 +835,839 @@ def bench_memory(args: argparse.Namespace, failures: list[str]) -> dict[str, Any
 
 
 # --------------------------------------------------------------------------------------------
+# Shared by chain, reductions, chain_memory, chain_lag, mlp, mlp_two: the programs written
+# once against ``xp``, peers that take turns, and an engine that stays up for a whole shape.
+
+
+def elementwise_chain(xp: Any, a: Any, b: Any) -> Any:
+    """The issue's 10-step elementwise chain (five reused intermediates)."""
+    c = a * 1.5 + b
+    c = c * c - a
+    c = xp.sqrt(xp.abs(c)) + 2.0
+    c = c * b - a * 0.5
+    return xp.exp(-c * c) + c
+
+
+# The same chain for numexpr: one ``evaluate`` per reused intermediate (its default threads).
+NUMEXPR_CHAIN = (
+    "a * 1.5 + b",
+    "c * c - a",
+    "sqrt(abs(c)) + 2.0",
+    "c * b - a * 0.5",
+    "exp(-c * c) + c",
+)
+
+
+def chain_close(value: np.ndarray, reference: np.ndarray) -> bool:
+    """Whether a chain's result equals NumPy's to ``rtol=1e-12``, with ``atol`` 1e-12 times the
+    largest magnitude: where ``c * c - a`` or ``c * b - a * 0.5`` cancels to near zero, a
+    kernel that rounds once less (numexpr's, contracted to a fused multiply-add) differs from
+    NumPy by a rounding of the terms, not of the result (4e-16 on an element of 6e-5)."""
+    atol = 1e-12 * float(np.max(np.abs(reference), initial=0.0))
+    return bool(np.allclose(value, reference, rtol=1e-12, atol=atol))
+
+
+def numexpr_chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    import numexpr
+
+    c = a
+    for expr in NUMEXPR_CHAIN:
+        c = numexpr.evaluate(expr, local_dict={"a": a, "b": b, "c": c})
+    return c
+
+
+def stream_floor(pool: concurrent.futures.ThreadPoolExecutor, a: np.ndarray, b: np.ndarray) -> Any:
+    """The physical floor of a chain on ``a`` and ``b``: read both once and write a fresh output
+    once, ``np.add(a_chunk, b_chunk, out=out_chunk)`` on ``pool`` (a thread per core; four
+    chunks per thread)."""
+    out = np.empty_like(a)
+    bounds = np.linspace(0, a.size, 4 * (os.cpu_count() or 1) + 1).astype(int)
+
+    def add(i: int) -> None:
+        lo, hi = bounds[i], bounds[i + 1]
+        np.add(a[lo:hi], b[lo:hi], out=out[lo:hi])
+
+    list(pool.map(add, range(len(bounds) - 1)))
+    return out
+
+
+class _EngineThread:
+    """An event loop on a thread of its own with one ``Engine`` (default settings) on it, up for
+    a whole benchmark shape: the async peers' coroutines run there and time themselves, while
+    the synchronous peers run on the calling thread, so the peers can take turns."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.engine: Any = self.call(self._open())
+        from aioengine.array import namespace
+
+        self.xp: Any = namespace(self.engine)
+
+    async def _open(self) -> Any:
+        import aioengine as ae
+
+        return ae.Engine()
+
+    def call(self, coro: Any) -> Any:
+        """Run ``coro`` on the engine's loop and return its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        self.call(self.engine.aclose())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
+
+
+Peer = Callable[[], tuple[float, Any]]  # one timed run: (wall seconds, value)
+
+
+def take_turns(
+    peers: dict[str, Peer], reps: int, check: Callable[[str, Any], str | None]
+) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """Every peer once per repetition, the first to go rotating from one repetition to the next;
+    ``check(name, value)`` says what is wrong with a value (None: nothing). The wall times, and
+    the first error of each peer that failed (it runs no more)."""
+    walls: dict[str, list[float]] = {name: [] for name in peers}
+    errors: dict[str, str] = {}
+    names = list(peers)
+    for rep in range(reps):
+        k = rep % len(names)
+        for name in names[k:] + names[:k]:
+            if name in errors:
+                continue
+            gc.collect()
+            try:
+                wall, value = peers[name]()
+            except Exception as exc:
+                errors[name] = f"{type(exc).__name__}: {exc}"
+                continue
+            problem = check(name, value)
+            if problem is not None:
+                errors[name] = problem
+                continue
+            walls[name].append(wall)
+            del value
+    return walls, errors
+
+
+def summarize(
+    walls: dict[str, list[float]],
+    errors: dict[str, str],
+    failures: list[str],
+    label: str,
+    against: Sequence[str] = ("numpy",),
+) -> dict[str, Any]:
+    """Each peer's median wall time and its ratios to the peers ``against`` (``vs_<peer>``: that
+    peer's time over this one's within each repetition, the median of those: > 1 is faster)."""
+    out: dict[str, Any] = {}
+    for name, runs in walls.items():
+        if name in errors:
+            failures.append(f"{label}/{name}: {errors[name]}")
+            out[name] = {"error": errors[name]}
+            continue
+        entry: dict[str, Any] = {
+            "wall_s": statistics.median(runs),
+            "runs_s": [round(w, 6) for w in runs],
+        }
+        for ref in against:
+            ref_runs = walls.get(ref, [])
+            if ref != name and ref not in errors and len(ref_runs) == len(runs) and runs:
+                ratios = [r / w for r, w in zip(ref_runs, runs, strict=True)]
+                entry[f"vs_{ref}"] = statistics.median(ratios)
+        out[name] = entry
+    return out
+
+
+def _numexpr_available(notes: list[str]) -> bool:
+    try:
+        import numexpr  # noqa: F401
+    except ImportError as exc:
+        notes.append(f"numexpr skipped: it does not import ({exc})")
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# chain: the 10-step elementwise chain at three sizes
+
+
+def _repeats(n: int) -> int:
+    """Chains per timed run: a tiny chain is timed over enough of them to outlast the clock's
+    noise (each awaited, or converted, before the next starts)."""
+    return max(1, 200_000 // n)
+
+
+def _chain_size(
+    eng: _EngineThread,
+    pool: concurrent.futures.ThreadPoolExecutor,
+    n: int,
+    reps: int,
+    has_numexpr: bool,
+    failures: list[str],
+) -> dict[str, Any]:
+    """The chain at ``n`` elements, every peer in turns."""
+    import aioengine.array_api as sxp
+
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal(n), rng.standard_normal(n)
+    reference = elementwise_chain(np, A, B)
+    added = A + B
+    repeats = _repeats(n)
+    xp = eng.xp
+
+    async def make() -> tuple[Any, Any]:
+        a, b = xp.asarray(A), xp.asarray(B)
+        await a
+        await b
+        await elementwise_chain(xp, a, b)  # warm-up, untimed
+        return a, b
+
+    a, b = eng.call(make())
+    sa, sb = sxp.asarray(A), sxp.asarray(B)
+    np.asarray(elementwise_chain(sxp, sa, sb))  # warm-up, untimed
+
+    async def on_engine() -> tuple[float, Any]:
+        start = _clock()
+        for _ in range(repeats):
+            value = await elementwise_chain(xp, a, b)
+        return _since(start)[0] / repeats, value
+
+    def on_array_api() -> tuple[float, Any]:
+        start = _clock()
+        for _ in range(repeats):
+            value = np.asarray(elementwise_chain(sxp, sa, sb))
+        return _since(start)[0] / repeats, value
+
+    def on_numpy() -> tuple[float, Any]:
+        start = _clock()
+        for _ in range(repeats):
+            value = elementwise_chain(np, A, B)
+        return _since(start)[0] / repeats, value
+
+    def on_numexpr() -> tuple[float, Any]:
+        start = _clock()
+        for _ in range(repeats):
+            value = numexpr_chain(A, B)
+        return _since(start)[0] / repeats, value
+
+    def on_floor() -> tuple[float, Any]:
+        start = _clock()
+        value = stream_floor(pool, A, B)
+        return _since(start)[0], value
+
+    peers: dict[str, Peer] = {
+        "aioengine": lambda: eng.call(on_engine()),
+        "aioengine.array_api": on_array_api,
+        "numpy": on_numpy,
+    }
+    if has_numexpr:
+        peers["numexpr"] = on_numexpr
+    if n >= 1_000_000:  # the floor is the issue's for the large sizes
+        stream_floor(pool, A, B)  # the pool's threads up
+        peers["floor"] = on_floor
+
+    def check(name: str, value: Any) -> str | None:
+        expected = added if name == "floor" else reference
+        if not chain_close(np.asarray(value), expected):
+            return "results differ from NumPy's (rtol 1e-12)"
+        return None
+
+    walls, errors = take_turns(peers, reps, check)
+    against = ("numpy", "numexpr", "aioengine")
+    out = {
+        "elements": n,
+        "chains_per_run": repeats,
+        "peers": summarize(walls, errors, failures, f"chain/{n}", against),
+    }
+    eng.call(eng.engine.wait_for_all())
+    return out
+
+
+def bench_chain(args: argparse.Namespace, notes: list[str], failures: list[str]) -> dict[str, Any]:
+    has_numexpr = _numexpr_available(notes)
+    workers = os.cpu_count() or 1
+    result: dict[str, Any] = {"reps": args.reps, "floor_threads": workers, "sizes": {}}
+    eng = _EngineThread()
+    pool = concurrent.futures.ThreadPoolExecutor(workers)
+    try:
+        for n in args.chain_sizes:
+            sized = _chain_size(eng, pool, n, args.reps, has_numexpr, failures)
+            result["sizes"][str(n)] = sized
+    finally:
+        pool.shutdown()
+        eng.close()
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# reductions: a dot product and a mean squared error on 8e6 float64
+
+
+def _sum_prod(xp: Any, a: Any, b: Any) -> Any:
+    return xp.sum(a * b)
+
+
+def _mse(xp: Any, a: Any, b: Any) -> Any:
+    return xp.mean((a - b) ** 2)
+
+
+REDUCTIONS: dict[str, tuple[Callable[[Any, Any, Any], Any], str, bool]] = {
+    # name: (the program, its numexpr string, whether numexpr's sum is divided by the size)
+    "sum(a * b)": (_sum_prod, "sum(a * b)", False),
+    "mean((a - b) ** 2)": (_mse, "sum((a - b) ** 2)", True),
+}
+
+
+async def _await_value(x: Any) -> Any:
+    return await x
+
+
+def _reduction(
+    eng: _EngineThread,
+    inputs: tuple[np.ndarray, np.ndarray, Any, Any, Any, Any],
+    label: str,
+    reps: int,
+    has_numexpr: bool,
+    failures: list[str],
+) -> dict[str, Any]:
+    """One program of :data:`REDUCTIONS`, every peer in turns."""
+    import aioengine.array_api as sxp
+
+    A, B, a, b, sa, sb = inputs
+    program, ne_expr, divide = REDUCTIONS[label]
+    reference = float(program(np, A, B))
+    xp = eng.xp
+    eng.call(_await_value(program(xp, a, b)))  # warm-up, untimed
+    float(program(sxp, sa, sb))
+
+    async def on_engine() -> tuple[float, Any]:
+        start = _clock()
+        value = float(await program(xp, a, b))
+        return _since(start)[0], value
+
+    def on_array_api() -> tuple[float, Any]:
+        start = _clock()
+        value = float(program(sxp, sa, sb))
+        return _since(start)[0], value
+
+    def on_numpy() -> tuple[float, Any]:
+        start = _clock()
+        value = float(program(np, A, B))
+        return _since(start)[0], value
+
+    def on_numexpr() -> tuple[float, Any]:
+        import numexpr
+
+        start = _clock()
+        value = float(numexpr.evaluate(ne_expr, local_dict={"a": A, "b": B}))
+        if divide:
+            value /= A.size
+        return _since(start)[0], value
+
+    peers: dict[str, Peer] = {
+        "aioengine": lambda: eng.call(on_engine()),
+        "aioengine.array_api": on_array_api,
+        "numpy": on_numpy,
+    }
+    if has_numexpr:
+        peers["numexpr"] = on_numexpr
+
+    def check(name: str, value: Any) -> str | None:
+        # Summation order differs between the peers (pairwise, blocked, sequential).
+        if not np.isclose(value, reference, rtol=1e-10, atol=0):
+            return f"{value!r} differs from NumPy's {reference!r} (rtol 1e-10)"
+        return None
+
+    walls, errors = take_turns(peers, reps, check)
+    return {"peers": summarize(walls, errors, failures, f"reductions/{label}", ("numpy",))}
+
+
+def bench_reductions(
+    args: argparse.Namespace, notes: list[str], failures: list[str]
+) -> dict[str, Any]:
+    import aioengine.array_api as sxp
+
+    has_numexpr = _numexpr_available(notes)
+    n = args.reduction_elements
+    rng = np.random.default_rng(4)
+    A, B = rng.standard_normal(n), rng.standard_normal(n)
+    result: dict[str, Any] = {
+        "elements": n,
+        "reps": args.reps,
+        "numexpr_note": "numexpr has sum() but no mean(): sum((a - b) ** 2) / n",
+        "programs": {},
+    }
+    eng = _EngineThread()
+    try:
+        xp = eng.xp
+
+        async def make() -> tuple[Any, Any]:
+            a, b = xp.asarray(A), xp.asarray(B)
+            await a
+            await b
+            return a, b
+
+        a, b = eng.call(make())
+        sa, sb = sxp.asarray(A), sxp.asarray(B)
+        np.asarray(sa), np.asarray(sb)
+        for label in REDUCTIONS:
+            result["programs"][label] = _reduction(
+                eng, (A, B, a, b, sa, sb), label, args.reps, has_numexpr, failures
+            )
+    finally:
+        eng.close()
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# chain_memory: the peak memory of the chain above its inputs, in a fresh process per peer
+
+CHAIN_MEMORY_PEERS = ("aioengine", "aioengine.array_api", "numpy", "numexpr")
+# The variables run.child_env() sets to 1 (its runners' one BLAS / OpenMP / numexpr thread).
+THREAD_PINS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def _worker_thread_traced() -> bool:
+    """Whether tracemalloc (started) sees an array allocated on another thread."""
+    import tracemalloc
+
+    held: list[np.ndarray] = []
+    tracemalloc.reset_peak()
+    before = tracemalloc.get_traced_memory()[0]
+    thread = threading.Thread(target=lambda: held.append(np.ones(1 << 20)))
+    thread.start()
+    thread.join()
+    return tracemalloc.get_traced_memory()[0] - before >= 8 << 20
+
+
+def chain_memory_child(peer: str, n: int) -> dict[str, Any]:
+    """One peer's chain, tracemalloc started after its inputs exist (in this process's
+    own form: engine arrays for the engine's peers) and a 1,000-element warm-up ran."""
+    import tracemalloc
+
+    rng = np.random.default_rng(5)
+    A, B = rng.standard_normal(n), rng.standard_normal(n)
+    small_a, small_b = A[:1000].copy(), B[:1000].copy()
+    traced: dict[str, Any] = {}
+
+    def measure(run: Callable[[], Any]) -> Any:
+        gc.collect()
+        tracemalloc.start()
+        traced["worker_thread_visible"] = _worker_thread_traced()
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        value = run()
+        traced["peak_bytes"] = tracemalloc.get_traced_memory()[1] - base
+        tracemalloc.stop()
+        return value
+
+    if peer == "aioengine":
+
+        async def main() -> Any:
+            import aioengine as ae
+            from aioengine.array import namespace
+
+            async with ae.Engine() as engine:
+                xp = namespace(engine)
+                await elementwise_chain(xp, xp.asarray(small_a), xp.asarray(small_b))
+                a, b = xp.asarray(A), xp.asarray(B)
+                await a
+                await b
+                gc.collect()
+                tracemalloc.start()
+                traced["worker_thread_visible"] = _worker_thread_traced()
+                tracemalloc.reset_peak()
+                base = tracemalloc.get_traced_memory()[0]
+                value = await elementwise_chain(xp, a, b)
+                traced["peak_bytes"] = tracemalloc.get_traced_memory()[1] - base
+                tracemalloc.stop()
+                return np.array(value)
+
+        value = asyncio.run(main())
+    elif peer == "aioengine.array_api":
+        import aioengine.array_api as sxp
+
+        np.asarray(elementwise_chain(sxp, sxp.asarray(small_a), sxp.asarray(small_b)))
+        sa, sb = sxp.asarray(A), sxp.asarray(B)
+        np.asarray(sa), np.asarray(sb)
+        value = measure(lambda: np.asarray(elementwise_chain(sxp, sa, sb)))
+    elif peer == "numpy":
+        elementwise_chain(np, small_a, small_b)
+        value = measure(lambda: elementwise_chain(np, A, B))
+    elif peer == "numexpr":
+        numexpr_chain(small_a, small_b)
+        value = measure(lambda: numexpr_chain(A, B))
+    else:
+        raise ValueError(f"unknown chain_memory peer {peer!r}")
+    correct = chain_close(value, elementwise_chain(np, A, B))
+    return {
+        "peak_bytes": traced["peak_bytes"],
+        "peak_mib": traced["peak_bytes"] / 2**20,
+        "result_mib": n * 8 / 2**20,
+        "multiple": traced["peak_bytes"] / (n * 8),
+        "worker_thread_visible": traced["worker_thread_visible"],
+        "correct": correct,
+    }
+
+
+def bench_chain_memory(
+    args: argparse.Namespace, notes: list[str], failures: list[str]
+) -> dict[str, Any]:
+    sys.path.insert(0, str(BENCH))
+    import run
+
+    n = args.memory_chain_elements
+    result: dict[str, Any] = {"elements": n, "result_mib": n * 8 / 2**20, "peers": {}}
+    peers = [p for p in CHAIN_MEMORY_PEERS if p != "numexpr" or _numexpr_available([])]
+    # The runners' environment, without its one-thread pins: each peer's threads as here.
+    env = run.child_env()
+    for var in THREAD_PINS:
+        if var in os.environ:
+            env[var] = os.environ[var]
+        else:
+            env.pop(var, None)
+    for peer in peers:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "chain_memory"]
+        cmd += ["--memory-peer", peer, "--memory-chain-elements", str(n)]
+        proc = subprocess.run(cmd, env=env, cwd=BENCH, capture_output=True, text=True, check=False)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        if proc.returncode or not lines:
+            tail = " | ".join(proc.stderr.strip().splitlines()[-5:])
+            error = f"rc={proc.returncode}: {tail}"
+            failures.append(f"chain_memory/{peer}: {error}")
+            result["peers"][peer] = {"error": error}
+            continue
+        out = json.loads(lines[-1])
+        if not out["correct"]:
+            failures.append(f"chain_memory/{peer}: results differ from NumPy's (rtol 1e-12)")
+        if not out["worker_thread_visible"]:
+            notes.append(f"chain_memory/{peer}: tracemalloc did not see a worker thread's array")
+        if out["peak_bytes"] < n * 8:
+            notes.append(
+                f"chain_memory/{peer}: peak below the result's size: some allocations are "
+                "invisible to tracemalloc"
+            )
+        result["peers"][peer] = out
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# chain_lag: the event loop's lag while the chain runs, back to back
+
+
+async def _chain_lag_once(mode: str, A: np.ndarray, B: np.ndarray, times: int) -> dict[str, Any]:
+    """``times`` chains, each awaited before the next is pushed (``aioengine``), or NumPy called
+    in the coroutine (``numpy-on-loop``, for reference), under a 1 ms heartbeat."""
+    import aioengine as ae
+    from aioengine.array import namespace
+
+    async with ae.Engine() as engine:
+        xp = namespace(engine)
+        a, b = xp.asarray(A), xp.asarray(B)
+        await elementwise_chain(xp, a, b)  # warm-up, untimed
+        values: list[np.ndarray] = []
+        lags: list[float] = []
+        stop = asyncio.Event()
+        gc.collect()
+        beat = asyncio.create_task(_heartbeat(stop, lags))
+        await asyncio.sleep(0.01)
+        start = time.perf_counter()
+        for _ in range(times):
+            if mode == "numpy-on-loop":
+                values.append(elementwise_chain(np, A, B))
+                await asyncio.sleep(0)
+            else:
+                values.append(await elementwise_chain(xp, a, b))
+        wall = time.perf_counter() - start
+        stop.set()
+        await beat
+        await engine.wait_for_all()
+    return {"wall_s": wall, "values": values, "lags_ms": sorted(lag * 1e3 for lag in lags)}
+
+
+def bench_chain_lag(args: argparse.Namespace, failures: list[str]) -> dict[str, Any]:
+    n, times = args.lag_elements, args.lag_chains
+    rng = np.random.default_rng(6)
+    A, B = rng.standard_normal(n), rng.standard_normal(n)
+    reference = elementwise_chain(np, A, B)
+    modes = ("aioengine", "numpy-on-loop")
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    errors: dict[str, str] = {}
+    for rep in range(args.lag_reps):
+        k = rep % len(modes)
+        for mode in modes[k:] + modes[:k]:
+            if mode in errors:
+                continue
+            try:
+                out = asyncio.run(_chain_lag_once(mode, A, B, times))
+            except Exception as exc:
+                errors[mode] = f"{type(exc).__name__}: {exc}"
+                continue
+            if not all(chain_close(v, reference) for v in out.pop("values")):
+                errors[mode] = "results differ from NumPy's (rtol 1e-12)"
+            runs[mode].append(out)
+    result: dict[str, Any] = {
+        "elements": n,
+        "chains": times,
+        "reps": args.lag_reps,
+        "modes": {},
+    }
+    for mode in modes:
+        if mode in errors:
+            failures.append(f"chain_lag/{mode}: {errors[mode]}")
+            result["modes"][mode] = {"error": errors[mode]}
+            continue
+        result["modes"][mode] = {
+            "wall_per_chain_s": statistics.median(o["wall_s"] for o in runs[mode]) / times,
+            "lag_p99_ms": max(_p99(o["lags_ms"]) for o in runs[mode]),
+            "lag_max_ms": max(o["lags_ms"][-1] if o["lags_ms"] else 0.0 for o in runs[mode]),
+            "beats": statistics.median(len(o["lags_ms"]) for o in runs[mode]),
+        }
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# mlp, mlp_two: a 2-layer MLP trained by full-batch gradient descent, written once against xp
+
+MLP_FEATURES, MLP_HIDDEN, MLP_LR, MLP_LOG_EVERY = 64, 128, 0.1, 20
+
+
+def mlp_problem(seed: int, n: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """The samples ``X`` (n, 64), targets ``y`` (n, 1) (a noisy tanh of a random projection)
+    and the initial weights and biases ``W1, b1, W2, b2``, all drawn from ``seed``."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, MLP_FEATURES))
+    w = rng.standard_normal((MLP_FEATURES, 1)) / np.sqrt(MLP_FEATURES)
+    y = np.tanh(X @ w) + 0.1 * rng.standard_normal((n, 1))
+    W1 = rng.standard_normal((MLP_FEATURES, MLP_HIDDEN)) / np.sqrt(MLP_FEATURES)
+    W2 = rng.standard_normal((MLP_HIDDEN, 1)) / np.sqrt(MLP_HIDDEN)
+    return X, y, [W1, np.zeros(MLP_HIDDEN), W2, np.zeros(1)]
+
+
+def mlp_train(xp: Any, X: Any, y: Any, params: Sequence[Any], steps: int) -> Iterator[Any]:
+    """Train 64 -> 128 (tanh) -> 1 with the mean squared error, ``steps`` steps of gradient
+    descent on the whole batch. Yields the loss every ``MLP_LOG_EVERY`` steps (the driver reads
+    it, as a training loop that logs does) and, last, the loss of the final weights."""
+    W1, b1, W2, b2 = params
+    n = X.shape[0]
+    for step in range(steps):
+        h = xp.tanh(X @ W1 + b1)
+        err = h @ W2 + b2 - y
+        if (step + 1) % MLP_LOG_EVERY == 0:
+            yield xp.mean(err * err)
+        g = err * (2.0 / n)
+        g_h = (g @ xp.matrix_transpose(W2)) * (1.0 - h * h)
+        W2 = W2 - MLP_LR * (xp.matrix_transpose(h) @ g)
+        b2 = b2 - MLP_LR * xp.sum(g, axis=0)
+        W1 = W1 - MLP_LR * (xp.matrix_transpose(X) @ g_h)
+        b1 = b1 - MLP_LR * xp.sum(g_h, axis=0)
+    err = xp.tanh(X @ W1 + b1) @ W2 + b2 - y
+    yield xp.mean(err * err)
+
+
+def bench_mlp(args: argparse.Namespace, failures: list[str]) -> dict[str, Any]:
+    """``mlp`` (one model per peer) and ``mlp_two`` (two models: at once on the engine, in turn
+    on NumPy), whichever ``--only`` selects."""
+    import aioengine.array_api as sxp
+
+    n, steps = args.mlp_samples, args.mlp_steps
+    seeds = (7, 8) if "mlp_two" in args.only_set else (7,)  # the second model for mlp_two
+    problems = [mlp_problem(seed, n) for seed in seeds]
+    references = [
+        [float(loss) for loss in mlp_train(np, X, y, params, steps)] for X, y, params in problems
+    ]
+    result: dict[str, Any] = {
+        "samples": n,
+        "layers": f"{MLP_FEATURES} -> {MLP_HIDDEN} (tanh) -> 1, MSE",
+        "steps": steps,
+        "lr": MLP_LR,
+        "log_every": MLP_LOG_EVERY,
+        "reps": args.mlp_reps,
+        "final_loss": [r[-1] for r in references],
+    }
+    eng = _EngineThread()
+    try:
+        xp = eng.xp
+
+        async def make() -> list[list[Any]]:
+            made = [[xp.asarray(v) for v in (X, y, *params)] for X, y, params in problems]
+            for arrays in made:
+                for v in arrays:
+                    await v
+            return made
+
+        on_eng = eng.call(make())
+        on_sync = [[sxp.asarray(v) for v in (X, y, *params)] for X, y, params in problems]
+        for arrays in on_sync:
+            for v in arrays:
+                np.asarray(v)
+
+        def train(ns: Any, arrays: Sequence[Any]) -> Iterator[Any]:
+            return mlp_train(ns, arrays[0], arrays[1], arrays[2:], steps)
+
+        async def drive(arrays: Sequence[Any]) -> list[float]:
+            return [float(await loss) for loss in train(xp, arrays)]
+
+        async def engine_one() -> tuple[float, Any]:
+            start = _clock()
+            losses = await drive(on_eng[0])
+            return _since(start)[0], [losses]
+
+        async def engine_two() -> tuple[float, Any]:
+            start = _clock()
+            losses = await asyncio.gather(drive(on_eng[0]), drive(on_eng[1]))
+            return _since(start)[0], list(losses)
+
+        def sync_one() -> tuple[float, Any]:
+            start = _clock()
+            losses = [float(loss) for loss in train(sxp, on_sync[0])]
+            return _since(start)[0], [losses]
+
+        def sync_two() -> tuple[float, Any]:
+            """The two models' steps interleaved in one loop: each logging point's losses are
+            read after both models' steps up to it were pushed."""
+            start = _clock()
+            losses: list[list[float]] = [[], []]
+            pairs = zip(train(sxp, on_sync[0]), train(sxp, on_sync[1]), strict=True)
+            for first, second in pairs:
+                losses[0].append(float(first))
+                losses[1].append(float(second))
+            return _since(start)[0], losses
+
+        def numpy_models(count: int) -> Peer:
+            def run() -> tuple[float, Any]:
+                start = _clock()
+                losses = [
+                    [float(loss) for loss in mlp_train(np, X, y, params, steps)]
+                    for X, y, params in problems[:count]
+                ]
+                return _since(start)[0], losses
+
+            return run
+
+        def check(name: str, value: Any) -> str | None:
+            for got, expected in zip(value, references[: len(value)], strict=True):
+                if not np.allclose(got, expected, rtol=1e-9, atol=0):
+                    return f"losses {got[-1]!r} differ from NumPy's {expected[-1]!r} (rtol 1e-9)"
+            return None
+
+        # Warm-up, untimed: the pools' threads, BLAS's buffers.
+        eng.call(_await_value(xp.tanh(on_eng[0][0] @ on_eng[0][2])))
+        np.asarray(sxp.tanh(on_sync[0][0] @ on_sync[0][2]))
+        if "mlp" in args.only_set:
+            peers: dict[str, Peer] = {
+                "aioengine": lambda: eng.call(engine_one()),
+                "aioengine.array_api": sync_one,
+                "numpy": numpy_models(1),
+            }
+            walls, errors = take_turns(peers, args.mlp_reps, check)
+            result["one"] = summarize(walls, errors, failures, "mlp")
+        if "mlp_two" in args.only_set:
+            peers = {
+                "aioengine": lambda: eng.call(engine_two()),
+                "aioengine.array_api": sync_two,
+                "numpy-in-turn": numpy_models(2),
+            }
+            walls, errors = take_turns(peers, args.mlp_reps, check)
+            result["two"] = summarize(walls, errors, failures, "mlp_two", ("numpy-in-turn",))
+    finally:
+        eng.close()
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# kmeans: examples/arrays.py, on the engine and on NumPy, in a process of its own
+
+
+def kmeans_child(reps: int) -> dict[str, Any]:
+    """Import examples/arrays.py and time its ``on_engine()`` and ``on_numpy()`` in turns
+    (the first to go alternating), checking them as its ``main()`` does."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("arrays_example", ROOT / "examples" / "arrays.py")
+    assert spec is not None
+    assert spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    walls: dict[str, list[float]] = {"aioengine": [], "numpy": []}
+    problems: list[str] = []
+    for rep in range(reps):
+        order = ["aioengine", "numpy"] if rep % 2 == 0 else ["numpy", "aioengine"]
+        for name in order:
+            gc.collect()
+            t = time.perf_counter()
+            if name == "aioengine":
+                results, sizes, _, pushed = asyncio.run(example.on_engine())
+                walls[name].append(time.perf_counter() - t)
+            else:
+                expected, expected_sizes, _ = example.on_numpy()
+                walls[name].append(time.perf_counter() - t)
+        for (c, inertia, its), (c_np, inertia_np, its_np) in zip(results, expected, strict=True):
+            if its != its_np or not (
+                np.allclose(c, c_np, rtol=1e-9, atol=1e-9)
+                and np.isclose(inertia, inertia_np, rtol=1e-9)
+            ):
+                problems.append("centroids, inertias or iteration counts differ from NumPy's")
+        if sizes.tolist() != expected_sizes.tolist():
+            problems.append("cluster sizes differ from NumPy's")
+    return {
+        "points": example.POINTS,
+        "features": example.FEATURES,
+        "clusters": example.CLUSTERS,
+        "shards": example.SHARDS,
+        "restarts": example.RESTARTS,
+        "operations_pushed": pushed,
+        "iterations": [r[2] for r in results],
+        "walls": walls,
+        "problems": sorted(set(problems)),
+    }
+
+
+def bench_kmeans(args: argparse.Namespace, failures: list[str]) -> dict[str, Any]:
+    sys.path.insert(0, str(BENCH))
+    import run
+
+    # The example's own settings: one BLAS thread (its workers are the parallelism), and its
+    # small size for --quick.
+    env = run.child_env()
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(var, "1")
+    if args.quick:
+        env["AIOENGINE_EXAMPLE_SMALL"] = "1"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "kmeans"]
+    cmd += ["--kmeans-reps", str(args.kmeans_reps)]
+    proc = subprocess.run(cmd, env=env, cwd=BENCH, capture_output=True, text=True, check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode or not lines:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-5:])
+        error = f"rc={proc.returncode}: {tail}"
+        failures.append(f"kmeans: {error}")
+        return {"error": error}
+    out: dict[str, Any] = json.loads(lines[-1])
+    for problem in out.pop("problems"):
+        failures.append(f"kmeans: {problem}")
+    walls = out.pop("walls")
+    out["reps"] = args.kmeans_reps
+    out["blas_threads"] = env["OPENBLAS_NUM_THREADS"]
+    out["peers"] = summarize(walls, {}, failures, "kmeans")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# --busy: CPU-bound processes beside the run
+
+
+def spin() -> None:
+    """A ``--busy`` process: a pure-Python loop that never sleeps, until terminated."""
+    n = 0
+    while True:
+        n += 1
+
+
+# --------------------------------------------------------------------------------------------
 # report
 
 
@@ -775,7 +1678,9 @@ def _versions(children: dict[str, ChildPeer]) -> dict[str, str]:
         from aioengine.engine import _COMPILED
 
         core = "compiled" if _COMPILED else "pure Python"
-        out["aioengine"] = f"{aioengine.__version__} ({core})"
+        where = Path(aioengine.__file__).resolve().parent.parent
+        origin = "this tree" if where == ROOT else f"from {where}"
+        out["aioengine"] = f"{aioengine.__version__} ({core}, {origin})"
     except ImportError as exc:
         out["aioengine"] = f"ERROR {exc}"
     try:
@@ -784,6 +1689,24 @@ def _versions(children: dict[str, ChildPeer]) -> dict[str, str]:
         out["dask"] = str(dask.__version__)
     except ImportError:
         pass
+    try:
+        import numexpr
+
+        out["numexpr"] = f"{numexpr.__version__} ({numexpr.get_num_threads()} threads)"
+    except ImportError:
+        pass
+    try:
+        from threadpoolctl import threadpool_info
+
+        blas = [
+            f"{p.get('internal_api')} {p.get('version')} ({p.get('num_threads')} threads, "
+            f"{p.get('threading_layer')}, {p.get('architecture')})"
+            for p in threadpool_info()
+            if p.get("user_api") == "blas"
+        ]
+        out["blas"] = "; ".join(blas) or "none found"
+    except ImportError:
+        out["blas"] = "unknown (threadpoolctl does not import)"
     for name, child in children.items():
         out[name] = child.version
     return out
@@ -832,6 +1755,7 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             64.0,
         ),
     ]
+    rows += _new_targets(result)
     out = []
     for name, value, op, goal in rows:
         met = None if value is None else (value >= goal if op == ">=" else value <= goal)
@@ -839,10 +1763,137 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _inverse(x: float | None) -> float | None:
+    return 1.0 / x if x else None
+
+
+def _new_targets(result: dict[str, Any]) -> list[tuple[str, float | None, str, float]]:
+    """The rows of chain, reductions, chain_memory, chain_lag, mlp, mlp_two and kmeans."""
+    rows: list[tuple[str, float | None, str, float]] = []
+    for sized in (_get(result, "chain", "sizes") or {}).values():
+        n, peers = sized["elements"], sized["peers"]
+        if n <= 10_000:
+            vs = _inverse(_get(peers, "aioengine", "vs_numpy"))
+            rows.append((f"chain {n:,}: aioengine time / NumPy time", vs, "<=", 3.0))
+        else:
+            vs = _get(peers, "aioengine", "vs_numpy")
+            rows.append((f"chain {n:,}: NumPy time / aioengine time", vs, ">=", 3.0))
+            vs = _get(peers, "aioengine", "vs_numexpr")
+            rows.append((f"chain {n:,}: numexpr time / aioengine time", vs, ">=", 1.0))
+        vs = _inverse(_get(peers, "aioengine.array_api", "vs_aioengine"))
+        rows.append((f"chain {n:,}: array_api time / aioengine time", vs, "<=", 1.2))
+    for label, program in (_get(result, "reductions", "programs") or {}).items():
+        vs = _get(program, "peers", "aioengine", "vs_numpy")
+        rows.append((f"reductions {label}: NumPy / aioengine", vs, ">=", 2.5))
+    multiple = _get(result, "chain_memory", "peers", "aioengine", "multiple")
+    rows.append(("chain_memory: aioengine peak / result size", multiple, "<=", 1.25))
+    lag = _get(result, "chain_lag", "modes", "aioengine", "lag_p99_ms")
+    rows.append(("chain_lag: event-loop lag p99, ms", lag, "<=", 5.0))
+    one, two = _get(result, "mlp", "one") or {}, _get(result, "mlp", "two") or {}
+    vs = _get(one, "aioengine", "vs_numpy")
+    rows.append(("mlp: NumPy time / aioengine time", vs, ">=", 1.0))
+    vs = _get(one, "aioengine.array_api", "vs_numpy")
+    rows.append(("mlp: NumPy time / aioengine.array_api time", vs, ">=", 1.0))
+    vs = _get(two, "aioengine", "vs_numpy-in-turn")
+    rows.append(("mlp_two: NumPy in turn / aioengine two at once", vs, ">=", 1.6))
+    vs = _get(result, "kmeans", "peers", "aioengine", "vs_numpy")
+    rows.append(("kmeans: NumPy time / aioengine time", vs, ">=", 1.5))
+    return rows
+
+
+def _peer_table(lines: list[str], peers: dict[str, Any], unit: str, scale: float) -> None:
+    """Rows of peer, median time (in ``unit``, seconds times ``scale``) and its ratios."""
+    refs = sorted({key[3:] for p in peers.values() for key in p if key.startswith("vs_")})
+    head = "".join(f" {'vs ' + ref:>16}" for ref in refs)
+    lines.append(f"    {'peer':22} {unit:>10}{head}")
+    for name, p in peers.items():
+        if "error" in p:
+            lines.append(f"    {name:22} failed: {p['error']}")
+            continue
+        cells = "".join(
+            f" {p['vs_' + ref]:15.2f}x" if "vs_" + ref in p else f" {'-':>16}" for ref in refs
+        )
+        lines.append(f"    {name:22} {p['wall_s'] * scale:10.3f}{cells}")
+
+
+def _report_new(result: dict[str, Any], lines: list[str]) -> None:
+    """The sections of chain, reductions, chain_memory, chain_lag, mlp, mlp_two and kmeans."""
+    if "chain" in result:
+        c = result["chain"]
+        lines.append(
+            f"\nchain: the 10-step elementwise chain on float64, median of {c['reps']} "
+            "(vs X: X's time / this peer's, within each repetition, the median; > 1 is faster)"
+        )
+        for sized in c["sizes"].values():
+            lines.append(
+                f"  {sized['elements']:,} elements ({sized['chains_per_run']} chains per run)"
+            )
+            _peer_table(lines, sized["peers"], "ms/chain", 1e3)
+    if "reductions" in result:
+        r = result["reductions"]
+        lines.append(f"\nreductions: {r['elements']:,} float64, median of {r['reps']}")
+        for label, program in r["programs"].items():
+            lines.append(f"  {label}")
+            _peer_table(lines, program["peers"], "ms", 1e3)
+        lines.append(f"  ({r['numexpr_note']})")
+    if "chain_memory" in result:
+        m = result["chain_memory"]
+        lines.append(
+            f"\nchain_memory: peak above the inputs (tracemalloc), the chain on "
+            f"{m['elements']:,} float64 (result {m['result_mib']:.1f} MiB), a process per peer"
+        )
+        lines.append(f"  {'peer':22} {'peak MiB':>9} {'x result':>9}")
+        for name, p in m["peers"].items():
+            if "error" in p:
+                lines.append(f"  {name:22} failed: {p['error']}")
+                continue
+            lines.append(f"  {name:22} {p['peak_mib']:9.1f} {p['multiple']:9.2f}")
+    if "chain_lag" in result:
+        lg = result["chain_lag"]
+        lines.append(
+            f"\nchain_lag: {lg['chains']} chains on {lg['elements']:,} float64 back to back, "
+            f"a 1 ms heartbeat, worst of {lg['reps']}"
+        )
+        lines.append(f"  {'run':22} {'s/chain':>8} {'lag p99 ms':>11} {'lag max ms':>11}")
+        for mode, p in lg["modes"].items():
+            if "error" in p:
+                lines.append(f"  {mode:22} failed: {p['error']}")
+                continue
+            lines.append(
+                f"  {mode:22} {p['wall_per_chain_s']:8.3f} {p['lag_p99_ms']:11.2f} "
+                f"{p['lag_max_ms']:11.2f}"
+            )
+    if "mlp" in result:
+        m = result["mlp"]
+        lines.append(
+            f"\nmlp: {m['layers']}, {m['steps']} steps of gradient descent on {m['samples']:,} "
+            f"samples, loss read every {m['log_every']}; median of {m['reps']}; final loss "
+            + ", ".join(f"{loss:.6g}" for loss in m["final_loss"])
+        )
+        if "one" in m:
+            lines.append("  one model")
+            _peer_table(lines, m["one"], "s", 1.0)
+        if "two" in m:
+            lines.append("  mlp_two: two models (seeds 7, 8), at once on the engine")
+            _peer_table(lines, m["two"], "s", 1.0)
+    if "kmeans" in result:
+        k = result["kmeans"]
+        if "error" in k:
+            lines.append(f"\nkmeans: failed: {k['error']}")
+        else:
+            lines.append(
+                f"\nkmeans: examples/arrays.py, {k['points']:,} points in {k['features']}-D, "
+                f"{k['clusters']} clusters, {k['restarts']} restarts (iterations "
+                f"{k['iterations']}), {k['blas_threads']} BLAS thread; median of {k['reps']}"
+            )
+            _peer_table(lines, k["peers"], "s", 1.0)
+
+
 def report(result: dict[str, Any]) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in result["versions"].items())
     mode = "quick" if result["quick"] else "full"
-    lines = [f"arrays: {versions}; {result['cpus']} CPUs; {mode} mode"]
+    busy = f"; busy: {result['busy']} spinning processes beside it" if result["busy"] else ""
+    lines = [f"arrays: {versions}; {result['cpus']} CPUs; {mode} mode{busy}"]
     lines += [f"  note: {note}" for note in result["notes"]]
     if "tiny" in result:
         t = result["tiny"]
@@ -908,6 +1959,7 @@ def report(result: dict[str, Any]) -> str:
                 f"  {variant:22} {p['growth_mib']:11.1f} {p['start_rss_mib']:10.1f} "
                 f"{p['ops_per_s']:9,.0f}{early}"
             )
+    _report_new(result, lines)
     lines.append("\ntargets (reported, never asserted)")
     floor = _ratio(
         _get(result, "branches", "peers", "numpy", "wall_s"),
@@ -919,7 +1971,7 @@ def report(result: dict[str, Any]) -> str:
     for row in result["targets"]:
         value = "n/a" if row["value"] is None else f"{row['value']:.2f}"
         met = {True: "yes", False: "NO", None: "-"}[row["met"]]
-        lines.append(f"  {row['target']:48} {value:>8} {row['goal']:>8}  {met}")
+        lines.append(f"  {row['target']:52} {value:>8} {row['goal']:>8}  {met}")
     return "\n".join(lines)
 
 
@@ -930,8 +1982,10 @@ def report(result: dict[str, Any]) -> str:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke mode: small sizes, 2 repetitions")
-    ap.add_argument("--only", default="tiny,branches,overlap,memory", help="benchmarks to run")
-    ap.add_argument("--reps", type=int, help="repetitions of tiny and branches (7; 2 with --quick)")
+    ap.add_argument("--only", default=",".join(SHAPES), help="benchmarks to run (all)")
+    ap.add_argument(
+        "--reps", type=int, help="repetitions of tiny, branches, chain, reductions (7; 2 --quick)"
+    )
     ap.add_argument(
         "--out", type=Path, help="the JSON file to write (results/arrays.json; --quick: quick/)"
     )
@@ -953,16 +2007,50 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--mem-every", type=int, default=256)
     ap.add_argument("--mem-elements", type=int, default=131_072)
     ap.add_argument("--mem-limit-mib", type=int, default=2048, help=argparse.SUPPRESS)
+    ap.add_argument("--chain-sizes", default="1000,1000000,8000000", help="chain: elements")
+    ap.add_argument("--reduction-elements", type=int, default=8_000_000)
+    ap.add_argument("--memory-chain-elements", type=int, default=8_000_000)
+    ap.add_argument("--lag-elements", type=int, default=8_000_000)
+    ap.add_argument("--lag-chains", type=int, default=5, help="chain_lag: chains back to back")
+    ap.add_argument("--lag-reps", type=int, help="(3; 1 with --quick)")
+    ap.add_argument("--mlp-samples", type=int, default=20_000)
+    ap.add_argument("--mlp-steps", type=int, default=200)
+    ap.add_argument("--mlp-reps", type=int, help="repetitions of mlp and mlp_two (3; 2 --quick)")
+    ap.add_argument("--kmeans-reps", type=int, help="(3; 1 with --quick)")
+    ap.add_argument(
+        "--busy",
+        type=int,
+        nargs="?",
+        const=1,
+        default=0,
+        metavar="N",
+        help="run N CPU-bound processes beside the run (a busy machine; default N: 1)",
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--memory-variant", default="await", help=argparse.SUPPRESS)
+    ap.add_argument("--memory-peer", default="aioengine", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.out = args.out or (QUICK_OUT if args.quick else OUT)
+    args.only_set = {name.strip() for name in args.only.split(",") if name.strip()}
+    unknown = sorted(args.only_set - set(SHAPES))
+    if unknown:
+        ap.error(f"--only: unknown benchmarks {', '.join(unknown)} (known: {', '.join(SHAPES)})")
+    try:
+        args.chain_sizes = [int(float(s)) for s in args.chain_sizes.split(",") if s.strip()]
+    except ValueError:
+        ap.error(f"--chain-sizes: comma-separated element counts, got {args.chain_sizes!r}")
     if args.quick:
         args.tiny_ops, args.branch_elements = 2_000, 131_072
         args.chunks, args.chunk_elements, args.io_s, args.compute_s = 10, 131_072, 0.1, 0.1
         args.mem_iters = 2_000
+        args.chain_sizes = [1_000, 100_000, 1_000_000]
+        args.reduction_elements = args.memory_chain_elements = args.lag_elements = 1_000_000
+        args.lag_chains, args.mlp_samples, args.mlp_steps = 3, 2_000, 20
     args.reps = args.reps or (2 if args.quick else 7)
     args.overlap_reps = args.overlap_reps or (1 if args.quick else 3)
+    args.lag_reps = args.lag_reps or (1 if args.quick else 3)
+    args.mlp_reps = args.mlp_reps or (2 if args.quick else 3)
+    args.kmeans_reps = args.kmeans_reps or (1 if args.quick else 3)
     return args
 
 
@@ -980,9 +2068,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(json.dumps(out))
         return 0
+    if args.child == "chain_memory":
+        print(json.dumps(chain_memory_child(args.memory_peer, args.memory_chain_elements)))
+        return 0
+    if args.child == "kmeans":
+        print(json.dumps(kmeans_child(args.kmeans_reps)))
+        return 0
     if args.child:
         return _serve(args.child)
-    only = {name.strip() for name in args.only.split(",") if name.strip()}
+    only = args.only_set
     try:
         import aioengine.array  # noqa: F401
     except ImportError as exc:
@@ -996,21 +2090,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         "benchmark": "arrays",
         "quick": args.quick,
         "cpus": os.cpu_count(),
+        "busy": args.busy,
         "versions": _versions(children),
         "notes": notes,
     }
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        notes.append(f"OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']} (from the environment)")
+    if only & {"chain"}:
+        notes.append(
+            "chain floor: np.add(a_chunk, b_chunk, out=out_chunk) on a thread per core (reads "
+            "both inputs once, writes a fresh output once)"
+        )
+    spawn = multiprocessing.get_context("spawn")
+    spinners = [spawn.Process(target=spin, daemon=True) for _ in range(args.busy)]
+    for spinner in spinners:
+        spinner.start()
     try:
-        if "tiny" in only:
-            result["tiny"] = bench_tiny(args, children, failures)
+        try:
+            if "tiny" in only:
+                result["tiny"] = bench_tiny(args, children, failures)
+        finally:
+            for child in children.values():
+                child.close()
+        if "branches" in only:
+            result["branches"] = bench_branches(args, failures)
+        if "overlap" in only:
+            result["overlap"] = bench_overlap(args, failures)
+        if "memory" in only:
+            result["memory"] = bench_memory(args, failures)
+        if "chain" in only:
+            result["chain"] = bench_chain(args, notes, failures)
+        if "reductions" in only:
+            result["reductions"] = bench_reductions(args, notes, failures)
+        if "chain_memory" in only:
+            result["chain_memory"] = bench_chain_memory(args, notes, failures)
+        if "chain_lag" in only:
+            result["chain_lag"] = bench_chain_lag(args, failures)
+        if only & {"mlp", "mlp_two"}:
+            result["mlp"] = bench_mlp(args, failures)
+        if "kmeans" in only:
+            result["kmeans"] = bench_kmeans(args, failures)
     finally:
-        for child in children.values():
-            child.close()
-    if "branches" in only:
-        result["branches"] = bench_branches(args, failures)
-    if "overlap" in only:
-        result["overlap"] = bench_overlap(args, failures)
-    if "memory" in only:
-        result["memory"] = bench_memory(args, failures)
+        for spinner in spinners:
+            spinner.terminate()
+            spinner.join()
     result["targets"] = targets(result)
     result["failures"] = failures
     result["seconds"] = round(time.perf_counter() - t0, 1)
