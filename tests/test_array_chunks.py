@@ -11,6 +11,7 @@ chunks (``chunk_bytes``) so that arrays of a few tens of thousands of elements h
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import tracemalloc
 from collections.abc import Callable
@@ -384,3 +385,38 @@ async def test_a_chunked_array_from_a_failed_input_fails_and_its_writes_too() ->
         with pytest.raises(ae.DependencyError) as info:
             await y
         assert isinstance(info.value.__cause__, KeyError)
+
+
+async def test_cancelling_a_consumer_leaves_the_chain_and_its_value_intact() -> None:
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        an, bn = rng_values(9)
+        a, b = arrays(xp, an, bn)
+        gate = engine.new_var("gate")
+        engine.push_sync(lambda r: __import__("time").sleep(0.05), mutate_vars=[gate])
+        engine.push_sync(lambda r: __import__("time").sleep(0.05), mutate_vars=[gate])
+        c = chain(xp, a, b)
+        consumer = asyncio.ensure_future(_value(c))
+        await asyncio.sleep(0)
+        consumer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await consumer
+        np.testing.assert_array_equal(await c, chain(np, an, bn))
+
+
+async def _value(x: Any) -> Any:
+    return await x
+
+
+async def test_closing_with_cancel_fails_pending_chunks_clearly() -> None:
+    engine = ae.Engine(cpu_workers=1)
+    xp = aa.namespace(engine, chunk_bytes=CHUNK)
+    an, bn = rng_values(10)
+    a, b = arrays(xp, an, bn)
+    gate = engine.new_var("gate")
+    engine.push_sync(lambda r: __import__("time").sleep(0.1), mutate_vars=[gate])
+    engine.push_sync(lambda r: __import__("time").sleep(0.1), const_vars=[gate])
+    c = chain(xp, a, b)
+    await engine.aclose(cancel=True)
+    with pytest.raises(RuntimeError, match="cancelled"):
+        np.asarray(c)  # failed for good, never a hang or garbage
