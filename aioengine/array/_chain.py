@@ -428,33 +428,19 @@ class ChainKernel:
             if any(kind == _REG and ref in failed for kind, ref in steps[j].operands):
                 failed[j] = exc
         for j, err in failed.items():
-            sink = steps[j].sink
-            if sink is not None:  # its reduction's own operation reports its own failure
-                with _alloc_lock:
-                    if sink.failure is None:
-                        if j == k:
-                            sink.failure = err
-                        else:
-                            dep = DependencyError(
-                                f"{steps[j].name} was not computed: an input failed: {err!r}"
-                            )
-                            dep.__cause__ = err
-                            sink.failure = dep
-                continue
-            out = outs[j]
-            if out is None:
-                continue
+            if j != k:  # a step reading the failed one: not computed
+                dep = DependencyError(f"{steps[j].name} was not computed: an input failed: {err!r}")
+                dep.__cause__ = err
+                err = dep
+            sink, out = steps[j].sink, outs[j]
             with _alloc_lock:
-                if out.failure is not None:
+                if sink is not None:  # its reduction's own operation reports its own failure
+                    if sink.failure is None:
+                        sink.failure = err
                     continue
-                if j == k:
-                    out.failure = err
-                else:
-                    dep = DependencyError(
-                        f"{steps[j].name} was not computed: an input failed: {err!r}"
-                    )
-                    dep.__cause__ = err
-                    out.failure = dep
+                if out is None or out.failure is not None:
+                    continue
+                out.failure = err
                 if j != k:
                     continue
                 carrier = out.carrier = self.engine.new_var(f"{step.name} failure")
