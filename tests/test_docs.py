@@ -128,7 +128,7 @@ def test_bench_smoke_never_writes_the_committed_results() -> None:
         if not (isinstance(node, ast.Call) and ast.unparse(node.func) == "session.run"):
             continue
         args = [a.value for a in node.args if isinstance(a, ast.Constant)]
-        script = next((a for a in args if str(a).startswith("benchmarks/")), None)
+        script = next((str(a) for a in args if str(a).startswith("benchmarks/")), None)
         if script is None:
             continue
         scripts.append(script)
