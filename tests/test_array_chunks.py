@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 import tracemalloc
 from collections.abc import Callable
 from typing import Any
@@ -43,6 +44,20 @@ def chain(xp: Any, a: Any, b: Any) -> Any:
 def rng_values(seed: int, n: int = N) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     rng = np.random.default_rng(seed)
     return rng.standard_normal(n), rng.standard_normal(n)
+
+
+class HeldWorkers:
+    """Operations that keep ``n`` CPU workers busy until :meth:`release`: nothing queued
+    behind them starts before (a synchronisation, not a sleep)."""
+
+    def __init__(self, engine: ae.Engine, n: int) -> None:
+        self.event = threading.Event()
+        self.ops = [engine.push_sync(lambda r: self.event.wait(30), name="hold") for _ in range(n)]
+
+    async def release(self) -> None:
+        self.event.set()
+        for op in self.ops:
+            await op
 
 
 def arrays(xp: Any, *values: np.ndarray[Any, Any]) -> list[Any]:
@@ -94,14 +109,13 @@ async def test_a_write_pushed_between_is_seen_by_what_follows() -> None:
         xp = aa.namespace(engine, chunk_bytes=CHUNK)
         an, bn = rng_values(2)
         a, b = arrays(xp, an, bn)
-        gate = engine.new_var("gate")  # holds the only worker: nothing starts yet
-        block = engine.push_sync(lambda r: __import__("time").sleep(0.05), mutate_vars=[gate])
+        held = HeldWorkers(engine, 1)  # the only worker: nothing starts yet
         c1 = a + b
         a += 5.0  # a write on an input of c1's kernels, pushed before c2
         c2 = c1 * a  # must read a after the write: it may not join c1's kernels
         b[N // 2 :] = 0.0  # a write through a view straddling chunks
         c3 = c2 - b
-        await block
+        await held.release()
         an2 = an + 5.0
         bn2 = bn.copy()
         bn2[N // 2 :] = 0.0
@@ -336,11 +350,11 @@ async def test_a_fused_reduction_is_ordered_with_writes_and_makes_no_product_arr
         xp = aa.namespace(engine, chunk_bytes=CHUNK)
         an, bn = rng_values(8)
         a, b = arrays(xp, an, bn)
-        gate = engine.new_var("gate")
-        engine.push_sync(lambda r: __import__("time").sleep(0.02), mutate_vars=[gate])
+        held = HeldWorkers(engine, 1)
         total = xp.sum(a * b)  # reads a before the write below
         a += 1.0
         after = xp.sum(a * b)
+        await held.release()
         assert float(await total) == pytest.approx(float(np.sum(an * bn)), rel=1e-12)
         assert float(await after) == pytest.approx(float(np.sum((an + 1.0) * bn)), rel=1e-12)
         # The product nobody holds is not allocated: only the two partial lists are.
@@ -392,15 +406,14 @@ async def test_cancelling_a_consumer_leaves_the_chain_and_its_value_intact() -> 
         xp = aa.namespace(engine, chunk_bytes=CHUNK)
         an, bn = rng_values(9)
         a, b = arrays(xp, an, bn)
-        gate = engine.new_var("gate")
-        engine.push_sync(lambda r: __import__("time").sleep(0.05), mutate_vars=[gate])
-        engine.push_sync(lambda r: __import__("time").sleep(0.05), mutate_vars=[gate])
+        held = HeldWorkers(engine, 2)
         c = chain(xp, a, b)
         consumer = asyncio.ensure_future(_value(c))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the consumer waits for c, which cannot start
         consumer.cancel()
         with pytest.raises(asyncio.CancelledError):
             await consumer
+        await held.release()
         np.testing.assert_array_equal(await c, chain(np, an, bn))
 
 
@@ -413,10 +426,11 @@ async def test_closing_with_cancel_fails_pending_chunks_clearly() -> None:
     xp = aa.namespace(engine, chunk_bytes=CHUNK)
     an, bn = rng_values(10)
     a, b = arrays(xp, an, bn)
-    gate = engine.new_var("gate")
-    engine.push_sync(lambda r: __import__("time").sleep(0.1), mutate_vars=[gate])
-    engine.push_sync(lambda r: __import__("time").sleep(0.1), const_vars=[gate])
-    c = chain(xp, a, b)
-    await engine.aclose(cancel=True)
+    held = HeldWorkers(engine, 1)
+    c = chain(xp, a, b)  # queued behind the held worker
+    closing = asyncio.ensure_future(engine.aclose(cancel=True))
+    await asyncio.sleep(0)  # the close cancels what has not started
+    held.event.set()
+    await closing
     with pytest.raises(RuntimeError, match="cancelled"):
         np.asarray(c)  # failed for good, never a hang or garbage
