@@ -67,7 +67,7 @@ from ._kernel import MISSING, run, run2
 if TYPE_CHECKING:
     import numpy as np
 
-    from .. import Engine, Operation, RunContext, Var
+    from .. import Context, Engine, Operation, RunContext, Var
     from ._meta import Shape
 
 __all__ = ("MISSING", "Buffer", "Shared")
@@ -176,19 +176,19 @@ class Buffer:
                 run2(fn, x1, x2, step, step.name, rctx)
             except BaseException as exc:
                 # Only the steps that read this one's result fail with it (run2 sees its
-                # failure): the group's Var must not carry it, or the engine would skip
-                # readers of the steps that did compute. An operation of its own carries it
-                # instead, so that it is recorded and thrown once, as a pushed one would be.
-                carrier = self.engine.new_var(f"{step.name} failure")
-                step.carrier = carrier
-                self.engine.push_sync(
-                    functools.partial(_reraise, exc),
-                    rctx.ctx,
-                    (),
-                    (carrier,),
-                    prop=_ASYNC,
-                    name=step.name,
-                )
+                # failure); an operation of its own records it once (carry).
+                step.carry(exc, rctx.ctx, step.name)
+
+    def carry(self, exc: BaseException, ctx: Context, name: str) -> None:
+        """Record ``exc``, raised by a fused step making this Buffer, in the engine once: an
+        operation of its own writing a new Var (``carrier``) raises it. The step's shared Var
+        must not carry it, or the engine would skip readers of the steps that did compute.
+        Called by the operation computing the step, before it returns (so ``await``, which
+        runs after it, sees ``carrier``)."""
+        carrier = self.carrier = self.engine.new_var(f"{name} failure")
+        self.engine.push_sync(
+            functools.partial(_reraise, exc), ctx, (), (carrier,), prop=_ASYNC, name=name
+        )
 
     def expose(self) -> Var:
         """Hand the Var out (``x.var``): raw pushes may name it from now on, so it is deleted

@@ -85,7 +85,8 @@ FUSE_STEPS = 64
 
 _NORMAL = FnProperty.NORMAL
 _ASYNC = FnProperty.ASYNC
-# Allocation of a chunked Buffer's value by whichever kernel materialises a chunk first.
+# Guards what kernels of several chunks of one Buffer write at once: the allocation of its
+# value (by whichever materialises a chunk first) and its first failure (or a partials' one).
 _alloc_lock = threading.Lock()
 
 
@@ -437,7 +438,7 @@ class ChainKernel:
                 dep.__cause__ = err
                 err = dep
             sink, out = steps[j].sink, outs[j]
-            with _alloc_lock:
+            with _alloc_lock:  # the first failure recorded wins (chunks run at once)
                 if sink is not None:  # its reduction's own operation reports its own failure
                     if sink.failure is None:
                         sink.failure = err
@@ -445,17 +446,8 @@ class ChainKernel:
                 if out is None or out.failure is not None:
                     continue
                 out.failure = err
-                if j != k:
-                    continue
-                carrier = out.carrier = self.engine.new_var(f"{step.name} failure")
-            self.engine.push_sync(
-                functools.partial(_reraise, err),
-                rctx.ctx,
-                (),
-                (carrier,),
-                prop=_ASYNC,
-                name=step.name,
-            )
+            if j == k:
+                out.carry(err, rctx.ctx, step.name)
 
 
 def quiescent(buf: Buffer) -> bool:
@@ -468,11 +460,6 @@ def quiescent(buf: Buffer) -> bool:
         return False
     writers = buf.writers
     return writers is None or all(w.done() for w in writers)
-
-
-def _reraise(exc: BaseException, rctx: RunContext) -> None:
-    """The operation that carries a fused step's failure into the engine's record."""
-    raise exc
 
 
 def _last_uses(steps: Sequence[_Step]) -> list[int]:
