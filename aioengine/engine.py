@@ -362,8 +362,7 @@ class Engine:
             await remote.aclose()  # nothing is pending: it leaves no key of this engine
         executors = self._core.shutdown_executors(wait=False)
         if executors:
-            # Joined off the loop: a callback-style operation is done once on_complete() is
-            # called, and the rest of its function may still need the loop.
+            # Joined off the loop: a callback-style operation's function may still need it.
             try:
                 joined = asyncio.get_running_loop().run_in_executor(
                     None, _join_executors, executors
@@ -372,8 +371,7 @@ class Engine:
                 _join_executors(executors)
             else:
                 await joined
-        # Deletions pushed by finalizers meanwhile (accepted while closing, run on the loop).
-        await self._drained(timeout)
+        await self._drained(timeout)  # deletions finalizers pushed meanwhile (see delete_var)
         with self._core.lock:
             self._core.set_state_locked(State.CLOSED)
         unguard_interrupts(self._core)
@@ -731,10 +729,8 @@ class Engine:
         even if ``var`` carries a failure (which stays recorded for :meth:`wait_for_all`). From
         this call on, a push or wait naming ``var`` raises :class:`~aioengine.VarDeletedError`.
         Cancelling the returned operation before it starts cancels the deletion: ``delete_fn``
-        does not run and ``var`` can be used (or deleted) again. While the engine closes (a
-        finalizer of an object dropped meanwhile, say), a deletion is still accepted: the close
-        waits for it, and ``delete_fn`` runs on the event loop's thread (the pools are shutting
-        down); once the engine is closed, it raises (nothing is left to delete).
+        does not run and ``var`` can be used (or deleted) again. While the engine closes, a
+        deletion is accepted (the close waits; ``delete_fn`` runs on the loop thread).
 
         Raises:
             VarDeletedError: if ``var`` was already deleted.
