@@ -472,6 +472,36 @@ def _last_uses(steps: Sequence[_Step]) -> list[int]:
     return last
 
 
+def _kernel_for(
+    i: int,
+    candidates: list[ChainKernel | None],
+    add: Callable[[ChainKernel, bool], bool],
+    engine: Engine,
+    submit: Callable[..., Operation[Any]],
+    device: Context,
+    name: str,
+    size: int,
+    chunk_elems: int,
+) -> ChainKernel:
+    """The kernel that computes a step (``add`` adds it) on chunk ``i``: the first of
+    ``candidates`` it joins, else a new one, pushed with ``submit`` reading its inputs'
+    Vars for that chunk."""
+    for candidate in candidates:
+        if candidate is not None and add(candidate, False):
+            return candidate
+    lo = i * chunk_elems
+    kernel = ChainKernel(engine, size, i, lo, min(lo + chunk_elems, size), engine.new_var(name))
+    add(kernel, True)
+    reads: list[Any] = []
+    for buf in kernel.inputs:
+        bvars = buf.vars
+        bvar = bvars[i] if len(bvars) > 1 else bvars[0]
+        if bvar not in reads:  # results of one kernel share its Var
+            reads.append(bvar)
+    kernel.op = submit(kernel, device, reads, (kernel.var,), _NORMAL, name, None)
+    return kernel
+
+
 def join_or_push(
     submit: Callable[..., Operation[Any]],
     engine: Engine,
@@ -498,30 +528,15 @@ def join_or_push(
         recent = None
     vars_: list[Any] = [None] * n
     writers: list[Any] = [None] * n
+
+    def add(kernel: ChainKernel, new: bool) -> bool:
+        return kernel.add(fn, name, operands, bufs, out, dtype, new)
+
     for i in range(n):
-        kernel = None
-        for buf in bufs:
-            if buf is not None and buf.pending is not None:
-                candidate = buf.pending[i]
-                if candidate is not None and candidate.add(fn, name, operands, bufs, out, dtype):
-                    kernel = candidate
-                    break
-        if kernel is None and recent is not None:
-            candidate = recent[i]
-            if candidate is not None and candidate.add(fn, name, operands, bufs, out, dtype):
-                kernel = candidate
-        if kernel is None:
-            lo = i * chunk_elems
-            var = engine.new_var(name)
-            kernel = ChainKernel(engine, size, i, lo, min(lo + chunk_elems, size), var)
-            kernel.add(fn, name, operands, bufs, out, dtype, new=True)
-            reads = []
-            for buf in kernel.inputs:
-                bvars = buf.vars
-                bvar = bvars[i] if len(bvars) == n else bvars[0]
-                if bvar not in reads:  # results of one kernel share its Var
-                    reads.append(bvar)
-            kernel.op = submit(kernel, device, reads, (var,), _NORMAL, name, None)
+        candidates = [buf.pending[i] for buf in bufs if buf is not None and buf.pending]
+        if recent is not None:
+            candidates.append(recent[i])
+        kernel = _kernel_for(i, candidates, add, engine, submit, device, name, size, chunk_elems)
         pending[i] = kernel
         vars_[i] = kernel.var
         writers[i] = kernel.op
@@ -643,24 +658,15 @@ def reduce_chunks(
     if recent is not None and len(recent) != n:
         recent = None
     reads: list[Any] = []
+
+    def add(kernel: ChainKernel, new: bool) -> bool:
+        return kernel.add_reduction(step_fn, name, x, buf, sink, new)
+
     for i in range(n):
-        kernel = None
         candidates = [buf.pending[i] if buf.pending is not None else None]
         if recent is not None:
             candidates.append(recent[i])
-        for candidate in candidates:
-            if candidate is not None and candidate.add_reduction(step_fn, name, x, buf, sink):
-                kernel = candidate
-                break
-        if kernel is None:
-            lo = i * chunk_elems
-            kernel = ChainKernel(
-                engine, size, i, lo, min(lo + chunk_elems, size), engine.new_var(name)
-            )
-            kernel.add_reduction(step_fn, name, x, buf, sink, new=True)
-            bvars = buf.vars
-            bvar = bvars[i] if len(bvars) == n else bvars[0]
-            kernel.op = submit(kernel, device, [bvar], (kernel.var,), _NORMAL, name, None)
+        kernel = _kernel_for(i, candidates, add, engine, submit, device, name, size, chunk_elems)
         if kernel.var not in reads:
             reads.append(kernel.var)
     out = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
