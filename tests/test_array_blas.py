@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 import numpy as np
+import pytest
 from threadpoolctl import ThreadpoolController
 
 import aioengine as ae
@@ -61,8 +62,18 @@ def test_a_failing_product_still_gives_its_share_back() -> None:
     assert _blas.blas_running() == 0
 
 
-async def test_concurrent_matmuls_on_the_pool_equal_numpy_and_leave_blas_as_it_was() -> None:
+async def test_concurrent_matmuls_on_the_pool_equal_numpy_and_leave_blas_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     before = _blas_threads()
+    entered: list[int] = []
+    enter = _blas._enter
+
+    def counting_enter() -> None:
+        entered.append(1)
+        enter()
+
+    monkeypatch.setattr(_blas, "_enter", counting_enter)
     rng = np.random.default_rng(0)
     an, bn = rng.standard_normal((300, 200)), rng.standard_normal((200, 250))
     async with ae.Engine(cpu_workers=2) as engine:
@@ -73,5 +84,6 @@ async def test_concurrent_matmuls_on_the_pool_equal_numpy_and_leave_blas_as_it_w
         values = [await p for p in products]
     for v in values[:-1]:
         np.testing.assert_allclose(v, an @ bn, rtol=1e-12)
+    assert len(entered) == len(products)  # every product on the pool was counted
     assert _blas_threads() == before
     assert _blas.blas_running() == 0

@@ -39,6 +39,10 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
   chunk, which later elementwise operations may join while they have not started; and
   their operations (``writer`` is the last of them until a write is pushed on the Buffer).
   None for an unchunked Buffer.
+* ``vars``, ``pending``, ``readers``, ``wgen`` are written by the thread that pushes an
+  operation on the Buffer: the arrays of one Buffer are used from one thread at a time (the
+  loop's, or one synchronous caller's); pushes on one array from two threads at once have no
+  order to keep, and are not supported.
 * ``readers``: the Vars of kernels that read this Buffer without a turn on its Vars (a step
   joined them after the value was computed, ``_chain.py``): a write on it (and the merge
   before handing the Var out) reads them first, so it waits for those reads. Pushing thread;
