@@ -51,13 +51,16 @@ async def test_a_failed_operation_in_a_cycle_is_collected(engine: ae.Engine) -> 
 
     def push() -> ae.Operation[None]:
         holder: list[Any] = []
+        held = threading.Event()  # a worker may start it before push_sync returns
 
         def fail(r: ae.RunContext) -> None:
+            held.wait(10)
             me = holder[0]  # a local of the frame that the traceback keeps
             raise ValueError(me.name)
 
         op = engine.push_sync(fail, mutate_vars=[x], name="fail")
         holder.append(op)
+        held.set()
         return op
 
     op = push()
