@@ -258,3 +258,39 @@ async def test_random_programs_of_views_and_writes_equal_numpy(
         np.testing.assert_array_equal(g, w, err_msg=f"value {k} of {steps}")
     for value, then in handed:  # what await returned never changes
         np.testing.assert_array_equal(value, then)
+
+
+async def test_a_failed_write_on_one_chunk_fails_the_array() -> None:
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=8 * C)
+        x = await chunked(engine, xp, np.arange(N, dtype=np.float64))
+        bad = xp.asarray(np.ones(10, dtype=np.int64)) ** xp.asarray(-np.ones(10, dtype=np.int64))
+        x[:10] = bad  # skipped: its input failed
+        with pytest.raises(ValueError, match="negative integer powers"):
+            await bad
+        with pytest.raises(ae.DependencyError):
+            await x[:10]
+        with pytest.raises(ae.DependencyError):
+            await x  # the failure is the whole array's
+        with pytest.raises(ae.DependencyError):
+            await (x[-10:] + 1.0)  # pushed after it: sees it
+
+
+async def test_a_raw_push_on_x_var_comes_after_the_writes_on_its_chunks() -> None:
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=8 * C)
+        xn = np.arange(N, dtype=np.float64)
+        x = await chunked(engine, xp, xn)
+        held = HeldWorkers(engine, 2)
+        last = x[-C:]
+        last += 1.0  # held
+        x[:10] = 0.0
+        seen: list[float] = []
+        # x.var merges the chunks into one Var, after every write on any of them.
+        engine.push_sync(lambda r: seen.append(float(np.sum(x.to_numpy()))), const_vars=[x.var])
+        await held.release()
+        await engine.wait_for_all()
+        want = xn.copy()
+        want[-C:] += 1.0
+        want[:10] = 0.0
+        assert seen == [float(np.sum(want))]
