@@ -19,6 +19,7 @@ import numpy as np
 from . import _meta
 from ._array import (
     Array,
+    buffer_of,
     check_writable,
     concrete_shape,
     known_shape,
@@ -168,9 +169,10 @@ class Indexing(Pusher):
             broadcast(target_shape, src.shape)  # ValueError if it cannot broadcast
             if len(broadcast(target_shape, src.shape)) > len(target_shape):
                 raise ValueError(f"cannot broadcast a value of shape {src.shape} to {target_shape}")
-            # It writes the chunks of that view only, and costs its elements.
-            region = flat_span(lay)
+            # It costs the view's elements, and writes the chunks of that view only.
             cost = max(lay.size, size_of(src) if isinstance(src, Array) else 1)
+            if len(buffer_of(x).vars) > 1:
+                region = flat_span(lay)
         fn = partial(_assign, parts, tuple(positions))
         push(self, fn, (x, src, *arrays), (), device, "setitem", cost, target=x, region=region)
 
