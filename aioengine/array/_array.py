@@ -55,7 +55,7 @@ from .. import (
 )
 from ._buffer import Buffer
 from ._kernel import Const, failure_of
-from ._meta import Shape, layout
+from ._meta import Shape, flat_span, layout
 from ._special import elementwise_function
 from ._sync import PendingArrayError, in_operation, on_loop_thread, running_loop
 
@@ -70,6 +70,7 @@ __all__ = (
     "blocking_of",
     "buffer_of",
     "check_writable",
+    "chunks_of",
     "concrete_shape",
     "engine_of",
     "is_view",
@@ -80,6 +81,7 @@ __all__ = (
     "operand_ok",
     "ready_value",
     "unpack",
+    "vars_of",
     "view",
 )
 
@@ -231,15 +233,23 @@ class Array:
     @property
     def ready(self) -> bool:
         """Whether the value can be read now without waiting: no write on its buffer
-        (through the arrays or raw pushes) is pending or running."""
+        (through the arrays or raw pushes; of a chunked one, on the chunks it touches) is
+        pending or running."""
         buf = self._buf
-        writer = buf.writer
-        if writer is not None and not writer.done():
-            return False
         writers = buf.writers
-        if writers is not None and not all(w.done() for w in writers):
-            return False
-        for var in buf.vars:
+        if len(buf.vars) > 1:  # a chunked Buffer: the latest writes on the chunks it touches
+            chunks = chunks_of(self)
+            if writers is not None and not all(
+                w.done() for w in writers[chunks.start : chunks.stop]
+            ):
+                return False
+        else:
+            writer = buf.writer
+            if writer is not None and not writer.done():
+                return False
+            if writers is not None and not all(w.done() for w in writers):
+                return False
+        for var in vars_of(self):
             stats = var.statistics()
             if stats.mode not in (None, "read") or not all(
                 mode == "read" for mode in stats.waiting_modes
@@ -262,12 +272,15 @@ class Array:
         engine = ns._engine
         buf = self._buf
         host = self._device if self._device.device_type is _CPU else cpu()
+        chunks = chunks_of(self)
+        reads = buf.vars[chunks.start : chunks.stop]
         # Reading on the loop, in push order; a GPU buffer is read once its fences completed
         # (the engine holds a host consumer back until then).
         op: Operation[Any] | None = None
         try:
+            buf.lend(chunks)  # a write on them pushed from now on may have to copy first
             op = engine.push_sync(
-                functools.partial(_capture, self), host, buf.vars, (), prop=_ASYNC, name="await"
+                functools.partial(_capture, self), host, reads, (), prop=_ASYNC, name="await"
             )
         except EngineClosedError:
             if not self.ready:
@@ -287,7 +300,7 @@ class Array:
             # The Var carries the engine's record of a failure: throw it (once, engine-wide,
             # so wait_for_all() and aclose() do not raise it again) and raise it as the
             # array's own.
-            for var in buf.vars:
+            for var in reads:
                 try:
                     await engine.wait_for_var(var)
                 except asyncio.CancelledError:
@@ -337,6 +350,7 @@ class Array:
                 value = buf.value
                 for step in self._steps:
                     value = step(value)
+                buf.lend(chunks_of(self))
                 buf.exported = True
                 return _readonly(value)
             loop = ns._loop
@@ -837,6 +851,26 @@ def blocking_of(ns: Bound) -> BlockingEngine | None:
     return ns._blocking
 
 
+def chunks_of(x: Array) -> range:
+    """The chunks of its Buffer that ``x`` touches (``_buffer.py`` has the rule): every chunk
+    for a whole array or an unchunked Buffer; those its flat span falls in for a view."""
+    buf = x._buf
+    lay = x._layout
+    if not x._steps or len(buf.vars) == 1 or lay is None:
+        return range(len(buf.vars))
+    return buf.chunks(*flat_span(lay))
+
+
+def vars_of(x: Array) -> tuple[Var, ...]:
+    """The Vars of the chunks ``x`` touches (:func:`chunks_of`): what an operation reading
+    ``x`` holds a read on."""
+    vars_ = x._buf.vars
+    if len(vars_) == 1 or not x._steps:
+        return vars_
+    chunks = chunks_of(x)
+    return vars_[chunks.start : chunks.stop]
+
+
 def view(ns: Pusher, x: Array, step: Callable[[Any], Any], lay: np.ndarray[Any, Any]) -> Array:
     """An array of ``ns`` sharing ``x``'s Buffer, seen through ``step`` after ``x``'s own steps;
     ``lay`` is its layout (:func:`~aioengine.array._meta.layout`), whose shape is its shape."""
@@ -854,6 +888,7 @@ def ready_value(x: Array) -> Any | None:
     buf = x._buf
     if not _is_ready(x) or failure_of(buf) is not None:
         return None
+    buf.lend(chunks_of(x))
     buf.exported = True
     if not _is_ready(x):  # a write pushed meanwhile has started: it may not have seen the mark
         return None

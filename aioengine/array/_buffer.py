@@ -3,18 +3,23 @@ outcome.
 
 MXNet's ``NDArray::Chunk``: every operation that makes a new array makes a new Buffer (and Var);
 views (basic indexing, reshape of contiguous data, transposes) share their base's Buffer, so a
-write through any view is ordered against every read through any other view, conservatively,
-without overlap analysis.
+write through any view is ordered against every read through any other view, conservatively:
+without overlap analysis, but for the chunks of a chunked Buffer (each with a Var of its own,
+below), where a view holds only the chunks it touches.
 
 State of a Buffer, each field guarded by the turn its Var gives (written only by an operation
 that holds a write on ``var``, read only by one that holds at least a read), except where said:
 
 * ``value``: the data (a NumPy array, or the GPU backend's array): :data:`MISSING` until the
-  first write has run; always C-contiguous (reshape views rely on it).
+  first write has run; always C-contiguous (reshape views rely on it). In a chunked Buffer,
+  each chunk's elements are guarded by that chunk's Var; ``value`` itself is replaced only by
+  an operation holding every chunk (allocated once by the first chunk's kernel to run).
 * ``failure``: the exception that makes this Buffer unusable for good (sticky): the one its
   producing operation raised, or a :class:`~aioengine.DependencyError` whose ``__cause__`` is
   the root failure of an input. Also written by ``await`` on the loop thread once the engine
-  has reported a skip (the write it stands for has finished by then).
+  has reported a skip (the write it stands for has finished by then). One for the whole of a
+  chunked Buffer: an operation on other chunks that runs after a chunk failed sees it; a view
+  of other chunks read before may have been read healthy (its elements were).
 * ``writer``: the :class:`~aioengine.Operation` of the latest array write pushed (set on the
   pushing thread at push; read to tell a skipped write from one that ran, and for reprs).
 * ``exposed``: ``x.var`` handed the Var out (:meth:`expose`): raw pushes may name it, so it is
@@ -29,27 +34,46 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
 * ``rewritten``: an in-place write was pushed on it (set at push): only then can a value be
   present yet stale (that write skipped by the engine), which readers must check.
 * ``exported``: ``await`` or a sync point handed ``value`` out as a read-only view; the next
-  write copies it first (inside that write, which holds the turn), so what the user holds never
-  changes.
-* ``vars``: the Vars that order access to the Buffer: ``(var,)``, or one per chunk for a
-  chunked Buffer (``_chain.py``; then ``var`` is the first). Set at creation (and by
-  :meth:`expose`, which merges the chunks back into one Var); a whole-array operation reads
-  or writes them all.
+  write holding every chunk copies it first (inside that write, which holds the turn), so what
+  the user holds never changes (a partial write never copies: see ``lent``).
+* ``vars``, ``chunk_elems``: the Vars that order access to the Buffer: ``(var,)``, or one per
+  chunk of ``chunk_elems`` flat (C-order) elements for a chunked Buffer (``_chain.py``; then
+  ``var`` is the first). Set at creation (and by :meth:`expose`, which merges the chunks back
+  into one Var).
+* **Which chunks an access holds** (the rule, written once here): an operation holds the Vars of
+  the chunks its arrays touch (:meth:`chunks`, from the flat span of a view's layout,
+  ``_meta.flat_span``: a cheap superset; every chunk for a whole array, and for advanced
+  indexing). So ``x[:10] += 1`` orders only against the users of ``x``'s first chunk, and a
+  view across a chunk boundary holds both chunks: the engine's rule holds per chunk. A write
+  holding some chunks only is *partial*; one on chunks a read pushed before may hand out
+  (``lent``) holds them all (:meth:`write`).
 * ``pending``, ``writers``: a chunked Buffer's kernels (``_chain.ChainKernel``), one per
-  chunk, which later elementwise operations may join while they have not started; and
-  their operations (``writer`` is the last of them until a write is pushed on the Buffer).
-  None for an unchunked Buffer.
-* ``vars``, ``pending``, ``readers``, ``wgen`` are written by the thread that pushes an
-  operation on the Buffer: the arrays of one Buffer are used from one thread at a time (the
-  loop's, or one synchronous caller's); pushes on one array from two threads at once have no
-  order to keep, and are not supported.
-* ``readers``: the Vars of kernels that read this Buffer without a turn on its Vars (a step
-  joined them after the value was computed, ``_chain.py``): a write on it (and the merge
-  before handing the Var out) reads them first, so it waits for those reads. Pushing thread;
-  cleared by that write.
-* ``wgen``: the number of array writes pushed on the Buffer (set at push, on the pushing
-  thread): a fused step may join a kernel only while the ``wgen`` of every array it reads is
-  what the kernel recorded (no write came in between).
+  chunk, which later elementwise operations may join while they have not started; and, per
+  chunk, the operation of the latest write pushed on it (its kernel, until a write replaces
+  it: :meth:`wrote`). ``writer`` is the latest write pushed on any chunk. None for an
+  unchunked Buffer.
+* ``vars``, ``pending``, ``readers``, ``wgen``, ``lent``, ``writers`` are written by the thread
+  that pushes an operation on the Buffer: the arrays of one Buffer are used from one thread at a
+  time (the loop's, or one synchronous caller's); pushes on one array from two threads at once
+  have no order to keep, and are not supported.
+* ``readers``: the kernels that read this Buffer without a turn on its Vars (a step joined them
+  after the value was computed, ``_chain.py``), as (chunk, the kernel's Var): a write on that
+  chunk (and the merge before handing the Var out) reads them first, so it waits for those
+  reads, and takes them off the list (a later write on the chunk orders after it). Every
+  write of an unchunked Buffer is on its one chunk.
+* ``wgen``: the number of array writes pushed on the Buffer, on any chunk (set at push, on the
+  pushing thread): a fused step may join a kernel only while the ``wgen`` of every array it
+  reads is what the kernel recorded (no write came in between). One count for the whole
+  Buffer is sound, and simpler than one per chunk: a write on chunk *j* also refuses later
+  joins into the kernel of chunk *i*, which then pushes a kernel of its own, ordered by the
+  Vars as any push is (less fusion after a partial write, never a stale read).
+* ``lent``: the chunks (a range: the hull of them) that reads handing the value out (``await``,
+  a sync point) were pushed on since the last write holding every chunk was pushed (set at
+  push; ``exported`` is set when such a read runs). A partial write never copies the value
+  (operations on the other chunks may be using the same allocation at that moment): so a write
+  on chunks a pushed read may hand out holds every chunk instead, and copies first if, when it
+  runs, the value was handed out. A partial write on other chunks changes no element handed
+  out.
 * ``shape``, ``dtype``: what the operation that makes the Buffer promised (checked when it
   runs); ``fn``, ``args`` (or ``x1`` and ``x2`` for a binary function), ``name``: that
   operation, until it has run (then None, so that a chain of arrays does not keep its inputs
@@ -86,12 +110,14 @@ class Buffer:
         "__weakref__",
         "args",
         "carrier",
+        "chunk_elems",
         "dtype",
         "engine",
         "exported",
         "exposed",
         "failure",
         "fn",
+        "lent",
         "more",
         "name",
         "pending",
@@ -125,10 +151,12 @@ class Buffer:
         self.engine = engine
         self.var = var
         self.vars: tuple[Var, ...] = (var,)
+        self.chunk_elems = 0
         self.pending: list[Any] | None = None
         self.writers: tuple[Operation[Any], ...] | None = None
         self.wgen = 0
-        self.readers: list[Var] | None = None
+        self.readers: list[tuple[int, Var]] | None = None
+        self.lent: range | None = None
         self.shape = shape
         self.dtype = dtype
         self.value = value
@@ -194,6 +222,59 @@ class Buffer:
             functools.partial(_reraise, exc), ctx, (), (carrier,), prop=_ASYNC, name=name
         )
 
+    def chunks(self, first: int, stop: int) -> range:
+        """The chunks holding the flat elements ``[first, stop)`` (a view's
+        ``_meta.flat_span``): those of a chunked Buffer; the one chunk of an unchunked one. An
+        empty span is in one chunk still (a read of it needs the value allocated, as any)."""
+        n = len(self.vars)
+        if n == 1:
+            return range(1)
+        elems = self.chunk_elems
+        if stop <= first:
+            c = min(first // elems, n - 1)
+            return range(c, c + 1)
+        return range(first // elems, min(n, -(-stop // elems)))
+
+    def lend(self, chunks: range) -> None:
+        """At the push of a read that hands ``chunks`` of the value out (``await``, a sync
+        point): record them in ``lent``, so that a later write on them holds every chunk."""
+        lent = self.lent
+        if lent is not None:
+            chunks = range(min(lent.start, chunks.start), max(lent.stop, chunks.stop))
+        self.lent = chunks
+
+    def write(self, chunks: range) -> tuple[range, tuple[Var, ...], list[Var]]:
+        """At the push of a write on ``chunks`` (those of the view written): record it
+        (``rewritten``, ``wgen``, ``lent``) and return the chunks it holds (every chunk if a
+        read pushed before may hand some of them out: the write may have to copy the whole
+        Buffer), their Vars, and the Vars of the kernels reading them without a turn (taken
+        off ``readers``), which it must wait for."""
+        n = len(self.vars)
+        lent = self.lent
+        if lent is not None and lent.start < chunks.stop and chunks.start < lent.stop:
+            chunks = range(n)
+        if len(chunks) == n:
+            self.lent = None
+        self.rewritten = True
+        self.wgen += 1  # no later step joins a kernel that read it before this write
+        waits: list[Var] = []
+        readers = self.readers
+        if readers:
+            kept = []
+            for chunk, var in readers:
+                if n == 1 or chunk in chunks:
+                    waits.append(var)
+                else:
+                    kept.append((chunk, var))
+            self.readers = kept or None
+        return chunks, self.vars[chunks.start : chunks.stop], waits
+
+    def wrote(self, op: Operation[Any], chunks: range) -> None:
+        """After the push of a write on ``chunks`` (:meth:`write`): ``op`` is their writer."""
+        writers = self.writers
+        if writers is not None and len(self.vars) > 1:
+            self.writers = tuple(op if i in chunks else w for i, w in enumerate(writers))
+
     def expose(self) -> Var:
         """Hand the Var out (``x.var``): raw pushes may name it from now on, so it is deleted
         with ``delete_var`` once the Buffer is collected (after those pushes), from a finalizer.
@@ -222,7 +303,7 @@ class Buffer:
         again, and order it after the kernels that read the Buffer without a turn
         (``readers``). One operation writes every chunk's Var and the one handed out, reading
         those kernels' Vars: what raw pushes do on it comes after all of them."""
-        readers = self.readers or ()
+        readers = [var for _, var in self.readers or ()]
         self.readers = None
         var = self.engine.new_var(self.name or "array") if len(self.vars) > 1 else self.var
         self.engine.push_sync(

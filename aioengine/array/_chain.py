@@ -6,9 +6,11 @@ operation is **chunked**: its flat (C-order) elements are cut into chunks of ``c
 :data:`MAX_CHUNKS`), and each chunk has an engine Var of its own
 (``Buffer.vars``). One operation becomes one push per chunk, so a chain runs on every worker,
 and chunk *i* of the next step starts as soon as chunk *i* of this one is done (a wavefront, no
-barrier between steps). The chunks are slices of one allocation (the Buffer's ``value``): a
-whole-array operation (``await``, a reduction, ``matmul``, a view) reads every chunk's Var and
-the value as it is, without a gather.
+barrier between steps). The chunks are slices of one allocation (the Buffer's ``value``): any
+other operation (``await``, a reduction, ``matmul``, an in-place write) holds the Vars of the
+chunks its arrays touch, all of them for a whole array and the ones under a view for a view
+(``x[:10] += 1`` orders only against the users of the first chunk: ``_buffer.py`` has the
+rule), and reads the value as it is, without a gather.
 
 **Fusion.** A chunk's operation is a :class:`ChainKernel`: a program of elementwise steps over
 that chunk. While it has not started (it waits for its inputs, or for a worker), a later
@@ -225,11 +227,12 @@ class ChainKernel:
                 # and a write pushed later waits for the kernel (``Buffer.readers``).
                 if not quiescent(buf):
                     return None
+                reader = (self.chunk, self.var)  # the chunk it reads (any, if unchunked)
                 readers = buf.readers
                 if readers is None:
-                    buf.readers = [self.var]
-                elif self.var not in readers:
-                    readers.append(self.var)
+                    buf.readers = [reader]
+                elif reader not in readers:
+                    readers.append(reader)
             index = len(self.inputs)
             self.inputs.append(buf)
             known[id(buf)] = (_IN, index, buf, buf.wgen)
@@ -541,6 +544,7 @@ def join_or_push(
         vars_[i] = kernel.var
         writers[i] = kernel.op
     out.vars = tuple(vars_)
+    out.chunk_elems = chunk_elems
     out.var = vars_[0]
     out.writers = tuple(writers)
     out.writer = writers[-1]

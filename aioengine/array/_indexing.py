@@ -4,7 +4,8 @@ A key of integers, slices, ``...`` and ``None`` makes a view that shares the buf
 (NumPy computes its shape on a zero-memory layout dummy, so an index out of range raises at the
 call); integer or boolean arrays in the key make a copy operation that reads them too (a boolean
 mask's result has an unknown first dimension until computed). An assignment is a write on the
-buffer's Var.
+buffer's Var: of a chunked buffer, on the Vars of the chunks the view written touches (all of
+them for an integer or boolean array key), as ``_buffer.py`` says.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 from . import _meta
 from ._array import (
     Array,
+    buffer_of,
     check_writable,
     concrete_shape,
     known_shape,
@@ -25,7 +27,7 @@ from ._array import (
     ready_value,
     view,
 )
-from ._meta import Shape, axis_index, broadcast
+from ._meta import Shape, axis_index, broadcast, flat_span
 from ._push import (
     CPU,
     INLINE_COST,
@@ -156,17 +158,23 @@ class Indexing(Pusher):
                 info = np.iinfo(x.dtype)
                 if not info.min <= v <= info.max:
                     raise OverflowError(f"Python integer {v} out of bounds for {x.dtype}")
+        region = None
+        cost = max(_meta.prod(known_shape(x)), 1)
         if not arrays:
             # A 0-d view, never a scalar read from the layout (whose memory is one element:
             # reading x[i]'s would read past it, and may fault).
             whole = parts if Ellipsis in parts else (*parts, Ellipsis)
-            target_shape = layout_of(self, x)[whole].shape
+            lay = layout_of(self, x)[whole]
+            target_shape = lay.shape
             broadcast(target_shape, src.shape)  # ValueError if it cannot broadcast
             if len(broadcast(target_shape, src.shape)) > len(target_shape):
                 raise ValueError(f"cannot broadcast a value of shape {src.shape} to {target_shape}")
+            # It costs the view's elements, and writes the chunks of that view only.
+            cost = max(lay.size, size_of(src) if isinstance(src, Array) else 1)
+            if len(buffer_of(x).vars) > 1:
+                region = flat_span(lay)
         fn = partial(_assign, parts, tuple(positions))
-        cost = max(_meta.prod(known_shape(x)), 1)
-        push(self, fn, (x, src, *arrays), (), device, "setitem", cost, target=x)
+        push(self, fn, (x, src, *arrays), (), device, "setitem", cost, target=x, region=region)
 
     def take(self, x: Array, indices: Array, /, *, axis: int | None = None) -> Array:
         """Elements of ``x`` at integer ``indices`` along ``axis`` (optional for 1-D ``x``)."""

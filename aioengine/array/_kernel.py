@@ -72,7 +72,7 @@ class Kernel:
     """The function pushed for an operation with several outputs or an in-place target (one
     that makes a single new Buffer pushes that Buffer's ``produce``)."""
 
-    __slots__ = ("args", "fn", "name", "outs", "target")
+    __slots__ = ("args", "fn", "name", "outs", "partial", "target")
 
     def __init__(
         self,
@@ -81,18 +81,21 @@ class Kernel:
         outs: tuple[Buffer, ...],
         target: Buffer | None,
         name: str,
+        partial: bool = False,
     ) -> None:
         self.fn = fn
         self.args = args
         self.outs = outs
         self.target = target
         self.name = name
+        #: A write holding some of the target's chunks only: it never copies the value.
+        self.partial = partial
 
     def run(self, rctx: RunContext) -> None:
         """Run the operation (once)."""
         fn, args = self.fn, self.args
         self.args = ()
-        run(fn, args, self.outs, self.target, self.name, rctx)
+        run(fn, args, self.outs, self.target, self.name, rctx, self.partial)
 
 
 def failure_of(buf: Buffer) -> BaseException | None:
@@ -103,12 +106,12 @@ def failure_of(buf: Buffer) -> BaseException | None:
     if failure is not None:
         return failure
     writers = buf.writers
-    if writers is not None:  # a chunked Buffer: the kernels that made its chunks
+    if writers is not None:  # a chunked Buffer: the latest write pushed on each chunk
         for writer in writers:
             if writer.state is _SKIPPED or writer.state is _CANCELLED:
                 return _learn(buf, writer)
-    last = buf.writer  # the latest write pushed (the last chunk's kernel, or a write since)
-    if last is None or (writers is not None and last is writers[-1]):
+    last = buf.writer  # the latest write pushed (a chunk's, or one since the chunks merged)
+    if last is None or (writers is not None and last in writers):
         return None
     return _learn(buf, last)
 
@@ -206,15 +209,17 @@ def run(
     target: Buffer | None,
     name: str,
     rctx: RunContext,
+    partial: bool = False,
 ) -> None:
     """Compute ``fn(*values of args)`` into ``outs`` (new Buffers), or let ``fn`` write into
-    ``target`` (an in-place operation, whose view is among ``args``)."""
+    ``target`` (an in-place operation, whose view is among ``args``), in place if ``partial``
+    (it holds some of the target's chunks only, none of them handed out: ``_buffer.py``)."""
     if target is not None:
         failure = failure_of(target)
         if failure is not None:
             _fail(outs, None, failure)  # a failed array stays failed
             return
-        if target.exported:
+        if target.exported and not partial:
             # Someone holds a read-only view of the current value: write into a copy.
             old = target.value
             target.value = old.copy()

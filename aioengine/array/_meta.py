@@ -15,7 +15,8 @@ ways, cheapest first:
 * **Layout dummies** (:func:`layout`) for views: a zero-memory array with the real shape and
   C strides on which NumPy itself computes a view's shape and strides (indexing, reshape,
   transposes), which tells whether the view is still contiguous. Only metadata is ever asked of
-  it: it has one element of memory.
+  it: it has one element of memory. Its strides and offset also say which elements of the
+  base a view can touch (:func:`flat_span`): the chunks a view reads or writes.
 
 Shapes of everything else (reductions, matmul, concatenation, linear algebra, FFTs) are rules
 in the functions that need them; :func:`reduced` and :func:`axis_index` are shared.
@@ -38,6 +39,7 @@ __all__ = (
     "as_dtype",
     "axis_index",
     "broadcast",
+    "flat_span",
     "layout",
     "normalize_axes",
     "reduced",
@@ -163,6 +165,26 @@ def layout(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]
         step *= max(d, 1)
     base = np.zeros(1, dtype=dtype)
     return as_strided(base, shape, tuple(reversed(strides)))
+
+
+def flat_span(lay: np.ndarray[Any, Any]) -> tuple[int, int]:
+    """The flat (C-order) element offsets ``[first, stop)`` of its base that a view whose layout
+    is ``lay`` (derived from a :func:`layout` of the whole base, by NumPy's own view
+    operations) can touch: a superset (a view with steps skips elements in between), in one
+    pass over its dimensions. An empty view touches nothing: ``first == stop``."""
+    root: Any = lay
+    while getattr(root, "base", None) is not None:  # down to the layout's one element of memory
+        root = root.base
+    low = high = lay.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    for n, stride in zip(lay.shape, lay.strides, strict=True):
+        if n == 0:
+            return 0, 0
+        if stride < 0:
+            low += (n - 1) * stride
+        else:
+            high += (n - 1) * stride
+    itemsize = lay.itemsize
+    return low // itemsize, high // itemsize + 1
 
 
 def axis_index(axis: object, ndim: int, name: str = "axis") -> int:

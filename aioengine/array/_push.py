@@ -2,7 +2,8 @@
 
 Each function computes its result's metadata on the caller's thread (``_meta.py``), then pushes
 one operation (``_kernel.run``) that reads its input Buffers' Vars and writes a new Buffer's Var
-(or, in place, the target's), and returns the result :class:`~aioengine.array.Array` at once.
+(or, in place, the target's; of a chunked Buffer, the Vars of the chunks an array touches:
+``_buffer.py``), and returns the result :class:`~aioengine.array.Array` at once.
 :class:`Pusher` holds the engine the namespace is bound to and does the push; the functions of
 the standard are its subclasses' (``_creation.py``, ``_manipulation.py``, ...), gathered by
 :class:`~aioengine.array.Namespace`.
@@ -54,12 +55,14 @@ from ._array import (
     Bound,
     buffer_of,
     check_writable,
+    chunks_of,
     engine_of,
     is_view,
     known_shape,
     learnt_shape,
     namespace_of,
     unpack,
+    vars_of,
 )
 from ._blas import blas_call
 from ._buffer import Buffer, Shared
@@ -338,8 +341,8 @@ class Pusher(Bound):
         reads: tuple[Any, ...]
         if len(abuf.vars) == 1 and (bbuf is None or len(bbuf.vars) == 1):
             reads = (abuf.var,) if bbuf is None or bbuf is abuf else (abuf.var, bbuf.var)
-        else:  # a chunked operand (read whole: a broadcast or a view)
-            reads = tuple(dict.fromkeys((*abuf.vars, *(() if bbuf is None else bbuf.vars))))
+        else:  # a chunked operand (a broadcast or a view): the chunks it touches
+            reads = tuple(dict.fromkeys((*vars_of(a), *(() if bbuf is None else vars_of(b)))))
         if self._blocking is None:
             op: Operation[Any] = engine.push_sync(
                 buf, device, reads, (buf.var,), prop=_ASYNC if inline else NORMAL, name=name
@@ -565,33 +568,29 @@ def push(
     cost: int,
     *,
     target: Array | None = None,
+    region: tuple[int, int] | None = None,
     prop: FnProperty | None = None,
     run_on: Context | None = None,
 ) -> tuple[Array, ...]:
     """Push ``fn`` over the values of ``args`` (arrays and Consts) as one operation of ``ns``
     on ``run_on`` (default: ``device``, where the outputs live); return its output arrays
-    (none for an in-place write into ``target``)."""
+    (none for an in-place write into ``target``). It reads the chunks its array arguments
+    touch, and writes those of ``region`` (the flat span written in ``target``'s Buffer; by
+    default all of ``target``'s): ``_buffer.py`` has the rule."""
     engine = engine_of(ns)
-    reads = []
-    seen = set()
-    target_buf = buffer_of(target) if target is not None else None
+    reads: list[Any] = []
     for a in args:
-        buf = buffer_of(a)
-        if buf is not None and buf is not target_buf and id(buf) not in seen:
-            seen.add(id(buf))
-            for var in buf.vars:  # every chunk of a chunked Buffer
+        # (``target`` itself is written: in ``region`` only, whose chunks the write holds.)
+        if a is not target and buffer_of(a) is not None:
+            for var in vars_of(a):  # the chunks of a chunked Buffer it touches
                 if var not in reads:
                     reads.append(var)
     if run_on is None:
         run_on = device
-    if target_buf is not None and target_buf.exported:
-        # The write copies the whole Buffer first (what await handed out must not change):
-        # a small write through a view of a large one is a large operation.
-        cost = max(cost, getattr(target_buf.value, "size", 0))
-    if prop is None:
-        prop = _ASYNC if cost <= INLINE_COST and run_on.device_type is CPU else NORMAL
-    if target_buf is None and len(outs) == 1:
+    if target is None and len(outs) == 1:
         ((shape, dtype),) = outs
+        if prop is None:
+            prop = _ASYNC if cost <= INLINE_COST and run_on.device_type is CPU else NORMAL
         buf = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, fn, args, name)
         buf.writer = ns._submit(buf.produce, run_on, reads, (buf.var,), prop, name, None)
         return (Array(ns, buf, shape, dtype, device),)
@@ -599,18 +598,31 @@ def push(
         Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
         for shape, dtype in outs
     )
-    if target_buf is not None:
-        target_buf.rewritten = True
-        target_buf.wgen += 1  # no later step joins a kernel that read it before this write
-        writes: tuple[Any, ...] = target_buf.vars
+    if target is None:
+        if prop is None:
+            prop = _ASYNC if cost <= INLINE_COST and run_on.device_type is CPU else NORMAL
+        kernel = Kernel(fn, args, bufs, None, name)
+        op = ns._submit(kernel.run, run_on, reads, tuple(b.var for b in bufs), prop, name, None)
+    else:  # an in-place write: on the chunks of ``region`` (or ``target``) only
+        tbuf = buffer_of(target)
+        handed_out = tbuf.exported or tbuf.lent is not None
+        chunks, writes, waits = tbuf.write(
+            chunks_of(target) if region is None else tbuf.chunks(*region)
+        )
+        partial = len(writes) < len(tbuf.vars)
+        if handed_out and not partial:
+            # The write may copy the whole Buffer first (what await handed out must not
+            # change): a small write through a view of a large one is a large operation.
+            cost = max(cost, getattr(tbuf.value, "size", 0), _meta.prod(tbuf.shape))
+        if prop is None:
+            prop = _ASYNC if cost <= INLINE_COST and run_on.device_type is CPU else NORMAL
         reads = [v for v in reads if v not in writes]
-        if target_buf.readers:  # kernels that read it without a turn: the write waits
-            reads.extend(v for v in target_buf.readers if v not in reads)
-            target_buf.readers = None
-    else:
-        writes = tuple(b.var for b in bufs)
-    kernel = Kernel(fn, args, bufs, target_buf, name)
-    op = ns._submit(kernel.run, run_on, reads, writes, prop, name, target_buf)
+        reads.extend(v for v in waits if v not in reads)  # kernels reading without a turn
+        kernel = Kernel(fn, args, bufs, tbuf, name, partial)
+        op = ns._submit(
+            kernel.run, run_on, reads, writes + tuple(b.var for b in bufs), prop, name, tbuf
+        )
+        tbuf.wrote(op, chunks)
     for buf in bufs:
         buf.writer = op
     return tuple(Array(ns, buf, buf.shape, buf.dtype, device) for buf in bufs)
