@@ -38,7 +38,8 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
 * ``pending``, ``writers``: a chunked Buffer's kernels (``_chain.ChainKernel``), one per
   chunk, which later elementwise operations may join while they have not started; and
   their operations (``writer`` is the last of them until a write is pushed on the Buffer).
-  None for an unchunked Buffer.
+  A scan's result (``_scan.py``) has ``writers``, its chunks' operations, and no
+  ``pending``: nothing joins them. None for an unchunked Buffer.
 * ``vars``, ``pending``, ``readers``, ``wgen`` are written by the thread that pushes an
   operation on the Buffer: the arrays of one Buffer are used from one thread at a time (the
   loop's, or one synchronous caller's); pushes on one array from two threads at once have no

@@ -111,9 +111,10 @@ _CONST = 2  # a Python scalar, as it is
 
 
 class Partials:
-    """The per-chunk partial results of a fused reduction (``sum``, ``max``, ...): each
-    chunk's kernel writes its own entry, the block results in order; the reduction's own
-    operation (:class:`Combine`) reads them all once every kernel has run."""
+    """The per-chunk partial results of a fused reduction (``sum``, ``var``, ``argmax``, ...;
+    what each block computes and how they combine: ``_reducers.py``): each chunk's kernel
+    writes its own entry, the block results in order; the reduction's own operation
+    (:class:`Combine`) reads them all once every kernel has run."""
 
     __slots__ = ("failure", "parts")
 
