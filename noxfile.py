@@ -245,6 +245,7 @@ _FUZZED = [
     "tests/test_var.py::TestBatchForms",
     "tests/test_gpu.py::test_random_programs_event_mode_matches_host_mode_and_the_model",
     "tests/test_engine.py::TestPriority::test_the_loop_queue_matches_a_priority_queue",
+    "tests/test_array_chunk_reductions.py::test_random_chains_ending_in_a_reduction_equal_numpy",
 ]
 
 

@@ -50,8 +50,9 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
 * ``pending``, ``writers``: a chunked Buffer's kernels (``_chain.ChainKernel``), one per
   chunk, which later elementwise operations may join while they have not started; and, per
   chunk, the operation of the latest write pushed on it (its kernel, until a write replaces
-  it: :meth:`wrote`). ``writer`` is the latest write pushed on any chunk. None for an
-  unchunked Buffer.
+  it: :meth:`wrote`). ``writer`` is the latest write pushed on any chunk. A scan's result
+  (``_scan.py``) has ``writers``, its chunks' operations, and no ``pending``: nothing joins
+  them. None for an unchunked Buffer.
 * ``vars``, ``pending``, ``readers``, ``wgen``, ``lent``, ``writers`` are written by the thread
   that pushes an operation on the Buffer: the arrays of one Buffer are used from one thread at a
   time (the loop's, or one synchronous caller's); pushes on one array from two threads at once

@@ -52,6 +52,7 @@ from .. import DependencyError, FnProperty
 from ._array import buffer_of
 from ._buffer import Buffer
 from ._kernel import MISSING, failure_of
+from ._reducers import REDUCERS
 
 if TYPE_CHECKING:
     from .. import Context, Engine, Operation, RunContext, Var
@@ -59,7 +60,6 @@ if TYPE_CHECKING:
 __all__ = (
     "BLOCK_BYTES",
     "CHUNK_BYTES",
-    "REDUCERS",
     "ChainKernel",
     "Combine",
     "Partials",
@@ -113,9 +113,10 @@ _CONST = 2  # a Python scalar, as it is
 
 
 class Partials:
-    """The per-chunk partial results of a fused reduction (``sum``, ``max``, ...): each
-    chunk's kernel writes its own entry, the block results in order; the reduction's own
-    operation (:class:`Combine`) reads them all once every kernel has run."""
+    """The per-chunk partial results of a fused reduction (``sum``, ``var``, ``argmax``, ...;
+    what each block computes and how they combine: ``_reducers.py``): each chunk's kernel
+    writes its own entry, the block results in order; the reduction's own operation
+    (:class:`Combine`) reads them all once every kernel has run."""
 
     __slots__ = ("failure", "parts")
 
@@ -428,29 +429,37 @@ class ChainKernel:
         rctx: RunContext,
     ) -> None:
         """Step ``k`` raised ``exc``: fail its result and every step reading it, and report
-        ``exc`` to the engine once per Buffer (an operation of its own carries it)."""
+        ``exc`` to the engine once per Buffer (an operation of its own carries it). If nobody
+        holds step ``k``'s result (it is never materialised), the first step reading it
+        reports ``exc`` instead (a reduction's operation raises it, a result carries it), so
+        that a failure nobody awaits is still reported by ``wait_for_all``."""
         step = steps[k]
         exc.add_note(f"in aioengine.array operation {step.name} on {rctx.ctx} (a fused chain)")
         failed[k] = exc
         for j in range(k + 1, len(steps)):
             if any(kind == _REG and ref in failed for kind, ref in steps[j].operands):
                 failed[j] = exc
+        reported = outs[k] is not None
         for j, err in failed.items():
+            root = err
             if j != k:  # a step reading the failed one: not computed
                 dep = DependencyError(f"{steps[j].name} was not computed: an input failed: {err!r}")
                 dep.__cause__ = err
                 err = dep
+            report = not reported and root is exc
             sink, out = steps[j].sink, outs[j]
             with _alloc_lock:  # the first failure recorded wins (chunks run at once)
                 if sink is not None:  # its reduction's own operation reports its own failure
                     if sink.failure is None:
-                        sink.failure = err
+                        sink.failure = exc if report else err
+                        reported = reported or report
                     continue
                 if out is None or out.failure is not None:
                     continue
                 out.failure = err
-            if j == k:
-                out.carry(err, rctx.ctx, step.name)
+            if j == k or report:
+                out.carry(root, rctx.ctx, steps[k].name)
+                reported = True
 
 
 def quiescent(buf: Buffer) -> bool:
@@ -586,54 +595,8 @@ class Combine:
             out.failure = failure
             raise failure
         partials = [v for part in sink.parts for v in part]  # type: ignore[union-attr]
-        value = self.combine(np.asarray(partials), self.count, self.dtype)
+        value = self.combine(partials, self.count, self.dtype)
         out.value = np.asarray(value, dtype=self.dtype).reshape(out.shape)
-
-
-def _sum(values: Any, count: int, dtype: np.dtype[Any]) -> Any:
-    return np.sum(values, dtype=dtype)
-
-
-def _prod(values: Any, count: int, dtype: np.dtype[Any]) -> Any:
-    return np.prod(values, dtype=dtype)
-
-
-def _max(values: Any, count: int, dtype: np.dtype[Any]) -> Any:
-    return np.max(values)
-
-
-def _min(values: Any, count: int, dtype: np.dtype[Any]) -> Any:
-    return np.min(values)
-
-
-def _mean(values: Any, count: int, dtype: np.dtype[Any]) -> Any:
-    return np.true_divide(np.sum(values, dtype=dtype), count, dtype=dtype)
-
-
-def _block_sum(dtype: np.dtype[Any], x: Any) -> Any:
-    return np.sum(x, dtype=dtype)
-
-
-def _block_prod(dtype: np.dtype[Any], x: Any) -> Any:
-    return np.prod(x, dtype=dtype)
-
-
-def _block_max(dtype: np.dtype[Any], x: Any) -> Any:
-    return np.max(x)
-
-
-def _block_min(dtype: np.dtype[Any], x: Any) -> Any:
-    return np.min(x)
-
-
-#: The reductions that fuse: NumPy's function -> (block function of (dtype, block), combine).
-REDUCERS: dict[Any, tuple[Callable[..., Any], Callable[..., Any]]] = {
-    np.sum: (_block_sum, _sum),
-    np.prod: (_block_prod, _prod),
-    np.max: (_block_max, _max),
-    np.min: (_block_min, _min),
-    np.mean: (_block_sum, _mean),
-}
 
 
 def reduce_chunks(
@@ -647,14 +610,18 @@ def reduce_chunks(
     shape: tuple[int, ...],
     dtype: np.dtype[Any],
     device: Context,
+    options: dict[str, Any],
 ) -> Buffer:
-    """The Buffer of the reduction ``fn`` (a key of :data:`REDUCERS`) of every element of
-    ``x`` (a whole array, not a view), with result ``shape`` and ``dtype``: per chunk, a step
-    joined to the kernel that makes or reads ``x`` there (else a new kernel), then one
-    operation that combines the partials in chunk order."""
+    """The Buffer of the reduction ``fn`` (a key of :data:`~._reducers.REDUCERS`) of every
+    element of ``x`` (a whole array, not a view), with result ``shape`` and ``dtype`` and
+    ``options`` (its keywords other than ``dtype``): per chunk, a step joined to the kernel
+    that makes or reads ``x`` there (else a new kernel), then one operation that combines the
+    partials in chunk order."""
     size = math.prod(x.shape)
     n, chunk_elems = chunking(size, chunk_elems)
-    block, combine = REDUCERS[fn]
+    block, combine, _ = REDUCERS[fn]
+    if options:
+        combine = functools.partial(combine, **options)
     step_fn = functools.partial(block, dtype)
     buf = buffer_of(x)
     assert buf is not None

@@ -66,9 +66,10 @@ from ._array import (
 )
 from ._blas import blas_call
 from ._buffer import Buffer, Shared
-from ._chain import CHUNK_BYTES, REDUCERS, join_or_push, reduce_chunks
+from ._chain import CHUNK_BYTES, join_or_push, reduce_chunks
 from ._kernel import MISSING, Const, Kernel
 from ._meta import Shape, axis_index, broadcast, normalize_axes, reduced
+from ._reducers import REDUCERS
 from ._special import elementwise_function
 from ._sync import running_loop
 
@@ -412,10 +413,12 @@ class Pusher(Bound):
         shape: Shape,
         dtype: np.dtype[Any],
         device: Context,
+        options: dict[str, Any],
     ) -> Array | None:
-        """The reduction ``fn`` of all of ``x`` as per-chunk partials fused into the chunks'
-        kernels and one operation combining them in order (``_chain.py``), or None if ``x``
-        cannot be read by kernels (a view, or its Var handed out)."""
+        """The reduction ``fn`` of all of ``x`` (``options``: its keywords other than
+        ``dtype``) as per-chunk partials fused into the chunks' kernels and one operation
+        combining them in order (``_chain.py``), or None if ``x`` cannot be read by kernels (a
+        view, or its Var handed out)."""
         _, xbuf, _, _, xdevice = unpack(x)
         if is_view(x) or xbuf.exposed or xbuf.share is not None or xdevice != device:
             return None
@@ -431,6 +434,7 @@ class Pusher(Bound):
             shape,  # type: ignore[arg-type]
             dtype,
             device,
+            options,
         )
         return Array(self, buf, shape, dtype, device)
 
@@ -711,15 +715,18 @@ def reduction(
     xshape = known_shape(x)
     shape = reduced(xshape, axis, keepdims)
     dtype = _meta.sample_dtype(fn, [(x.dtype, (1,) * x.ndim)], **kwargs)
+    reducer = REDUCERS.get(fn)
     if (
-        fn in REDUCERS
+        reducer is not None
         and device.device_type is CPU
         and None not in xshape
         and _meta.prod(xshape) > INLINE_COST
+        and x.dtype.kind in reducer.kinds
         and (axis is None or len(set(normalize_axes(axis, x.ndim))) == x.ndim)
-        and set(kw) <= {"dtype"}
+        and set(kw) <= {"dtype", "correction"}
     ):
-        chained = ns._chain_reduce(fn, name, x, shape, dtype, device)
+        options = {k: v for k, v in kw.items() if k != "dtype"}
+        chained = ns._chain_reduce(fn, name, x, shape, dtype, device, options)
         if chained is not None:
             return chained
     return push1(

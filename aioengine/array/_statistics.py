@@ -13,9 +13,10 @@ from typing import Any
 import numpy as np
 
 from . import _meta
-from ._array import Array, known_shape
+from ._array import Array, buffer_of, is_view, known_shape
 from ._meta import as_dtype, axis_index
-from ._push import Pusher, call_with, check_same, push1, reduction
+from ._push import CPU, INLINE_COST, Pusher, call_with, check_same, push1, reduction
+from ._scan import scan_chunks
 
 __all__ = ("Statistics", "check_identity")
 
@@ -142,9 +143,31 @@ class Statistics(Pusher):
             "include_initial": include_initial,
         }
         out_dtype = _meta.sample_dtype(fn, [(x.dtype, (1,) * x.ndim)], **kwargs)
-        shape = list(known_shape(x))
+        xshape = known_shape(x)
+        shape = list(xshape)
         if include_initial and shape[ax] is not None:
             shape[ax] += 1  # type: ignore[operator]
+        if (
+            device.device_type is CPU
+            and None not in xshape
+            and _meta.prod(xshape) > INLINE_COST
+            and not is_view(x)
+            and all(d == 1 for k, d in enumerate(xshape) if k != ax)  # flat order is axis order
+        ):
+            ufunc = np.add if fn is np.cumulative_sum else np.multiply
+            out = scan_chunks(
+                self._submit,
+                self._engine,
+                self._chunk_elems,
+                ufunc,
+                name,
+                buffer_of(x),
+                tuple(shape),  # type: ignore[arg-type]
+                out_dtype,
+                device,
+                include_initial,
+            )
+            return Array(self, out, tuple(shape), out_dtype, device)
         return push1(
             self, partial(call_with, fn, kwargs), (x,), tuple(shape), out_dtype, device, name
         )
