@@ -65,7 +65,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import FnProperty
+from .. import EngineClosedError, FnProperty
 from ._kernel import MISSING, run, run2
 
 if TYPE_CHECKING:
@@ -184,15 +184,20 @@ class Buffer:
                 step.carry(exc, rctx.ctx, step.name)
 
     def carry(self, exc: BaseException, ctx: Context, name: str) -> None:
-        """Record ``exc``, raised by a fused step making this Buffer, in the engine once: an
+        """Record ``exc``, raised by a fused step making this Buffer (or by the device work
+        of an operation released before it ran, ``_kernel.launch``), in the engine once: an
         operation of its own writing a new Var (``carrier``) raises it. The step's shared Var
         must not carry it, or the engine would skip readers of the steps that did compute.
-        Called by the operation computing the step, before it returns (so ``await``, which
-        runs after it, sees ``carrier``)."""
-        carrier = self.carrier = self.engine.new_var(f"{name} failure")
-        self.engine.push_sync(
-            functools.partial(_reraise, exc), ctx, (), (carrier,), prop=_ASYNC, name=name
-        )
+        Called by the operation (or device work) computing the step, before it returns (so
+        ``await``, which runs after it, sees ``carrier``)."""
+        try:
+            carrier = self.engine.new_var(f"{name} failure")
+            self.engine.push_sync(
+                functools.partial(_reraise, exc), ctx, (), (carrier,), prop=_ASYNC, name=name
+            )
+        except EngineClosedError:
+            return  # closing (work on a GPU runs late): ``await`` still raises the failure
+        self.carrier = carrier
 
     def expose(self) -> Var:
         """Hand the Var out (``x.var``): raw pushes may name it from now on, so it is deleted
