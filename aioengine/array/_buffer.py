@@ -61,6 +61,7 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
 from __future__ import annotations
 
 import functools
+import logging
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -196,7 +197,12 @@ class Buffer:
                 functools.partial(_reraise, exc), ctx, (), (carrier,), prop=_ASYNC, name=name
             )
         except EngineClosedError:
-            return  # closing (work on a GPU runs late): ``await`` still raises the failure
+            # Device work failing while the engine closes (it runs after its operation was
+            # released): ``await`` still raises it, and the log says it, as aclose() cannot.
+            logging.getLogger("aioengine").error(
+                "%s failed while %r was closing", name, self.engine, exc_info=exc
+            )
+            return
         self.carrier = carrier
 
     def expose(self) -> Var:
