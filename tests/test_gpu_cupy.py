@@ -571,3 +571,46 @@ def test_a_sticky_cuda_error_fails_the_device_and_later_pushes() -> None:
 def test_the_sticky_error_scenario_runs_on_the_simulator() -> None:
     """The subprocess harness above, against SimulatedGPU: it runs (and is right) in CI too."""
     check_sticky(run_sticky_script("simulated"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_chain_of_gpu_arrays_is_one_fused_cupy_kernel(dtype: Any) -> None:
+    """Elementwise operations on CuPy arrays above INLINE_COST join one chain, enqueued as one
+    ``cupy.fuse`` kernel on the operation's stream (``aioengine/array/_cupy_fuse.py``), with
+    NumPy's values and the dtypes the operations promised."""
+    import aioengine.array as aa
+    from aioengine.array import _cupy_fuse
+
+    rng = np.random.default_rng(0)
+    an, bn = rng.random((300, 300)).astype(dtype), rng.random((300, 300)).astype(dtype)
+
+    async def main() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int]:
+        async with ae.Engine() as engine:
+            await warm_up(engine)
+            xp = aa.namespace(engine)
+            a, b = xp.asarray(an).to_device(ae.gpu(0)), xp.asarray(bn).to_device(ae.gpu(0))
+            await a
+            await b
+            _cupy_fuse._FUSED.clear()
+            release = threading.Event()
+            hold = engine.push_sync(lambda r: release.wait(30), ae.gpu(0), name="hold")
+            c = a * 1.5 + b  # waits behind the held worker: every step joins its kernel
+            c = c * c - a
+            d = xp.sin(c) / (b + 1.0)
+            release.set()
+            await hold
+            assert c.dtype == dtype
+            assert d.dtype == dtype
+            got_c = await c.to_device(ae.cpu())
+            got_d = await d.to_device(ae.cpu())
+            return got_c, got_d, len(_cupy_fuse._FUSED)
+
+    got_c, got_d, fused = asyncio.run(main())
+    cn = an * dtype(1.5) + bn
+    cn = cn * cn - an
+    rtol = 1e-5 if dtype is np.float32 else 1e-12
+    np.testing.assert_allclose(got_c, cn, rtol=rtol)
+    np.testing.assert_allclose(got_d, np.sin(cn) / (bn + dtype(1.0)), rtol=100 * rtol)
+    assert got_d.dtype == dtype
+    assert fused == 1  # the chain's one program, made into one fused function

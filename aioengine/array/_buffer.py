@@ -86,11 +86,12 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
 from __future__ import annotations
 
 import functools
+import logging
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import FnProperty
+from .. import EngineClosedError, FnProperty
 from ._kernel import MISSING, run, run2
 
 if TYPE_CHECKING:
@@ -213,15 +214,25 @@ class Buffer:
                 step.carry(exc, rctx.ctx, step.name)
 
     def carry(self, exc: BaseException, ctx: Context, name: str) -> None:
-        """Record ``exc``, raised by a fused step making this Buffer, in the engine once: an
+        """Record ``exc``, raised by a fused step making this Buffer (or by the device work
+        of an operation released before it ran, ``_kernel.launch``), in the engine once: an
         operation of its own writing a new Var (``carrier``) raises it. The step's shared Var
         must not carry it, or the engine would skip readers of the steps that did compute.
-        Called by the operation computing the step, before it returns (so ``await``, which
-        runs after it, sees ``carrier``)."""
-        carrier = self.carrier = self.engine.new_var(f"{name} failure")
-        self.engine.push_sync(
-            functools.partial(_reraise, exc), ctx, (), (carrier,), prop=_ASYNC, name=name
-        )
+        Called by the operation (or device work) computing the step, before it returns (so
+        ``await``, which runs after it, sees ``carrier``)."""
+        try:
+            carrier = self.engine.new_var(f"{name} failure")
+            self.engine.push_sync(
+                functools.partial(_reraise, exc), ctx, (), (carrier,), prop=_ASYNC, name=name
+            )
+        except EngineClosedError:
+            # Device work failing while the engine closes (it runs after its operation was
+            # released): ``await`` still raises it, and the log says it, as aclose() cannot.
+            logging.getLogger("aioengine").error(
+                "%s failed while %r was closing", name, self.engine, exc_info=exc
+            )
+            return
+        self.carrier = carrier
 
     def chunks(self, first: int, stop: int) -> range:
         """The chunks holding the flat elements ``[first, stop)`` (a view's

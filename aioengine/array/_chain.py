@@ -51,7 +51,8 @@ import numpy as np
 from .. import DependencyError, FnProperty
 from ._array import buffer_of
 from ._buffer import Buffer
-from ._kernel import MISSING, failure_of
+from ._cupy_fuse import cupy_module, fused_call
+from ._kernel import MISSING, failure_of, numpy_on_gpu
 from ._reducers import REDUCERS
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ def chunking(size: int, chunk_elems: int) -> tuple[int, int]:
 _IN = 0  # an input Buffer of the kernel, by index into ``inputs``
 _REG = 1  # the result of an earlier step, by its index
 _CONST = 2  # a Python scalar, as it is
+_KINDS = ("in", "reg", "const")  # each kind's name in a program for CuPy (``_cupy_fuse.py``)
 
 
 class Partials:
@@ -161,6 +163,7 @@ class ChainKernel:
 
     __slots__ = (
         "chunk",
+        "device",
         "dtypes",
         "engine",
         "hi",
@@ -175,8 +178,12 @@ class ChainKernel:
         "var",
     )
 
-    def __init__(self, engine: Engine, size: int, chunk: int, lo: int, hi: int, var: Var) -> None:
+    def __init__(
+        self, engine: Engine, device: Context, size: int, chunk: int, lo: int, hi: int, var: Var
+    ) -> None:
         self.engine = engine
+        #: Where it runs: a step of another device never joins.
+        self.device = device
         #: The elements of the arrays it computes a chunk of: a step of another size (the
         #: chunks are cut alike only in arrays of one size) never joins.
         self.size = size
@@ -295,15 +302,57 @@ class ChainKernel:
         self.inputs = []
         self.known = {}
         try:
-            self._run(steps, inputs, rctx)
+            if rctx.stream is None:
+                prepared = self._prepare(steps, inputs, np)
+                if prepared is not None:
+                    self._evaluate(steps, *prepared, rctx, np)
+            else:
+                self._enqueue(steps, inputs, rctx)
         finally:
             self.steps = []
 
-    def _run(self, steps: list[_Step], inputs: list[Buffer], rctx: RunContext) -> None:
-        lo, hi = self.lo, self.hi
-        outs = [step.out() for step in steps]
-        # An input that failed (or was never computed) fails every result.
-        values: list[Any] = []
+    def _enqueue(self, steps: list[_Step], inputs: list[Buffer], rctx: RunContext) -> None:
+        """On a GPU (the operation's stream current): enqueue the program as one kernel.
+
+        The objects now (the inputs' values, the live results allocated), the contents on
+        the device, as ``_kernel.py`` says. With CuPy, one ``cupy.fuse`` kernel when every
+        step is a ufunc CuPy has (``_cupy_fuse.py``), else one CuPy call per step, each
+        enqueued. Where the GPU's arrays are NumPy's (the simulated GPU), the evaluation of
+        the CPU, launched on the stream."""
+        numpy = numpy_on_gpu(self.engine)
+        xp = np if numpy else cupy_module()
+        prepared = self._prepare(steps, inputs, xp)
+        if prepared is None:
+            return
+        outs, values, flat = prepared
+        if numpy:
+            rctx.launch(self._launched, steps, inputs, outs, values, flat, rctx)
+            return
+        program = [
+            (s.fn, tuple((_KINDS[kind], ref) for kind, ref in s.operands)) if s.ufunc else None
+            for s in steps
+        ]
+        if not fused_call(program, values, flat):
+            self._evaluate(steps, outs, values, flat, rctx, xp)
+
+    def _launched(
+        self,
+        steps: list[_Step],
+        inputs: list[Buffer],
+        outs: list[Buffer | None],
+        values: list[Any],
+        flat: list[Any],
+        rctx: RunContext,
+    ) -> None:
+        """The device work of the program on the simulated GPU: an input's failure found by
+        the work that made it (which ran before this) fails the results; else evaluate."""
+        if not self._inputs_failed(steps, outs, inputs):
+            self._evaluate(steps, outs, values, flat, rctx, np)
+
+    def _inputs_failed(
+        self, steps: list[_Step], outs: list[Buffer | None], inputs: list[Buffer]
+    ) -> bool:
+        """Whether an input failed (or was never computed): then every result fails."""
         for buf in inputs:
             failure = buf.failure
             if failure is None and (buf.value is MISSING or buf.rewritten or buf.writers):
@@ -326,11 +375,22 @@ class ChainKernel:
                         )
                         dep.__cause__ = root
                         out.failure = dep
-                return
+                return True
+        return False
+
+    def _prepare(
+        self, steps: list[_Step], inputs: list[Buffer], xp: Any
+    ) -> tuple[list[Buffer | None], list[Any], list[Any]] | None:
+        """The results (None: nobody holds it), the inputs' values (flat) and the live
+        results' values (flat, allocated with ``xp`` by the first kernel to materialise a
+        chunk of one); None if an input failed (the results failed with it)."""
+        outs = [step.out() for step in steps]
+        if self._inputs_failed(steps, outs, inputs):
+            return None
+        values: list[Any] = []
+        for buf in inputs:
             value = buf.value
             values.append(value.reshape(-1) if value.ndim != 1 else value)
-        # Destinations: a live result's slice of its value (allocated by the first kernel to
-        # materialise a chunk of it), else a scratch block.
         flat: list[Any] = []
         for out, dtype in zip(outs, self.dtypes, strict=True):
             if out is None:
@@ -341,11 +401,26 @@ class ChainKernel:
                 with _alloc_lock:
                     value = out.value
                     if value is MISSING:
-                        value = out.value = np.empty(out.shape, dtype)
+                        value = out.value = xp.empty(out.shape, dtype)
             flat.append(value.reshape(-1))
+        return outs, values, flat
+
+    def _evaluate(
+        self,
+        steps: list[_Step],
+        outs: list[Buffer | None],
+        values: list[Any],
+        flat: list[Any],
+        rctx: RunContext,
+        xp: Any,
+    ) -> None:
+        """Evaluate the program on this chunk: in cache-sized blocks with NumPy, each step a
+        call with ``out=`` into its result's slice (``flat``) or into a scratch block; with
+        CuPy, the whole chunk at once (each call enqueued on the current stream)."""
+        lo, hi = self.lo, self.hi
         last = _last_uses(steps)
         itemsize = max(8, *(d.itemsize for d in self.dtypes))
-        block = min(max(1024, BLOCK_BYTES // itemsize), hi - lo)
+        block = min(max(1024, BLOCK_BYTES // itemsize), hi - lo) if xp is np else hi - lo
         failed: dict[int, BaseException] = {}
         # Scratch blocks not in use, by dtype: a result goes back after its last reader, so
         # each block of the chunk reuses the same few.
@@ -385,7 +460,7 @@ class ChainKernel:
                     dest = dest[start:stop]
                 else:
                     pool = free.get(dtype)
-                    dest = (pool.pop() if pool else np.empty(block, dtype))[:m]
+                    dest = (pool.pop() if pool else xp.empty(block, dtype))[:m]
                 try:
                     if step.ufunc:
                         step.fn(*args, out=dest)
@@ -499,10 +574,11 @@ def _kernel_for(
     ``candidates`` it joins, else a new one, pushed with ``submit`` reading its inputs'
     Vars for that chunk."""
     for candidate in candidates:
-        if candidate is not None and add(candidate, False):
+        if candidate is not None and candidate.device == device and add(candidate, False):
             return candidate
     lo = i * chunk_elems
-    kernel = ChainKernel(engine, size, i, lo, min(lo + chunk_elems, size), engine.new_var(name))
+    hi = min(lo + chunk_elems, size)
+    kernel = ChainKernel(engine, device, size, i, lo, hi, engine.new_var(name))
     add(kernel, True)
     reads: list[Any] = []
     for buf in kernel.inputs:

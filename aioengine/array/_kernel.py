@@ -16,6 +16,23 @@ Failures (the rules, written once here):
   is reported once, not again per dependent.
 * An input was never computed (its write was skipped by the engine, or cancelled): the same,
   with the cause the skip or cancellation carries.
+
+On a GPU (written once, here): an operation's function runs on a GPU worker thread with its
+stream current, and must only *enqueue* device work, as CuPy's calls do (they allocate their
+result at once and launch the kernel on the current stream). With CuPy, :func:`run` does what it
+does on the CPU, and CuPy enqueues. Where the GPU's arrays are NumPy's (the simulated GPU,
+:func:`numpy_on_gpu`), NumPy would compute on the worker thread, so :func:`run` launches the
+work instead (:func:`launch`): on the worker, everything about *objects* (the inputs' values
+and their views, a result allocated with ``np.empty``, a copy-before-write's new allocation),
+so that later operations, enqueued before this work runs, see the objects CuPy would give
+them; on the device, later, everything about *contents* (the computation, copied into the
+allocation). A failure that only the computation finds (a singular matrix) is then found on
+the device: it fails the results as above, and an operation of its own carries it into the
+engine's record (``Buffer.carry``, as for a fused step), since this operation was released as
+a success when its work was enqueued; operations that read those results find the failure in
+their own work and fail with a :class:`~aioengine.DependencyError`. A result whose shape depends
+on the data (``nonzero``) cannot be allocated before the data is known: the worker waits for
+its stream (``stream.synchronize()``), as CuPy does for such a result.
 """
 
 from __future__ import annotations
@@ -25,12 +42,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import DependencyError, OpState, RunContext
+from .. import DependencyError, OpState, RunContext, cpu
 
 if TYPE_CHECKING:
+    from .. import Context, Engine
     from ._buffer import Buffer
+    from ._meta import Shape
 
-__all__ = ("MISSING", "Const", "Kernel", "describe", "failure_of", "run", "run2")
+__all__ = (
+    "MISSING",
+    "Const",
+    "Kernel",
+    "describe",
+    "failure_of",
+    "launch",
+    "numpy_on_gpu",
+    "run",
+    "run2",
+)
 
 
 class _Missing:
@@ -47,6 +76,7 @@ _SKIPPED = OpState.SKIPPED
 _FAILED = OpState.FAILED
 _CANCELLED = OpState.CANCELLED
 _ndarray = np.ndarray
+_CPU0 = cpu()
 _generic = np.generic
 
 
@@ -164,7 +194,20 @@ def _fail(outs: Sequence[Buffer], target: Buffer | None, failure: BaseException)
         target.failure = failure
 
 
-def _store(buf: Buffer, value: Any) -> None:
+class _Result:
+    """What :func:`_store` checks a result against and stores it into, for a result computed
+    on the device into an allocation of its own (:func:`launch`): the Buffer's ``value`` is
+    that allocation, which the computation must not replace."""
+
+    __slots__ = ("dtype", "shape", "value")
+
+    def __init__(self, shape: Shape, dtype: np.dtype[Any]) -> None:
+        self.shape = shape
+        self.dtype = dtype
+        self.value: Any = MISSING
+
+
+def _store(buf: Buffer | _Result, value: Any) -> None:
     shape, dtype = buf.shape, buf.dtype
     if type(value) is not _ndarray:
         if isinstance(value, _generic | bool | int | float | complex):
@@ -213,7 +256,14 @@ def run(
 ) -> None:
     """Compute ``fn(*values of args)`` into ``outs`` (new Buffers), or let ``fn`` write into
     ``target`` (an in-place operation, whose view is among ``args``), in place if ``partial``
-    (it holds some of the target's chunks only, none of them handed out: ``_buffer.py``)."""
+    (it holds some of the target's chunks only, none of them handed out: ``_buffer.py``); on a
+    GPU whose arrays are NumPy's, :func:`launch` it instead (see the module docstring; a GPU
+    array is never chunked, so never written partially)."""
+    if rctx.stream is not None:
+        owner = outs[0] if outs else target
+        if owner is not None and numpy_on_gpu(owner.engine):
+            launch(fn, args, outs, target, name, rctx)
+            return
     if target is not None:
         failure = failure_of(target)
         if failure is not None:
@@ -226,29 +276,9 @@ def run(
             target.exported = False
             if rctx.stream is not None:
                 rctx.keep_alive(old)
-    values = []
-    for a in args:
-        buf = a._buf
-        if buf is None:
-            values.append(a.value)
-            continue
-        failure = buf.failure
-        value = buf.value
-        if failure is None and (value is MISSING or buf.rewritten):
-            failure = failure_of(buf)  # its latest write skipped or cancelled?
-            if failure is None and value is MISSING:
-                failure = RuntimeError(f"an input of {name} has no value")
-        if failure is not None:
-            root = _root(failure)
-            dep = DependencyError(
-                f"{describe(name, args, rctx.ctx)} was not computed: an input failed: {root!r}"
-            )
-            dep.__cause__ = root
-            _fail(outs, target, dep)
-            return
-        for step in a._steps:
-            value = step(value)
-        values.append(value)
+    values = _values(args, outs, target, name, rctx.ctx)
+    if values is None:
+        return
     if rctx.stream is not None:
         rctx.keep_alive(*values)  # read by device work enqueued below
     try:
@@ -262,6 +292,130 @@ def run(
         exc.add_note(f"in aioengine.array operation {describe(name, args, rctx.ctx)}")
         _fail(outs, target, exc)
         raise
+
+
+def _values(
+    args: tuple[Any, ...],
+    outs: tuple[Buffer, ...],
+    target: Buffer | None,
+    name: str,
+    ctx: Context,
+) -> list[Any] | None:
+    """The values of ``args`` (their views applied), or None if one failed or was never
+    computed: then ``outs`` and ``target`` fail with a :class:`~aioengine.DependencyError`."""
+    values = []
+    for a in args:
+        buf = a._buf
+        if buf is None:
+            values.append(a.value)
+            continue
+        failure = buf.failure
+        value = buf.value
+        if failure is None and (value is MISSING or buf.rewritten):
+            failure = failure_of(buf)  # its latest write skipped or cancelled?
+            if failure is None and value is MISSING:
+                failure = RuntimeError(f"an input of {name} has no value")
+        if failure is not None:
+            _fail(outs, target, _dependency(describe(name, args, ctx), failure))
+            return None
+        for step in a._steps:
+            value = step(value)
+        values.append(value)
+    return values
+
+
+def _dependency(what: str, failure: BaseException) -> DependencyError:
+    """The failure of ``what``, not computed because an input failed with ``failure``."""
+    root = _root(failure)
+    dep = DependencyError(f"{what} was not computed: an input failed: {root!r}")
+    dep.__cause__ = root
+    return dep
+
+
+def numpy_on_gpu(engine: Engine) -> bool:
+    """Whether ``engine``'s GPU arrays are NumPy arrays: with a device backend other than CuPy
+    (the simulated GPU). Then an operation's work must be launched on its stream (NumPy
+    computes where it is called); CuPy's calls enqueue themselves."""
+    backend = engine.gpu_backend
+    return backend is not None and getattr(backend, "name", "") != "cupy"
+
+
+def launch(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    outs: tuple[Buffer, ...],
+    target: Buffer | None,
+    name: str,
+    rctx: RunContext,
+) -> None:
+    """:func:`run` on a GPU whose arrays are NumPy's: the objects now, on the worker thread;
+    the computation launched on the operation's stream (see the module docstring)."""
+    if target is not None:
+        failure = failure_of(target)
+        if failure is not None:
+            _fail(outs, None, failure)  # a failed array stays failed
+            return
+        if target.exported:
+            # Someone holds a read-only view of the current value: write into a copy, made
+            # on the device before the write (CuPy's ``copy()`` enqueues, too).
+            old = target.value
+            target.value = np.empty_like(old)
+            target.exported = False
+            rctx.launch(np.copyto, target.value, old)
+    values = _values(args, outs, target, name, rctx.ctx)
+    if values is None:
+        return
+    # The results' allocations, now: later operations enqueue work on them before this runs.
+    dests: list[Any] = []
+    unknown = False
+    for out in outs:
+        if None in out.shape:
+            unknown = True
+            dests.append(None)
+        else:
+            out.value = np.empty(out.shape, out.dtype)
+            dests.append(out.value)
+    inputs = [a._buf for a in args if a._buf is not None]
+    rctx.launch(_compute, fn, args, values, inputs, outs, dests, target, name, rctx.ctx)
+    if unknown:  # its shape is known once it has run: wait for it (CuPy does, too)
+        rctx.stream.synchronize()
+
+
+def _compute(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    values: list[Any],
+    inputs: list[Buffer],
+    outs: tuple[Buffer, ...],
+    dests: list[Any],
+    target: Buffer | None,
+    name: str,
+    ctx: Context,
+) -> None:
+    """The device work of :func:`launch`: ``fn(*values)`` into the allocations ``dests`` (a
+    result of unknown shape: stored as it comes). It never raises (a raising kernel would put
+    the device into a sticky error): a failure is its results', carried into the engine."""
+    for buf in inputs:
+        failure = buf.failure  # found by the device work that made it (ran before this)
+        if failure is not None:
+            _fail(outs, target, _dependency(describe(name, args, ctx), failure))
+            return
+    try:
+        result = fn(*values)
+        results = (result,) if len(outs) == 1 else result if outs else ()
+        for out, dest, value in zip(outs, dests, results, strict=True):
+            checked = _Result(out.shape, out.dtype)
+            _store(checked, value)
+            if dest is None:
+                out.value = _owned(checked.value, values)
+            else:
+                np.copyto(dest, checked.value)
+    except Exception as exc:
+        exc.add_note(f"in aioengine.array operation {describe(name, args, ctx)}")
+        _fail(outs, target, exc)
+        owner = outs[0] if outs else target
+        if owner is not None:
+            owner.carry(exc, _CPU0, name)  # (the device's context may refuse pushes by now)
 
 
 def run2(

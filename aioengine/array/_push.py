@@ -13,7 +13,9 @@ whose estimated cost (elements touched) is at most :data:`INLINE_COST` runs inli
 loop (``FnProperty.ASYNC``: a thread hop costs more than such work), a larger one on the
 device's thread pool. A data-dependent dimension counts as learnt once its value is ready, and
 as large (more than :data:`INLINE_COST`) until then (:func:`size_of`); an in-place write into an
-exported Buffer counts the copy it makes first.
+exported Buffer counts the copy it makes first. On a GPU, every operation runs on the device's
+stream workers (``_kernel.py`` says how its work is enqueued), and an elementwise one of more
+than :data:`INLINE_COST` elements joins a fused chain (``_chain.py``) as on the CPU.
 
 Fusion (MXNet's lesson that tiny operations want aggregating at the array level, not engine
 bulks): on the loop thread, a binary elementwise operation that runs inline and reads the result
@@ -67,7 +69,7 @@ from ._array import (
 from ._blas import blas_call
 from ._buffer import Buffer, Shared
 from ._chain import CHUNK_BYTES, join_or_push, reduce_chunks
-from ._kernel import MISSING, Const, Kernel
+from ._kernel import MISSING, Const, Kernel, numpy_on_gpu
 from ._meta import Shape, axis_index, broadcast, normalize_axes, reduced
 from ._reducers import REDUCERS
 from ._special import elementwise_function
@@ -254,14 +256,11 @@ class Pusher(Bound):
     def _xp(self, device: Context) -> Any:
         """The array module of ``device``: NumPy on a CPU and on the simulated GPU, CuPy on a
         real one."""
-        if device.device_type is CPU:
+        if device.device_type is CPU or numpy_on_gpu(self._engine):
             return np
-        backend = self._engine.gpu_backend
-        if backend is None or getattr(backend, "name", "") == "cupy":
-            import cupy
+        import cupy
 
-            return cupy
-        return np
+        return cupy
 
     def _binop(self, fn: Callable[..., Any], name: str, a: Any, b: Any) -> Array:
         """A binary elementwise function (the operators' path): the hot path (``c = c + b``)
@@ -327,7 +326,7 @@ class Pusher(Bound):
             for d in shape:
                 size *= d  # type: ignore[operator]
         inline = size <= INLINE_COST and device.device_type is CPU
-        if not inline and device.device_type is CPU:
+        if size > INLINE_COST:
             chained = self._chain(fn, name, (a, b), shape, dtype, device)
             if chained is not None:
                 return chained
@@ -373,7 +372,8 @@ class Pusher(Bound):
     ) -> Array | None:
         """``fn(*operands)`` as a chunked, fused operation (``_chain.py``), or None if it
         cannot be one: every array operand must be a whole array of the result's shape (no
-        view, no broadcast) whose Var was never handed out."""
+        view, no broadcast) whose Var was never handed out. An array on a GPU is one chunk:
+        the GPU is one device, and the whole chain is one kernel on its stream."""
         for x in operands:
             if type(x) is Array:
                 _, xbuf, xshape, _, xdevice = unpack(x)
@@ -393,7 +393,7 @@ class Pusher(Bound):
         buf = join_or_push(
             self._submit,
             self._engine,
-            self._chunk_elems,
+            self._chunk_elems if device.device_type is CPU else math.prod(shape),  # type: ignore[arg-type]
             self._recent,
             fn,
             name,
@@ -685,7 +685,7 @@ def elementwise(
         **kw,
     )
     call = _partial(call_with, fn, kw) if kw else fn
-    if device.device_type is CPU and _meta.prod(shape) > INLINE_COST:
+    if _meta.prod(shape) > INLINE_COST:
         chained = ns._chain(call, name, operands, shape, dtype, device)
         if chained is not None:
             return chained

@@ -86,6 +86,13 @@ class SimulatedStream:
         """Enqueue ``fn(*args)`` as a kernel on this stream (from a GPU worker thread)."""
         self._gpu.launch(self, fn, args)
 
+    def synchronize(self) -> None:
+        """Wait on the calling (worker) thread until everything enqueued on this stream so
+        far has run, as ``cupy.cuda.Stream.synchronize()`` does (what CuPy does itself for a
+        result whose shape depends on the data). Raises :class:`SimulatedDeviceError` if the
+        device fails meanwhile. On a manual device, whoever steps it runs the items."""
+        self._gpu.synchronize(self)
+
     def __repr__(self) -> str:
         return (
             f"<SimulatedStream gpu({self.device_id}) {self.family.value}#{self._number} "
@@ -232,6 +239,17 @@ class SimulatedGPU:
     def is_device_error(self, exc: BaseException) -> bool:
         """Whether ``exc`` is a (simulated) CUDA error."""
         return isinstance(exc, SimulatedDeviceError)
+
+    def synchronize(self, stream: SimulatedStream) -> None:
+        """Block the calling worker thread until ``stream`` has run every item enqueued on
+        it so far (:meth:`SimulatedStream.synchronize`)."""
+        self._not_on_loop("synchronize")
+        self._start()
+        with self._cond:
+            mark = stream._issued
+            while stream._retired < mark:
+                self._raise_sticky(stream.device_id)
+                self._cond.wait(1.0)  # every item run, and fail(), notify
 
     # -- driving the simulation ---------------------------------------------------------
 
