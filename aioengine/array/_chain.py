@@ -42,6 +42,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,7 @@ from ._buffer import Buffer
 from ._cupy_fuse import cupy_module, fused_call
 from ._kernel import MISSING, failure_of, numpy_on_gpu
 from ._reducers import REDUCERS
+from ._sync import running_loop
 
 if TYPE_CHECKING:
     from .. import Context, Engine, Operation, RunContext, Var
@@ -61,6 +63,8 @@ if TYPE_CHECKING:
 __all__ = (
     "BLOCK_BYTES",
     "CHUNK_BYTES",
+    "QUIET",
+    "Burst",
     "ChainKernel",
     "Combine",
     "Partials",
@@ -157,15 +161,69 @@ class _Step:
         self.sink = sink
 
 
+#: How long a kernel pushed from the event loop's thread waits for its chain's next step
+#: (:class:`Burst`) while the loop has not iterated since: once the caller has pushed no
+#: chunked operation for this long (it went on with other work without yielding to the
+#: loop), the burst's kernels start.
+QUIET = 0.002
+
+
+class Burst:
+    """The chunk kernels a namespace pushes from the event loop's thread between two
+    iterations of the loop: one chain, as the caller writes it.
+
+    A worker may take a kernel as soon as it is pushed (a caller that keeps the loop busy
+    must not hold its work back), but a chain's later steps join its kernels only while they
+    have not started. So a kernel of the current burst waits, GIL released, until the loop
+    iterates (the caller awaits, or returns to the loop: its chain is pushed) or the caller
+    has pushed no chunked operation for :data:`QUIET`, whichever comes first. ``gen`` counts
+    the bursts ended and ``last`` is the time of the latest chunked operation (both written
+    on the loop thread, read by workers: one object each, no lock).
+    """
+
+    __slots__ = ("gen", "last", "open")
+
+    def __init__(self) -> None:
+        self.gen = 0
+        self.last = 0.0
+        #: A burst is open: its end is scheduled on the loop (the loop thread's field).
+        self.open = False
+
+    def enter(self) -> int:
+        """On the loop's thread, as a chunked operation is recorded: the burst it is in."""
+        self.last = time.perf_counter()
+        if not self.open:
+            self.open = True
+            loop = running_loop()
+            assert loop is not None
+            loop.call_soon(self._end)
+        return self.gen
+
+    def _end(self) -> None:
+        self.open = False
+        self.gen += 1
+
+    def wait(self, gen: int) -> None:
+        """On a worker, before a kernel of burst ``gen`` starts: wait until the burst ends
+        or its caller has pushed nothing for :data:`QUIET`."""
+        while self.gen == gen:
+            left = self.last + QUIET - time.perf_counter()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.0002))
+
+
 class ChainKernel:
     """The operation that computes one chunk of one or more elementwise results (see the
     module docstring): the function pushed for it."""
 
     __slots__ = (
+        "burst",
         "chunk",
         "device",
         "dtypes",
         "engine",
+        "gen",
         "hi",
         "inputs",
         "known",
@@ -206,6 +264,10 @@ class ChainKernel:
         #: Set (under ``lock``) when the kernel starts: nothing joins after it.
         self.started = False
         self.op: Operation[Any] | None = None
+        #: The :class:`Burst` it was pushed in, and its ``gen``, if it was pushed on the
+        #: loop's thread (written before the push; ``burst`` cleared when it runs).
+        self.burst: Burst | None = None
+        self.gen = 0
 
     # -- recording (the pushing thread) --------------------------------------------------------
 
@@ -295,6 +357,10 @@ class ChainKernel:
     # -- running (a worker thread) -------------------------------------------------------------
 
     def __call__(self, rctx: RunContext) -> None:
+        burst = self.burst
+        if burst is not None:  # pushed on the loop's thread: let the chain's steps join first
+            self.burst = None
+            burst.wait(self.gen)
         with self.lock:
             self.started = True
             steps = self.steps
@@ -569,10 +635,11 @@ def _kernel_for(
     name: str,
     size: int,
     chunk_elems: int,
+    burst: Burst | None,
 ) -> ChainKernel:
     """The kernel that computes a step (``add`` adds it) on chunk ``i``: the first of
     ``candidates`` it joins, else a new one, pushed with ``submit`` reading its inputs'
-    Vars for that chunk."""
+    Vars for that chunk (in ``burst``, if pushed on the loop's thread)."""
     for candidate in candidates:
         if candidate is not None and candidate.device == device and add(candidate, False):
             return candidate
@@ -586,6 +653,9 @@ def _kernel_for(
         bvar = bvars[i] if len(bvars) > 1 else bvars[0]
         if bvar not in reads:  # results of one kernel share its Var
             reads.append(bvar)
+    if burst is not None:
+        kernel.burst = burst
+        kernel.gen = burst.gen
     kernel.op = submit(kernel, device, reads, (kernel.var,), _NORMAL, name, None)
     return kernel
 
@@ -595,6 +665,7 @@ def join_or_push(
     engine: Engine,
     chunk_elems: int,
     recent: list[Any] | None,
+    burst: Burst | None,
     fn: Callable[..., Any],
     name: str,
     operands: Sequence[Any],
@@ -605,7 +676,9 @@ def join_or_push(
     """The Buffer of ``fn(*operands)`` (arrays of ``shape`` and Consts), chunked: per chunk,
     a step joined to a kernel that makes or reads its operands there (the operands' own, then
     ``recent``: the kernels of the namespace's latest chunked result), else a new kernel pushed
-    with ``submit`` (the namespace's push)."""
+    with ``submit`` (the namespace's push; in ``burst`` if that is on the loop's thread)."""
+    if burst is not None:
+        burst.enter()
     size = math.prod(shape)
     n, chunk_elems = chunking(size, chunk_elems)
     bufs = [buffer_of(x) for x in operands]
@@ -624,7 +697,9 @@ def join_or_push(
         candidates = [buf.pending[i] for buf in bufs if buf is not None and buf.pending]
         if recent is not None:
             candidates.append(recent[i])
-        kernel = _kernel_for(i, candidates, add, engine, submit, device, name, size, chunk_elems)
+        kernel = _kernel_for(
+            i, candidates, add, engine, submit, device, name, size, chunk_elems, burst
+        )
         pending[i] = kernel
         vars_[i] = kernel.var
         writers[i] = kernel.op
@@ -680,6 +755,7 @@ def reduce_chunks(
     engine: Engine,
     chunk_elems: int,
     recent: list[Any] | None,
+    burst: Burst | None,
     fn: Callable[..., Any],
     name: str,
     x: Any,
@@ -693,6 +769,8 @@ def reduce_chunks(
     ``options`` (its keywords other than ``dtype``): per chunk, a step joined to the kernel
     that makes or reads ``x`` there (else a new kernel), then one operation that combines the
     partials in chunk order."""
+    if burst is not None:
+        burst.enter()
     size = math.prod(x.shape)
     n, chunk_elems = chunking(size, chunk_elems)
     block, combine, _ = REDUCERS[fn]
@@ -713,7 +791,9 @@ def reduce_chunks(
         candidates = [buf.pending[i] if buf.pending is not None else None]
         if recent is not None:
             candidates.append(recent[i])
-        kernel = _kernel_for(i, candidates, add, engine, submit, device, name, size, chunk_elems)
+        kernel = _kernel_for(
+            i, candidates, add, engine, submit, device, name, size, chunk_elems, burst
+        )
         if kernel.var not in reads:
             reads.append(kernel.var)
     out = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)

@@ -68,7 +68,7 @@ from ._array import (
 )
 from ._blas import blas_call
 from ._buffer import Buffer, Shared
-from ._chain import CHUNK_BYTES, join_or_push, reduce_chunks
+from ._chain import CHUNK_BYTES, Burst, join_or_push, reduce_chunks
 from ._kernel import MISSING, Const, Kernel, numpy_on_gpu
 from ._meta import Shape, axis_index, broadcast, normalize_axes, reduced
 from ._reducers import REDUCERS
@@ -195,6 +195,8 @@ class Pusher(Bound):
         #: extension: ``namespace(engine, chunk_bytes=...)``).
         self.chunk_bytes = self._chunk_elems * 8
         self._recent: list[Any] | None = None
+        #: The chunk kernels pushed on the loop's thread since the loop last iterated.
+        self._burst = Burst()
 
     @staticmethod
     def _shape_arg(shape: Any) -> tuple[int, ...]:
@@ -361,6 +363,16 @@ class Pusher(Bound):
         buf.writer = self._submit(buf, device, reads, (buf.var,), prop, name, None)
         return out
 
+    def _loop_burst(self) -> Burst | None:
+        """The namespace's :class:`~._chain.Burst` if the caller runs on the engine's loop
+        (an Engine's loop is the caller's until it is learnt), else None."""
+        loop = running_loop()
+        if loop is None:
+            return None
+        if loop is self._loop or (self._loop is None and self._blocking is None):
+            return self._burst
+        return None
+
     def _chain(
         self,
         fn: Callable[..., Any],
@@ -395,6 +407,7 @@ class Pusher(Bound):
             self._engine,
             self._chunk_elems if device.device_type is CPU else math.prod(shape),  # type: ignore[arg-type]
             self._recent,
+            self._loop_burst(),
             fn,
             name,
             operands,
@@ -428,6 +441,7 @@ class Pusher(Bound):
             self._engine,
             self._chunk_elems,
             self._recent,
+            self._loop_burst(),
             fn,
             name,
             x,
