@@ -259,7 +259,9 @@ def _sub_view(x: RemoteArray, key: Any) -> View:
                 f"a remote array takes basic indices only (ints, slices, ..., None), got "
                 f"{type(k).__name__}: gather with x.to_device(ae.cpu()) for advanced indexing"
             )
-    lay = x._view.lay[key]
+    if not any(k is Ellipsis for k in items):
+        items = (*items, Ellipsis)  # a 0-d view, not a NumPy scalar, for x[i]
+    lay = x._view.lay[items]
     return View(lay, x._store.lay)
 
 
@@ -347,12 +349,16 @@ def record(
         if aligned and np.shape(x[1])[0] == shape[0]:
             operands[i] = to_remote(ns, np.asarray(x[1]))
     engine = engine_of(ns)
-    for expr in dict.fromkeys(e for e in map(_pending_in, operands) if e is not None):
+    pending = [e for e in dict.fromkeys(map(_pending_in, operands)) if e is not None]
+    for expr in pending:
         if expr.shape != shape:
             continue
         with expr.lock:
             if expr.flushed or len(expr.steps) >= FUSE_STEPS:
                 continue
+            for other in pending:  # another pending program of this shape runs with it
+                if other is not expr and other.shape == shape:
+                    expr.absorb(other)
             refs = _refs(expr, operands)
             if refs is None:
                 continue

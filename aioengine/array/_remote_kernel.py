@@ -121,8 +121,8 @@ def _resolve(ref: tuple[int, Any], windows: list[Any], results: list[Any]) -> An
 REDUCERS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "sum": (lambda x, dtype: np.sum(x, dtype=dtype), lambda p, dtype: np.sum(p, dtype=dtype)),
     "prod": (lambda x, dtype: np.prod(x, dtype=dtype), lambda p, dtype: np.prod(p, dtype=dtype)),
-    "max": (lambda x, dtype: np.max(x), np.max),
-    "min": (lambda x, dtype: np.min(x), np.min),
+    "max": (lambda x, dtype: np.max(x), lambda p, dtype: np.max(p)),
+    "min": (lambda x, dtype: np.min(x), lambda p, dtype: np.min(p)),
 }
 
 

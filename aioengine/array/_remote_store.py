@@ -44,7 +44,19 @@ import numpy as np
 from .. import EngineClosedError, FnProperty
 from ..context import cpu, remote
 from ._meta import layout
-from ._remote_kernel import IN, STEP, Program, Window, combine, create, own, read_window, run, write
+from ._remote_kernel import (
+    CONST,
+    IN,
+    STEP,
+    Program,
+    Window,
+    combine,
+    create,
+    own,
+    read_window,
+    run,
+    write,
+)
 
 if TYPE_CHECKING:
     from .. import Engine, Var
@@ -276,6 +288,35 @@ class Expr:
                 return (IN, k)
         self.inputs.append(_Input(store, chunks, view))
         return (IN, len(self.inputs) - 1)
+
+    def absorb(self, other: Expr) -> bool:
+        """Take ``other``'s steps, inputs and reductions (another pending program of the same
+        shape, which an operation reads together with this one), so that both run as one;
+        False (nothing changed) if ``other`` was flushed or this would be too long. This
+        Expr's lock held."""
+        with other.lock:
+            if other.flushed or len(self.steps) + len(other.steps) > FUSE_STEPS:
+                return False
+            other.flushed = True
+            di, ds = len(self.inputs), len(self.steps)
+
+            def moved(ref: tuple[int, Any]) -> tuple[int, Any]:
+                kind, index = ref
+                return (kind, index + (di if kind == IN else ds)) if kind != CONST else ref
+
+            self.inputs.extend(other.inputs)
+            for fn, refs, dtype in other.steps:
+                self.steps.append((fn, tuple(moved(r) for r in refs), dtype))
+            for ref in other.results:
+                store = ref() if ref is not None else None
+                if store is not None:
+                    store.expr = self
+                self.results.append(ref)
+            for part, name, ref, dtype, count, result in other.sinks:
+                result.expr = self
+                self.sinks.append((part, name, moved(ref), dtype, count, result))
+            other.inputs, other.steps, other.results, other.sinks = [], [], [], []
+            return True
 
     def flush(self) -> None:
         """Push this program's tasks, one per chunk of its space (the results someone holds
