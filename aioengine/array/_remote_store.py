@@ -307,14 +307,14 @@ class Expr:
             self.inputs.extend(other.inputs)
             for fn, refs, dtype in other.steps:
                 self.steps.append((fn, tuple(moved(r) for r in refs), dtype))
-            for ref in other.results:
-                store = ref() if ref is not None else None
+            for weak in other.results:
+                store = weak() if weak is not None else None
                 if store is not None:
                     store.expr = self
-                self.results.append(ref)
-            for part, name, ref, dtype, count, result in other.sinks:
+                self.results.append(weak)
+            for part, name, sref, dtype, count, result in other.sinks:
                 result.expr = self
-                self.sinks.append((part, name, moved(ref), dtype, count, result))
+                self.sinks.append((part, name, moved(sref), dtype, count, result))
             other.inputs, other.steps, other.results, other.sinks = [], [], [], []
             return True
 
