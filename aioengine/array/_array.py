@@ -67,6 +67,7 @@ __all__ = (
     "SCALARS",
     "Array",
     "Bound",
+    "block_on",
     "blocking_of",
     "buffer_of",
     "check_writable",
@@ -81,6 +82,7 @@ __all__ = (
     "operand_ok",
     "ready_value",
     "unpack",
+    "value_in_operation",
     "vars_of",
     "view",
 )
@@ -508,8 +510,9 @@ class Array:
 
     def to_device(self, device: Context, /, *, stream: object = None) -> Array:
         """A copy of this array on ``device`` (the same array if it is already there); a copy
-        operation on the copy streams for a GPU."""
-        return self._ns._to_device(self, device)
+        operation on the copy streams for a GPU. On ``ae.remote()`` a remote array, whose
+        chunks live on the engine's cluster (``docs/howto/arrays-cluster.md``)."""
+        return self._ns._to_device(self, device)  # type: ignore[no-any-return]
 
     def __array_namespace__(self, *, api_version: str | None = None) -> Namespace:
         if api_version is not None and api_version not in (
@@ -875,6 +878,30 @@ def view(ns: Pusher, x: Array, step: Callable[[Any], Any], lay: np.ndarray[Any, 
     """An array of ``ns`` sharing ``x``'s Buffer, seen through ``step`` after ``x``'s own steps;
     ``lay`` is its layout (:func:`~aioengine.array._meta.layout`), whose shape is its shape."""
     return Array(ns, x._buf, tuple(lay.shape), x._dtype, x._device, (*x._steps, step), lay)
+
+
+def value_in_operation(x: Array) -> Any:
+    """``x``'s value inside an operation that holds a read on its Buffer's Vars (what
+    ``await`` would give at that point in push order); raises its failure."""
+    got = _capture(x, None)
+    if type(got) is _Failed:
+        raise got.failure
+    return got
+
+
+def block_on(ns: Bound, coro: Coroutine[Any, Any, T], what: str) -> T:
+    """Run ``coro`` on the engine's loop and block this thread for its result: a sync point
+    (``what``) of a value that must be fetched. Where blocking could deadlock (on the loop's
+    thread, inside an operation, while the loop is not running) it raises
+    :class:`PendingArrayError` instead, saying to ``await``."""
+    loop = ns._learn_loop() if running_loop() is None else ns._loop
+    if in_operation() or loop is None or on_loop_thread(loop) or not loop.is_running():
+        coro.close()
+        raise PendingArrayError(
+            f"{what} needs a value that must be fetched: `await` the array (or call this off "
+            "the event loop's thread, where it waits)"
+        )
+    return ns._wait(coro)
 
 
 def _is_ready(x: Array) -> bool:

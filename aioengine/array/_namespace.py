@@ -11,7 +11,9 @@ functions are the Python Array API standard's (revision 2024.12, with the ``lina
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -41,6 +43,9 @@ from ._push import (
     operand,
     push1,
 )
+from ._remote import call as remote_call
+from ._remote import involves_remote, is_remote
+from ._remote_store import REMOTE_CHUNK_BYTES
 from ._searching import Searching
 from ._special import elementwise_function
 from ._statistics import Statistics
@@ -197,6 +202,13 @@ class Namespace(Creation, DataTypes, Manipulation, Searching, Statistics, Produc
 
     def __init__(self, engine: Engine | BlockingEngine, chunk_bytes: int | None = None) -> None:
         super().__init__(engine, chunk_bytes_setting(chunk_bytes))
+        #: The chunk size of remote arrays (``device=ae.remote()``), in bytes of float64: the
+        #: chunk size chosen for this namespace (argument or environment), else
+        #: :data:`~aioengine.array._remote_store.REMOTE_CHUNK_BYTES` (an aioengine extension).
+        given = chunk_bytes is not None or bool(
+            os.environ.get("AIOENGINE_ARRAY_CHUNK_BYTES", "").strip()
+        )
+        self.remote_chunk_bytes = self.chunk_bytes if given else REMOTE_CHUNK_BYTES
         #: The module-like name that Array-API-generic libraries read to tell namespaces
         #: apart (array-api-compat, scikit-learn, SciPy): the package's name, or
         #: ``"aioengine.array_api"`` for that module's namespace.
@@ -266,7 +278,9 @@ class Namespace(Creation, DataTypes, Manipulation, Searching, Statistics, Produc
             prop=NORMAL,
         )
 
-    def _to_device(self, x: Array, device: Context) -> Array:
+    def _to_device(self, x: Array, device: Context) -> Any:
+        if is_remote(device):
+            return remote_call(self, "asarray", (x,), {"device": device})
         if type(device) is not Context:
             raise ValueError(
                 f"device must be an aioengine Context (ae.cpu(i) or ae.gpu(i)), got {device!r}"
@@ -347,3 +361,22 @@ def _make_elementwise(name: str, arity: int) -> Callable[..., Array]:
 
 for _name, _arity in ELEMENTWISE.items():
     setattr(Namespace, _name, _make_elementwise(_name, _arity))
+
+
+def _routed(name: str, local: Callable[..., Any]) -> Callable[..., Any]:
+    """``local`` (a function of the namespace), or its remote form when the call names a
+    remote array or ``device=ae.remote()`` (``_remote.py``): one cheap test per call."""
+
+    @functools.wraps(local)
+    def routed(self: Namespace, *args: Any, **kwargs: Any) -> Any:
+        if involves_remote(args, kwargs):
+            return remote_call(self, name, args, kwargs)
+        return local(self, *args, **kwargs)
+
+    return routed
+
+
+for _name in dir(Namespace):
+    _fn = getattr(Namespace, _name)
+    if not _name.startswith("_") and callable(_fn) and not isinstance(_fn, type | np.dtype):
+        setattr(Namespace, _name, _routed(_name, _fn))

@@ -1,0 +1,262 @@
+"""Arrays whose chunks live on a Dask cluster (``aioengine/array/_remote*.py``): results vs
+NumPy, aliasing across chunk boundaries, fusion (one task per chunk), keys, errors.
+
+An in-process ``LocalCluster`` (workers are threads of this process) per test: about 50 ms to
+start. Small chunks (``chunk_bytes``) so that every array has several.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import aioengine as ae
+import aioengine.array as aa
+
+from .helpers import engine_keys, in_process_cluster, no_keys_left
+
+pytest.importorskip("distributed")
+
+pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
+
+R = ae.remote()
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Any]:
+    async with in_process_cluster(2, 1) as c:
+        yield c
+
+
+def remote_ops(engine: ae.Engine) -> int:
+    return engine.statistics().pools["remote"].pushed
+
+
+async def test_placement_and_gather(cluster: Any) -> None:
+    async with ae.Engine(cluster=cluster) as engine:
+        xp = aa.namespace(engine, chunk_bytes=8 * 100)
+        a = np.arange(1000.0).reshape(250, 4)
+        x = xp.asarray(a, device=R)
+        assert (x.shape, x.dtype, x.device, x.chunks) == ((250, 4), a.dtype, R, 10)
+        assert np.array_equal(await x, a)
+        assert np.array_equal(await x[3:200:7, 1:], a[3:200:7, 1:])
+        local = x.to_device(ae.cpu())
+        assert isinstance(local, aa.Array)
+        assert np.array_equal(await local, a)
+        back = local.to_device(R)
+        assert np.array_equal(await back, a)
+        for got, want in [
+            (xp.zeros((30, 3), device=R), np.zeros((30, 3))),
+            (xp.ones(77, dtype=xp.int32, device=R), np.ones(77, np.int32)),
+            (xp.full((40,), 2.5, device=R), np.full(40, 2.5)),
+            (xp.arange(3, 500, 4, device=R), np.arange(3, 500, 4)),
+            (xp.arange(0.0, 30.0, 0.25, device=R), np.arange(0.0, 30.0, 0.25)),
+            (xp.linspace(-1, 1, 301, device=R), np.linspace(-1, 1, 301)),
+            (xp.zeros_like(x), np.zeros_like(a)),
+        ]:
+            value = await got
+            assert value.dtype == want.dtype
+            assert np.allclose(value, want)
+
+
+async def test_fused_chain_is_one_task_per_chunk(cluster: Any) -> None:
+    async with ae.Engine(cluster=cluster) as engine:
+        xp = aa.namespace(engine, chunk_bytes=8 * 128)
+        a = np.linspace(0, 3, 1024)
+        x = xp.asarray(a, device=R)
+        await x
+        before = remote_ops(engine)
+        y = xp.sin(x) * 2.0 + x
+        y = xp.where(y > 1.0, y, -y)
+        y = xp.astype(y * y, xp.float32)
+        got = await y
+        assert remote_ops(engine) - before == x.chunks == 8
+        want = np.sin(a) * 2.0 + a
+        want = np.where(want > 1.0, want, -want)
+        assert np.allclose(got, (want * want).astype(np.float32))
+
+
+async def test_reduction_moves_partials_not_the_array(cluster: Any) -> None:
+    async with ae.Engine(cluster=cluster) as engine:
+        xp = aa.namespace(engine, chunk_bytes=8 * 128)
+        a = np.linspace(-2, 5, 1000)
+        x = xp.asarray(a, device=R)
+        await x
+        before = remote_ops(engine)
+        s = xp.sum(x * x)
+        assert s.shape == ()
+        assert np.isclose(float(await s), np.sum(a * a))
+        assert remote_ops(engine) - before == x.chunks + 1  # partials fused, one combine
+        for name in ("sum", "prod", "max", "min", "mean"):
+            got = await getattr(xp, name)(x[::3] / 4.0)
+            assert np.isclose(got, getattr(np, name)(a[::3] / 4.0)), name
+        with pytest.raises(NotImplementedError, match="every axis"):
+            xp.sum(x, axis=0, keepdims=True)
+
+
+@pytest.mark.parametrize("n", [8, 10_000, 20_000])
+async def test_cupynumeric_aliasing_programs(cluster: Any, n: int) -> None:
+    async with ae.Engine(cluster=cluster) as engine:
+        xp = aa.namespace(engine, chunk_bytes=8 * 3000)
+        base = np.arange(n, dtype=np.float64) * 0.5 + 1.0
+        data = xp.asarray(base, device=R)
+        data[1:] += data[:-1]  # cupynumeric#1110
+        want = base.copy()
+        want[1:] += want[:-1]
+        assert np.array_equal(await data, want)
+        a = xp.asarray(base, device=R)
+        a[0:2] = a[1:3]  # cupynumeric#40
+        want = base.copy()
+        want[0:2] = want[1:3]
+        assert np.array_equal(await a, want)
+        b = xp.asarray(base, device=R)
+        b[2:] = b[:-2] + b[2:]  # overlapping source and destination (#57's shape)
+        want = base.copy()
+        want[2:] = want[:-2] + want[2:]
+        assert np.array_equal(await b, want)
+
+
+async def test_stencil_halo_rows_and_in_place_writes(cluster: Any) -> None:
+    async with ae.Engine(cluster=cluster) as engine:
+        xp = aa.namespace(engine, chunk_bytes=8 * 64)
+        u0 = np.random.default_rng(1).random((40, 16))
+        u = xp.asarray(u0, device=R)
+        want = u0.copy()
+        before = remote_ops(engine)
+        for _ in range(5):
+            u[1:-1, 1:-1] = u[1:-1, 1:-1] + 0.1 * (
+                u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * u[1:-1, 1:-1]
+            )
+            want[1:-1, 1:-1] = want[1:-1, 1:-1] + 0.1 * (
+                want[:-2, 1:-1] + want[2:, 1:-1] + want[1:-1, :-2] + want[1:-1, 2:]
+                - 4 * want[1:-1, 1:-1]
+            )  # fmt: skip
+        assert np.allclose(await u, want)
+        assert remote_ops(engine) - before == 5 * u.chunks  # one write task per chunk a step
+        x = xp.asarray(np.arange(100.0), device=R)
+        x[:10] += 1
+        x[95] = -1
+        x[::-7] = 0.0
+        w = np.arange(100.0)
+        w[:10] += 1
+        w[95] = -1
+        w[::-7] = 0.0
+        assert np.array_equal(await x, w)
+
+
+async def test_a_value_read_before_a_write_keeps_its_version(cluster: Any) -> None:
+    async with ae.Engine(cluster=cluster) as engine:
+        xp = aa.namespace(engine, chunk_bytes=8 * 16)
+        x = xp.asarray(np.arange(64.0), device=R)
+        y = x * 2  # pending: reads x as it is now
+        v = x[10:20]  # a view sees later writes
+        x[...] = 0.0
+        assert np.array_equal(await y, np.arange(64.0) * 2)
+        assert np.array_equal(await v, np.zeros(10))
+
+
+OPS = ["add", "subtract", "multiply", "maximum", "negative", "abs", "sin", "square", "greater"]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    program=st.lists(
+        st.tuples(st.sampled_from(OPS), st.integers(0, 3), st.integers(0, 3), st.floats(-2, 2)),
+        min_size=1,
+        max_size=6,
+    ),
+    writes=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50), st.integers(0, 3))),
+)
+def test_random_programs_match_numpy(
+    program: list[tuple[str, int, int, float]], writes: list[tuple[int, int, int]]
+) -> None:
+    async def run() -> None:
+        async with in_process_cluster(1, 2) as cluster, ae.Engine(cluster=cluster) as engine:
+            xp = aa.namespace(engine, chunk_bytes=8 * 7)
+            base = np.linspace(-3, 3, 50)
+            mine = [xp.asarray(base + k, device=R) for k in range(4)]
+            ref = [base + k for k in range(4)]
+            for name, i, j, c in program:
+                fn, npf = getattr(xp, name), getattr(np, name)
+                if name in ("negative", "abs", "sin", "square"):
+                    mine.append(fn(mine[-1 - i]))
+                    ref.append(npf(ref[-1 - i]))
+                elif name == "greater":
+                    mine.append(xp.where(fn(mine[-1 - i], c), mine[-1 - j], c))
+                    ref.append(np.where(npf(ref[-1 - i], c), ref[-1 - j], c))
+                else:
+                    mine.append(fn(mine[-1 - i], mine[-1 - j]) + c)
+                    ref.append(npf(ref[-1 - i], ref[-1 - j]) + c)
+            for lo, hi, k in writes:  # in-place writes through views, overlapping sources
+                lo, hi = min(lo, hi), max(lo, hi)
+                n = hi - lo
+                mine[-1][lo:hi] = mine[-1 - k][50 - n :] * 0.5
+                ref[-1][lo:hi] = ref[-1 - k][50 - n :] * 0.5
+            for m, r in zip(mine, ref, strict=True):
+                assert np.allclose(await m, r, equal_nan=True)
+
+    asyncio.run(run())
+
+
+async def test_errors_name_the_function_and_how_to_gather(cluster: Any) -> None:
+    async with ae.Engine(cluster=cluster) as engine:
+        xp = aa.namespace(engine, chunk_bytes=8 * 16)
+        x = xp.asarray(np.arange(40.0), device=R)
+        with pytest.raises(NotImplementedError, match=r"xp\.sort .*to_device\(ae\.cpu\(\)\)"):
+            xp.sort(x)
+        with pytest.raises(IndexError, match="basic indices"):
+            x[np.array([1, 2])]
+        with pytest.raises(ValueError, match="different devices"):
+            x + xp.asarray(np.arange(40.0))
+        with pytest.raises(TypeError, match="cannot change the dtype"):
+            x += xp.asarray(np.arange(40.0) + 1j, device=R)
+        with pytest.raises(ValueError, match="broadcast"):
+            x[:5] = x[:6]
+        with pytest.raises(aa.PendingArrayError):
+            float(xp.sum(x))  # on the loop thread: await instead
+        assert float(await xp.sum(x)) == np.sum(np.arange(40.0))
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+async def test_a_failed_chunk_fails_the_array_and_names_it(cluster: Any) -> None:
+    # In-process workers share this process's warnings filters: a NumPy warning raises there.
+    async with ae.Engine(cluster=cluster) as engine:
+        xp = aa.namespace(engine, chunk_bytes=8 * 16)
+        x = xp.asarray(np.arange(40), device=R)
+        y = x // 0
+        with pytest.raises(ae.DependencyError, match="divide by zero") as info:
+            await y
+        assert any("remote array 'floor_divide'" in note for note in info.value.__notes__)
+        z = y + 1  # what reads it is skipped too
+        with pytest.raises(ae.DependencyError):
+            await z
+        with pytest.raises(BaseExceptionGroup):
+            await engine.wait_for_all()
+        assert np.array_equal(await (x + 1), np.arange(40) + 1)
+
+
+async def test_dropped_arrays_and_aclose_release_keys(cluster: Any) -> None:
+    engine = ae.Engine(cluster=cluster)
+    async with engine:
+        xp = aa.namespace(engine, chunk_bytes=8 * 16)
+        keep = xp.asarray(np.arange(64.0), device=R)
+        drop = xp.sin(keep) + 1
+        await drop
+        await keep
+        count = len(engine_keys(cluster, engine))
+        del drop
+        gc.collect()
+        for _ in range(300):
+            if len(engine_keys(cluster, engine)) <= count - 4:
+                break
+            await asyncio.sleep(0.01)
+        assert len(engine_keys(cluster, engine)) == keep.chunks
+        assert np.array_equal(await keep, np.arange(64.0))
+    await no_keys_left(cluster, engine)
