@@ -293,7 +293,9 @@ class Expr:
         """Take ``other``'s steps, inputs and reductions (another pending program of the same
         shape, which an operation reads together with this one), so that both run as one;
         False (nothing changed) if ``other`` was flushed or this would be too long. This
-        Expr's lock held."""
+        Expr's lock held (then ``other``'s is taken: the two are nested only on the thread
+        pushing on both arrays, and the arrays of a namespace are used from one thread at a
+        time, so no other thread absorbs the pair the other way round; ``flush`` takes one)."""
         with other.lock:
             if other.flushed or len(self.steps) + len(other.steps) > FUSE_STEPS:
                 return False
