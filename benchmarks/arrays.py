@@ -1,7 +1,7 @@
 """Engine-backed arrays (``aioengine.array``) against NumPy, numexpr, MXNet's NDArray, JAX and
 dask.array.
 
-Eleven measurements, each peer side by side in one run (the ratios are taken within the run):
+Twelve measurements, each peer side by side in one run (the ratios are taken within the run):
 
 * ``tiny``: a chain of 20,000 ``c = c + b`` on 4-element float64 arrays, awaited at the end:
   what one operation costs when there is no work in it. Peers: aioengine arrays
@@ -77,6 +77,17 @@ Inputs are made, and awaited, before the clock starts.
 * ``chain_lag``: the event loop's lag (a 1 ms ``asyncio.sleep`` heartbeat, as in ``overlap``)
   while five 8e6 chains run back to back on the engine, each awaited; beside it, for
   reference, NumPy called in the coroutine. The worst p99 of three runs. Target: <= 5 ms.
+* ``chain_busy``: does a chain start without a sync point? The 1e6 and 8e6 chain pushed on a
+  fresh engine (a fresh ``asyncio.run`` per run), then, without awaiting, ``c.ready`` polled
+  in a pure-Python loop (``spin``) or between 0.5 ms ``time.sleep`` calls (``sleep``); for
+  reference the chain awaited at once (``awaited``). The time from the first operation's push
+  until the value is ready (capped at 2 s: "never"), median of 5, the modes taking turns, and
+  each mode's time over ``awaited``'s and its excess (``late``) within each repetition; every
+  value checked against NumPy's. Under the GIL a worker takes the GIL from a spinning caller
+  only after the interpreter's switch interval (5 ms), so a chain that starts without a sync
+  point and runs at full speed is late by at most about 7 ms; where the machine has no core
+  to spare, the spinning caller also takes one from the workers, and ``late`` includes that.
+  Target: ``spin`` late by <= 7 ms.
 * ``mlp``: a 2-layer MLP (64 -> 128 tanh -> 1, mean squared error), 200 steps of full-batch
   gradient descent on 20,000 x 64 float64 samples (fixed seed), the loss read every 20 steps
   (as a training loop that logs does) and the final weights' loss at the end, on NumPy, the
@@ -95,8 +106,8 @@ beside the whole run: the busy-machine figures.
 
 ``--quick`` (the smoke run in ``nox -s bench_smoke``) shrinks everything: 2,000-operation
 chains, 1 MB arrays, 0.1 s of I/O, 2,000 iterations, chains of 1e3, 1e5 and 1e6 elements,
-1e6-element reductions, memory and lag, a 2,000-sample MLP for 20 steps, the example's small
-k-means, two repetitions (one for overlap, chain_lag and kmeans).
+1e6-element reductions, memory, lag and chain_busy, a 2,000-sample MLP for 20 steps, the
+example's small k-means, two repetitions (one for overlap, chain_lag and kmeans).
 
 Usage::
 
@@ -151,6 +162,7 @@ SHAPES = (
     "reductions",
     "chain_memory",
     "chain_lag",
+    "chain_busy",
     "mlp",
     "mlp_two",
     "kmeans",
@@ -835,8 +847,8 @@ def bench_memory(args: argparse.Namespace, failures: list[str]) -> dict[str, Any
 
 
 # --------------------------------------------------------------------------------------------
-# Shared by chain, reductions, chain_memory, chain_lag, mlp, mlp_two: the programs written
-# once against ``xp``, peers that take turns, and an engine that stays up for a whole shape.
+# Shared by chain, reductions, chain_memory, chain_lag, chain_busy, mlp, mlp_two: the programs
+# written once against ``xp``, peers that take turns, and an engine that stays up for a shape.
 
 
 def elementwise_chain(xp: Any, a: Any, b: Any) -> Any:
@@ -1430,6 +1442,113 @@ def bench_chain_lag(args: argparse.Namespace, failures: list[str]) -> dict[str, 
 
 
 # --------------------------------------------------------------------------------------------
+# chain_busy: a chain pushed by a caller that keeps the CPU without awaiting starts anyway
+
+BUSY_MODES = ("spin", "sleep", "awaited")
+BUSY_CAP_S = 2.0  # a chain not ready this long after its push is reported "never"
+
+
+def _poll_ready(c: Any, start: float, sleep: bool) -> float | None:
+    """Poll ``c.ready`` without yielding to the event loop (the caller keeps its thread, as a
+    program busy in Python does), with a 0.5 ms ``time.sleep`` between polls if ``sleep``:
+    the seconds from ``start`` until it is ready, or None after :data:`BUSY_CAP_S`."""
+    now = start
+    while not c.ready:
+        if now - start >= BUSY_CAP_S:
+            return None
+        if sleep:
+            time.sleep(0.0005)
+        now = time.perf_counter()
+    return now - start
+
+
+async def _chain_busy_once(mode: str, A: np.ndarray, B: np.ndarray) -> dict[str, Any]:
+    """One chain pushed on a fresh engine, then ``c.ready`` polled in a pure-Python loop
+    (``spin``) or between 0.5 ms ``time.sleep`` calls (``sleep``), never yielding to the loop,
+    or the chain awaited at once (``awaited``, the reference). The time from the first
+    operation's push until the value is ready (None: not within :data:`BUSY_CAP_S`)."""
+    import aioengine as ae
+    from aioengine.array import namespace
+
+    async with ae.Engine() as engine:
+        xp = namespace(engine)
+        a, b = xp.asarray(A), xp.asarray(B)
+        await a
+        await b
+        await elementwise_chain(xp, a, b)  # warm-up, untimed
+        gc.collect()
+        ready_s: float | None
+        start = time.perf_counter()
+        c = elementwise_chain(xp, a, b)
+        push_s = time.perf_counter() - start
+        if mode == "awaited":
+            value = await c
+            ready_s = time.perf_counter() - start
+        else:
+            ready_s = _poll_ready(c, start, sleep=mode == "sleep")
+            value = await c  # ready, or (capped) computed once the loop runs
+        await engine.wait_for_all()
+    return {"ready_s": ready_s, "push_s": push_s, "value": np.asarray(value)}
+
+
+def _median_or_never(runs: Sequence[float | None]) -> float | None:
+    """The median of ``runs``, a capped run (None) counting as longer than any; None if the
+    median is capped."""
+    ordered = sorted(r for r in runs if r is not None) + [float("inf")] * runs.count(None)
+    median = statistics.median(ordered) if ordered else float("inf")
+    return None if median == float("inf") else median
+
+
+def bench_chain_busy(args: argparse.Namespace, failures: list[str]) -> dict[str, Any]:
+    rng = np.random.default_rng(9)
+    result: dict[str, Any] = {"reps": args.chain_busy_reps, "cap_s": BUSY_CAP_S, "sizes": {}}
+    for n in args.chain_busy_sizes:
+        A, B = rng.standard_normal(n), rng.standard_normal(n)
+        reference = elementwise_chain(np, A, B)
+        runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in BUSY_MODES}
+        errors: dict[str, str] = {}
+        for rep in range(args.chain_busy_reps):
+            k = rep % len(BUSY_MODES)
+            for mode in BUSY_MODES[k:] + BUSY_MODES[:k]:
+                if mode in errors:
+                    continue
+                try:
+                    out = asyncio.run(_chain_busy_once(mode, A, B))
+                except Exception as exc:
+                    errors[mode] = f"{type(exc).__name__}: {exc}"
+                    continue
+                if not chain_close(out.pop("value"), reference):
+                    errors[mode] = "results differ from NumPy's (rtol 1e-12)"
+                runs[mode].append(out)
+        modes: dict[str, Any] = {}
+        awaited = [o["ready_s"] for o in runs["awaited"]] if "awaited" not in errors else []
+        for mode in BUSY_MODES:
+            if mode in errors:
+                failures.append(f"chain_busy/{n}/{mode}: {errors[mode]}")
+                modes[mode] = {"error": errors[mode]}
+                continue
+            ready: list[float | None] = [o["ready_s"] for o in runs[mode]]
+            entry: dict[str, Any] = {
+                "ready_s": _median_or_never(ready),
+                "never": ready.count(None),
+                "push_s": statistics.median(o["push_s"] for o in runs[mode]),
+                "runs_s": [None if r is None else round(r, 6) for r in ready],
+            }
+            if mode != "awaited" and len(awaited) == len(ready) and ready:
+                # Within each repetition (the modes take turns), as the other shapes' ratios.
+                pairs = list(zip(ready, awaited, strict=True))
+                entry["vs_awaited"] = _median_or_never(
+                    [None if r is None or w is None else r / w for r, w in pairs]
+                )
+                entry["late_ms"] = _median_or_never(
+                    [None if r is None or w is None else (r - w) * 1e3 for r, w in pairs]
+                )
+            modes[mode] = entry
+        result["sizes"][str(n)] = {"elements": n, "modes": modes}
+    return result
+
+
+# --------------------------------------------------------------------------------------------
 # mlp, mlp_two: a 2-layer MLP trained by full-batch gradient descent, written once against xp
 
 MLP_FEATURES, MLP_HIDDEN, MLP_LR, MLP_LOG_EVERY = 64, 128, 0.1, 20
@@ -1770,7 +1889,8 @@ def _inverse(x: float | None) -> float | None:
 
 
 def _new_targets(result: dict[str, Any]) -> list[tuple[str, float | None, str, float]]:
-    """The rows of chain, reductions, chain_memory, chain_lag, mlp, mlp_two and kmeans."""
+    """The rows of chain, reductions, chain_memory, chain_lag, chain_busy, mlp, mlp_two and
+    kmeans."""
     rows: list[tuple[str, float | None, str, float]] = []
     for sized in (_get(result, "chain", "sizes") or {}).values():
         n, peers = sized["elements"], sized["peers"]
@@ -1791,6 +1911,12 @@ def _new_targets(result: dict[str, Any]) -> list[tuple[str, float | None, str, f
     rows.append(("chain_memory: aioengine peak / result size", multiple, "<=", 1.25))
     lag = _get(result, "chain_lag", "modes", "aioengine", "lag_p99_ms")
     rows.append(("chain_lag: event-loop lag p99, ms", lag, "<=", 5.0))
+    for sized in (_get(result, "chain_busy", "sizes") or {}).values():
+        # A chain must not wait for a sync point: under the GIL a worker takes it from a
+        # spinning caller only after the switch interval (5 ms), hence 7 ms, not 1.
+        late = _get(sized, "modes", "spin", "late_ms")
+        label = f"chain_busy {sized['elements']:,}: spinning caller, ready - awaited, ms"
+        rows.append((label, late, "<=", 7.0))
     one, two = _get(result, "mlp", "one") or {}, _get(result, "mlp", "two") or {}
     vs = _get(one, "aioengine", "vs_numpy")
     rows.append(("mlp: NumPy time / aioengine time", vs, ">=", 1.0))
@@ -1819,7 +1945,8 @@ def _peer_table(lines: list[str], peers: dict[str, Any], unit: str, scale: float
 
 
 def _report_new(result: dict[str, Any], lines: list[str]) -> None:
-    """The sections of chain, reductions, chain_memory, chain_lag, mlp, mlp_two and kmeans."""
+    """The sections of chain, reductions, chain_memory, chain_lag, chain_busy, mlp, mlp_two and
+    kmeans."""
     if "chain" in result:
         c = result["chain"]
         lines.append(
@@ -1865,6 +1992,33 @@ def _report_new(result: dict[str, Any], lines: list[str]) -> None:
                 f"  {mode:22} {p['wall_per_chain_s']:8.3f} {p['lag_p99_ms']:11.2f} "
                 f"{p['lag_max_ms']:11.2f}"
             )
+    if "chain_busy" in result:
+        cb = result["chain_busy"]
+        lines.append(
+            f"\nchain_busy: the chain pushed, then c.ready polled without awaiting (spin: a "
+            f"pure-Python loop; sleep: 0.5 ms sleeps) or awaited at once; ms from the first "
+            f"push until ready, median of {cb['reps']} (vs awaited: within each repetition)"
+        )
+        for sized in cb["sizes"].values():
+            lines.append(f"  {sized['elements']:,} elements")
+            lines.append(
+                f"    {'mode':22} {'ready ms':>10} {'push ms':>8} {'vs awaited':>11} "
+                f"{'late ms':>8} {'never':>6}"
+            )
+            for mode, p in sized["modes"].items():
+                if "error" in p:
+                    lines.append(f"    {mode:22} failed: {p['error']}")
+                    continue
+                ready = "never" if p["ready_s"] is None else f"{p['ready_s'] * 1e3:.2f}"
+                vs, late = p.get("vs_awaited"), p.get("late_ms")
+                vs_cell = "-" if "vs_awaited" not in p else "never" if vs is None else f"{vs:.2f}x"
+                late_cell = (
+                    "-" if "late_ms" not in p else "never" if late is None else f"{late:.2f}"
+                )
+                lines.append(
+                    f"    {mode:22} {ready:>10} {p['push_s'] * 1e3:8.2f} {vs_cell:>11} "
+                    f"{late_cell:>8} {p['never']:6d}"
+                )
     if "mlp" in result:
         m = result["mlp"]
         lines.append(
@@ -2015,6 +2169,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--lag-elements", type=int, default=8_000_000)
     ap.add_argument("--lag-chains", type=int, default=5, help="chain_lag: chains back to back")
     ap.add_argument("--lag-reps", type=int, help="(3; 1 with --quick)")
+    ap.add_argument("--chain-busy-sizes", default="1000000,8000000", help="chain_busy: elements")
+    ap.add_argument("--chain-busy-reps", type=int, help="(5; 2 with --quick)")
     ap.add_argument("--mlp-samples", type=int, default=20_000)
     ap.add_argument("--mlp-steps", type=int, default=200)
     ap.add_argument("--mlp-reps", type=int, help="repetitions of mlp and mlp_two (3; 2 --quick)")
@@ -2041,16 +2197,26 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.chain_sizes = [int(float(s)) for s in args.chain_sizes.split(",") if s.strip()]
     except ValueError:
         ap.error(f"--chain-sizes: comma-separated element counts, got {args.chain_sizes!r}")
+    try:
+        args.chain_busy_sizes = [
+            int(float(s)) for s in args.chain_busy_sizes.split(",") if s.strip()
+        ]
+    except ValueError:
+        ap.error(
+            f"--chain-busy-sizes: comma-separated element counts, got {args.chain_busy_sizes!r}"
+        )
     if args.quick:
         args.tiny_ops, args.branch_elements = 2_000, 131_072
         args.chunks, args.chunk_elements, args.io_s, args.compute_s = 10, 131_072, 0.1, 0.1
         args.mem_iters = 2_000
         args.chain_sizes = [1_000, 100_000, 1_000_000]
+        args.chain_busy_sizes = [1_000_000]
         args.reduction_elements = args.memory_chain_elements = args.lag_elements = 1_000_000
         args.lag_chains, args.mlp_samples, args.mlp_steps = 3, 2_000, 20
     args.reps = args.reps or (2 if args.quick else 7)
     args.overlap_reps = args.overlap_reps or (1 if args.quick else 3)
     args.lag_reps = args.lag_reps or (1 if args.quick else 3)
+    args.chain_busy_reps = args.chain_busy_reps or (2 if args.quick else 5)
     args.mlp_reps = args.mlp_reps or (2 if args.quick else 3)
     args.kmeans_reps = args.kmeans_reps or (1 if args.quick else 3)
     return args
@@ -2128,6 +2294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             result["chain_memory"] = bench_chain_memory(args, notes, failures)
         if "chain_lag" in only:
             result["chain_lag"] = bench_chain_lag(args, failures)
+        if "chain_busy" in only:
+            result["chain_busy"] = bench_chain_busy(args, failures)
         if only & {"mlp", "mlp_two"}:
             result["mlp"] = bench_mlp(args, failures)
         if "kmeans" in only:
