@@ -503,10 +503,8 @@ class Scheduler(CoreState):
     def _submit_one(self, target: Executor, op: Operation[Any]) -> None:
         """Submit one READY operation; from the loop thread, wake workers once per iteration.
 
-        A burst of pushes from the loop then hands the workers one wake-up at its end instead
-        of one per operation (each wake-up of a sleeping thread costs a GIL hand-off); the
-        executor wakes one for the burst's first operation at once, so that work starts even
-        if the caller keeps the loop thread busy instead of yielding.
+        A burst of pushes from the loop then hands the workers one wake-up instead of one per
+        operation (each wake-up of a sleeping thread costs a GIL hand-off).
         """
         if _get_ident() != self.loop_thread:
             if not target.submit(op, op.key, True):

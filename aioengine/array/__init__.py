@@ -8,9 +8,8 @@ parallel where their buffers allow, in the order the engine's rule requires wher
 
 A small buffer owns one engine Var; a large one made by an elementwise operation is cut into
 chunks, each with a Var of its own (``_chain.py``), and views and in-place writes hold the
-chunks they touch; ``x.var`` merges them into one. Work starts as soon as it is pushed: a
-caller need not await for its chain to begin. With ``device=ae.remote()`` the chunks live on a
-Dask cluster's workers (``_remote.py``).
+chunks they touch; ``x.var`` merges them into one. With ``device=ae.remote()`` the chunks live
+on a Dask cluster's workers (``_remote.py``).
 Sync points (``float(x)``, ``np.asarray(x)``, ...) block off the event-loop thread and raise
 :class:`PendingArrayError` on it while the value is pending. See ``docs/howto/arrays.md``;
 ``aioengine.array_api`` is the same namespace on a process-wide ``BlockingEngine``.

@@ -163,8 +163,7 @@ class _Step:
 
 #: How long a kernel pushed from the event loop's thread waits for its chain's next step
 #: (:class:`Burst`) while the loop has not iterated since: once the caller has pushed no
-#: chunked operation for this long (it went on with other work without yielding to the
-#: loop), the burst's kernels start.
+#: chunked operation for this long, the burst's kernels may start.
 QUIET = 0.002
 
 
@@ -172,13 +171,16 @@ class Burst:
     """The chunk kernels a namespace pushes from the event loop's thread between two
     iterations of the loop: one chain, as the caller writes it.
 
-    A worker may take a kernel as soon as it is pushed (a caller that keeps the loop busy
-    must not hold its work back), but a chain's later steps join its kernels only while they
-    have not started. So a kernel of the current burst waits, GIL released, until the loop
-    iterates (the caller awaits, or returns to the loop: its chain is pushed) or the caller
-    has pushed no chunked operation for :data:`QUIET`, whichever comes first. ``gen`` counts
-    the bursts ended and ``last`` is the time of the latest chunked operation (both written
-    on the loop thread, read by workers: one object each, no lock).
+    The engine wakes sleeping workers for work pushed from the loop at the loop's next
+    iteration, but a worker that finishes an operation takes the next queued one at once: it
+    may take a kernel while the caller is still pushing the chain's later steps, which join
+    a kernel only while it has not started (else they make kernels of their own and the
+    intermediates are written to memory). So a kernel of the current burst waits, GIL
+    released, until the loop iterates (the chain is pushed: the caller awaits, or returns to
+    the loop) or the caller has pushed no chunked operation for :data:`QUIET`, whichever
+    comes first. ``gen`` counts the bursts ended and ``last`` is the time of the latest
+    chunked operation (both written on the loop thread, read by workers: one object each,
+    no lock).
     """
 
     __slots__ = ("gen", "last", "open")

@@ -107,11 +107,9 @@ class ThreadExecutor:
     def submit(self, item: object, key: int, wake: bool = True) -> bool:
         """Queue ``item`` to be run on a worker thread, smallest ``key`` first; from any thread.
 
-        ``key`` must be unique among the queued items. With ``wake=False`` only the first
-        item of a burst (one queued on an empty queue) wakes a worker (or starts a thread);
-        the others wait for the next :meth:`wake`: a burst of submissions then costs two
-        hand-offs, not one per item, and its first item starts even if the submitting thread
-        goes on with other work before it calls :meth:`wake`. Returns False, queueing nothing, once
+        ``key`` must be unique among the queued items. With ``wake=False`` no sleeping worker
+        is woken (and no thread started) until the next :meth:`wake`: a burst of submissions
+        then costs one hand-off, not one per item. Returns False, queueing nothing, once
         :meth:`shutdown` was called (the engine cancels what it could not hand over) or the
         interpreter is exiting (or this is a forked child).
         """
@@ -122,7 +120,7 @@ class ThreadExecutor:
                 return False
             heapq.heappush(self._heap, key)
             self._items[key] = item
-            if wake or len(self._heap) == 1:
+            if wake:
                 self._wake_locked()
         finally:
             lock.release()

@@ -194,26 +194,6 @@ class TestDispatch:
         threading.Thread(target=gate.set).start()
         await asyncio.wait_for(ran.wait(), 10)
 
-    async def test_work_pushed_from_the_loop_starts_before_the_loop_yields(
-        self, threaded_engine: ae.Engine
-    ) -> None:
-        """A caller that pushes and then keeps the loop thread busy (here blocked, as in
-        ``time.sleep``) does not hold its work back: the first operation of a burst wakes a
-        worker at once, the burst's others and the second worker follow when the loop
-        iterates. Each round would time out if work waited for the loop."""
-        engine = threaded_engine
-        x = engine.new_var("x")
-        for _ in range(3):
-            started = threading.Event()
-            op = engine.push_sync(lambda r, s=started: s.set(), mutate_vars=[x])
-            assert started.wait(10)  # the loop thread blocks: no iteration runs meanwhile
-            await op
-            # A burst: its first operation starts without a loop iteration too.
-            gates = [threading.Event() for _ in range(4)]
-            ops = [engine.push_sync(lambda r, g=g: g.set()) for g in gates]
-            assert gates[0].wait(10)
-            await asyncio.gather(*ops)
-
 
 class TestFinish:
     """A finish records the outcome, releases the Vars and dispatches what became ready."""
