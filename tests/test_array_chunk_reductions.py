@@ -215,16 +215,21 @@ async def test_a_failing_step_fails_the_reduction_naming_the_step(name: str) -> 
         xp = aa.namespace(engine, chunk_bytes=CHUNK)
         x = xp.asarray(np.ones(N, dtype=np.int64))
         y = xp.asarray(-np.ones(N, dtype=np.int64))
-        # Nobody holds x ** y: the reduction's operation raises the step's own failure.
-        with pytest.raises(ValueError, match="negative integer powers") as info:
+        # Nobody holds x ** y: the reduction raises the step's own failure when the three
+        # are one kernel, a DependencyError from it when a worker took the first kernel
+        # before the rest joined (a loaded machine: the caller was quiet for QUIET).
+        with pytest.raises((ValueError, ae.DependencyError)) as info:
             await getattr(xp, name)(x**y + 1)
-        assert "pow" in _notes(info.value)
-        assert "fused chain" in _notes(info.value)
+        root = info.value if isinstance(info.value, ValueError) else info.value.__cause__
+        assert isinstance(root, ValueError)
+        assert "negative integer powers" in str(root)
+        assert "pow" in _notes(root)
+        assert "fused chain" in _notes(root)
         # Someone holds it: the reduction was not computed; the step raises on its own.
         bad = x**y
         total = getattr(xp, name)(bad * 2)
-        with pytest.raises(ae.DependencyError, match=f"{name} was not computed") as dep:
-            await total
+        with pytest.raises(ae.DependencyError, match="was not computed") as dep:
+            await total  # (named after the reduction, or after bad * 2 if it ran apart)
         assert isinstance(dep.value.__cause__, ValueError)
         assert "pow" in _notes(dep.value.__cause__)
         with pytest.raises(ValueError, match="negative integer powers"):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import time
 import tracemalloc
 from collections.abc import Callable
 from typing import Any
@@ -434,3 +435,33 @@ async def test_closing_with_cancel_fails_pending_chunks_clearly() -> None:
     await closing
     with pytest.raises(RuntimeError, match="cancelled"):
         np.asarray(c)  # failed for good, never a hang or garbage
+
+
+async def test_a_chain_computes_while_its_caller_keeps_the_loop_busy() -> None:
+    """A chain pushed by a caller that then blocks the loop thread (``time.sleep``: no
+    ``await``, so the loop never iterates) is computed meanwhile: the waker pushes one no-op
+    from its own thread once the caller has been quiet, which wakes the workers. A chain
+    awaited at once needs no wake-up."""
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        a = xp.asarray(np.arange(N, dtype=np.float64))
+        await a
+
+        def pushed() -> int:
+            return engine.statistics().pushed
+
+        before = pushed()
+        value = await (xp.sqrt(a * 2.0 + 1.0) - a)
+        np.testing.assert_array_equal(value, np.sqrt(np.arange(N) * 2.0 + 1.0) - np.arange(N))
+        await asyncio.sleep(0.02)  # longer than QUIET: a waker would have pushed by now
+        awaited = pushed() - before  # the kernels (one per chunk) and the await
+        for _ in range(3):
+            before = pushed()
+            c = xp.sqrt(a * 2.0 + 1.0) - a
+            for _ in range(10_000):  # at most 10 s, without yielding to the loop
+                if c.ready:
+                    break
+                time.sleep(0.001)  # noqa: ASYNC251  (blocking the loop is the point)
+            assert c.ready
+            np.testing.assert_array_equal(await c, value)
+            assert pushed() - before == awaited + 1  # and the waker's one no-op

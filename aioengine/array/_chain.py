@@ -42,7 +42,6 @@ from __future__ import annotations
 import functools
 import math
 import threading
-import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -52,10 +51,10 @@ import numpy as np
 from .. import DependencyError, FnProperty
 from ._array import buffer_of
 from ._buffer import Buffer
+from ._burst import Burst
 from ._cupy_fuse import cupy_module, fused_call
 from ._kernel import MISSING, failure_of, numpy_on_gpu
 from ._reducers import REDUCERS
-from ._sync import running_loop
 
 if TYPE_CHECKING:
     from .. import Context, Engine, Operation, RunContext, Var
@@ -63,8 +62,6 @@ if TYPE_CHECKING:
 __all__ = (
     "BLOCK_BYTES",
     "CHUNK_BYTES",
-    "QUIET",
-    "Burst",
     "ChainKernel",
     "Combine",
     "Partials",
@@ -159,60 +156,6 @@ class _Step:
         self.out = out
         #: A reduction's partials (then ``fn`` reduces a block to a scalar; no Buffer).
         self.sink = sink
-
-
-#: How long a kernel pushed from the event loop's thread waits for its chain's next step
-#: (:class:`Burst`) while the loop has not iterated since: once the caller has pushed no
-#: chunked operation for this long, the burst's kernels may start.
-QUIET = 0.002
-
-
-class Burst:
-    """The chunk kernels a namespace pushes from the event loop's thread between two
-    iterations of the loop: one chain, as the caller writes it.
-
-    The engine wakes sleeping workers for work pushed from the loop at the loop's next
-    iteration, but a worker that finishes an operation takes the next queued one at once: it
-    may take a kernel while the caller is still pushing the chain's later steps, which join
-    a kernel only while it has not started (else they make kernels of their own and the
-    intermediates are written to memory). So a kernel of the current burst waits, GIL
-    released, until the loop iterates (the chain is pushed: the caller awaits, or returns to
-    the loop) or the caller has pushed no chunked operation for :data:`QUIET`, whichever
-    comes first. ``gen`` counts the bursts ended and ``last`` is the time of the latest
-    chunked operation (both written on the loop thread, read by workers: one object each,
-    no lock).
-    """
-
-    __slots__ = ("gen", "last", "open")
-
-    def __init__(self) -> None:
-        self.gen = 0
-        self.last = 0.0
-        #: A burst is open: its end is scheduled on the loop (the loop thread's field).
-        self.open = False
-
-    def enter(self) -> int:
-        """On the loop's thread, as a chunked operation is recorded: the burst it is in."""
-        self.last = time.perf_counter()
-        if not self.open:
-            self.open = True
-            loop = running_loop()
-            assert loop is not None
-            loop.call_soon(self._end)
-        return self.gen
-
-    def _end(self) -> None:
-        self.open = False
-        self.gen += 1
-
-    def wait(self, gen: int) -> None:
-        """On a worker, before a kernel of burst ``gen`` starts: wait until the burst ends
-        or its caller has pushed nothing for :data:`QUIET`."""
-        while self.gen == gen:
-            left = self.last + QUIET - time.perf_counter()
-            if left <= 0:
-                return
-            time.sleep(min(left, 0.0002))
 
 
 class ChainKernel:
@@ -680,7 +623,7 @@ def join_or_push(
     ``recent``: the kernels of the namespace's latest chunked result), else a new kernel pushed
     with ``submit`` (the namespace's push; in ``burst`` if that is on the loop's thread)."""
     if burst is not None:
-        burst.enter()
+        burst.enter(engine, device)
     size = math.prod(shape)
     n, chunk_elems = chunking(size, chunk_elems)
     bufs = [buffer_of(x) for x in operands]
@@ -772,7 +715,7 @@ def reduce_chunks(
     that makes or reads ``x`` there (else a new kernel), then one operation that combines the
     partials in chunk order."""
     if burst is not None:
-        burst.enter()
+        burst.enter(engine, device)
     size = math.prod(x.shape)
     n, chunk_elems = chunking(size, chunk_elems)
     block, combine, _ = REDUCERS[fn]

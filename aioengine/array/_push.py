@@ -68,7 +68,8 @@ from ._array import (
 )
 from ._blas import blas_call
 from ._buffer import Buffer, Shared
-from ._chain import CHUNK_BYTES, Burst, join_or_push, reduce_chunks
+from ._burst import Burst
+from ._chain import CHUNK_BYTES, join_or_push, reduce_chunks
 from ._kernel import MISSING, Const, Kernel, numpy_on_gpu
 from ._meta import Shape, axis_index, broadcast, normalize_axes, reduced
 from ._reducers import REDUCERS
@@ -364,7 +365,7 @@ class Pusher(Bound):
         return out
 
     def _loop_burst(self) -> Burst | None:
-        """The namespace's :class:`~._chain.Burst` if the caller runs on the engine's loop
+        """The namespace's :class:`~._burst.Burst` if the caller runs on the engine's loop
         (an Engine's loop is the caller's until it is learnt), else None."""
         loop = running_loop()
         if loop is None:

@@ -1,0 +1,145 @@
+"""Bursts: the chunked operations a caller pushes on the event loop's thread between two
+iterations of the loop (one chain, as it is written), and when their kernels start.
+
+The engine wakes sleeping workers for work pushed on the loop's thread at the loop's next
+iteration (so ``aclose()`` right after a push wins, and a callback added before ``await`` has
+run when it returns). Two things follow for a chain of chunk kernels (``_chain.py``):
+
+* A worker that finishes an operation takes the next queued one at once: it may take a kernel
+  while the caller is still pushing the chain's later steps, which join a kernel only while it
+  has not started (else they make kernels of their own, and the intermediates are written to
+  memory). So a kernel of the current burst waits (:meth:`Burst.wait`, GIL released) until the
+  loop iterates or the caller has pushed no chunked operation for :data:`QUIET`.
+* A caller that pushes a chain and then keeps the loop busy (``time.sleep``, a long stretch of
+  Python, a synchronous wait in a notebook cell) would hold it back until its next ``await``.
+  So the burst's opening arms the process's :class:`Waker`: a daemon thread that, once the
+  caller has pushed nothing for :data:`QUIET` and the loop has still not iterated, pushes one
+  no-op operation (``"array wake"``) on the burst's device from its own thread; a push from
+  off the loop wakes the device's workers at once, and they take the queued kernels. Under
+  the GIL a worker takes its turn from a caller spinning in pure Python only every
+  ``sys.getswitchinterval()`` (5 ms), which bounds how soon it starts there.
+
+State: :class:`Burst`'s fields are written on the loop's thread and read by workers and the
+waker (one object each, no lock); :class:`Waker`'s ``armed`` and ``thread`` are guarded by its
+``cond``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from .. import FnProperty
+from ._sync import running_loop
+
+if TYPE_CHECKING:
+    from .. import Context, Engine, RunContext
+
+__all__ = ("QUIET", "Burst", "Waker")
+
+#: How long the caller may go without pushing a chunked operation, while the loop has not
+#: iterated, before its burst's kernels start (and the waker wakes the workers for them).
+QUIET = 0.002
+
+
+class Burst:
+    """The chunk kernels a namespace pushes on the event loop's thread between two iterations
+    of the loop (see the module docstring)."""
+
+    __slots__ = ("gen", "last", "open")
+
+    def __init__(self) -> None:
+        #: The bursts ended (the loop iterated after them).
+        self.gen = 0
+        #: When the latest chunked operation of the current burst was recorded.
+        self.last = 0.0
+        #: A burst is open: its end is scheduled on the loop.
+        self.open = False
+
+    def enter(self, engine: Engine, device: Context) -> int:
+        """On the loop's thread, as a chunked operation on ``device`` is recorded: the burst
+        it is in (its ``gen``); the first one opens the burst and arms the waker."""
+        self.last = time.perf_counter()
+        if not self.open:
+            self.open = True
+            loop = running_loop()
+            assert loop is not None
+            loop.call_soon(self._end)
+            WAKER.arm(self, self.gen, engine, device)
+        return self.gen
+
+    def _end(self) -> None:
+        self.open = False
+        self.gen += 1
+
+    def wait(self, gen: int) -> None:
+        """On a worker, before a kernel of burst ``gen`` starts: wait until the burst ends
+        or its caller has pushed nothing for :data:`QUIET`."""
+        while self.gen == gen:
+            left = self.last + QUIET - time.perf_counter()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.0002))
+
+
+def _nothing(rctx: RunContext) -> None:
+    """The waker's operation: its push from off the loop is what wakes the workers."""
+
+
+class Waker:
+    """The daemon thread that starts a burst's kernels when its caller keeps the loop busy
+    (see the module docstring); one per process, started on first use (and again in a
+    forked child)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        #: The bursts opened and not yet seen to end or go quiet, oldest first: (the burst,
+        #: its gen, its engine, its device). Guarded by ``cond``.
+        self.armed: list[tuple[Burst, int, Engine, Context]] = []
+        #: The thread and the process that started it. Guarded by ``cond``.
+        self.thread: tuple[int, threading.Thread] | None = None
+
+    def arm(self, burst: Burst, gen: int, engine: Engine, device: Context) -> None:
+        """Watch burst ``gen`` of ``burst`` (on the loop's thread, as it opens)."""
+        with self.cond:
+            self.armed.append((burst, gen, engine, device))
+            pid = os.getpid()
+            if self.thread is None or self.thread[0] != pid:
+                thread = threading.Thread(target=self._run, name="aioengine-array-waker")
+                thread.daemon = True
+                self.thread = (pid, thread)
+                thread.start()
+            else:
+                self.cond.notify()
+
+    def _run(self) -> None:
+        cond, armed = self.cond, self.armed
+        while True:
+            with cond:
+                while not armed:
+                    cond.wait()
+                burst, gen, engine, device = armed[0]
+            while burst.gen == gen:
+                left = burst.last + QUIET - time.perf_counter()
+                if left <= 0:
+                    break
+                time.sleep(left)
+            with cond:
+                armed.pop(0)
+            if burst.gen == gen:  # quiet, and the loop has not iterated: wake the workers
+                _wake(engine, device)
+            del burst, engine, device  # an idle waker keeps no engine alive
+
+
+def _wake(engine: Engine, device: Context) -> None:
+    """Push the no-op that wakes ``device``'s workers (from the waker's thread)."""
+    try:
+        engine.push_sync(_nothing, device, prop=FnProperty.NORMAL, name="array wake")
+    except Exception:
+        pass
+
+
+#: The process's waker.
+WAKER = Waker()
