@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 import aioengine as ae
 import aioengine.array as aa
 from aioengine.array import _push
+from aioengine.array._burst import QUIET
 
 N = 5 * 8192 + 17  # 5 chunks of 8,192 elements and a short one, above the inline threshold
 CHUNK = 8192 * 8
@@ -453,7 +454,7 @@ async def test_a_chain_computes_while_its_caller_keeps_the_loop_busy() -> None:
         before = pushed()
         value = await (xp.sqrt(a * 2.0 + 1.0) - a)
         np.testing.assert_array_equal(value, np.sqrt(np.arange(N) * 2.0 + 1.0) - np.arange(N))
-        await asyncio.sleep(0.02)  # longer than QUIET: a waker would have pushed by now
+        await asyncio.sleep(5 * QUIET)  # a waker would have pushed by now
         awaited = pushed() - before  # the kernels (one per chunk) and the await
         for _ in range(3):
             before = pushed()

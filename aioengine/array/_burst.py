@@ -41,7 +41,9 @@ __all__ = ("QUIET", "Burst", "Waker")
 
 #: How long the caller may go without pushing a chunked operation, while the loop has not
 #: iterated, before its burst's kernels start (and the waker wakes the workers for them).
-QUIET = 0.002
+#: Long beside the gap between two pushes of a chain (tens of µs; milliseconds when the
+#: machine is loaded and the caller is descheduled), short beside the busy stretch it is for.
+QUIET = 0.02
 
 
 class Burst:
