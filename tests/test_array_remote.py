@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import aioengine as ae
 import aioengine.array as aa
 
-from .helpers import engine_keys, in_process_cluster, no_keys_left
+from .helpers import engine_keys, in_process_cluster, no_keys_left, until
 
 pytest.importorskip("distributed")
 
@@ -260,3 +260,55 @@ async def test_dropped_arrays_and_aclose_release_keys(cluster: Any) -> None:
         assert len(engine_keys(cluster, engine)) == keep.chunks
         assert np.array_equal(await keep, np.arange(64.0))
     await no_keys_left(cluster, engine)
+
+
+def test_a_worker_that_dies_fails_what_dask_cannot_recompute_and_names_it() -> None:
+    """Worker processes (processes=True): one is killed mid-program. Chunks Dask can make
+    again (a creation's) are recomputed; an array computed from data sent from here cannot
+    be, and reading what depends on it raises an error naming the chunk, the worker and the
+    array (it used to be a FutureCancelledError naming nothing, which also failed the
+    unrelated arrays pushed with it). Never a hang, never a wrong value."""
+    import os
+    import signal
+
+    import distributed
+
+    async def main() -> None:
+        async with (
+            distributed.LocalCluster(  # type: ignore[no-untyped-call]
+                processes=True, n_workers=2, threads_per_worker=1, dashboard_address=":0",
+                asynchronous=True,
+            ) as cluster,
+            ae.Engine(cluster=cluster) as engine,
+        ):  # fmt: skip
+            xp = aa.namespace(engine, chunk_bytes=8 * 16)
+            a = np.arange(64.0)
+            x = xp.asarray(a, device=R)  # sent from here: Dask cannot make it again
+            z = xp.arange(64.0, device=R)  # made on the workers: Dask can
+            y = x * 2
+            await z
+            await engine.wait_for_all()
+            assert y._store.chunks is not None
+            key = y._store.chunks[0]._value.future.key
+            victim = next(iter(cluster.scheduler.tasks[key].who_has)).address
+            nanny = next(n for n in cluster.workers.values() if n.worker_address == victim)
+            os.kill(nanny.process.process.pid, signal.SIGKILL)
+            await until(lambda: victim not in cluster.scheduler.workers, 30)
+            w = y + 1
+            v = z + 1
+            with pytest.raises(ae.DependencyError) as info:
+                await asyncio.wait_for(w, 60)
+            text = str(info.value)
+            assert victim in text
+            assert "'multiply[0]'" in text
+            assert "died" in text
+            assert any("remote array 'add'" in note for note in info.value.__notes__)
+            # z's lost chunks are made again; v's tasks, cancelled by Dask with w's (one graph
+            # with a lost input), are sent again.
+            got = await asyncio.wait_for(v, 60)
+            assert got.dtype == np.float64
+            assert np.array_equal(got, a + 1)
+            with pytest.raises(BaseExceptionGroup):
+                await asyncio.wait_for(engine.wait_for_all(), 60)
+
+    asyncio.run(main())

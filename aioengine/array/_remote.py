@@ -631,7 +631,9 @@ def _arange(
     if stop is None:
         start, stop = 0, start
     n = max(0, math.ceil((stop - start) / step))
-    dt = np.arange(start, start + step, step).dtype if dtype is None else as_dtype(dtype)
+    # NumPy's dtype for these bounds (xp.arange(64.0) is float64), without making the range.
+    bounds = np.result_type(*(np.asarray(b) for b in (start, stop, step)))
+    dt = bounds if dtype is None else as_dtype(dtype)
     rows = chunk_rows((n,), _chunk_bytes(ns))
 
     def args(lo: int, hi: int) -> tuple[Any, ...]:
