@@ -54,10 +54,12 @@ from ._remote_store import (
     rows_of,
     write_into,
 )
+from ._remote_zarr import read_store, write_store
 from ._special import elementwise_function
 from ._sync import PendingArrayError
 
 if TYPE_CHECKING:
+    from .. import Operation
     from ._namespace import Namespace
 
 __all__ = ("FUNCTIONS", "RemoteArray", "call", "involves_remote", "is_remote", "to_remote")
@@ -225,6 +227,17 @@ class RemoteArray:
             raise ValueError(f"device must be an aioengine Context, got {device!r}")
         local = _to_local(self._ns, self)
         return local if device == _CPU0 else local.to_device(device)
+
+    def to_zarr(self, store: Any, /) -> Operation[int]:
+        """Write this array as a Zarr array at ``store`` (a path or store every worker
+        reaches; what is there is replaced): each chunk written by a remote task on a worker,
+        after the writes pushed before it. Returns the operation that ends when all are
+        written (``await`` it, or ``wait_for_all()``). An aioengine extension; needs
+        ``zarr``."""
+        x = self
+        if self._view.key() != self._store.whole().key():
+            x = record(self._ns, np.copy, "copy", (self,))  # a view: its own chunks first
+        return write_store(x._store, store)
 
     def __repr__(self) -> str:
         store = self._store
@@ -665,6 +678,10 @@ def _linspace(
     return RemoteArray(ns, created(engine_of(ns), "linspace", (num,), dt, rows, args, "linspace"))
 
 
+def _from_zarr(ns: Namespace, store: Any, /, *, device: Any = None) -> Any:
+    return RemoteArray(ns, read_store(engine_of(ns), store, _chunk_bytes(ns)))
+
+
 def _reduction(name: str) -> Callable[..., Any]:
     def reduce(
         ns: Namespace, x: Any, /, *, axis: Any = None, keepdims: bool = False, dtype: Any = None
@@ -744,6 +761,7 @@ def _build() -> dict[str, Callable[..., Any]]:
         full_like=_full_like,
         arange=_arange,
         linspace=_linspace,
+        from_zarr=_from_zarr,
         sum=_reduction("sum"),
         prod=_reduction("prod"),
         mean=_reduction("mean"),
