@@ -348,3 +348,59 @@ async def test_zarr_round_trips_chunk_by_chunk_on_the_workers(cluster: Any, tmp_
         assert np.array_equal(await xp.from_zarr(view, device=R), want[::3, 2:])
         with pytest.raises(Exception, match=r"not found|does not exist|No array"):
             xp.from_zarr(str(tmp_path / "missing.zarr"), device=R)
+
+
+SYNC_SCRIPT = """
+import numpy as np
+import aioengine as ae
+import aioengine.array_api as xp
+
+u = xp.asarray(np.arange(4000.0))  # no device: on the cluster
+assert u.device == ae.remote(), u.device
+z = xp.zeros(4000)
+assert z.device == ae.remote()
+for _ in range(3):
+    u[1:-1] = 0.5 * (u[:-2] + u[2:])
+want = np.arange(4000.0)
+for _ in range(3):
+    want[1:-1] = 0.5 * (want[:-2] + want[2:])
+assert np.allclose(np.asarray(u), want)
+assert float(xp.sum(u + z)) == float(np.sum(want))
+assert xp.asarray(np.ones(3), device=ae.cpu()).device == ae.cpu()
+print("on the cluster", u.chunks)
+"""
+
+
+def test_array_api_scales_out_with_aioengine_cluster() -> None:
+    """A synchronous script on ``aioengine.array_api``, unchanged, with AIOENGINE_CLUSTER set:
+    the arrays it places live on the cluster (a subprocess: the module's engine is global)."""
+    import os
+    import subprocess
+    import sys
+
+    import distributed
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with distributed.LocalCluster(  # type: ignore[no-untyped-call]
+        processes=False,
+        n_workers=1,
+        threads_per_worker=2,
+        dashboard_address=":0",
+        protocol="tcp",
+    ) as cluster:
+        env = dict(
+            os.environ,
+            AIOENGINE_CLUSTER=cluster.scheduler_address,
+            AIOENGINE_ARRAY_CHUNK_BYTES="8000",
+            PYTHONPATH=root,
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", SYNC_SCRIPT],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "on the cluster 4" in proc.stdout

@@ -62,10 +62,23 @@ if TYPE_CHECKING:
     from .. import Operation
     from ._namespace import Namespace
 
-__all__ = ("FUNCTIONS", "RemoteArray", "call", "involves_remote", "is_remote", "to_remote")
+__all__ = (
+    "FUNCTIONS",
+    "PLACING",
+    "RemoteArray",
+    "call",
+    "involves_remote",
+    "is_remote",
+    "to_remote",
+)
 
 _REMOTE = DeviceType.REMOTE
 _CPU0 = cpu()
+#: The namespace functions that place a new array (``device=`` chooses where): those a
+#: namespace with ``default_remote`` sends here when they are given no device.
+PLACING = frozenset(
+    ("asarray", "zeros", "ones", "empty", "full", "arange", "linspace", "from_zarr")
+)
 #: NumPy operands up to this many elements travel inside the tasks (a broadcast row, a
 #: stencil's weights); larger ones are placed on the cluster first.
 SMALL = 4096
