@@ -32,6 +32,7 @@ __all__ = (
     "own",
     "read_window",
     "run",
+    "run_one",
     "write",
 )
 
@@ -165,6 +166,12 @@ def run(program: Program, *values: Any) -> tuple[Any, ...]:
     for name, ref, dtype in program.sinks:
         out.append(_partial(name, _resolve(ref, windows, results), dtype))
     return tuple(out)
+
+
+def run_one(program: Program, *values: Any) -> Any:
+    """:func:`run` of a program with a single output, returned as it is (not in a tuple): the
+    task's own result is the chunk, so Dask runs no ``getitem`` task to take it out."""
+    return run(program, *values)[0]
 
 
 def write(program: Program, target: Window, old: Any, *values: Any) -> Any:
