@@ -185,8 +185,9 @@ def bench(session: nox.Session) -> None:
     CUDA device), benchmarks/remote.py remote operations against hand-written Dask
     (``--quick`` passed on), and benchmarks/arrays.py engine-backed arrays against NumPy,
     numexpr, MXNet's NDArray, JAX and dask.array (ratios and targets, ``results/arrays.json``,
-    ``--quick`` passed on), and benchmarks/paths.py ``submit`` and tracing against the
-    core's push (ratios, JSON).
+    ``--quick`` passed on), benchmarks/paths.py ``submit`` and tracing against the
+    core's push (ratios, JSON), and benchmarks/arrays_cluster.py remote arrays against
+    dask.array on a ``LocalCluster(processes=True)`` (ratios, JSON).
     """
     # The wheel, with the compiled core: what a user installs. JAX is a peer of
     # benchmarks/arrays.py only (a large install; without it that peer is skipped, with a note).
@@ -206,6 +207,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/arrays.py", *{"--quick"} & set(session.posargs))
     # submit and tracing against the core's push, in turns (ratios, JSON; --quick passed on).
     session.run("python", "benchmarks/paths.py", *{"--quick"} & set(session.posargs))
+    # Remote arrays against dask.array on LocalCluster(processes=True) (ratios, JSON).
+    session.run("python", "benchmarks/arrays_cluster.py", *{"--quick"} & set(session.posargs))
 
 
 @nox.session
@@ -230,6 +233,10 @@ def bench_smoke(session: nox.Session) -> None:
     # submit and tracing against the core's push: runs and checks its results (seconds).
     out = f"{session.create_tmp()}/paths.json"
     session.run("python", "benchmarks/paths.py", "--quick", "--out", out)
+    # Remote arrays against dask.array: 8 chunks, 10 steps, both checked against NumPy
+    # (about 10 s, most of it starting the worker processes).
+    out = f"{session.create_tmp()}/arrays-cluster.json"
+    session.run("python", "benchmarks/arrays_cluster.py", "--quick", "--out", out)
 
 
 @nox.session

@@ -15,12 +15,18 @@ which is how array-api-compat, scikit-learn and SciPy tell it apart.
 
 The engine's settings come from the environment (``AIOENGINE_CPU_WORKERS``,
 ``AIOENGINE_SERIAL``, ``AIOENGINE_MAX_PENDING``, ...), as for any engine created without
-arguments.
+arguments. With ``AIOENGINE_CLUSTER`` set (a scheduler's address, or ``local``), the engine
+runs on that Dask cluster and this module's functions that place a new array (``asarray``,
+``zeros``, ``ones``, ``empty``, ``full``, ``arange``, ``linspace``, ``from_zarr``) put its
+chunks on the cluster's workers when given no ``device``: a synchronous script scales out
+by setting one variable (``docs/howto/arrays-cluster.md``). The namespace itself
+(``x.__array_namespace__()``) keeps ``cpu(0)`` as its default device.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import threading
 import warnings
 from typing import Any
@@ -29,6 +35,9 @@ import numpy as np
 
 from . import BlockingEngine
 from .array import Namespace, namespace
+from .array._remote import PLACING
+from .context import remote
+from .settings import cluster_setting
 
 __array_api_version__ = Namespace.__array_api_version__
 
@@ -92,9 +101,29 @@ def default_namespace() -> Namespace:
             _engine = engine
             ns = namespace(engine)
             ns.__name__ = __name__  # what array-api-compat and its users see
+            if cluster_setting(None) is not None:
+                _place_remotely.update(PLACING)
             _namespace = ns
             atexit.register(_close)
         return _namespace
+
+
+#: The functions that place a new array on the cluster when given no ``device`` (those of
+#: ``PLACING`` once the engine is started with ``AIOENGINE_CLUSTER`` set; else none).
+_place_remotely: set[str] = set()
+
+
+def _on_the_cluster(fn: Any) -> Any:
+    """``fn`` (a function that places a new array) with ``device=ae.remote()`` unless the
+    caller names a device."""
+
+    @functools.wraps(fn)
+    def place(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("device") is None:
+            kwargs["device"] = remote()
+        return fn(*args, **kwargs)
+
+    return place
 
 
 def __getattr__(name: str) -> Any:
@@ -102,9 +131,10 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(name)
     ns = default_namespace()
     try:
-        return getattr(ns, name)
+        attr = getattr(ns, name)
     except AttributeError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    return _on_the_cluster(attr) if name in _place_remotely else attr
 
 
 def __dir__() -> list[str]:

@@ -136,7 +136,13 @@ def test_bench_smoke_never_writes_the_committed_results() -> None:
         if script == "benchmarks/run.py":
             assert "--png" in args, "bench_smoke runs benchmarks/run.py without --png"
     assert sorted(scripts) == sorted(
-        ["benchmarks/run.py", "benchmarks/paired.py", "benchmarks/arrays.py", "benchmarks/paths.py"]
+        [
+            "benchmarks/run.py",
+            "benchmarks/paired.py",
+            "benchmarks/arrays.py",
+            "benchmarks/paths.py",
+            "benchmarks/arrays_cluster.py",
+        ]
     )
     ignored = (ROOT / ".gitignore").read_text().splitlines()
     assert "benchmarks/results/quick/" in ignored

@@ -46,6 +46,7 @@ from ._push import (
 from ._remote import call as remote_call
 from ._remote import involves_remote, is_remote
 from ._remote_store import REMOTE_CHUNK_BYTES
+from ._remote_zarr import read_all, zarr_meta
 from ._searching import Searching
 from ._special import elementwise_function
 from ._statistics import Statistics
@@ -277,6 +278,16 @@ class Namespace(Creation, DataTypes, Manipulation, Searching, Statistics, Produc
             f"apply({name})",
             prop=NORMAL,
         )
+
+    def from_zarr(self, store: Any, /, *, device: Any = None) -> Any:
+        """The Zarr array at ``store`` (a path, URL or store object ``zarr.open_array``
+        takes): with ``device=ae.remote()``, a remote array whose chunks are read by remote
+        tasks on the workers (``store`` must name the same data there; the data never passes
+        through this process); else an array read by one operation on the CPU pool (then
+        moved to ``device``). An aioengine extension; needs ``zarr`` (the extra)."""
+        shape, dtype, _ = zarr_meta(store)
+        x = self.apply(read_all, store, shape=shape, dtype=dtype)
+        return x if device is None else x.to_device(device)
 
     def _to_device(self, x: Array, device: Context) -> Any:
         if is_remote(device):

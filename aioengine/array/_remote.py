@@ -54,16 +54,31 @@ from ._remote_store import (
     rows_of,
     write_into,
 )
+from ._remote_zarr import read_store, write_store
 from ._special import elementwise_function
 from ._sync import PendingArrayError
 
 if TYPE_CHECKING:
+    from .. import Operation
     from ._namespace import Namespace
 
-__all__ = ("FUNCTIONS", "RemoteArray", "call", "involves_remote", "is_remote", "to_remote")
+__all__ = (
+    "FUNCTIONS",
+    "PLACING",
+    "RemoteArray",
+    "call",
+    "involves_remote",
+    "is_remote",
+    "to_remote",
+)
 
 _REMOTE = DeviceType.REMOTE
 _CPU0 = cpu()
+#: The namespace functions that place a new array (``device=`` chooses where): those a
+#: namespace with ``default_remote`` sends here when they are given no device.
+PLACING = frozenset(
+    ("asarray", "zeros", "ones", "empty", "full", "arange", "linspace", "from_zarr")
+)
 #: NumPy operands up to this many elements travel inside the tasks (a broadcast row, a
 #: stencil's weights); larger ones are placed on the cluster first.
 SMALL = 4096
@@ -225,6 +240,17 @@ class RemoteArray:
             raise ValueError(f"device must be an aioengine Context, got {device!r}")
         local = _to_local(self._ns, self)
         return local if device == _CPU0 else local.to_device(device)
+
+    def to_zarr(self, store: Any, /) -> Operation[int]:
+        """Write this array as a Zarr array at ``store`` (a path or store every worker
+        reaches; what is there is replaced): each chunk written by a remote task on a worker,
+        after the writes pushed before it. Returns the operation that ends when all are
+        written (``await`` it, or ``wait_for_all()``). An aioengine extension; needs
+        ``zarr``."""
+        x = self
+        if self._view.key() != self._store.whole().key():
+            x = record(self._ns, np.copy, "copy", (self,))  # a view: its own chunks first
+        return write_store(x._store, store)
 
     def __repr__(self) -> str:
         store = self._store
@@ -631,7 +657,9 @@ def _arange(
     if stop is None:
         start, stop = 0, start
     n = max(0, math.ceil((stop - start) / step))
-    dt = np.arange(start, start + step, step).dtype if dtype is None else as_dtype(dtype)
+    # NumPy's dtype for these bounds (xp.arange(64.0) is float64), without making the range.
+    bounds = np.result_type(*(np.asarray(b) for b in (start, stop, step)))
+    dt = bounds if dtype is None else as_dtype(dtype)
     rows = chunk_rows((n,), _chunk_bytes(ns))
 
     def args(lo: int, hi: int) -> tuple[Any, ...]:
@@ -661,6 +689,10 @@ def _linspace(
         return (start, step, lo, last)
 
     return RemoteArray(ns, created(engine_of(ns), "linspace", (num,), dt, rows, args, "linspace"))
+
+
+def _from_zarr(ns: Namespace, store: Any, /, *, device: Any = None) -> Any:
+    return RemoteArray(ns, read_store(engine_of(ns), store, _chunk_bytes(ns)))
 
 
 def _reduction(name: str) -> Callable[..., Any]:
@@ -742,6 +774,7 @@ def _build() -> dict[str, Callable[..., Any]]:
         full_like=_full_like,
         arange=_arange,
         linspace=_linspace,
+        from_zarr=_from_zarr,
         sum=_reduction("sum"),
         prod=_reduction("prod"),
         mean=_reduction("mean"),

@@ -55,6 +55,7 @@ from ._remote_kernel import (
     own,
     read_window,
     run,
+    run_one,
     write,
 )
 
@@ -358,7 +359,10 @@ class Expr:
                 [(part, ref, dtype) for part, _, ref, dtype, _, _ in self.sinks],
             )
             out = [vs[i] for vs in outs] + [ps[i] for ps in partials]
-            engine.submit(run, program, *args, out=out, ctx=_REMOTE, name=self.name)
+            if len(out) == 1:  # one Dask task per chunk, not one plus a getitem
+                engine.submit(run_one, program, *args, out=out[0], ctx=_REMOTE, name=self.name)
+            else:
+                engine.submit(run, program, *args, out=out, ctx=_REMOTE, name=self.name)
         for (_, store), vs in zip(live, outs, strict=True):
             store.chunks = tuple(vs)
             store.expr = None

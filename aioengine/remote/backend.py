@@ -159,8 +159,9 @@ class RemoteExecutor:
         self._closed = True
 
 
-#: How many times a value operation is sent again because a version it read was aborted
-#: (once per aborted or re-sent input upstream, in practice); past it, it fails.
+#: How many times a value operation is sent again because a version it read was aborted, or
+#: because Dask cancelled it with a graph that lost a dependency (once per aborted or re-sent
+#: input upstream, in practice); past it, it fails.
 _RESENDS = 8
 
 
@@ -338,7 +339,8 @@ class RemoteBackend:
         """The failure of a value operation whose task failed with ``exc``: a value
         this process sent it that is gone (its worker died with the only copy) is forgotten,
         so that the next operation sends it again; if the cluster ``cancelled`` the task for
-        that, an error that names it and the worker that held it, else ``exc`` (loop
+        that, an error that names it and the worker that held it; likewise for a computed
+        input that Dask cancelled because it cannot compute it again; else ``exc`` (loop
         thread)."""
         lost: dict[str, str] = {}  # key: the Var's name
         call = record.call
@@ -347,22 +349,54 @@ class RemoteBackend:
             if cached is not None and getattr(cached[1], "status", "finished") != "finished":
                 del self._scattered[var]
                 lost[cached[1].key] = var.name
-        if not lost or not cancelled:
+        computed: dict[str, str] = {}  # the same for a computed input Dask cannot redo
+        if cancelled and not lost:
+            for dep in record.deps:
+                if getattr(dep.future, "status", "finished") != "finished":
+                    computed[dep.future.key] = dep.name
+        if not cancelled or not (lost or computed):
             return exc
-        workers = await dask_api.removed_workers(self._link.call, client, lost.keys())
-        named = ", ".join(
-            f"{name!r} (key {key!r}"
-            + (f", on worker {workers[key]}" if key in workers else "")
-            + ")"
-            for key, name in lost.items()
+        workers = await dask_api.removed_workers(
+            self._link.call, client, [*lost.keys(), *computed.keys()]
         )
-        error = RuntimeError(
-            f"the cluster cancelled {record.op.name!r}: the value of {named} that this process "
-            "sent was lost with the worker that held it, which left the cluster (it died); "
-            "push the operation again to send the value again"
-        )
+
+        def named(keys: dict[str, str]) -> str:
+            return ", ".join(
+                f"{name!r} (key {key!r}"
+                + (f", on worker {workers[key]}" if key in workers else "")
+                + ")"
+                for key, name in keys.items()
+            )
+
+        if lost:
+            error = RuntimeError(
+                f"the cluster cancelled {record.op.name!r}: the value of {named(lost)} that "
+                "this process sent was lost with the worker that held it, which left the "
+                "cluster (it died); push the operation again to send the value again"
+            )
+        else:
+            error = RuntimeError(
+                f"the cluster cancelled {record.op.name!r}: the value of {named(computed)} was "
+                "lost with the worker that held it, which left the cluster (it died), and "
+                "Dask cannot compute it again (a value it was computed from is gone too)"
+            )
         error.__cause__ = exc
         return error
+
+    async def _inputs_present(self, record: _Submitted, client: DaskClient) -> bool:
+        """Whether every input of ``record``'s task is still on the cluster, or known to its
+        scheduler (a key lost with a worker that Dask computes again): the versions it
+        depends on, and the values this process sent it (loop thread)."""
+        futures = [dep.future for dep in record.deps]
+        for _, var in record.call.arg_vars():
+            cached = self._scattered.get(var)
+            if cached is not None and not isinstance(cached[1], asyncio.Future):
+                futures.append(cached[1])
+        unsure = [f.key for f in futures if getattr(f, "status", "finished") != "finished"]
+        if not unsure:
+            return True
+        states = await dask_api.task_states(self._link.call, client, unsure)
+        return all(states.get(key) not in (None, "erred", "forgotten") for key in unsure)
 
     def _begin_cancel(self, future: DaskFuture) -> None:
         task = self._loop.create_task(self._cancel_future(future))
@@ -884,7 +918,8 @@ class RemoteBackend:
                 return
             ended = False
         error = RuntimeError(
-            f"{record.op.name!r} was sent again {_RESENDS} times: its inputs kept aborting"
+            f"{record.op.name!r} was sent again {_RESENDS} times: its inputs kept aborting "
+            "(or Dask kept cancelling it)"
         )
         self._settle(record, _FAILED, None, error, Failure(error))
 
@@ -961,7 +996,8 @@ class RemoteBackend:
 
     async def _resend(self, record: _Submitted, client: DaskClient) -> None:
         """Send a value operation again, its task having failed only because a version it
-        read was aborted (``ae.Abort``: its operation rolled back) or sent again itself:
+        read was aborted (``ae.Abort``: its operation rolled back) or sent again itself, or
+        cancelled by Dask with the rest of its graph while its own inputs are all there:
         each such argument is now the value the abort left (the version before, or the
         local value, scattered), or the version's new future. Its own versions take the new
         futures, so what reads them sees the new values; so does ``record.future``."""
@@ -1040,7 +1076,13 @@ class RemoteBackend:
                 isinstance(dep.exc, Abort) or dep.future is not dep.first for dep in deps
             ):
                 return None, None, None, None  # maybe only its input's abort: send it again
-            exc = await self._lost_inputs(record, client, exc, future.status == "cancelled")
+            cancelled = future.status == "cancelled"
+            if cancelled and await self._inputs_present(record, client):
+                # Dask cancels every key of a graph in which one dependency is lost: a task
+                # of the same batch as an operation whose input died with its worker. Its own
+                # inputs are all there: send it again.
+                return None, None, None, None
+            exc = await self._lost_inputs(record, client, exc, cancelled)
             # An Abort records nothing (errors.Abort): its versions roll back, and only the
             # awaiter sees it.
             return _FAILED, None, exc, None if isinstance(exc, Abort) else Failure(exc)

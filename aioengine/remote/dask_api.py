@@ -29,6 +29,7 @@ __all__ = (
     "set_error",
     "state_wait",
     "task_running",
+    "task_states",
     "watched_future",
 )
 
@@ -187,9 +188,10 @@ def task_running(key: str, dask_worker: Any = None) -> bool:
 
 
 async def removed_workers(call: Any, client: Any, keys: Iterable[str]) -> dict[str, str]:
-    """The address of the worker whose removal lost each of ``keys`` (scattered data), read
-    from the scheduler's event log with ``call`` (how the backend awaits a client
-    coroutine); best effort: what the log no longer holds is left out."""
+    """The address of the worker whose removal lost each of ``keys`` (scattered or computed
+    data), read from the scheduler's event log with ``call`` (how
+    the backend awaits a client coroutine); best effort: what the log no longer holds is
+    left out."""
     found: dict[str, str] = {}
     try:
         events = await call(client.scheduler.events(topic="all"))
@@ -198,9 +200,24 @@ async def removed_workers(call: Any, client: Any, keys: Iterable[str]) -> dict[s
     wanted = set(keys)
     for _, event in events:
         if isinstance(event, dict) and event.get("action") == "remove-worker":
-            for key in wanted & set(event.get("lost-scattered-tasks", ())):
+            gone = {
+                *event.get("lost-scattered-tasks", ()),
+                *event.get("lost-computed-tasks", ()),
+            }
+            for key in wanted & gone:
                 found[key] = str(event.get("worker"))
     return found
+
+
+async def task_states(call: Any, client: Any, keys: Iterable[str]) -> dict[str, str | None]:
+    """The scheduler's state of each of ``keys`` (None: it does not know the key, or the
+    question failed), asked with ``call``."""
+    wanted = list(keys)
+    try:
+        states = await call(client.scheduler.get_task_status(keys=wanted))
+    except Exception:
+        return dict.fromkeys(wanted)
+    return {key: states.get(key) for key in wanted}
 
 
 def missing() -> list[str]:
