@@ -113,7 +113,7 @@ class Waker:
                 thread.daemon = True
                 self.thread = (pid, thread)
                 thread.start()
-            else:
+            elif len(self.armed) == 1:  # it was idle; else it gets to this one in turn
                 self.cond.notify()
 
     def _run(self) -> None:
