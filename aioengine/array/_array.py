@@ -64,7 +64,10 @@ if TYPE_CHECKING:
     from ._push import Pusher
 
 __all__ = (
+    "COMPARISONS",
+    "OPERATORS",
     "SCALARS",
+    "UNARY_OPERATORS",
     "Array",
     "Bound",
     "block_on",
@@ -667,7 +670,9 @@ def _unary(name: str) -> Callable[[Array], Array]:
     return method
 
 
-_OPERATORS = {
+#: The binary operators (with reflected and in-place forms), by dunder name: the namespace
+#: function each calls (shared with ``_remote.RemoteArray``).
+OPERATORS = {
     "add": "add",
     "sub": "subtract",
     "mul": "multiply",
@@ -682,25 +687,24 @@ _OPERATORS = {
     "lshift": "bitwise_left_shift",
     "rshift": "bitwise_right_shift",
 }
-for _dunder, _fname in _OPERATORS.items():
-    setattr(Array, f"__{_dunder}__", _binary(_fname))
-    setattr(Array, f"__r{_dunder}__", _binary(_fname, reflected=True))
-    setattr(Array, f"__i{_dunder}__", _inplace(_fname))
-for _dunder, _fname in {
+#: The comparison operators (no reflected or in-place form) and the unary ones, by dunder
+#: name: the namespace function each calls (shared with ``_remote.RemoteArray``).
+COMPARISONS = {
     "eq": "equal",
     "ne": "not_equal",
     "lt": "less",
     "le": "less_equal",
     "gt": "greater",
     "ge": "greater_equal",
-}.items():
+}
+UNARY_OPERATORS = {"neg": "negative", "pos": "positive", "abs": "abs", "invert": "bitwise_invert"}
+for _dunder, _fname in OPERATORS.items():
     setattr(Array, f"__{_dunder}__", _binary(_fname))
-for _dunder, _fname in {
-    "neg": "negative",
-    "pos": "positive",
-    "abs": "abs",
-    "invert": "bitwise_invert",
-}.items():
+    setattr(Array, f"__r{_dunder}__", _binary(_fname, reflected=True))
+    setattr(Array, f"__i{_dunder}__", _inplace(_fname))
+for _dunder, _fname in COMPARISONS.items():
+    setattr(Array, f"__{_dunder}__", _binary(_fname))
+for _dunder, _fname in UNARY_OPERATORS.items():
     setattr(Array, f"__{_dunder}__", _unary(_fname))
 
 

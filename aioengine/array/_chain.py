@@ -53,7 +53,7 @@ from ._array import buffer_of
 from ._buffer import Buffer
 from ._burst import Burst
 from ._cupy_fuse import cupy_module, fused_call
-from ._kernel import MISSING, failure_of, numpy_on_gpu
+from ._kernel import MISSING, input_failure, numpy_on_gpu
 from ._reducers import REDUCERS
 
 if TYPE_CHECKING:
@@ -365,11 +365,7 @@ class ChainKernel:
     ) -> bool:
         """Whether an input failed (or was never computed): then every result fails."""
         for buf in inputs:
-            failure = buf.failure
-            if failure is None and (buf.value is MISSING or buf.rewritten or buf.writers):
-                failure = failure_of(buf)
-                if failure is None and buf.value is MISSING:
-                    failure = RuntimeError("an input has no value")
+            failure = input_failure(buf, "a fused chain")
             if failure is not None:
                 root = failure.__cause__ if isinstance(failure, DependencyError) else failure
                 for step in steps:

@@ -146,6 +146,18 @@ def failure_of(buf: Buffer) -> BaseException | None:
     return _learn(buf, last)
 
 
+def input_failure(buf: Buffer, name: str) -> BaseException | None:
+    """The failure an operation ``name`` reading ``buf`` (holding its turn) inherits: its
+    sticky failure, one learnt from a skipped or cancelled latest write (on any chunk), or an
+    error if its value was never computed; None if it may be read."""
+    failure = buf.failure
+    if failure is None and (buf.value is MISSING or buf.rewritten or buf.writers):
+        failure = failure_of(buf)
+        if failure is None and buf.value is MISSING:
+            failure = RuntimeError(f"an input of {name} has no value")
+    return failure
+
+
 def _learn(buf: Buffer, writer: Any) -> BaseException | None:
     state = writer.state
     if state is _SKIPPED:
@@ -309,12 +321,8 @@ def _values(
         if buf is None:
             values.append(a.value)
             continue
-        failure = buf.failure
+        failure = input_failure(buf, name)
         value = buf.value
-        if failure is None and (value is MISSING or buf.rewritten):
-            failure = failure_of(buf)  # its latest write skipped or cancelled?
-            if failure is None and value is MISSING:
-                failure = RuntimeError(f"an input of {name} has no value")
         if failure is not None:
             _fail(outs, target, _dependency(describe(name, args, ctx), failure))
             return None

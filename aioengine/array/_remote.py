@@ -29,7 +29,10 @@ import numpy as np
 from ..context import Context, DeviceType, cpu, remote
 from . import _meta
 from ._array import (
+    COMPARISONS,
+    OPERATORS,
     SCALARS,
+    UNARY_OPERATORS,
     Array,
     block_on,
     buffer_of,
@@ -840,36 +843,13 @@ def _unary(name: str) -> Callable[[RemoteArray], Any]:
     return method
 
 
-for _dunder, _fname in {
-    "add": "add",
-    "sub": "subtract",
-    "mul": "multiply",
-    "truediv": "divide",
-    "floordiv": "floor_divide",
-    "mod": "remainder",
-    "pow": "pow",
-    "and": "bitwise_and",
-    "or": "bitwise_or",
-    "xor": "bitwise_xor",
-    "lshift": "bitwise_left_shift",
-    "rshift": "bitwise_right_shift",
-}.items():
+for _dunder, _fname in OPERATORS.items():
+    if _dunder == "matmul":
+        continue  # no per-chunk form: ``x @ y`` raises as ``xp.matmul`` does
     setattr(RemoteArray, f"__{_dunder}__", _binary(_fname))
     setattr(RemoteArray, f"__r{_dunder}__", _binary(_fname, reflected=True))
     setattr(RemoteArray, f"__i{_dunder}__", _inplace(_fname))
-for _dunder, _fname in {
-    "eq": "equal",
-    "ne": "not_equal",
-    "lt": "less",
-    "le": "less_equal",
-    "gt": "greater",
-    "ge": "greater_equal",
-}.items():
+for _dunder, _fname in COMPARISONS.items():
     setattr(RemoteArray, f"__{_dunder}__", _binary(_fname))
-for _dunder, _fname in {
-    "neg": "negative",
-    "pos": "positive",
-    "abs": "abs",
-    "invert": "bitwise_invert",
-}.items():
+for _dunder, _fname in UNARY_OPERATORS.items():
     setattr(RemoteArray, f"__{_dunder}__", _unary(_fname))

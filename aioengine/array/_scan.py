@@ -36,7 +36,7 @@ import numpy as np
 from .. import DependencyError, FnProperty
 from ._buffer import Buffer
 from ._chain import chunking
-from ._kernel import MISSING, failure_of
+from ._kernel import MISSING, input_failure
 
 if TYPE_CHECKING:
     from .. import Context, Engine, Operation, RunContext
@@ -71,11 +71,7 @@ class ScanChunk:
         self.out = self.x = None  # an operation done does not keep the arrays alive
         if out.failure is not None:
             return  # an earlier chunk's input failed: the whole result has
-        failure = x.failure
-        if failure is None and (x.value is MISSING or x.rewritten or x.writers):
-            failure = failure_of(x)
-            if failure is None and x.value is MISSING:
-                failure = RuntimeError("an input has no value")
+        failure = input_failure(x, self.name)
         if failure is not None:
             root = failure.__cause__ if isinstance(failure, DependencyError) else failure
             dep = DependencyError(f"{self.name} was not computed: an input failed: {root!r}")
