@@ -230,6 +230,27 @@ async def test_results_nobody_holds_are_not_allocated() -> None:
         assert peak < 2.5 * value.nbytes, peak / value.nbytes
 
 
+def test_a_chain_pushed_off_the_loop_fuses_before_its_kernels_start() -> None:
+    # The synchronous namespace pushes from the caller's thread, which wakes the workers at
+    # once: its kernels wait for the rest of the chain until the caller's sync point.
+    n = 2_000_000
+    with ae.BlockingEngine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine)
+        an, bn = rng_values(16, n)
+        a, b = arrays(xp, an, bn)
+        np.asarray(a), np.asarray(b)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            value = np.asarray(chain(xp, a, b))
+            peak = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+        np.testing.assert_array_equal(value, chain(np, an, bn))
+        assert peak < 2.5 * value.nbytes, peak / value.nbytes
+
+
 # -- random programs against NumPy -------------------------------------------------------------
 
 _UNARY: dict[str, Callable[[Any, Any], Any]] = {

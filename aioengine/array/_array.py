@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from collections.abc import Callable, Coroutine, Generator, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -741,6 +742,9 @@ class Bound:
         #: The engine's event loop, learnt from the first operation pushed (sync points off
         #: the loop thread wait on it); a BlockingEngine's is known at once.
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: Per calling thread off the loop: ``burst``, its :class:`~._burst.Burst` of chunk
+        #: kernels, which :meth:`_wait` ends (the kernels start as the thread waits).
+        self._threads = threading.local()
         if self._blocking is not None:
             probe = self._blocking.push_sync(_running, prop=_ASYNC, name="namespace")
             try:
@@ -770,6 +774,9 @@ class Bound:
 
     def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the engine's loop and block this (non-loop) thread for its result."""
+        burst = getattr(self._threads, "burst", None)
+        if burst is not None:
+            burst.end()
         loop = self._loop
         if loop is None or loop.is_closed():
             coro.close()

@@ -19,9 +19,15 @@ run when it returns). Two things follow for a chain of chunk kernels (``_chain.p
   the GIL a worker takes its turn from a caller spinning in pure Python only every
   ``sys.getswitchinterval()`` (5 ms), which bounds how soon it starts there.
 
-State: :class:`Burst`'s fields are written on the loop's thread and read by workers and the
-waker (one object each, no lock); :class:`Waker`'s ``armed`` and ``thread`` are guarded by its
-``cond``.
+A caller off the loop (``aioengine.array_api``, a ``BlockingEngine``'s namespace, any thread
+of its own) has the same race and a burst per thread (``Burst(on_loop=False)``): its pushes
+wake the workers at once, so its kernels wait until the thread reaches a wait of the namespace
+(a sync point ends its burst: :meth:`Burst.end`) or has pushed nothing for :data:`QUIET`. No
+waker is needed there: a push from off the loop already wakes the workers.
+
+State: :class:`Burst`'s fields are written on the thread that pushes (the loop's, or the one
+caller's) and read by workers and the waker (one object each, no lock); :class:`Waker`'s
+``armed`` and ``thread`` are guarded by its ``cond``.
 """
 
 from __future__ import annotations
@@ -50,11 +56,14 @@ class Burst:
     """The chunk kernels a namespace pushes on the event loop's thread between two iterations
     of the loop (see the module docstring)."""
 
-    __slots__ = ("gen", "last", "open")
+    __slots__ = ("gen", "last", "on_loop", "open")
 
-    def __init__(self) -> None:
-        #: The bursts ended (the loop iterated after them).
+    def __init__(self, on_loop: bool = True) -> None:
+        #: The bursts ended (the loop iterated after them, or the caller off the loop waited).
         self.gen = 0
+        #: Pushed on the loop's thread (ended by its next iteration), else by one thread off
+        #: it (ended by :meth:`end`).
+        self.on_loop = on_loop
         #: When the latest chunked operation of the current burst was recorded.
         self.last = 0.0
         #: A burst is open: its end is scheduled on the loop.
@@ -62,9 +71,10 @@ class Burst:
 
     def enter(self, engine: Engine, device: Context) -> int:
         """On the loop's thread, as a chunked operation on ``device`` is recorded: the burst
-        it is in (its ``gen``); the first one opens the burst and arms the waker."""
+        it is in (its ``gen``); the first one opens the burst and arms the waker. Off the loop
+        (``on_loop`` false), on the caller's thread: the burst it is in."""
         self.last = time.perf_counter()
-        if not self.open:
+        if self.on_loop and not self.open:
             self.open = True
             loop = running_loop()
             assert loop is not None
@@ -74,6 +84,11 @@ class Burst:
 
     def _end(self) -> None:
         self.open = False
+        self.gen += 1
+
+    def end(self) -> None:
+        """On the caller's thread off the loop, as it starts to wait on the engine (a sync
+        point): the kernels it pushed start now."""
         self.gen += 1
 
     def wait(self, gen: int) -> None:

@@ -209,8 +209,8 @@ class ChainKernel:
         #: Set (under ``lock``) when the kernel starts: nothing joins after it.
         self.started = False
         self.op: Operation[Any] | None = None
-        #: The :class:`Burst` it was pushed in, and its ``gen``, if it was pushed on the
-        #: loop's thread (written before the push; ``burst`` cleared when it runs).
+        #: The :class:`Burst` it was pushed in (its pushing thread's, None inside an
+        #: operation), and its ``gen`` (written before the push; ``burst`` cleared as it runs).
         self.burst: Burst | None = None
         self.gen = 0
 
@@ -303,7 +303,7 @@ class ChainKernel:
 
     def __call__(self, rctx: RunContext) -> None:
         burst = self.burst
-        if burst is not None:  # pushed on the loop's thread: let the chain's steps join first
+        if burst is not None:  # let the chain's later steps join first (``_burst.py``)
             self.burst = None
             burst.wait(self.gen)
         with self.lock:
@@ -580,7 +580,7 @@ def _kernel_for(
 ) -> ChainKernel:
     """The kernel that computes a step (``add`` adds it) on chunk ``i``: the first of
     ``candidates`` it joins, else a new one, pushed with ``submit`` reading its inputs'
-    Vars for that chunk (in ``burst``, if pushed on the loop's thread)."""
+    Vars for that chunk (in ``burst``, the pushing thread's)."""
     for candidate in candidates:
         if candidate is not None and candidate.device == device and add(candidate, False):
             return candidate
@@ -617,7 +617,7 @@ def join_or_push(
     """The Buffer of ``fn(*operands)`` (arrays of ``shape`` and Consts), chunked: per chunk,
     a step joined to a kernel that makes or reads its operands there (the operands' own, then
     ``recent``: the kernels of the namespace's latest chunked result), else a new kernel pushed
-    with ``submit`` (the namespace's push; in ``burst`` if that is on the loop's thread)."""
+    with ``submit`` (the namespace's push; in ``burst``, the pushing thread's)."""
     if burst is not None:
         burst.enter(engine, device)
     size = math.prod(shape)

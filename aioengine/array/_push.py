@@ -74,7 +74,7 @@ from ._kernel import MISSING, Const, Kernel, numpy_on_gpu
 from ._meta import Shape, axis_index, broadcast, normalize_axes, reduced
 from ._reducers import REDUCERS
 from ._special import elementwise_function
-from ._sync import running_loop
+from ._sync import in_operation, running_loop
 
 __all__ = (
     "CPU",
@@ -364,15 +364,21 @@ class Pusher(Bound):
         buf.writer = self._submit(buf, device, reads, (buf.var,), prop, name, None)
         return out
 
-    def _loop_burst(self) -> Burst | None:
-        """The namespace's :class:`~._burst.Burst` if the caller runs on the engine's loop
-        (an Engine's loop is the caller's until it is learnt), else None."""
+    def _burst_here(self) -> Burst | None:
+        """The :class:`~._burst.Burst` of chunk kernels pushed here: the namespace's if the
+        caller runs on the engine's loop (an Engine's loop is the caller's until it is
+        learnt), else the calling thread's; None inside an operation."""
         loop = running_loop()
-        if loop is None:
-            return None
-        if loop is self._loop or (self._loop is None and self._blocking is None):
+        if loop is not None and (
+            loop is self._loop or (self._loop is None and self._blocking is None)
+        ):
             return self._burst
-        return None
+        if in_operation():
+            return None
+        burst: Burst | None = getattr(self._threads, "burst", None)
+        if burst is None:
+            burst = self._threads.burst = Burst(on_loop=False)
+        return burst
 
     def _chain(
         self,
@@ -408,7 +414,7 @@ class Pusher(Bound):
             self._engine,
             self._chunk_elems if device.device_type is CPU else math.prod(shape),  # type: ignore[arg-type]
             self._recent,
-            self._loop_burst(),
+            self._burst_here(),
             fn,
             name,
             operands,
@@ -442,7 +448,7 @@ class Pusher(Bound):
             self._engine,
             self._chunk_elems,
             self._recent,
-            self._loop_burst(),
+            self._burst_here(),
             fn,
             name,
             x,
