@@ -206,6 +206,50 @@ def test_random_programs_match_numpy(
     asyncio.run(run())
 
 
+def _row_norms(x: np.ndarray[Any, Any], scale: float) -> np.ndarray[Any, Any]:
+    return scale * np.sqrt(np.sum(x * x, axis=1, keepdims=True))
+
+
+def _load_rows(base: float, *, rows: slice) -> np.ndarray[Any, Any]:
+    """A loader: the rows it is asked for (a shard of a file on the worker)."""
+    return base + np.arange(rows.start, rows.stop, dtype=np.float64)
+
+
+async def test_apply_runs_per_chunk_on_the_workers(cluster: Any) -> None:
+    async with ae.Engine(cluster=cluster) as engine:
+        xp = aa.namespace(engine, chunk_bytes=8 * 40)
+        a = np.linspace(-3, 3, 400).reshape(100, 4)
+        x = xp.asarray(a, device=R)
+        await x
+        before = remote_ops(engine)
+        # A per-row function (the result keeps the leading axis), fused with what follows.
+        norms = xp.apply(_row_norms, x * 2.0, 0.5, shape=(100, 1), dtype=xp.float64)
+        got = await (norms + 1.0)
+        assert np.allclose(got, _row_norms(a * 2.0, 0.5) + 1.0)
+        assert remote_ops(engine) - before <= 2 * x.chunks  # per chunk, never a gather
+        # A loader: no array argument, each chunk read on a worker.
+        loaded = xp.apply(_load_rows, 10.0, shape=(1000,), dtype=xp.float64, device=R)
+        assert loaded.chunks > 1
+        assert np.array_equal(await loaded, 10.0 + np.arange(1000.0))
+        assert float(await xp.sum(loaded)) == np.sum(10.0 + np.arange(1000.0))
+        # What apply checks: the arrays' leading axis, and the result's dtype and shape.
+        with pytest.raises(ValueError, match="leading axis"):
+            xp.apply(np.sum, x, shape=(100,), dtype=xp.float64)
+        with pytest.raises(ValueError, match="leading axis"):
+            xp.apply(np.sum, x, shape=(), dtype=xp.float64)
+        wrong = xp.apply(np.negative, x, shape=(100, 4), dtype=xp.float32)
+        with pytest.raises(ae.DependencyError, match="dtype float64, not float32"):
+            await wrong
+        with pytest.raises(BaseExceptionGroup):  # one failure per chunk, each reported
+            await engine.wait_for_all()
+        here = xp.apply(
+            np.negative, xp.asarray(a), shape=(100, 4), dtype=xp.float64, device=ae.cpu()
+        )
+        assert np.array_equal(await here, -a)
+        with pytest.raises(ValueError, match="CPU pool or the cluster"):
+            xp.apply(np.negative, xp.asarray(a), shape=(100, 4), dtype=xp.float64, device=ae.gpu())
+
+
 async def test_errors_name_the_function_and_how_to_gather(cluster: Any) -> None:
     async with ae.Engine(cluster=cluster) as engine:
         xp = aa.namespace(engine, chunk_bytes=8 * 16)

@@ -98,6 +98,53 @@ class Const:
         return type(self.value).__name__
 
 
+class Applied:
+    """``fn`` as ``xp.apply`` runs it: its result must be a NumPy array of the declared dtype
+    and shape (``shape``; or, per chunk on the cluster, ``trailing`` after the rows of the
+    argument at ``lead``); anything else is the result's failure, never a silent cast. An
+    ``ndarray`` subclass (``np.matrix``, as SciPy's ``todense()`` returns; a masked array)
+    indexes and reduces by rules of its own: a plain array of its values is stored.
+    Picklable (by reference to ``fn``), so that a worker runs it."""
+
+    __slots__ = ("dtype", "fn", "lead", "shape", "trailing")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        shape: tuple[int, ...] | None,
+        dtype: np.dtype[Any],
+        lead: int = 0,
+        trailing: tuple[int, ...] = (),
+    ) -> None:
+        self.fn = fn
+        self.shape = shape
+        self.dtype = dtype
+        self.lead = lead
+        self.trailing = trailing
+
+    def __call__(self, *values: Any, **kwargs: Any) -> Any:
+        fn = self.fn
+        result = fn(*values, **kwargs)
+        if not isinstance(result, np.ndarray):
+            raise TypeError(
+                f"apply: {getattr(fn, '__qualname__', fn)!r} returned {type(result).__name__}, "
+                "not a NumPy array"
+            )
+        if type(result) is not np.ndarray:
+            result = np.array(result, subok=False)
+        if result.dtype != self.dtype:
+            raise TypeError(f"apply: the function returned dtype {result.dtype}, not {self.dtype}")
+        shape = self.shape
+        if shape is None:
+            shape = (np.shape(values[self.lead])[0], *self.trailing)
+        if result.shape != shape:
+            raise ValueError(f"apply: the function returned shape {result.shape}, not {shape}")
+        return result
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Applied, (self.fn, self.shape, self.dtype, self.lead, self.trailing))
+
+
 class Kernel:
     """The function pushed for an operation with several outputs or an in-place target (one
     that makes a single new Buffer pushes that Buffer's ``produce``)."""

@@ -41,7 +41,7 @@ from ._array import (
     value_in_operation,
 )
 from ._buffer import Buffer
-from ._kernel import MISSING
+from ._kernel import MISSING, Applied
 from ._meta import as_dtype, broadcast
 from ._remote_kernel import CONST, IN, STEP, own
 from ._remote_store import (
@@ -377,6 +377,19 @@ def record(
         aligned = type(x) is tuple and np.ndim(x[1]) == len(shape) and shape and shape[0] > 1
         if aligned and np.shape(x[1])[0] == shape[0]:
             operands[i] = to_remote(ns, np.asarray(x[1]))
+    return _join_or_start(ns, fn, name, operands, shape, dtype)
+
+
+def _join_or_start(
+    ns: Namespace,
+    fn: Callable[..., Any],
+    name: str,
+    operands: list[Any],
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+) -> RemoteArray:
+    """The step ``fn(*operands)`` of ``shape``: joined to a pending program of that shape
+    that an operand belongs to, else the first step of a new one."""
     engine = engine_of(ns)
     pending = [e for e in dict.fromkeys(map(_pending_in, operands)) if e is not None]
     for expr in pending:
@@ -698,6 +711,60 @@ def _from_zarr(ns: Namespace, store: Any, /, *, device: Any = None) -> Any:
     return RemoteArray(ns, read_store(engine_of(ns), store, _chunk_bytes(ns)))
 
 
+def _apply(
+    ns: Namespace,
+    fn: Callable[..., Any],
+    /,
+    *args: Any,
+    shape: Any,
+    dtype: Any,
+    device: Any = None,
+) -> Any:
+    """``xp.apply`` on the cluster: ``fn`` runs once per chunk of rows, on a worker. With
+    remote array arguments it gets their rows ``lo:hi`` (other arguments as they are) and
+    returns the result's rows ``lo:hi``, a step of the chunks' fused program; with none (a
+    loader, ``device=ae.remote()``) it is called as ``fn(*args, rows=slice(lo, hi))`` and
+    returns those rows, read on the worker (a shard of files there)."""
+    if not callable(fn):
+        raise TypeError(f"apply: fn must be callable, got {fn!r}")
+    shape = _shape(shape)
+    dt = as_dtype(dtype)
+    name = f"apply({getattr(fn, '__name__', 'apply')})"
+    if not shape:
+        raise ValueError(
+            "apply on the cluster runs fn per chunk of rows: the result needs a leading axis "
+            "(shape=(n, ...)); gather with x.to_device(ae.cpu()) for a 0-d result"
+        )
+    arrays = [a for a in args if type(a) is RemoteArray]
+    if not arrays:
+        rows = chunk_rows(shape, _chunk_bytes(ns))
+
+        def chunk_args(lo: int, hi: int) -> tuple[Any, ...]:
+            return (Applied(fn, (hi - lo, *shape[1:]), dt), args, lo, hi)
+
+        return RemoteArray(ns, created(engine_of(ns), "apply", shape, dt, rows, chunk_args, name))
+    for a in arrays:
+        if a._ns is not ns:
+            raise ValueError("remote arrays of two engines in one call")
+        if a.ndim != len(shape) or a.shape[0] != shape[0]:
+            raise ValueError(
+                f"{name} on the cluster runs fn per chunk of rows: every remote array "
+                f"argument must have the result's leading axis and number of dimensions "
+                f"(result {shape}, argument {a.shape}); keep the axis (return shape "
+                "(rows, 1) for a per-row value)"
+            )
+    for a in args:
+        if isinstance(a, Array):
+            raise ValueError(
+                f"arrays on different devices in one call: {a.device} and remote(); move one "
+                "with x.to_device(...)"
+            )
+    operands = [a if type(a) is RemoteArray else (CONST, a) for a in args]
+    lead = next(i for i, a in enumerate(args) if type(a) is RemoteArray)
+    step = Applied(fn, None, dt, lead, shape[1:])
+    return _join_or_start(ns, step, name, operands, shape, dt)
+
+
 def _reduction(name: str) -> Callable[..., Any]:
     def reduce(
         ns: Namespace, x: Any, /, *, axis: Any = None, keepdims: bool = False, dtype: Any = None
@@ -778,6 +845,7 @@ def _build() -> dict[str, Callable[..., Any]]:
         arange=_arange,
         linspace=_linspace,
         from_zarr=_from_zarr,
+        apply=_apply,
         sum=_reduction("sum"),
         prod=_reduction("prod"),
         mean=_reduction("mean"),

@@ -210,7 +210,8 @@ def create(kind: str, shape: tuple[int, ...], dtype: np.dtype[Any], args: tuple[
     """One chunk of a creation function, made on the worker: ``zeros``, ``ones``, ``empty``,
     ``full`` (``args``: the fill value), ``arange`` (``args``: start of the chunk, step) and
     ``linspace`` (``args``: start, step, first index, the last value's index and value or
-    None), as NumPy computes them."""
+    None), as NumPy computes them; ``apply`` (``args``: the checked loader, its arguments and
+    the chunk's rows), the loader called with ``rows=slice(lo, hi)``."""
     if kind == "zeros":
         return np.zeros(shape, dtype)
     if kind == "ones":
@@ -228,6 +229,9 @@ def create(kind: str, shape: tuple[int, ...], dtype: np.dtype[Any], args: tuple[
         if last is not None:
             value[-1] = last
         return value.astype(dtype)
+    if kind == "apply":
+        fn, fn_args, lo, hi = args
+        return fn(*fn_args, rows=slice(lo, hi))
     raise ValueError(f"unknown creation {kind!r}")
 
 
