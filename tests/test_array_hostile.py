@@ -393,3 +393,23 @@ async def test_delete_var_from_a_finalizer_while_aclose_cancels(
     await closing
     assert [u.exc_value for u in unraisable] == []
     assert deleted == ["deleted"]  # the deletion function ran, before the close ended
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("reshape", (np.ones(4), (2, 2))),
+        ("sort", (np.ones(4),)),
+        ("flip", (np.ones(4),)),
+        ("concat", ([np.ones(2), np.ones(2)],)),
+        ("unique_values", (np.ones(4),)),
+    ],
+)
+async def test_a_numpy_array_given_to_a_namespace_function_is_named(
+    name: str, args: tuple[Any, ...]
+) -> None:
+    # Not an AttributeError from inside the package: what went wrong and what to do.
+    async with ae.Engine() as engine:
+        xp = aa.namespace(engine)
+        with pytest.raises(TypeError, match=rf"xp\.{name} takes arrays of this namespace.*asarray"):
+            getattr(xp, name)(*args)

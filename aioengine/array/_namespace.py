@@ -28,10 +28,10 @@ from ._dtypes import DataTypes
 from ._fft import FFT
 from ._info import DTYPE_NAMES, Info
 from ._interop import array_function, array_ufunc
-from ._kernel import Const
+from ._kernel import Applied, Const
 from ._linalg import Linalg
 from ._manipulation import Manipulation
-from ._meta import Shape, as_dtype, broadcast
+from ._meta import as_dtype, broadcast
 from ._products import Products
 from ._push import (
     CPU,
@@ -152,24 +152,6 @@ NOT_FOR_BOOL = frozenset(
 )
 
 
-def _apply_checked(fn: Callable[..., Any], shape: Shape, dtype: np.dtype[Any], *values: Any) -> Any:
-    result = fn(*values)
-    if not isinstance(result, np.ndarray):
-        raise TypeError(
-            f"apply: {getattr(fn, '__qualname__', fn)!r} returned {type(result).__name__}, "
-            "not a NumPy array"
-        )
-    if type(result) is not np.ndarray:
-        # A subclass (np.matrix, as SciPy's todense() returns; a masked array) indexes and
-        # reduces by rules of its own: the array stores its base-class value.
-        result = np.array(result, subok=False)
-    if result.dtype != dtype:
-        raise TypeError(f"apply: the function returned dtype {result.dtype}, not {dtype}")
-    if result.shape != shape:
-        raise ValueError(f"apply: the function returned shape {result.shape}, not {shape}")
-    return result
-
-
 def _clip(names: tuple[str, ...], x: Any, *bounds: Any) -> Any:
     return np.clip(x, **dict(zip(names, bounds, strict=True)))
 
@@ -250,12 +232,21 @@ class Namespace(Creation, DataTypes, Manipulation, Searching, Statistics, Produc
                 raise TypeError(f"clip: a bound {bound!r} does not fit x's dtype {x.dtype}")
         return push1(self, partial(_clip, names), operands, shape, x.dtype, device, "clip")
 
-    def apply(self, fn: Callable[..., Any], /, *args: Any, shape: Any, dtype: Any) -> Array:
+    def apply(
+        self, fn: Callable[..., Any], /, *args: Any, shape: Any, dtype: Any, device: Any = None
+    ) -> Any:
         """Run ``fn(*values)`` on the CPU pool as one operation reading the array arguments
         (other arguments are passed as they are) and return an array of ``shape`` and
         ``dtype``. ``fn`` must return a NumPy array of exactly that shape and dtype: anything
         else is the result's failure, not a silent cast (an ``ndarray`` subclass, such as
-        ``np.matrix``, is stored as a plain NumPy array). An aioengine extension."""
+        ``np.matrix``, is stored as a plain NumPy array). An aioengine extension.
+
+        On the cluster (remote array arguments, or ``device=ae.remote()``) ``fn`` runs once
+        per chunk of rows, on the worker holding it: it gets the arrays' rows ``lo:hi`` and
+        returns the result's, of shape ``(hi - lo, *shape[1:])``; with no array argument (a
+        loader) it is called as ``fn(*args, rows=slice(lo, hi))``. See the cluster how-to."""
+        if device is not None and getattr(device, "device_type", None) is not CPU:
+            raise ValueError(f"apply runs on the CPU pool or the cluster, not on {device}")
         if not callable(fn):
             raise TypeError(f"apply: fn must be callable, got {fn!r}")
         shape = self._shape_arg(shape)
@@ -270,7 +261,7 @@ class Namespace(Creation, DataTypes, Manipulation, Searching, Statistics, Produc
         name = getattr(fn, "__name__", "apply")
         return push1(
             self,
-            partial(_apply_checked, fn, shape, dtype),
+            Applied(fn, shape, dtype),
             operands,
             shape,
             dtype,
@@ -382,9 +373,28 @@ def _routed(name: str, local: Callable[..., Any]) -> Callable[..., Any]:
     def routed(self: Namespace, *args: Any, **kwargs: Any) -> Any:
         if involves_remote(args, kwargs):
             return remote_call(self, name, args, kwargs)
-        return local(self, *args, **kwargs)
+        try:
+            return local(self, *args, **kwargs)
+        except AttributeError as exc:  # an array's state read off a NumPy array
+            foreign = _numpy_argument(name, args, kwargs)
+            if foreign is None:
+                raise
+            raise foreign from exc
 
     return routed
+
+
+def _numpy_argument(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TypeError | None:
+    """The error for a call of ``xp.name`` given a NumPy array where it reads an engine
+    array (None if no argument is one): a clear TypeError, not an AttributeError of ours."""
+    for value in (*args, *kwargs.values()):
+        items = value if type(value) in (list, tuple) else (value,)
+        if any(isinstance(v, np.ndarray) for v in items):
+            return TypeError(
+                f"xp.{name} takes arrays of this namespace, got a NumPy array: convert it "
+                "with xp.asarray(value) first (or call NumPy's own function on NumPy arrays)"
+            )
+    return None
 
 
 for _name in dir(Namespace):
