@@ -54,6 +54,7 @@ from ._buffer import Buffer
 from ._burst import Burst
 from ._cupy_fuse import cupy_module, fused_call
 from ._kernel import MISSING, input_failure, numpy_on_gpu
+from ._pool import empty as pooled_empty
 from ._reducers import REDUCERS
 
 if TYPE_CHECKING:
@@ -389,8 +390,9 @@ class ChainKernel:
         self, steps: list[_Step], inputs: list[Buffer], xp: Any
     ) -> tuple[list[Buffer | None], list[Any], list[Any]] | None:
         """The results (None: nobody holds it), the inputs' values (flat) and the live
-        results' values (flat, allocated with ``xp`` by the first kernel to materialise a
-        chunk of one); None if an input failed (the results failed with it)."""
+        results' values (flat, allocated by the first kernel to materialise a chunk of one:
+        from the pool of ``_pool.py`` where values are NumPy's, else with ``xp``); None if an input
+        failed (the results failed with it)."""
         outs = [step.out() for step in steps]
         if self._inputs_failed(steps, outs, inputs):
             return None
@@ -408,7 +410,10 @@ class ChainKernel:
                 with _alloc_lock:
                     value = out.value
                     if value is MISSING:
-                        value = out.value = xp.empty(out.shape, dtype)
+                        if xp is np:  # a large result reuses a dropped one's memory
+                            value = out.value = pooled_empty(out.shape, dtype)  # type: ignore[arg-type]
+                        else:
+                            value = out.value = xp.empty(out.shape, dtype)
             flat.append(value.reshape(-1))
         return outs, values, flat
 
