@@ -1,7 +1,8 @@
 """Remote arrays (chunks on a Dask cluster) against idiomatic dask.array, on one cluster, in
 one run (issue 43's targets).
 
-Two measurements on ``LocalCluster(processes=True, n_workers=2, threads_per_worker=1)``:
+Five measurements. Two on ``LocalCluster(processes=True, n_workers=2, threads_per_worker=1)``
+(whose scheduler runs in this process):
 
 * ``stencil``: ``--steps`` (100) steps of a 1-D heat stencil with an in-place update,
   ``u[1:-1] = u[1:-1] + a * (u[:-2] - 2 * u[1:-1] + u[2:])``, over ``--chunks`` (64) chunks
@@ -19,10 +20,43 @@ Two measurements on ``LocalCluster(processes=True, n_workers=2, threads_per_work
   plugin: an operation with several outputs adds a ``getitem`` task per output). Beside
   them, the tasks that ran for one persisted ``map_overlap`` step of dask.array.
 
-Run: python benchmarks/arrays_cluster.py [--quick] [--out PATH] [--reps N]
-(``nox -s bench`` runs it; ``--quick``: 8 chunks, 10 steps, smaller chunks, one pair).
-Timings are printed, never asserted: the target (aioengine at most 0.5x dask.array's wall
-time on the stencil, at most 1 task per chunk per fused step) is judged by a person.
+Two on a ``dask scheduler`` and a ``dask worker`` (two worker processes of one thread)
+started as processes of their own, so that this process is the client and nothing else:
+
+* ``client_cpu``: this process's CPU time (``time.process_time``: every thread of the client
+  and the engine) per chunk operation, from the first push until the result is gathered, for
+  ``--cpu-steps`` steps over ``--cpu-chunks`` chunks of a few KiB (the workers' time is not
+  counted): remote arrays running a stencil step written in place and a short fused
+  elementwise step (``x = x * 0.5 + 0.25``, one flush per step), per chunk and step, and per
+  remote operation the engine pushed; the engine's remote value operation
+  (``engine.submit(fn, var, out=var, ctx=ae.remote())``, one Var per chunk); and Dask's
+  ``client.submit`` (a chain of futures per chunk), per task.
+* ``sum_bytes``: the bytes that pass through this process (read and written on its TCP
+  comms, counted by wrapping ``distributed.comm.tcp``: with the scheduler and the workers
+  elsewhere, every comm here is the client's) while ``float(xp.sum(x))`` runs on a remote
+  array of ``--sum-bytes`` (1 GiB; created on the workers by ``xp.ones``, measured apart),
+  beside the array's size and its chunks times one partial's size.
+
+One on an in-process ``LocalCluster(processes=False, n_workers=W, threads_per_worker=1)``:
+
+* ``weak_scaling`` (simulated): one chunk per worker, W in 1, 2, 4, 8, 16, and ``--ws-steps``
+  (50) steps of a 1-D stencil with halo reads whose every chunk operation sleeps (GIL
+  released: 100 ms, and 20 ms) before a small NumPy step. Remote arrays have no public
+  per-chunk function yet, so the aioengine side is built on the engine's remote value
+  operations directly: one Var per chunk, two generations (each step reads the previous
+  generation's left neighbour, own and right neighbour chunks, and writes the other's).
+  dask.array: ``map_overlap`` of the sleeping block function (``boundary="nearest"``),
+  persisted every step. Efficiency: T(1 worker, 1 chunk) / T(W workers, W chunks), for each
+  side; both checked against NumPy.
+
+Run: python benchmarks/arrays_cluster.py [--quick] [--out PATH] [--reps N] [--sum-bytes N]
+(``nox -s bench`` runs it; ``--quick``: 8 chunks, 10 steps, smaller chunks, one pair; 16 MiB
+summed; weak scaling at W in 1, 2, 5 steps of 20 ms). Only the full mode writes
+``results/arrays-cluster.json`` by default (``--quick``: ``results/quick/``, not committed).
+Timings are printed, never asserted: the targets (aioengine at most 0.5x dask.array's wall
+time on the stencil, at most 1 task per chunk per fused step, client CPU per chunk operation
+at most the remote value operation's, one partial per chunk through the client, weak-scaling
+efficiency at least 90 % and at least dask.array's) are judged by a person.
 """
 
 from __future__ import annotations
@@ -32,8 +66,12 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -160,6 +198,327 @@ async def count_tasks(
     }
 
 
+# -- client CPU and bytes: a scheduler and workers out of this process ---------------------
+
+
+@contextmanager
+def command_line_cluster(n_workers: int) -> Iterator[str]:
+    """A ``dask scheduler`` and a ``dask worker`` of ``n_workers`` one-thread processes,
+    started from the command line on 127.0.0.1 (this checkout first on their path): the
+    scheduler's address; both stopped at the end, the worker first (a worker whose scheduler
+    went first waits seconds to reconnect)."""
+    import distributed
+
+    cli = os.path.join(os.path.dirname(sys.executable), "dask")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    quiet: dict[str, Any] = {
+        "env": dict(os.environ, PYTHONPATH=path),
+        "stdout": subprocess.DEVNULL,
+        "stderr": subprocess.DEVNULL,
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        file = os.path.join(folder, "scheduler.json")
+        common = ["--scheduler-file", file, "--no-dashboard"]
+        host = ["--host", "127.0.0.1"]
+        procs = [subprocess.Popen([cli, "scheduler", *host, "--port", "0", *common], **quiet)]
+        try:
+            deadline = time.monotonic() + 60
+            while not os.path.exists(file):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the dask scheduler did not start")
+                time.sleep(0.05)
+            worker = [cli, "worker", *host, "--nworkers", str(n_workers), "--nthreads", "1"]
+            procs.append(subprocess.Popen([*worker, *common], **quiet))
+            with distributed.Client(scheduler_file=file, timeout=60) as client:
+                client.wait_for_workers(n_workers, timeout=60)
+                address: str = client.scheduler.address
+            yield address
+        finally:
+            for proc in reversed(procs):
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def scale(v: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """One chunk operation of the CPU measurement (a new array: value operations never
+    modify their inputs)."""
+    return v * 0.5 + 0.25
+
+
+def filled(n: int) -> np.ndarray[Any, Any]:
+    """A chunk made on a worker."""
+    return np.ones(n)
+
+
+async def client_cpu(address: str, chunks: int, steps: int, n: int) -> dict[str, float]:
+    """This process's CPU time per chunk operation (µs), each side from its first push until
+    its result is here (see the module docstring)."""
+    import distributed
+
+    out: dict[str, float] = {"chunks": chunks, "steps": steps}
+
+    async def measured(program: Callable[[], Any]) -> float:
+        cpu0 = time.process_time()
+        await program()
+        return (time.process_time() - cpu0) / (chunks * steps) * 1e6
+
+    async with ae.Engine(cluster=address) as engine:
+        xp = aa.namespace(engine, chunk_bytes=8 * n)
+        want = np.ones(chunks * n)
+        for _ in range(steps):
+            step_numpy(want)
+
+        async def stencil() -> None:
+            u = xp.ones(chunks * n, device=ae.remote())
+            for _ in range(steps):
+                u[1:-1] = u[1:-1] + ALPHA * (u[:-2] - 2 * u[1:-1] + u[2:])
+            if not np.allclose(await u, want):
+                raise AssertionError("client_cpu: the stencil differs from NumPy's")
+
+        async def chain() -> None:
+            x = xp.ones(chunks * n, device=ae.remote())
+            for _ in range(steps):
+                x = x * 0.5 + 0.25
+                await asyncio.sleep(0)  # the step's chain is sent: one task per chunk
+            if not np.allclose(await x, 0.5 + 0.5 ** (steps + 1)):
+                raise AssertionError("client_cpu: the chain differs from NumPy's")
+
+        await stencil()  # warm: the workers' imports, the engine's connection
+        for name, program in (("array_stencil", stencil), ("array_chain", chain)):
+            ops = remote_pushed(engine)
+            out[f"{name}_us_per_chunk_step"] = await measured(program)
+            out[f"{name}_ops_per_chunk_step"] = (remote_pushed(engine) - ops) / (chunks * steps)
+
+        vs = [engine.new_var(f"c{i}") for i in range(chunks)]
+
+        async def value_ops() -> None:
+            for v in vs:
+                engine.submit(filled, n, out=v, ctx=ae.remote())
+            for _ in range(steps):
+                for v in vs:
+                    engine.submit(scale, v, out=v, ctx=ae.remote())
+            for v in vs:
+                await v.get()
+
+        await value_ops()
+        out["value_op_us"] = await measured(value_ops)
+
+    async with distributed.Client(address, asynchronous=True) as client:
+
+        async def submits() -> None:
+            futures = [client.submit(filled, n, pure=False) for _ in range(chunks)]
+            for _ in range(steps):
+                futures = [client.submit(scale, f, pure=False) for f in futures]
+            await client.gather(futures)
+
+        await submits()
+        out["client_submit_us"] = await measured(submits)
+    return out
+
+
+class CommBytes:
+    """The bytes read and written on this process's TCP (and TLS) comms while installed: a
+    wrapper of ``distributed.comm.tcp``'s frame decoding (the frames of every message read)
+    and of ``TCP.write`` (which returns the bytes it wrote)."""
+
+    def __init__(self) -> None:
+        self.read = 0
+        self.written = 0
+
+    def install(self) -> Callable[[], None]:
+        """Start counting; the function that stops."""
+        from distributed.comm import tcp
+        from distributed.utils import nbytes
+
+        from_frames, write = tcp.from_frames, tcp.TCP.write
+
+        async def counted_from_frames(frames: Any, *args: Any, **kwargs: Any) -> Any:
+            self.read += sum(nbytes(f) for f in frames)
+            return await from_frames(frames, *args, **kwargs)
+
+        async def counted_write(comm: Any, *args: Any, **kwargs: Any) -> int:
+            n: int = await write(comm, *args, **kwargs)
+            self.written += n
+            return n
+
+        tcp.from_frames, tcp.TCP.write = counted_from_frames, counted_write
+
+        def uninstall() -> None:
+            tcp.from_frames, tcp.TCP.write = from_frames, write
+
+        return uninstall
+
+
+async def sum_bytes(address: str, total: int, chunk_bytes: int) -> dict[str, float]:
+    """The bytes through this process for creating a remote array of ``total`` bytes on the
+    workers, and for ``float(xp.sum(x))`` on it."""
+    counter = CommBytes()
+    uninstall = counter.install()
+    try:
+        async with ae.Engine(cluster=address) as engine:
+            xp = aa.namespace(engine, chunk_bytes=chunk_bytes)
+            await xp.ones(16, device=ae.remote())  # warm (connections, imports): not counted
+            mark = counter.read, counter.written
+            x = xp.ones(total // 8, device=ae.remote())
+            await engine.wait_for_all()
+            created = counter.read - mark[0], counter.written - mark[1]
+            mark = counter.read, counter.written
+            value = float(await xp.sum(x))
+            summed = counter.read - mark[0], counter.written - mark[1]
+            if value != total // 8:
+                raise AssertionError(f"sum_bytes: the sum is {value}, not {total // 8}")
+            chunks = x.chunks
+            del x
+    finally:
+        uninstall()
+    return {
+        "array_bytes": total,
+        "chunks": chunks,
+        "chunks_times_partial_bytes": chunks * 8,
+        "create_read_bytes": created[0],
+        "create_written_bytes": created[1],
+        "sum_read_bytes": summed[0],
+        "sum_written_bytes": summed[1],
+    }
+
+
+# -- weak scaling, simulated -------------------------------------------------------------------
+
+
+def halo_step(
+    delay: float,
+    left: np.ndarray[Any, Any] | None,
+    me: np.ndarray[Any, Any],
+    right: np.ndarray[Any, Any] | None,
+) -> np.ndarray[Any, Any]:
+    """One chunk operation: sleep ``delay`` (the GIL released), then one stencil step of the
+    chunk with a halo element of each neighbour (the chunk's own edge at the array's ends)."""
+    time.sleep(delay)
+    lo = me[:1] if left is None else left[-1:]
+    hi = me[-1:] if right is None else right[:1]
+    ext = np.concatenate([lo, me, hi])
+    return me + ALPHA * (ext[:-2] - 2 * me + ext[2:])
+
+
+def sleeping_block(delay: float, b: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """dask.array's block function: the same sleep and step on a block with its halo."""
+    time.sleep(delay)
+    return step_block(b)
+
+
+def weak_reference(w: int, n: int, steps: int) -> np.ndarray[Any, Any]:
+    """The weak-scaling program on NumPy (the ends replicate their edge element)."""
+    u = np.linspace(0.0, 1.0, w * n)
+    for _ in range(steps):
+        ext = np.concatenate([u[:1], u, u[-1:]])
+        u = u + ALPHA * (ext[:-2] - 2 * u + ext[2:])
+    return u
+
+
+def start(w: int, n: int, i: int) -> np.ndarray[Any, Any]:
+    """Chunk ``i`` of the weak-scaling array (made on a worker)."""
+    return np.linspace(0.0, 1.0, w * n)[i * n : (i + 1) * n]
+
+
+async def weak_engine(cluster: Any, w: int, n: int, steps: int, delay: float) -> float:
+    """The aioengine side: the wall time of ``steps`` steps over ``w`` chunk Vars."""
+    async with ae.Engine(cluster=cluster) as engine:
+        gens = [[engine.new_var(f"{g}{i}") for i in range(w)] for g in "ab"]
+        for i, v in enumerate(gens[0]):
+            engine.submit(start, w, n, i, out=v, ctx=ae.remote())
+        await engine.wait_for_all()
+        t0 = time.perf_counter()
+        for k in range(steps):
+            src, dst = gens[k % 2], gens[(k + 1) % 2]
+            for i in range(w):
+                left = src[i - 1] if i > 0 else None
+                right = src[i + 1] if i + 1 < w else None
+                engine.submit(halo_step, delay, left, src[i], right, out=dst[i], ctx=ae.remote())
+        got = np.concatenate([await v.get() for v in gens[steps % 2]])
+        wall = time.perf_counter() - t0
+    if not np.allclose(got, weak_reference(w, n, steps)):
+        raise AssertionError("weak scaling: aioengine's result differs from NumPy's")
+    return wall
+
+
+async def weak_dask(client: Any, w: int, n: int, steps: int, delay: float) -> float:
+    """The dask.array side: ``map_overlap`` persisted every step; the wall time."""
+    import dask.array as da
+
+    u = client.persist(da.from_array(np.linspace(0.0, 1.0, w * n), chunks=n))
+    await client.gather(list(client.futures_of(u)))
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        u = client.persist(
+            u.map_overlap(
+                lambda b: sleeping_block(delay, b), depth=1, boundary="nearest", dtype=u.dtype
+            )
+        )
+    got = await client.compute(u)
+    wall = time.perf_counter() - t0
+    if not np.allclose(got, weak_reference(w, n, steps)):
+        raise AssertionError("weak scaling: dask.array's result differs from NumPy's")
+    return wall
+
+
+async def weak_scaling(
+    widths: list[int], steps: int, delays: list[tuple[str, float]]
+) -> dict[str, Any]:
+    """Per side and delay, the wall time at each width and the efficiency T(1) / T(W)."""
+    import distributed
+
+    n = 1000
+    walls: dict[str, dict[int, float]] = {side: {} for side, _ in delays}
+    for w in widths:
+        async with (
+            distributed.LocalCluster(
+                processes=False, n_workers=w, threads_per_worker=1, dashboard_address=":0",
+                asynchronous=True,
+            ) as cluster,
+            distributed.Client(cluster, asynchronous=True) as client,
+        ):  # fmt: skip
+            await weak_engine(cluster, w, n, 1, 0.0)  # warm
+            for side, delay in delays:
+                if side.startswith("aioengine"):
+                    walls[side][w] = await weak_engine(cluster, w, n, steps, delay)
+                else:
+                    walls[side][w] = await weak_dask(client, w, n, steps, delay)
+    return {
+        "cluster": "LocalCluster(processes=False, n_workers=W, threads_per_worker=1)",
+        "steps": steps,
+        "elements_per_chunk": n,
+        "delays_s": dict(delays),
+        "wall_s": {side: {str(w): t for w, t in ts.items()} for side, ts in walls.items()},
+        "efficiency": {
+            side: {str(w): ts[widths[0]] / t for w, t in ts.items()} for side, ts in walls.items()
+        },
+        "target": ">= 0.9 (aioengine, 100 ms), and >= dask.array's at 20 ms",
+    }
+
+
+async def out_of_process(args: argparse.Namespace, address: str) -> dict[str, Any]:
+    """The measurements on the command-line cluster at ``address``."""
+    cpu = await client_cpu(
+        address, 8 if args.quick else args.cpu_chunks, 5 if args.quick else args.cpu_steps, 512
+    )
+    total = args.sum_bytes or (16 << 20 if args.quick else 1 << 30)
+    moved = await sum_bytes(address, total, 1 << 20 if args.quick else 8 << 20)
+    where = "dask scheduler + dask worker --nworkers 2 --nthreads 1 (processes)"
+    return {
+        "client_cpu": {
+            "cluster": where,
+            **cpu,
+            "target": "array ops <= value_op_us, reported beside client_submit_us",
+        },
+        "sum_bytes": {"cluster": where, **moved, "target": "one partial per chunk, not the array"},
+    }
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     import distributed
 
@@ -197,6 +556,19 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     raise AssertionError(f"{side}: the stencil differs from NumPy's")
                 runs[side].append({"wall_s": wall, "client_cpu_s": cpu})
         tasks = await count_tasks(engine, client, cluster.scheduler, u0, n)
+    if args.quick:
+        scaling = await weak_scaling([1, 2], 5, [("aioengine_20ms", 0.02), ("dask_20ms", 0.02)])
+    else:
+        scaling = await weak_scaling(
+            [1, 2, 4, 8, 16],
+            args.ws_steps,
+            [
+                ("aioengine_100ms", 0.1),
+                ("aioengine_20ms", 0.02),
+                ("dask_20ms", 0.02),
+                ("dask_100ms", 0.1),
+            ],
+        )
     ratios = [
         a["wall_s"] / d["wall_s"] for a, d in zip(runs["aioengine"], runs["dask"], strict=True)
     ]
@@ -216,6 +588,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "target": "<= 0.5",
         },
         "tasks_per_chunk": {**tasks, "target": "<= 1 per chunk per fused step"},
+        "weak_scaling": scaling,
         "versions": {
             "numpy": np.__version__,
             "distributed": distributed.__version__,
@@ -226,7 +599,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def report(out: dict[str, Any]) -> str:
     s, t = out["stencil"], out["tasks_per_chunk"]
+    c, b, ws = out["client_cpu"], out["sum_bytes"], out["weak_scaling"]
     med = s["median_wall_s"]
+    scaling = [
+        f"    {side}: "
+        + ", ".join(f"W={w} {e:.0%} ({ws['wall_s'][side][w]:.2f} s)" for w, e in effs.items())
+        for side, effs in ws["efficiency"].items()
+    ]
     return "\n".join(
         [
             f"remote arrays vs dask.array on {out['cluster']}",
@@ -240,6 +619,20 @@ def report(out: dict[str, Any]) -> str:
             f"{t['chain_of_8_ops']:.2f} ({t['chain_of_8_dask_tasks']:.2f}) (target "
             f"{t['target']}); dask.array's map_overlap step: "
             f"{t['dask_map_overlap_step_tasks']:.2f} tasks",
+            f"  client CPU per chunk operation, {c['chunks']} chunks x {c['steps']} steps on "
+            f"{c['cluster']}: remote array stencil step {c['array_stencil_us_per_chunk_step']:.0f}"
+            f" us ({c['array_stencil_ops_per_chunk_step']:.2f} engine ops), fused chain step "
+            f"{c['array_chain_us_per_chunk_step']:.0f} us "
+            f"({c['array_chain_ops_per_chunk_step']:.2f} engine ops); engine remote value op "
+            f"{c['value_op_us']:.0f} us; client.submit {c['client_submit_us']:.0f} us",
+            f"  bytes through the client for float(xp.sum(x)), {b['array_bytes']} bytes in "
+            f"{b['chunks']} chunks: read {b['sum_read_bytes']}, written "
+            f"{b['sum_written_bytes']} (chunks x partial: {b['chunks_times_partial_bytes']}); "
+            f"creating it on the workers: read {b['create_read_bytes']}, written "
+            f"{b['create_written_bytes']}",
+            f"  weak scaling, simulated, {ws['steps']} steps, efficiency T(1)/T(W) on "
+            f"{ws['cluster']}:",
+            *scaling,
         ]
     )
 
@@ -250,10 +643,18 @@ if __name__ == "__main__":
     parser.add_argument("--chunks", type=int, default=64, help="chunks of the array (64)")
     parser.add_argument("--steps", type=int, default=100, help="stencil steps (100)")
     parser.add_argument("--reps", type=int, default=2, help="timed pairs (sides alternate)")
+    parser.add_argument("--cpu-chunks", type=int, default=64, help="client CPU: chunks (64)")
+    parser.add_argument("--cpu-steps", type=int, default=20, help="client CPU: steps (20)")
+    parser.add_argument("--sum-bytes", type=int, default=0,
+                        help="bytes of the summed array (1 GiB; --quick: 16 MiB)")  # fmt: skip
+    parser.add_argument("--ws-steps", type=int, default=50, help="weak scaling: steps (50)")
     parser.add_argument("--out", help="JSON output (default: results/arrays-cluster.json, or "
                         "results/quick/ with --quick)")  # fmt: skip
     ns = parser.parse_args()
     result = asyncio.run(main(ns))
+    # This process is the client only: the scheduler and the workers are processes of their own.
+    with command_line_cluster(2) as scheduler_address:
+        result.update(asyncio.run(out_of_process(ns, scheduler_address)))
     print(report(result))
     path = ns.out or os.path.join(RESULTS, *(["quick"] if ns.quick else []), "arrays-cluster.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)

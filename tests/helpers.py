@@ -1,13 +1,18 @@
 """What several test modules share and is not a fixture: the exception failing operations
 raise, the sequential reference model that the random-program tests compare the engine
-with, and what the remote tests ask Dask's scheduler (fixtures, monitors and blockers are in
-``conftest.py``)."""
+with, what the remote tests ask Dask's scheduler, and the clusters they start (fixtures,
+monitors and blockers are in ``conftest.py``)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
-from collections.abc import Callable, Hashable, Iterable, Sequence
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
 import aioengine as ae
@@ -16,6 +21,7 @@ __all__ = (
     "Boom",
     "Outcome",
     "SequentialModel",
+    "command_line_cluster",
     "engine_keys",
     "in_process_cluster",
     "no_keys_left",
@@ -191,3 +197,52 @@ async def until(condition: Callable[[], object], timeout: float = 10.0) -> None:
         if loop.time() > end:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.001)
+
+
+@contextlib.contextmanager
+def command_line_cluster(folder: str, nthreads: int = 1) -> Iterator[str]:
+    """A ``dask scheduler`` and one ``dask worker`` started from the command line, as a team
+    moving to a cluster starts them, on 127.0.0.1 (the scheduler out of this process): the
+    scheduler's address, for the ``with`` block; both are stopped at its end. ``folder``
+    (a test's ``tmp_path``) holds the scheduler file. The processes import this repository
+    first (``PYTHONPATH``), so the workers find the tests' functions and this checkout's
+    aioengine. Skips the test where the ``dask`` command is not beside this interpreter."""
+    import distributed
+    import pytest
+
+    dask_cli = os.path.join(os.path.dirname(sys.executable), "dask")
+    if not os.path.exists(dask_cli):
+        pytest.skip("the dask command is not installed beside this interpreter")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    scheduler_file = os.path.join(folder, "scheduler.json")
+    common = ["--scheduler-file", scheduler_file, "--no-dashboard"]
+    quiet: dict[str, Any] = {"env": env, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    procs = [
+        subprocess.Popen(
+            [dask_cli, "scheduler", "--host", "127.0.0.1", "--port", "0", *common], **quiet
+        )
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(scheduler_file):
+            assert time.monotonic() < deadline, "the scheduler did not start"
+            time.sleep(0.05)
+        worker = [dask_cli, "worker", "--nthreads", str(nthreads), "--host", "127.0.0.1"]
+        procs.append(subprocess.Popen([*worker, *common], cwd=root, **quiet))
+        with distributed.Client(  # type: ignore[no-untyped-call]
+            scheduler_file=scheduler_file, timeout=60
+        ) as client:
+            client.wait_for_workers(1, timeout=60)
+            address: str = client.scheduler.address
+        yield address
+    finally:
+        # One at a time, the worker first: a worker whose scheduler went first waits to
+        # reconnect (seconds), where one stopped first leaves at once.
+        for proc in reversed(procs):
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -15,7 +15,6 @@ import importlib
 import operator
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -29,7 +28,14 @@ from hypothesis import strategies as st
 import aioengine as ae
 from aioengine.remote import RemoteBackend
 
-from .helpers import Outcome, SequentialModel, engine_keys, in_process_cluster, no_keys_left
+from .helpers import (
+    Outcome,
+    SequentialModel,
+    command_line_cluster,
+    engine_keys,
+    in_process_cluster,
+    no_keys_left,
+)
 
 # The module of Dask's private names (``aioengine.remote`` as an attribute is the ``remote()``
 # function, so the package's modules are imported by name).
@@ -983,56 +989,18 @@ class TestCommandLineCluster:
     moving to a cluster starts them, on 127.0.0.1."""
 
     def test_value_and_side_effect_operations(self, tmp_path: Any) -> None:
-        dask_cli = os.path.join(os.path.dirname(sys.executable), "dask")
-        if not os.path.exists(dask_cli):
-            pytest.skip("the dask command is not installed beside this interpreter")
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ, PYTHONPATH=root)  # the workers import this module's functions
-        scheduler_file = str(tmp_path / "scheduler.json")
-        common = ["--scheduler-file", scheduler_file, "--no-dashboard"]
-        procs = [
-            subprocess.Popen(
-                [dask_cli, "scheduler", "--host", "127.0.0.1", "--port", "0", *common],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        ]
-        try:
-            deadline = time.monotonic() + 60
-            while not os.path.exists(scheduler_file):
-                assert time.monotonic() < deadline, "the scheduler did not start"
-                time.sleep(0.05)
-            procs.append(
-                subprocess.Popen(
-                    [dask_cli, "worker", "--nthreads", "1", "--host", "127.0.0.1", *common],
-                    env=env,
-                    cwd=root,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
-            with distributed.Client(scheduler_file=scheduler_file, timeout=60) as client:
-                client.wait_for_workers(1, timeout=60)
-                address = client.scheduler.address
-            with ae.BlockingEngine(cluster=address) as engine:
-                x = engine.new_var("x", value=1)
-                for _ in range(3):
-                    engine.submit(inc, x, out=x, ctx=ae.remote())
-                pid, value = engine.submit(where, x, ctx=ae.remote()).result(30)
-                assert pid != os.getpid()
-                assert value == 5
-                assert engine.get(x, timeout=30) == 4
-                assert engine.push_sync(lambda r: "ran", ae.remote(), [], [x]).result(30) == "ran"
-        finally:
-            for proc in reversed(procs):
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        with (
+            command_line_cluster(str(tmp_path)) as address,
+            ae.BlockingEngine(cluster=address) as engine,
+        ):
+            x = engine.new_var("x", value=1)
+            for _ in range(3):
+                engine.submit(inc, x, out=x, ctx=ae.remote())
+            pid, value = engine.submit(where, x, ctx=ae.remote()).result(30)
+            assert pid != os.getpid()
+            assert value == 5
+            assert engine.get(x, timeout=30) == 4
+            assert engine.push_sync(lambda r: "ran", ae.remote(), [], [x]).result(30) == "ran"
 
 
 # -- random programs against the sequential model -------------------------------------------
