@@ -41,10 +41,11 @@ One on an in-process ``LocalCluster(processes=False, n_workers=W, threads_per_wo
 
 * ``weak_scaling`` (simulated): one chunk per worker, W in 1, 2, 4, 8, 16, and ``--ws-steps``
   (50) steps of a 1-D stencil with halo reads whose every chunk operation sleeps (GIL
-  released: 100 ms, and 20 ms) before a small NumPy step. Remote arrays have no public
-  per-chunk function yet, so the aioengine side is built on the engine's remote value
-  operations directly: one Var per chunk, two generations (each step reads the previous
-  generation's left neighbour, own and right neighbour chunks, and writes the other's).
+  released: 100 ms, and 20 ms) before a small NumPy step. ``xp.apply`` on remote arrays
+  gives a function its chunk's rows without a halo, so the aioengine side is built on the
+  engine's remote value operations directly: one Var per chunk, two generations (each step
+  reads the previous generation's left neighbour, own and right neighbour chunks, and
+  writes the other's).
   dask.array: ``map_overlap`` of the sleeping block function (``boundary="nearest"``),
   persisted every step. Efficiency: T(1 worker, 1 chunk) / T(W workers, W chunks), for each
   side; both checked against NumPy.
