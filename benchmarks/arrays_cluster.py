@@ -426,12 +426,21 @@ def start(w: int, n: int, i: int) -> np.ndarray[Any, Any]:
     return np.linspace(0.0, 1.0, w * n)[i * n : (i + 1) * n]
 
 
-async def weak_engine(cluster: Any, w: int, n: int, steps: int, delay: float) -> float:
-    """The aioengine side: the wall time of ``steps`` steps over ``w`` chunk Vars."""
+async def weak_engine(
+    cluster: Any, w: int, n: int, steps: int, delay: float, pinned: bool = False
+) -> float:
+    """The aioengine side: the wall time of ``steps`` steps over ``w`` chunk Vars; with
+    ``pinned``, chunk ``i``'s operations run on worker ``i`` (``ae.remote(workers=...)``:
+    the placement a user states, where Dask's own ties among a task's three equal inputs)."""
+    addresses = sorted(cluster.scheduler_info["workers"])
+    places = [
+        ae.remote(workers=addresses[i % len(addresses)]) if pinned else ae.remote()
+        for i in range(w)
+    ]
     async with ae.Engine(cluster=cluster) as engine:
         gens = [[engine.new_var(f"{g}{i}") for i in range(w)] for g in "ab"]
         for i, v in enumerate(gens[0]):
-            engine.submit(start, w, n, i, out=v, ctx=ae.remote())
+            engine.submit(start, w, n, i, out=v, ctx=places[i])
         await engine.wait_for_all()
         t0 = time.perf_counter()
         for k in range(steps):
@@ -439,7 +448,7 @@ async def weak_engine(cluster: Any, w: int, n: int, steps: int, delay: float) ->
             for i in range(w):
                 left = src[i - 1] if i > 0 else None
                 right = src[i + 1] if i + 1 < w else None
-                engine.submit(halo_step, delay, left, src[i], right, out=dst[i], ctx=ae.remote())
+                engine.submit(halo_step, delay, left, src[i], right, out=dst[i], ctx=places[i])
         got = np.concatenate([await v.get() for v in gens[steps % 2]])
         wall = time.perf_counter() - t0
     if not np.allclose(got, weak_reference(w, n, steps)):
@@ -486,7 +495,8 @@ async def weak_scaling(
             await weak_engine(cluster, w, n, 1, 0.0)  # warm
             for side, delay in delays:
                 if side.startswith("aioengine"):
-                    walls[side][w] = await weak_engine(cluster, w, n, steps, delay)
+                    pinned = "pinned" in side
+                    walls[side][w] = await weak_engine(cluster, w, n, steps, delay, pinned)
                 else:
                     walls[side][w] = await weak_dask(client, w, n, steps, delay)
     return {
@@ -558,14 +568,20 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 runs[side].append({"wall_s": wall, "client_cpu_s": cpu})
         tasks = await count_tasks(engine, client, cluster.scheduler, u0, n)
     if args.quick:
-        scaling = await weak_scaling([1, 2], 5, [("aioengine_20ms", 0.02), ("dask_20ms", 0.02)])
+        scaling = await weak_scaling(
+            [1, 2],
+            5,
+            [("aioengine_20ms", 0.02), ("aioengine_pinned_20ms", 0.02), ("dask_20ms", 0.02)],
+        )
     else:
         scaling = await weak_scaling(
             [1, 2, 4, 8, 16],
             args.ws_steps,
             [
                 ("aioengine_100ms", 0.1),
+                ("aioengine_pinned_100ms", 0.1),
                 ("aioengine_20ms", 0.02),
+                ("aioengine_pinned_20ms", 0.02),
                 ("dask_20ms", 0.02),
                 ("dask_100ms", 0.1),
             ],
