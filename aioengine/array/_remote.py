@@ -58,7 +58,7 @@ from ._remote_store import (
     write_into,
 )
 from ._remote_zarr import read_store, write_store
-from ._special import elementwise_function
+from ._special import ELEMENTWISE, elementwise_function
 from ._sync import PendingArrayError
 
 if TYPE_CHECKING:
@@ -827,8 +827,6 @@ def _elementwise(name: str) -> Callable[..., Any]:
 
 
 def _build() -> dict[str, Callable[..., Any]]:
-    from ._namespace import ELEMENTWISE
-
     table: dict[str, Callable[..., Any]] = {n: _elementwise(n) for n in ELEMENTWISE}
     table.update(
         asarray=_asarray,
