@@ -16,7 +16,7 @@ import math
 import os
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -320,3 +320,10 @@ for _name in dir(Namespace):
     _fn = getattr(Namespace, _name)
     if not _name.startswith("_") and callable(_fn) and not isinstance(_fn, type | np.dtype):
         setattr(Namespace, _name, _routed(_name, _fn))
+
+if TYPE_CHECKING:
+    from ._array import ArrayNamespace
+
+    # What an Array calls of its namespace (``_array.ArrayNamespace``) is this class's, with
+    # these signatures: mypy checks it here (nothing runs).
+    _AS_ARRAYS_SEE_IT: type[ArrayNamespace] = Namespace
