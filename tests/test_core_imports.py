@@ -1,6 +1,8 @@
-"""The core's internal import order (pyproject's "The core's internal order" contract): the
-upward edges it lets through must be annotation-only, imported under ``if TYPE_CHECKING:``,
-so that at run time the core's modules still import one way."""
+"""Import order inside the package. The core (pyproject's "The core's internal order"
+contract): the upward edges it lets through must be annotation-only, imported under ``if
+TYPE_CHECKING:``, so that at run time the core's modules still import one way. The compiled
+core's ``.pxd`` declarations, and the modules of ``aioengine/array``, import with no cycle at all
+(annotations and imports inside functions count too)."""
 
 from __future__ import annotations
 
@@ -120,3 +122,44 @@ def test_no_pxd_file_cimports_one_that_cimports_it_back() -> None:
 def test_the_cycle_finder_sees_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def array_import_graph() -> dict[str, set[str]]:
+    """Which modules of ``aioengine/array`` each one imports: every import of a sibling
+    (``from .x import``, ``from . import x``), wherever it is (under ``if TYPE_CHECKING:``,
+    inside a function)."""
+    package = ROOT / "aioengine" / "array"
+    modules = {path.stem for path in package.glob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path in sorted(package.glob("*.py")):
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if node.level == 1 and module:
+                    targets.add(module.split(".")[0])
+                elif node.level == 1:
+                    targets.update(alias.name for alias in node.names)
+                elif node.level == 0 and module.startswith("aioengine.array."):
+                    targets.add(module.split(".")[2])
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("aioengine.array."):
+                        targets.add(alias.name.split(".")[2])
+        graph[path.stem] = (targets & modules) - {path.stem}
+    return graph
+
+
+def test_the_array_package_imports_one_way() -> None:
+    # A reader follows ``c = a + b`` from the operator down to the engine push without
+    # coming back: the layers are in aioengine/array/__init__.py's docstring. A name that a
+    # lower module needs of a higher one is a Protocol of what it uses, or the lower base
+    # class that defines it, never an import (not even for annotations).
+    graph = array_import_graph()
+    assert {"_array", "_buffer", "_kernel", "_namespace", "_push"} <= set(graph)
+    assert "_kernel" in graph["_buffer"]
+    assert "_array" in graph["_push"]
+    found = cycles(graph)
+    assert not found, "aioengine/array imports in a cycle: " + "; ".join(
+        " -> ".join(cycle) for cycle in found
+    )

@@ -16,7 +16,27 @@ Sync points (``float(x)``, ``np.asarray(x)``, ...) block off the event-loop thre
 
 Layering: a front end on the public :class:`~aioengine.Engine` API only (``new_var``,
 ``push_sync``, ``delete_var``, ``wait_for_var``, ``wait_for_capacity``); import-linter keeps
-it so (``pyproject.toml``).
+it so (``pyproject.toml``). Inside, modules import downward only, annotations and imports
+inside functions included (``tests/test_core_imports.py`` fails on a cycle); top to bottom:
+
+1. the namespace, assembled from the groups below (``_namespace``);
+2. the standard's groups: the namespace's mixins (``_creation``, ``_dtypes``, ``_indexing``,
+   ``_manipulation``, ``_searching``, ``_statistics``, ``_products``), ``_info``, the
+   extensions (``_linalg``, ``_fft``), NumPy's protocols (``_interop``), remote arrays
+   (``_remote``);
+3. how a function pushes: metadata, fusion, the engine push (``_push``; scans, ``_scan``);
+4. chunked chains, one kernel per chunk (``_chain``);
+5. the Array, the engine and loop it waits on, and its internal API (``_array``);
+6. the Buffer: memory, its Vars, its outcome (``_buffer``);
+7. what an operation runs (``_kernel``; ``_burst``, ``_remote_store``, ``_remote_zarr``);
+8. leaves: shapes and dtypes (``_meta``), the elementwise functions (``_special``), threads and
+   loops (``_sync``), ``_reducers``, ``_blas``, ``_cupy_fuse``, ``_remote_kernel``.
+
+A lower module names a higher one's class by a Protocol of what it uses (``_array``'s
+``ArrayNamespace``, ``_kernel``'s ``Memory``) or by the base class that declares it
+(``_push.Pusher``). So ``c = a + b`` reads one way: ``Array.__add__`` calls its namespace's
+``_fast`` (``ArrayNamespace``: ``_push.Pusher``'s), which makes the result's Buffer or chunk
+kernels (``_buffer``, ``_chain``) and pushes them; when one runs, ``_kernel.run2`` computes.
 """
 
 from __future__ import annotations

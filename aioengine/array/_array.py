@@ -3,9 +3,10 @@
 An :class:`Array` is a view (``_steps``, applied to the value in order; empty for a whole
 buffer) of a :class:`~aioengine.array._buffer.Buffer`, plus the metadata computed at push time:
 ``shape``, ``dtype`` and ``device``. Operators and methods push operations through the
-array's namespace (``_namespace.py``) and return at once. :class:`Bound`, the base of the
-namespace's machinery, is the engine the namespace is bound to and its event loop: what
-``await`` and the sync points wait on.
+array's namespace (``_namespace.py``) and return at once; the namespace is built above this
+module, so an Array names it by :class:`ArrayNamespace`, a Protocol of what it calls.
+:class:`Bound`, the base of the namespace's machinery, is the engine the namespace is bound to
+and its event loop: what ``await`` and the sync points wait on.
 
 The other modules of the package reach an array's state through the functions at the end of
 this module (its internal API: :func:`known_shape`, :func:`buffer_of`, :func:`view`,
@@ -38,7 +39,7 @@ import asyncio
 import functools
 import threading
 from collections.abc import Callable, Coroutine, Generator, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 import numpy as np
 
@@ -60,16 +61,13 @@ from ._meta import Shape, flat_span, layout
 from ._special import elementwise_function
 from ._sync import PendingArrayError, in_operation, on_loop_thread, running_loop
 
-if TYPE_CHECKING:
-    from ._namespace import Namespace
-    from ._push import Pusher
-
 __all__ = (
     "COMPARISONS",
     "OPERATORS",
     "SCALARS",
     "UNARY_OPERATORS",
     "Array",
+    "ArrayNamespace",
     "Bound",
     "block_on",
     "blocking_of",
@@ -143,7 +141,7 @@ class Array:
 
     def __init__(
         self,
-        ns: Pusher,
+        ns: ArrayNamespace,
         buf: Buffer,
         shape: Shape,
         dtype: np.dtype[Any],
@@ -151,7 +149,7 @@ class Array:
         steps: tuple[Callable[[Any], Any], ...] = (),
         layout_: np.ndarray[Any, Any] | None = None,
     ) -> None:
-        self._ns: Namespace = ns  # type: ignore[assignment]
+        self._ns = ns
         self._buf = buf
         self._shape = shape
         self._dtype = dtype
@@ -518,7 +516,7 @@ class Array:
         chunks live on the engine's cluster (``docs/howto/arrays-cluster.md``)."""
         return self._ns._to_device(self, device)  # type: ignore[no-any-return]
 
-    def __array_namespace__(self, *, api_version: str | None = None) -> Namespace:
+    def __array_namespace__(self, *, api_version: str | None = None) -> ArrayNamespace:
         if api_version is not None and api_version not in (
             "2021.12",
             "2022.12",
@@ -784,6 +782,94 @@ class Bound:
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
 
+class ArrayNamespace(Protocol):
+    """The namespace as its arrays see it: what :class:`Array` calls of it. The namespace
+    (:class:`~aioengine.array.Namespace`, the one kind; ``_namespace.py`` has mypy check it)
+    is built above this module, on :class:`Bound`: a Protocol names it here without an import.
+
+    :class:`Bound`'s engine and loop, which ``await`` and the sync points wait on; the push
+    of a binary elementwise function and of an in-place operator (``_push.Pusher``'s);
+    indexing (``_indexing.py``); and the functions of the standard and of NumPy's protocols
+    that the array's methods stand for. (The unary operators call the namespace's function
+    of their name, looked up when called.)
+    """
+
+    _engine: Engine
+    _blocking: BlockingEngine | None
+    _loop: asyncio.AbstractEventLoop | None
+
+    def _bind(self, op: Operation[Any]) -> None:
+        """Learn the engine's loop from ``op`` (:meth:`Bound._bind`)."""
+
+    def _learn_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The engine's loop, asking the engine if need be (:meth:`Bound._learn_loop`)."""
+
+    def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the engine's loop, blocking this thread (:meth:`Bound._wait`)."""
+
+    def _fast(
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        a: Array,
+        abuf: Buffer,
+        ashape: Shape,
+        adtype: np.dtype[Any],
+        device: Context,
+        b: Any,
+        bbuf: Buffer | None,
+        bshape: Shape,
+        bsample: Any,
+        bkey: Any,
+    ) -> Array:
+        """``a <op> b`` for two arrays of the namespace on one device: the hot path."""
+
+    def _binop(self, fn: Callable[..., Any], name: str, a: Any, b: Any) -> Array:
+        """A binary elementwise function of any operands."""
+
+    def _inplace(self, name: str, target: Array, other: Any) -> None:
+        """``target <op>= other``."""
+
+    def _getitem(self, x: Array, key: Any) -> Array:
+        """``x[key]``."""
+
+    def _setitem(self, x: Array, key: Any, value: Any) -> None:
+        """``x[key] = value``."""
+
+    def _to_device(self, x: Array, device: Context) -> Any:
+        """``x.to_device(device)``."""
+
+    def _array_ufunc(
+        self, ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """NumPy's ``__array_ufunc__`` protocol."""
+
+    def _array_function(
+        self, func: Callable[..., Any], types: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """NumPy's ``__array_function__`` protocol."""
+
+    def asarray(
+        self,
+        obj: Any,
+        /,
+        *,
+        dtype: Any = None,
+        device: Context | None = None,
+        copy: bool | None = None,
+    ) -> Array:
+        """The standard's ``asarray`` (``copy.copy(x)``)."""
+
+    def permute_dims(self, x: Array, /, axes: tuple[int, ...]) -> Array:
+        """The standard's ``permute_dims`` (``x.T``)."""
+
+    def matrix_transpose(self, x: Array, /) -> Array:
+        """The standard's ``matrix_transpose`` (``x.mT``)."""
+
+    def matmul(self, x1: Any, x2: Any, /) -> Array:
+        """The standard's ``matmul`` (``x @ y``)."""
+
+
 # -- the package's internal API on arrays and namespaces --------------------------------------
 # Functions, not methods: users see the methods and properties of Array and of the namespace;
 # these serve the other modules of aioengine.array, which read an array's state through them
@@ -839,7 +925,7 @@ def buffer_of(x: Array | Const) -> Buffer | None:
     return x._buf
 
 
-def unpack(x: Array) -> tuple[Namespace, Buffer, Shape, np.dtype[Any], Context]:
+def unpack(x: Array) -> tuple[ArrayNamespace, Buffer, Shape, np.dtype[Any], Context]:
     """``x``'s namespace, Buffer, known shape, dtype and device, in one call (for the hot
     path of the binary functions, ``_push.Pusher._binop``)."""
     return x._ns, x._buf, x._shape, x._dtype, x._device
@@ -850,12 +936,12 @@ def is_view(x: Array) -> bool:
     return bool(x._steps)
 
 
-def namespace_of(x: Array) -> Namespace:
+def namespace_of(x: Array) -> ArrayNamespace:
     """The namespace ``x`` belongs to (``x.__array_namespace__()``, without its version check)."""
     return x._ns
 
 
-def engine_of(ns: Bound) -> Engine:
+def engine_of(ns: Bound | ArrayNamespace) -> Engine:
     """The Engine ``ns`` pushes to (a BlockingEngine's own engine)."""
     return ns._engine
 
@@ -885,7 +971,9 @@ def vars_of(x: Array) -> tuple[Var, ...]:
     return vars_[chunks.start : chunks.stop]
 
 
-def view(ns: Pusher, x: Array, step: Callable[[Any], Any], lay: np.ndarray[Any, Any]) -> Array:
+def view(
+    ns: ArrayNamespace, x: Array, step: Callable[[Any], Any], lay: np.ndarray[Any, Any]
+) -> Array:
     """An array of ``ns`` sharing ``x``'s Buffer, seen through ``step`` after ``x``'s own steps;
     ``lay`` is its layout (:func:`~aioengine.array._meta.layout`), whose shape is its shape."""
     return Array(ns, x._buf, tuple(lay.shape), x._dtype, x._device, (*x._steps, step), lay)

@@ -21,7 +21,7 @@ from ._push import check_same, create, push1, same_shape
 if TYPE_CHECKING:
     from .. import Context
     from ._array import Array
-    from ._namespace import Namespace
+    from ._push import Pusher
 
 __all__ = ("FFT",)
 
@@ -35,7 +35,7 @@ def _call(fn: Callable[..., Any], kwargs: dict[str, Any], value: Any) -> Any:
 class FFT:
     """The FFT extension bound to one namespace (``xp.fft``)."""
 
-    def __init__(self, ns: Namespace) -> None:
+    def __init__(self, ns: Pusher) -> None:
         self._ns = ns
 
     def _push(

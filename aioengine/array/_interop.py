@@ -42,12 +42,14 @@ from ._array import (
     known_shape,
     operand_ok,
 )
+from ._fft import FFT
+from ._linalg import Linalg
 from ._meta import broadcast
 from ._push import check_same, elementwise, operand, push, push1, reduction
 from ._sync import PendingArrayError
 
 if TYPE_CHECKING:
-    from ._namespace import Namespace
+    from ._push import Pusher
 
 __all__ = ("array_function", "array_ufunc", "sync_call")
 
@@ -116,7 +118,7 @@ def _outer(ufunc: np.ufunc, x: Any, y: Any) -> Any:
 
 
 def array_ufunc(
-    ns: Namespace, ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]
+    ns: Pusher, ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """``__array_ufunc__`` of the arrays of ``ns``."""
     for x in inputs:
@@ -171,7 +173,7 @@ def array_ufunc(
 
 
 def _gufunc(
-    ns: Namespace, ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]
+    ns: Pusher, ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """A generalized ufunc (core dimensions: not elementwise): the namespace's function of
     the same name where it has one and takes the keywords, else a sync point."""
@@ -203,7 +205,7 @@ def _gufunc(
 
 
 def _into(
-    ns: Namespace, ufunc: np.ufunc, inputs: tuple[Any, ...], target: Array, kwargs: dict[str, Any]
+    ns: Pusher, ufunc: np.ufunc, inputs: tuple[Any, ...], target: Array, kwargs: dict[str, Any]
 ) -> Array:
     operands = tuple(operand(ns, a) for a in inputs)
     arrays = [a for a in operands if isinstance(a, Array)]
@@ -238,7 +240,7 @@ def _into(
     return target
 
 
-def _multi(ns: Namespace, ufunc: np.ufunc, inputs: tuple[Any, ...]) -> tuple[Array, ...]:
+def _multi(ns: Pusher, ufunc: np.ufunc, inputs: tuple[Any, ...]) -> tuple[Array, ...]:
     operands = tuple(operand(ns, a) for a in inputs)
     arrays = [a for a in operands if isinstance(a, Array)]
     device = check_same(ns, arrays)
@@ -253,13 +255,13 @@ def _multi(ns: Namespace, ufunc: np.ufunc, inputs: tuple[Any, ...]) -> tuple[Arr
 _TABLES: dict[type, dict[Callable[..., Any], tuple[str, str]]] = {}
 
 
-def _table(ns: Namespace) -> dict[Callable[..., Any], tuple[str, str]]:
+def _table(ns: Pusher) -> dict[Callable[..., Any], tuple[str, str]]:
     """NumPy function -> (namespace path, name): built once per namespace class, from the
-    names both have (the classes come from ``ns``: this module is imported by the
-    namespace's, not the reverse)."""
+    names both have (the namespace's class comes from ``ns``: this module is imported by the
+    namespace's, not the reverse; its extensions' are ``xp.linalg``'s and ``xp.fft``'s)."""
     table = _TABLES.get(type(ns))
     if table is None:
-        table = _TABLES[type(ns)] = _build_table(type(ns), type(ns.linalg), type(ns.fft))
+        table = _TABLES[type(ns)] = _build_table(type(ns), Linalg, FFT)
     return table
 
 
@@ -285,7 +287,7 @@ def _build_table(
     return table
 
 
-def _convert(ns: Namespace, value: Any) -> Any:
+def _convert(ns: Pusher, value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return ns.asarray(value)
     if isinstance(value, list | tuple) and any(isinstance(v, Array | np.ndarray) for v in value):
@@ -294,7 +296,7 @@ def _convert(ns: Namespace, value: Any) -> Any:
 
 
 def array_function(
-    ns: Namespace,
+    ns: Pusher,
     func: Callable[..., Any],
     types: Any,
     args: tuple[Any, ...],
@@ -375,7 +377,7 @@ _METADATA: dict[Callable[..., Any], Callable[[Array], Any]] = {
 }
 
 
-def _numpy_defaults(ns: Namespace, np_name: str, arguments: dict[str, Any]) -> None:
+def _numpy_defaults(ns: Pusher, np_name: str, arguments: dict[str, Any]) -> None:
     """Where NumPy's function and the namespace's differ in a default or an argument's form,
     rewrite NumPy's bound ``arguments`` (in place) to the namespace's form of NumPy's meaning."""
     x = arguments.get("a")

@@ -38,21 +38,21 @@ its stream (``stream.synchronize()``), as CuPy does for such a result.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from .. import DependencyError, OpState, RunContext, cpu
 
 if TYPE_CHECKING:
-    from .. import Context, Engine
-    from ._buffer import Buffer
+    from .. import Context, Engine, Operation
     from ._meta import Shape
 
 __all__ = (
     "MISSING",
     "Const",
     "Kernel",
+    "Memory",
     "describe",
     "failure_of",
     "launch",
@@ -78,6 +78,27 @@ _CANCELLED = OpState.CANCELLED
 _ndarray = np.ndarray
 _CPU0 = cpu()
 _generic = np.generic
+
+
+class Memory(Protocol):
+    """What a kernel reads and writes of a Buffer (``_buffer.Buffer``, which pushes the kernels
+    and is the one kind; a Protocol, so that this module, below it, never imports it). The
+    fields are the Buffer's, documented there."""
+
+    value: Any
+    failure: BaseException | None
+    writer: Operation[Any] | None
+    writers: tuple[Operation[Any], ...] | None
+    rewritten: bool
+    exported: bool
+    shape: Shape
+    dtype: np.dtype[Any]
+    name: str
+    engine: Engine
+
+    def carry(self, exc: BaseException, ctx: Context, name: str) -> None:
+        """Record ``exc``, raised computing this Buffer after its operation was released, in
+        the engine once (an operation of its own raises it)."""
 
 
 class Const:
@@ -155,8 +176,8 @@ class Kernel:
         self,
         fn: Callable[..., Any],
         args: tuple[Any, ...],
-        outs: tuple[Buffer, ...],
-        target: Buffer | None,
+        outs: tuple[Memory, ...],
+        target: Memory | None,
         name: str,
         partial: bool = False,
     ) -> None:
@@ -175,7 +196,7 @@ class Kernel:
         run(fn, args, self.outs, self.target, self.name, rctx, self.partial)
 
 
-def failure_of(buf: Buffer) -> BaseException | None:
+def failure_of(buf: Memory) -> BaseException | None:
     """The sticky failure of ``buf``, learning it from its writer if the engine skipped or
     cancelled that write (called by an operation holding a turn on ``buf.var``, or after a
     wait on it)."""
@@ -193,7 +214,7 @@ def failure_of(buf: Buffer) -> BaseException | None:
     return _learn(buf, last)
 
 
-def input_failure(buf: Buffer, name: str) -> BaseException | None:
+def input_failure(buf: Memory, name: str) -> BaseException | None:
     """The failure an operation ``name`` reading ``buf`` (holding its turn) inherits: its
     sticky failure, one learnt from a skipped or cancelled latest write (on any chunk), or an
     error if its value was never computed; None if it may be read."""
@@ -205,7 +226,7 @@ def input_failure(buf: Buffer, name: str) -> BaseException | None:
     return failure
 
 
-def _learn(buf: Buffer, writer: Any) -> BaseException | None:
+def _learn(buf: Memory, writer: Any) -> BaseException | None:
     state = writer.state
     if state is _SKIPPED:
         cause = writer.exception()
@@ -246,7 +267,7 @@ def describe(name: str, args: Sequence[Any], ctx: object) -> str:
     return f"{name}({', '.join(parts)}) on {ctx}"
 
 
-def _fail(outs: Sequence[Buffer], target: Buffer | None, failure: BaseException) -> None:
+def _fail(outs: Sequence[Memory], target: Memory | None, failure: BaseException) -> None:
     for buf in outs:
         buf.failure = failure
     if target is not None:
@@ -266,7 +287,7 @@ class _Result:
         self.value: Any = MISSING
 
 
-def _store(buf: Buffer | _Result, value: Any) -> None:
+def _store(buf: Memory | _Result, value: Any) -> None:
     shape, dtype = buf.shape, buf.dtype
     if type(value) is not _ndarray:
         if isinstance(value, _generic | bool | int | float | complex):
@@ -307,8 +328,8 @@ def _owned(result: Any, values: list[Any]) -> Any:
 def run(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
-    outs: tuple[Buffer, ...],
-    target: Buffer | None,
+    outs: tuple[Memory, ...],
+    target: Memory | None,
     name: str,
     rctx: RunContext,
     partial: bool = False,
@@ -355,8 +376,8 @@ def run(
 
 def _values(
     args: tuple[Any, ...],
-    outs: tuple[Buffer, ...],
-    target: Buffer | None,
+    outs: tuple[Memory, ...],
+    target: Memory | None,
     name: str,
     ctx: Context,
 ) -> list[Any] | None:
@@ -398,8 +419,8 @@ def numpy_on_gpu(engine: Engine) -> bool:
 def launch(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
-    outs: tuple[Buffer, ...],
-    target: Buffer | None,
+    outs: tuple[Memory, ...],
+    target: Memory | None,
     name: str,
     rctx: RunContext,
 ) -> None:
@@ -440,10 +461,10 @@ def _compute(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     values: list[Any],
-    inputs: list[Buffer],
-    outs: tuple[Buffer, ...],
+    inputs: list[Memory],
+    outs: tuple[Memory, ...],
     dests: list[Any],
-    target: Buffer | None,
+    target: Memory | None,
     name: str,
     ctx: Context,
 ) -> None:
@@ -474,7 +495,7 @@ def _compute(
 
 
 def run2(
-    fn: Callable[..., Any], x1: Any, x2: Any, out: Buffer, name: str, rctx: RunContext
+    fn: Callable[..., Any], x1: Any, x2: Any, out: Memory, name: str, rctx: RunContext
 ) -> None:
     """:func:`run` for a binary function of whole, computed, healthy buffers on the CPU (the hot
     path of ``c = a + b``): the same result, without the general case's loops; anything else

@@ -20,7 +20,7 @@ from ._meta import Shape, axis_index, broadcast, reduced
 from ._push import blas, check_same, push, push1
 
 if TYPE_CHECKING:
-    from ._namespace import Namespace
+    from ._push import Pusher
 
 __all__ = ("EighResult", "Linalg", "QRResult", "SVDResult", "SlogdetResult")
 
@@ -72,7 +72,7 @@ def _matrix_rank_rtol(x: Any, rtol: Any) -> Any:
 class Linalg:
     """The linear algebra extension bound to one namespace (``xp.linalg``)."""
 
-    def __init__(self, ns: Namespace) -> None:
+    def __init__(self, ns: Pusher) -> None:
         self._ns = ns
 
     def _push(

@@ -6,7 +6,7 @@ functions are the Python Array API standard's (revision 2024.12, with the ``lina
 (``_push.py`` says how). The standard's groups are mixins, one module each (``_creation.py``,
 ``_dtypes.py``, ``_indexing.py``, ``_manipulation.py``, ``_searching.py``, ``_statistics.py``,
 ``_products.py``); the elementwise functions are built here from one table
-(:data:`ELEMENTWISE`), with aioengine's own ``apply`` and the NumPy protocols.
+(``_special.ELEMENTWISE``), with aioengine's own ``apply`` and the NumPy protocols.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 import os
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,91 +48,10 @@ from ._remote import involves_remote, is_remote
 from ._remote_store import REMOTE_CHUNK_BYTES
 from ._remote_zarr import read_all, zarr_meta
 from ._searching import Searching
-from ._special import elementwise_function
+from ._special import ELEMENTWISE, elementwise_function
 from ._statistics import Statistics
 
-__all__ = ("ELEMENTWISE", "NOT_FOR_BOOL", "Namespace")
-
-#: The elementwise functions: name -> number of array arguments. Each is NumPy's function of
-#: the same name, which follows the standard's type promotion (NEP 50) and broadcasting.
-ELEMENTWISE: dict[str, int] = {
-    **dict.fromkeys(
-        [
-            "abs",
-            "acos",
-            "acosh",
-            "asin",
-            "asinh",
-            "atan",
-            "atanh",
-            "bitwise_invert",
-            "ceil",
-            "conj",
-            "cos",
-            "cosh",
-            "exp",
-            "expm1",
-            "floor",
-            "imag",
-            "isfinite",
-            "isinf",
-            "isnan",
-            "log",
-            "log1p",
-            "log2",
-            "log10",
-            "logical_not",
-            "negative",
-            "positive",
-            "real",
-            "reciprocal",
-            "round",
-            "sign",
-            "signbit",
-            "sin",
-            "sinh",
-            "square",
-            "sqrt",
-            "tan",
-            "tanh",
-            "trunc",
-        ],
-        1,
-    ),
-    **dict.fromkeys(
-        [
-            "add",
-            "atan2",
-            "bitwise_and",
-            "bitwise_left_shift",
-            "bitwise_or",
-            "bitwise_right_shift",
-            "bitwise_xor",
-            "copysign",
-            "divide",
-            "equal",
-            "floor_divide",
-            "greater",
-            "greater_equal",
-            "hypot",
-            "less",
-            "less_equal",
-            "logaddexp",
-            "logical_and",
-            "logical_or",
-            "logical_xor",
-            "maximum",
-            "minimum",
-            "multiply",
-            "nextafter",
-            "not_equal",
-            "pow",
-            "remainder",
-            "subtract",
-        ],
-        2,
-    ),
-}
+__all__ = ("NOT_FOR_BOOL", "Namespace")
 
 
 def _numeric_from_bool(name: str) -> bool:
@@ -401,3 +320,10 @@ for _name in dir(Namespace):
     _fn = getattr(Namespace, _name)
     if not _name.startswith("_") and callable(_fn) and not isinstance(_fn, type | np.dtype):
         setattr(Namespace, _name, _routed(_name, _fn))
+
+if TYPE_CHECKING:
+    from ._array import ArrayNamespace
+
+    # What an Array calls of its namespace (``_array.ArrayNamespace``) is this class's, with
+    # these signatures: mypy checks it here (nothing runs).
+    _AS_ARRAYS_SEE_IT: type[ArrayNamespace] = Namespace

@@ -178,10 +178,26 @@ class Pusher(Bound):
     """The engine a namespace is bound to (:class:`~aioengine.array._array.Bound`), and how
     its functions push operations."""
 
-    # Functions of the namespace that the machinery calls (defined by the mixins).
+    # The namespace's functions that the modules below it call, declared here and defined
+    # by the mixins and Namespace above: one mixin calls another's; ``linalg`` the main
+    # namespace's; an Array those of ``_array.ArrayNamespace``, which a Pusher is (mypy
+    # checks it wherever a mixin makes an Array of itself).
     asarray: Callable[..., Array]
     astype: Callable[..., Array]
     result_type: Callable[..., np.dtype[Any]]
+    reshape: Callable[..., Array]
+    permute_dims: Callable[..., Array]
+    matrix_transpose: Callable[..., Array]
+    matmul: Callable[..., Array]
+    tensordot: Callable[..., Array]
+    vecdot: Callable[..., Array]
+    _getitem: Callable[..., Array]
+    _setitem: Callable[..., None]
+    _to_device: Callable[..., Any]
+    _array_ufunc: Callable[..., Any]
+    _array_function: Callable[..., Any]
+    # The chunk size of remote arrays (Namespace's, documented there; ``_remote.py`` reads it).
+    remote_chunk_bytes: int
 
     def __init__(self, engine: Engine | BlockingEngine, chunk_bytes: int = CHUNK_BYTES) -> None:
         super().__init__(engine)

@@ -34,6 +34,7 @@ from ._array import (
     SCALARS,
     UNARY_OPERATORS,
     Array,
+    ArrayNamespace,
     block_on,
     buffer_of,
     concrete_shape,
@@ -58,12 +59,12 @@ from ._remote_store import (
     write_into,
 )
 from ._remote_zarr import read_store, write_store
-from ._special import elementwise_function
+from ._special import ELEMENTWISE, elementwise_function
 from ._sync import PendingArrayError
 
 if TYPE_CHECKING:
     from .. import Operation
-    from ._namespace import Namespace
+    from ._push import Pusher
 
 __all__ = (
     "FUNCTIONS",
@@ -107,7 +108,7 @@ def involves_remote(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return False
 
 
-def _chunk_bytes(ns: Namespace) -> int:
+def _chunk_bytes(ns: Pusher) -> int:
     return ns.remote_chunk_bytes
 
 
@@ -133,7 +134,7 @@ class RemoteArray:
     __array_priority__ = 1000
     __array_ufunc__ = None  # NumPy defers to our reflected operators
 
-    def __init__(self, ns: Namespace, store: Store, view: View | None = None) -> None:
+    def __init__(self, ns: Pusher, store: Store, view: View | None = None) -> None:
         self._ns = ns
         self._store = store
         self._view = store.whole() if view is None else view
@@ -175,7 +176,7 @@ class RemoteArray:
             raise TypeError("len() of a 0-d array")
         return self.shape[0]
 
-    def __array_namespace__(self, *, api_version: str | None = None) -> Namespace:
+    def __array_namespace__(self, *, api_version: str | None = None) -> ArrayNamespace:
         return self._ns
 
     # -- the value --------------------------------------------------------------------------
@@ -297,7 +298,7 @@ def _sub_view(x: RemoteArray, key: Any) -> View:
 # -- operands, recording ------------------------------------------------------------------
 
 
-def _operand(ns: Namespace, x: Any) -> Any:
+def _operand(ns: Pusher, x: Any) -> Any:
     """``x`` as an operand: a remote array, or ``(CONST, value)`` for a scalar or a small NumPy
     array (a larger one is placed on the cluster)."""
     if type(x) is RemoteArray:
@@ -357,7 +358,7 @@ def _refs(expr: Expr, operands: list[Any]) -> list[tuple[int, Any]] | None:
 
 
 def record(
-    ns: Namespace, fn: Callable[..., Any], name: str, args: tuple[Any, ...], **kw: Any
+    ns: Pusher, fn: Callable[..., Any], name: str, args: tuple[Any, ...], **kw: Any
 ) -> RemoteArray:
     """``fn(*args)`` elementwise on remote arrays: a step joined to the pending program of an
     operand of the result's shape, else the first step of a new one (flushed at the loop's
@@ -381,7 +382,7 @@ def record(
 
 
 def _join_or_start(
-    ns: Namespace,
+    ns: Pusher,
     fn: Callable[..., Any],
     name: str,
     operands: list[Any],
@@ -415,7 +416,7 @@ def _join_or_start(
 
 
 def _add_step(
-    ns: Namespace,
+    ns: Pusher,
     expr: Expr,
     fn: Callable[..., Any],
     name: str,
@@ -445,7 +446,7 @@ class _Call:
         return (_Call, (self.fn, self.kwargs))
 
 
-def assign(ns: Namespace, store: Store, target: View, value: Any) -> None:
+def assign(ns: Pusher, store: Store, target: View, value: Any) -> None:
     """``store[target] = value``: one write task per chunk the target touches, with the
     value's pending program (if it has the target's shape) evaluated inside them."""
     if (
@@ -481,7 +482,7 @@ def assign(ns: Namespace, store: Store, target: View, value: Any) -> None:
     write_into(store, target, expr, ref)
 
 
-def inplace(ns: Namespace, name: str, x: RemoteArray, other: Any) -> RemoteArray:
+def inplace(ns: Pusher, name: str, x: RemoteArray, other: Any) -> RemoteArray:
     """``x <op>= other``: the result must keep ``x``'s dtype and shape."""
     result = record(ns, elementwise_function(name), name, (x, other))
     if result.dtype != x.dtype:
@@ -501,7 +502,7 @@ def inplace(ns: Namespace, name: str, x: RemoteArray, other: Any) -> RemoteArray
 # -- placement and gathering --------------------------------------------------------------
 
 
-def to_remote(ns: Namespace, value: Any) -> RemoteArray:
+def to_remote(ns: Pusher, value: Any) -> RemoteArray:
     """A NumPy value (or anything ``np.asarray`` takes) placed on the cluster, chunk by chunk."""
     value = np.ascontiguousarray(value)
     if value.dtype.kind not in "biufc":
@@ -517,7 +518,7 @@ def _split(x: Array, rows: int, n: int) -> tuple[Any, ...]:
     return tuple(np.ascontiguousarray(value[i * rows : (i + 1) * rows]) for i in range(n))
 
 
-def _local_to_remote(ns: Namespace, x: Array) -> RemoteArray:
+def _local_to_remote(ns: Pusher, x: Array) -> RemoteArray:
     """A local array placed on the cluster: one local operation cuts its value (in push
     order), and each chunk is sent once."""
     engine = engine_of(ns)
@@ -543,7 +544,7 @@ def _fill(buf: Buffer, window: Any, *values: Any) -> None:
     buf.value = np.ascontiguousarray(rows_of(values, window))
 
 
-def _to_local(ns: Namespace, x: RemoteArray) -> Array:
+def _to_local(ns: Pusher, x: RemoteArray) -> Array:
     """A local array of ``x``'s value: one local operation reads its chunks (the engine
     gathers each remote version once)."""
     engine = engine_of(ns)
@@ -559,7 +560,7 @@ def _to_local(ns: Namespace, x: RemoteArray) -> Array:
 
 
 def _asarray(
-    ns: Namespace, obj: Any, /, *, dtype: Any = None, device: Any = None, copy: Any = None
+    ns: Pusher, obj: Any, /, *, dtype: Any = None, device: Any = None, copy: Any = None
 ) -> Any:
     if dtype is not None:
         dtype = as_dtype(dtype)
@@ -577,7 +578,7 @@ def _asarray(
     return to_remote(ns, np.asarray(obj, dtype=dtype))
 
 
-def _astype(ns: Namespace, x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Any:
+def _astype(ns: Pusher, x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Any:
     dtype = as_dtype(dtype)
     if dtype == x.dtype and not copy:
         return x
@@ -599,7 +600,7 @@ class _Cast:
         return (_Cast, (self.dtype,))
 
 
-def _where(ns: Namespace, condition: Any, x1: Any, x2: Any, /) -> Any:
+def _where(ns: Pusher, condition: Any, x1: Any, x2: Any, /) -> Any:
     return record(ns, np.where, "where", (condition, x1, x2))
 
 
@@ -613,7 +614,7 @@ def _shape(shape: Any) -> tuple[int, ...]:
 
 
 def _creation(kind: str) -> Callable[..., Any]:
-    def make(ns: Namespace, shape: Any, *, dtype: Any = None, device: Any = None) -> Any:
+    def make(ns: Pusher, shape: Any, *, dtype: Any = None, device: Any = None) -> Any:
         shape = _shape(shape)
         dt = np.dtype(np.float64) if dtype is None else as_dtype(dtype)
         rows = chunk_rows(shape, _chunk_bytes(ns))
@@ -626,9 +627,7 @@ def _no_args(lo: int, hi: int) -> tuple[Any, ...]:
     return ()
 
 
-def _full(
-    ns: Namespace, shape: Any, fill_value: Any, *, dtype: Any = None, device: Any = None
-) -> Any:
+def _full(ns: Pusher, shape: Any, fill_value: Any, *, dtype: Any = None, device: Any = None) -> Any:
     shape = _shape(shape)
     if dtype is None:
         dt = np.asarray(fill_value).dtype
@@ -645,7 +644,7 @@ def _full(
 
 
 def _like(kind: str) -> Callable[..., Any]:
-    def make(ns: Namespace, x: Any, /, *, dtype: Any = None, device: Any = None, **kw: Any) -> Any:
+    def make(ns: Pusher, x: Any, /, *, dtype: Any = None, device: Any = None, **kw: Any) -> Any:
         dt = x.dtype if dtype is None else dtype
         if kind == "full":
             return _full(ns, x.shape, kw["fill_value"], dtype=dt)
@@ -655,13 +654,13 @@ def _like(kind: str) -> Callable[..., Any]:
 
 
 def _full_like(
-    ns: Namespace, x: Any, /, fill_value: Any, *, dtype: Any = None, device: Any = None
+    ns: Pusher, x: Any, /, fill_value: Any, *, dtype: Any = None, device: Any = None
 ) -> Any:
     return _like("full")(ns, x, dtype=dtype, fill_value=fill_value)
 
 
 def _arange(
-    ns: Namespace,
+    ns: Pusher,
     start: Any,
     /,
     stop: Any = None,
@@ -685,7 +684,7 @@ def _arange(
 
 
 def _linspace(
-    ns: Namespace,
+    ns: Pusher,
     start: Any,
     stop: Any,
     /,
@@ -707,12 +706,12 @@ def _linspace(
     return RemoteArray(ns, created(engine_of(ns), "linspace", (num,), dt, rows, args, "linspace"))
 
 
-def _from_zarr(ns: Namespace, store: Any, /, *, device: Any = None) -> Any:
+def _from_zarr(ns: Pusher, store: Any, /, *, device: Any = None) -> Any:
     return RemoteArray(ns, read_store(engine_of(ns), store, _chunk_bytes(ns)))
 
 
 def _apply(
-    ns: Namespace,
+    ns: Pusher,
     fn: Callable[..., Any],
     /,
     *args: Any,
@@ -767,7 +766,7 @@ def _apply(
 
 def _reduction(name: str) -> Callable[..., Any]:
     def reduce(
-        ns: Namespace, x: Any, /, *, axis: Any = None, keepdims: bool = False, dtype: Any = None
+        ns: Pusher, x: Any, /, *, axis: Any = None, keepdims: bool = False, dtype: Any = None
     ) -> Any:
         if type(x) is not RemoteArray:
             raise TypeError(f"{name}() needs an array, got {type(x).__name__}")
@@ -785,7 +784,7 @@ def _reduction(name: str) -> Callable[..., Any]:
     return reduce
 
 
-def reduce_all(ns: Namespace, name: str, x: RemoteArray, dtype: np.dtype[Any] | None) -> Any:
+def reduce_all(ns: Pusher, name: str, x: RemoteArray, dtype: np.dtype[Any] | None) -> Any:
     """The reduction ``name`` of every element of ``x``: a partial per chunk (fused into the
     program that makes ``x``, if it is pending), combined in chunk order into a 0-d remote
     array."""
@@ -818,7 +817,7 @@ def reduce_all(ns: Namespace, name: str, x: RemoteArray, dtype: np.dtype[Any] | 
 def _elementwise(name: str) -> Callable[..., Any]:
     fn = elementwise_function(name)
 
-    def apply(ns: Namespace, *args: Any) -> Any:
+    def apply(ns: Pusher, *args: Any) -> Any:
         if not any(type(a) is RemoteArray for a in args):
             raise TypeError(f"{name}() needs at least one array argument")
         return record(ns, fn, name, args)
@@ -827,8 +826,6 @@ def _elementwise(name: str) -> Callable[..., Any]:
 
 
 def _build() -> dict[str, Callable[..., Any]]:
-    from ._namespace import ELEMENTWISE
-
     table: dict[str, Callable[..., Any]] = {n: _elementwise(n) for n in ELEMENTWISE}
     table.update(
         asarray=_asarray,
@@ -859,7 +856,7 @@ def _build() -> dict[str, Callable[..., Any]]:
 FUNCTIONS: dict[str, Callable[..., Any]] = {}
 
 
-def call(ns: Namespace, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def call(ns: Pusher, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The namespace function ``name`` on remote arrays (or ``device=ae.remote()``): its
     per-chunk form, or ``NotImplementedError`` naming it and how to gather."""
     if not FUNCTIONS:

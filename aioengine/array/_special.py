@@ -1,11 +1,14 @@
-"""Elementwise functions whose special cases the standard fixes where NumPy's differ.
+"""The elementwise functions: which there are, and what each runs where the standard's
+special cases differ from NumPy's.
 
-:data:`STANDARD` maps a function's name to the function every path of the namespace runs for it
-(``xp.floor_divide``, ``x // y`` and ``x //= y`` alike, through :func:`elementwise_function`):
-NumPy's, then the standard's value written over NumPy's where they differ (only where an
-infinity or a NaN is involved, so the common case costs one check). Each takes ``out=`` as
-NumPy's does, for the in-place operators. Arrays of another module (CuPy's) pass through as
-NumPy's function leaves them.
+:data:`ELEMENTWISE` lists the standard's elementwise functions (name -> arity): the namespace
+builds its functions from it (``_namespace.py``), and the remote arrays their per-chunk forms
+(``_remote.py``). :data:`STANDARD` maps a function's name to the function every path of the
+namespace runs for it (``xp.floor_divide``, ``x // y`` and ``x //= y`` alike, through
+:func:`elementwise_function`): NumPy's, then the standard's value written over NumPy's where
+they differ (only where an infinity or a NaN is involved, so the common case costs one check).
+Each takes ``out=`` as NumPy's does, for the in-place operators. Arrays of another module
+(CuPy's) pass through as NumPy's function leaves them.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ("STANDARD", "elementwise_function", "expm1", "floor_divide")
+__all__ = ("ELEMENTWISE", "STANDARD", "elementwise_function", "expm1", "floor_divide")
 
 
 def _host(x: Any) -> bool:
@@ -95,6 +98,88 @@ def expm1(x: Any, /, out: Any = None) -> Any:
         np.copyto(res.real, real, where=special)
         np.copyto(res.imag, imag, where=special)
     return res
+
+
+#: The elementwise functions: name -> number of array arguments. Each is NumPy's function of
+#: the same name, which follows the standard's type promotion (NEP 50) and broadcasting.
+ELEMENTWISE: dict[str, int] = {
+    **dict.fromkeys(
+        [
+            "abs",
+            "acos",
+            "acosh",
+            "asin",
+            "asinh",
+            "atan",
+            "atanh",
+            "bitwise_invert",
+            "ceil",
+            "conj",
+            "cos",
+            "cosh",
+            "exp",
+            "expm1",
+            "floor",
+            "imag",
+            "isfinite",
+            "isinf",
+            "isnan",
+            "log",
+            "log1p",
+            "log2",
+            "log10",
+            "logical_not",
+            "negative",
+            "positive",
+            "real",
+            "reciprocal",
+            "round",
+            "sign",
+            "signbit",
+            "sin",
+            "sinh",
+            "square",
+            "sqrt",
+            "tan",
+            "tanh",
+            "trunc",
+        ],
+        1,
+    ),
+    **dict.fromkeys(
+        [
+            "add",
+            "atan2",
+            "bitwise_and",
+            "bitwise_left_shift",
+            "bitwise_or",
+            "bitwise_right_shift",
+            "bitwise_xor",
+            "copysign",
+            "divide",
+            "equal",
+            "floor_divide",
+            "greater",
+            "greater_equal",
+            "hypot",
+            "less",
+            "less_equal",
+            "logaddexp",
+            "logical_and",
+            "logical_or",
+            "logical_xor",
+            "maximum",
+            "minimum",
+            "multiply",
+            "nextafter",
+            "not_equal",
+            "pow",
+            "remainder",
+            "subtract",
+        ],
+        2,
+    ),
+}
 
 
 #: The functions run for these names instead of NumPy's of the same name.
