@@ -114,7 +114,7 @@ def lint(session: nox.Session) -> None:
     # core, to the scheduler's public state or an operation's record), and reads of private
     # names. The targets were 0 outside writes and under 300 reaches; these ceilings are
     # today's counts and only go down: lower them with every change that removes some.
-    session.run("python", "tools/reach.py", "--max-writes", "0", "--max-reach", "211")
+    session.run("python", "tools/reach.py", "--max-writes", "0", "--max-reach", "202")
 
 
 @nox.session

@@ -332,5 +332,10 @@ async def test_random_gpu_array_programs_without_the_waits_go_wrong() -> None:
         steps = program(seed, 16)
         want = await expected(steps, seed)
         assert same(await run_on_gpu(steps, seed), want)
-        wrong += not same(await run_on_gpu(steps, seed, skip_waits=True), want)
+        try:
+            broken = await run_on_gpu(steps, seed, skip_waits=True)
+        except Exception:  # garbage read as input may fail a step outright (exp overflows)
+            wrong += 1
+            continue
+        wrong += not same(broken, want)
     assert wrong > 0

@@ -30,7 +30,8 @@ inside functions included (``tests/test_core_imports.py`` fails on a cycle); top
 6. the Buffer: memory, its Vars, its outcome (``_buffer``);
 7. what an operation runs (``_kernel``; ``_burst``, ``_remote_store``, ``_remote_zarr``);
 8. leaves: shapes and dtypes (``_meta``), the elementwise functions (``_special``), threads and
-   loops (``_sync``), ``_reducers``, ``_blas``, ``_cupy_fuse``, ``_remote_kernel``.
+   loops (``_sync``), recycled memory of large results (``_pool``), ``_reducers``, ``_blas``,
+   ``_cupy_fuse``, ``_remote_kernel``.
 
 A lower module names a higher one's class by a Protocol of what it uses (``_array``'s
 ``ArrayNamespace``, ``_kernel``'s ``Memory``) or by the base class that declares it
