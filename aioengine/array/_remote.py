@@ -735,6 +735,12 @@ def _apply(
             "(shape=(n, ...)); gather with x.to_device(ae.cpu()) for a 0-d result"
         )
     arrays = [a for a in args if type(a) is RemoteArray]
+    for a in args:
+        if type(a) in (list, tuple) and any(type(b) is RemoteArray for b in a):
+            raise TypeError(
+                f"{name}: pass each remote array as an argument of its own (fn gets its "
+                "chunk's rows in its place); a list or tuple is passed to fn as it is"
+            )
     if not arrays:
         rows = chunk_rows(shape, _chunk_bytes(ns))
 
