@@ -34,11 +34,14 @@ class RemoteOptions:
         resources: Dask worker resources each task needs, as sorted ``(name, amount)`` pairs.
         workers: the worker addresses (or names) allowed to run it, or None (any worker).
         retries: how many times Dask retries a task that failed.
+        allow_other_workers: ``workers`` is a preference: another worker runs the task when
+            none of them can (gone, or never there), instead of the task waiting for one.
     """
 
     resources: tuple[tuple[str, float], ...] = ()
     workers: tuple[str, ...] | None = None
     retries: int = 0
+    allow_other_workers: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,8 @@ class Context:
             parts.append(f"workers={list(options.workers)!r}")
         if options.retries:
             parts.append(f"retries={options.retries}")
+        if options.allow_other_workers:
+            parts.append("allow_other_workers=True")
         return f"remote({', '.join(parts)})"
 
     def __reduce__(
@@ -123,19 +128,30 @@ def remote(
     resources: dict[str, float] | None = None,
     workers: str | Iterable[str] | None = None,
     retries: int = 0,
+    allow_other_workers: bool = False,
 ) -> Context:
     """Return a context whose operations run on a worker of the engine's Dask cluster.
 
     The engine needs a cluster (``Engine(cluster=...)`` or ``AIOENGINE_CLUSTER``); see
-    ``docs/howto/cluster.md``. ``resources``, ``workers`` and ``retries`` are passed to Dask's
-    ``Client.submit`` for every operation pushed to this context. Equal arguments give equal
-    (hashable) contexts; equal calls return the same (immutable) object, as :func:`cpu`'s do.
+    ``docs/howto/cluster.md``. ``resources``, ``workers``, ``retries`` and
+    ``allow_other_workers`` are passed to Dask's ``Client.submit`` for every operation pushed
+    to this context: with ``allow_other_workers=True``, ``workers`` is a preference (a task
+    whose workers are gone runs elsewhere instead of waiting for them). Equal arguments give
+    equal (hashable) contexts; equal calls return the same (immutable) object, as
+    :func:`cpu`'s do.
 
     Raises:
         TypeError: if an argument has the wrong type.
-        ValueError: if ``retries`` is negative.
+        ValueError: if ``retries`` is negative, or ``allow_other_workers`` is given without
+            ``workers``.
     """
-    if resources is None and workers is None and retries == 0 and type(retries) is int:
+    if (
+        resources is None
+        and workers is None
+        and retries == 0
+        and type(retries) is int
+        and allow_other_workers is False
+    ):
         return _remote(_NO_OPTIONS)  # the common call, once per push in a loop: no checks
     if resources is None:
         pairs: tuple[tuple[str, float], ...] = ()
@@ -163,7 +179,11 @@ def remote(
         raise TypeError(f"retries must be an int, got {retries!r}")
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries}")
-    return _remote(RemoteOptions(pairs, allowed, retries))
+    if type(allow_other_workers) is not bool:
+        raise TypeError(f"allow_other_workers must be a bool, got {allow_other_workers!r}")
+    if allow_other_workers and allowed is None:
+        raise ValueError("allow_other_workers=True needs workers= (the workers it prefers)")
+    return _remote(RemoteOptions(pairs, allowed, retries, allow_other_workers))
 
 
 _NO_OPTIONS = RemoteOptions((), None, 0)

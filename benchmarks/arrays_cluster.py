@@ -439,11 +439,14 @@ async def weak_engine(
     cluster: Any, w: int, n: int, steps: int, delay: float, pinned: bool = False
 ) -> float:
     """The aioengine side: the wall time of ``steps`` steps over ``w`` chunk Vars; with
-    ``pinned``, chunk ``i``'s operations run on worker ``i`` (``ae.remote(workers=...)``:
-    the placement a user states, where Dask's own ties among a task's three equal inputs)."""
+    ``pinned``, chunk ``i``'s operations prefer worker ``i`` (``ae.remote(workers=...,
+    allow_other_workers=True)``: the placement a user states, where Dask's own ties among a
+    task's three equal inputs)."""
     addresses = sorted(cluster.scheduler_info["workers"])
     places = [
-        ae.remote(workers=addresses[i % len(addresses)]) if pinned else ae.remote()
+        ae.remote(workers=addresses[i % len(addresses)], allow_other_workers=True)
+        if pinned
+        else ae.remote()
         for i in range(w)
     ]
     async with ae.Engine(cluster=cluster) as engine:

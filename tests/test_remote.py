@@ -128,6 +128,10 @@ class TestContext:
         assert ae.remote() is ae.remote() is ae.remote(resources=None, workers=None, retries=0)
         assert ae.remote() == ae.remote(resources={}, workers=None)
         assert repr(a) == "remote(resources={'GPU': 1.0}, workers=['w1'], retries=2)"
+        loose = ae.remote(workers="w1", allow_other_workers=True)
+        assert loose != ae.remote(workers="w1")
+        assert loose is ae.remote(workers=["w1"], allow_other_workers=True)
+        assert repr(loose) == "remote(workers=['w1'], allow_other_workers=True)"
 
     @pytest.mark.parametrize(
         ("kwargs", "error"),
@@ -139,6 +143,8 @@ class TestContext:
             ({"retries": 0.0}, TypeError),
             ({"retries": False}, TypeError),
             ({"retries": -1}, ValueError),
+            ({"allow_other_workers": 1}, TypeError),
+            ({"allow_other_workers": True}, ValueError),  # a preference needs workers=
         ],
     )
     def test_bad_arguments(self, kwargs: dict[str, Any], error: type[Exception]) -> None:
@@ -858,6 +864,21 @@ class TestBlocking:
                 assert engine.get(x) == 8
                 assert engine.push_sync(lambda rctx: 5, ae.remote()).result(10) == 5
             assert client.status == "running"
+
+
+class TestPlacement:
+    async def test_a_preferred_worker_that_is_not_there_does_not_strand_the_work(
+        self, cluster: Any
+    ) -> None:
+        # workers= alone would wait for the worker for ever; allow_other_workers=True makes
+        # it a preference, for side-effect and value operations (sent in one graph) alike.
+        where = ae.remote(workers="tcp://192.0.2.1:1", allow_other_workers=True)
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=1)
+            for _ in range(3):
+                engine.submit(inc, x, out=x, ctx=where)
+            assert await asyncio.wait_for(engine.push_sync(lambda rctx: 7, where), 20) == 7
+            assert await asyncio.wait_for(x.get(), 20) == 4
 
 
 class TestTLS:

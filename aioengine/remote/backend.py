@@ -619,6 +619,8 @@ class RemoteBackend:
             kwargs["resources"] = dict(options.resources)
         if options.workers is not None:
             kwargs["workers"] = list(options.workers)
+            if options.allow_other_workers:
+                kwargs["allow_other_workers"] = True
         if options.retries:
             kwargs["retries"] = options.retries
         return kwargs
