@@ -108,12 +108,6 @@ class Pool:
                 self.kept += nbytes
             return base[:nbytes].view(dtype).reshape(shape)
 
-    def clear(self) -> None:
-        """Forget every base (those in use stay alive through their views)."""
-        with self.lock:
-            self.bases = []
-            self.kept = 0
-
 
 #: The process's pool.
 POOL = Pool(POOL_BYTES)
