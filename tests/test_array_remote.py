@@ -237,6 +237,8 @@ async def test_apply_runs_per_chunk_on_the_workers(cluster: Any) -> None:
             xp.apply(np.sum, x, shape=(100,), dtype=xp.float64)
         with pytest.raises(ValueError, match="leading axis"):
             xp.apply(np.sum, x, shape=(), dtype=xp.float64)
+        with pytest.raises(ValueError, match="different devices"):
+            xp.apply(np.negative, xp.asarray(a), shape=(100, 4), dtype=xp.float64, device=R)
         with pytest.raises(TypeError, match="argument of its own"):
             xp.apply(np.concatenate, [x, x], shape=(100, 4), dtype=xp.float64)
         wrong = xp.apply(np.negative, x, shape=(100, 4), dtype=xp.float32)

@@ -313,11 +313,16 @@ def _operand(ns: Pusher, x: Any) -> Any:
             return (CONST, value)
         return to_remote(ns, value)
     if isinstance(x, Array):
-        raise ValueError(
-            f"arrays on different devices in one call: {x.device} and remote(); move one "
-            "with x.to_device(...)"
-        )
+        raise _other_device(x)
     raise TypeError(f"expected an array or a Python scalar, got {type(x).__name__}")
+
+
+def _other_device(x: Array) -> ValueError:
+    """The error for a local array in a call on remote arrays."""
+    return ValueError(
+        f"arrays on different devices in one call: {x.device} and remote(); move one "
+        "with x.to_device(...)"
+    )
 
 
 def _pending_in(x: Any) -> Expr | None:
@@ -734,38 +739,34 @@ def _apply(
             "apply on the cluster runs fn per chunk of rows: the result needs a leading axis "
             "(shape=(n, ...)); gather with x.to_device(ae.cpu()) for a 0-d result"
         )
-    arrays = [a for a in args if type(a) is RemoteArray]
-    for a in args:
-        if type(a) in (list, tuple) and any(type(b) is RemoteArray for b in a):
+    lead = -1  # the first remote array argument: its chunk's rows are the result's
+    for i, a in enumerate(args):
+        if type(a) is RemoteArray:
+            if a._ns is not ns:
+                raise ValueError("remote arrays of two engines in one call")
+            if a.ndim != len(shape) or a.shape[0] != shape[0]:
+                raise ValueError(
+                    f"{name} on the cluster runs fn per chunk of rows: every remote array "
+                    f"argument must have the result's leading axis and number of dimensions "
+                    f"(result {shape}, argument {a.shape}); keep the axis (return shape "
+                    "(rows, 1) for a per-row value)"
+                )
+            lead = i if lead < 0 else lead
+        elif isinstance(a, Array):
+            raise _other_device(a)
+        elif type(a) in (list, tuple) and any(type(b) is RemoteArray for b in a):
             raise TypeError(
                 f"{name}: pass each remote array as an argument of its own (fn gets its "
                 "chunk's rows in its place); a list or tuple is passed to fn as it is"
             )
-    if not arrays:
+    if lead < 0:
         rows = chunk_rows(shape, _chunk_bytes(ns))
 
         def chunk_args(lo: int, hi: int) -> tuple[Any, ...]:
             return (Applied(fn, (hi - lo, *shape[1:]), dt), args, lo, hi)
 
         return RemoteArray(ns, created(engine_of(ns), "apply", shape, dt, rows, chunk_args, name))
-    for a in arrays:
-        if a._ns is not ns:
-            raise ValueError("remote arrays of two engines in one call")
-        if a.ndim != len(shape) or a.shape[0] != shape[0]:
-            raise ValueError(
-                f"{name} on the cluster runs fn per chunk of rows: every remote array "
-                f"argument must have the result's leading axis and number of dimensions "
-                f"(result {shape}, argument {a.shape}); keep the axis (return shape "
-                "(rows, 1) for a per-row value)"
-            )
-    for a in args:
-        if isinstance(a, Array):
-            raise ValueError(
-                f"arrays on different devices in one call: {a.device} and remote(); move one "
-                "with x.to_device(...)"
-            )
     operands = [a if type(a) is RemoteArray else (CONST, a) for a in args]
-    lead = next(i for i, a in enumerate(args) if type(a) is RemoteArray)
     step = Applied(fn, None, dt, lead, shape[1:])
     return _join_or_start(ns, step, name, operands, shape, dt)
 
