@@ -8,6 +8,7 @@ dependents'), raised once, and pushes are in fact saved.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import numpy as np
@@ -128,3 +129,80 @@ async def test_a_failure_of_the_first_fails_the_whole_group() -> None:
             await later
         assert isinstance(dep.value.__cause__, ValueError)
         await engine.wait_for_all()
+
+
+def _chain(xp: Any, a: Any, b: Any) -> Any:
+    """The issue's chain: binary and unary functions, Python scalars, inputs read anew."""
+    c = a * 1.5 + b
+    c = c * c - a
+    c = xp.sqrt(xp.abs(c)) + 2.0
+    c = c * b - a * 0.5
+    return xp.exp(-c * c) + c
+
+
+async def test_a_chain_of_unary_functions_and_inputs_it_read_before_fuses() -> None:
+    async with ae.Engine() as engine:
+        xp = aa.namespace(engine)
+        an = np.linspace(-2.0, 2.0, 100)
+        bn = np.linspace(1.0, 3.0, 100)
+        a, b = xp.asarray(an), xp.asarray(bn)
+        await a
+        pushes = _Pushes()
+        engine.add_instrument(pushes)
+        c = _chain(xp, a, b)
+        value = await c
+        engine.remove_instrument(pushes)
+        np.testing.assert_array_equal(value, _chain(np, an, bn))
+        # 14 operations: ``a * 0.5`` reads no result of the group, so it and the
+        # subtraction after it start groups of their own; every other step joins.
+        assert [n for n in pushes.names if n != "await"] == ["multiply", "multiply", "subtract"]
+
+
+async def test_a_write_on_an_input_read_without_a_turn_waits_for_that_read() -> None:
+    async with ae.Engine() as engine:
+        xp = aa.namespace(engine)
+        g = xp.asarray(np.ones(3))
+        b = xp.asarray(np.full(3, 10.0))
+        await b
+        gate = asyncio.Event()
+
+        async def late(rctx: ae.RunContext) -> None:
+            await gate.wait()
+
+        # The group's first operation waits for a raw write on g's Var (held back).
+        engine.push_async(late, ae.cpu(), [], [g.var])
+        a = g * 1.0  # pending until the gate opens
+        d = a + b  # joins a's operation, reading b (computed) without a turn on b's Var
+        b += 5.0  # must wait for that read
+        e = b * 1.0
+        for _ in range(5):
+            await asyncio.sleep(0)  # loop turns: an unordered write would have run by now
+        gate.set()
+        np.testing.assert_array_equal(await d, [11.0] * 3)  # d read b before the write
+        np.testing.assert_array_equal(await e, [15.0] * 3)
+
+
+async def test_inputs_read_by_every_iteration_keep_a_short_list_of_readers() -> None:
+    for chunk_bytes, n in ((None, 100), (8192, 20_000)):  # inline, then chunked
+        async with ae.Engine() as engine:
+            xp = aa.namespace(engine, chunk_bytes=chunk_bytes)
+            a = xp.asarray(np.ones(n))
+            b = xp.asarray(np.full(n, 2.0))
+            await a
+            for _ in range(200):
+                c = xp.sqrt(a * 1.5) + b
+                await c
+            buf = b._buf
+            assert len(buf.readers or ()) <= 2 * max(8, len(buf.vars)), len(buf.readers or ())
+            b += 1.0  # waits for no reader left behind
+            np.testing.assert_array_equal(await (a + b), np.full(n, 4.0))
+
+
+async def test_a_unary_function_that_returns_its_input_gives_a_new_array() -> None:
+    async with ae.Engine() as engine:
+        xp = aa.namespace(engine)
+        x = xp.asarray(np.arange(3.0))
+        y = xp.real(x)  # NumPy returns x itself
+        y += 1.0
+        np.testing.assert_array_equal(await x, [0.0, 1.0, 2.0])
+        np.testing.assert_array_equal(await y, [1.0, 2.0, 3.0])

@@ -57,11 +57,13 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
   that pushes an operation on the Buffer: the arrays of one Buffer are used from one thread at a
   time (the loop's, or one synchronous caller's); pushes on one array from two threads at once
   have no order to keep, and are not supported.
-* ``readers``: the kernels that read this Buffer without a turn on its Vars (a step joined them
-  after the value was computed, ``_chain.py``), as (chunk, the kernel's Var): a write on that
-  chunk (and the merge before handing the Var out) reads them first, so it waits for those
-  reads, and takes them off the list (a later write on the chunk orders after it). Every
-  write of an unchunked Buffer is on its one chunk.
+* ``readers``: the operations that read this Buffer without a turn on its Vars (a step joined
+  them after the value was computed: a chunk kernel, ``_chain.py``, or a fused tiny operation,
+  ``_push.py``), as (chunk, the operation's Var, the operation): a write on that chunk (and
+  the merge before handing the Var out) reads those Vars first, so it waits for those reads,
+  and takes them off the list (a later write on the chunk orders after it). Every write of an
+  unchunked Buffer is on its one chunk. Finished readers are dropped as new ones come
+  (:meth:`read_unheld`), so an input read by every iteration of a loop keeps a short list.
 * ``wgen``: the number of array writes pushed on the Buffer, on any chunk (set at push, on the
   pushing thread): a fused step may join a kernel only while the ``wgen`` of every array it
   reads is what the kernel recorded (no write came in between). One count for the whole
@@ -103,6 +105,8 @@ if TYPE_CHECKING:
 __all__ = ("MISSING", "Buffer", "Shared")
 
 _ASYNC = FnProperty.ASYNC
+#: How many readers without a turn a Buffer lists before it drops the finished ones.
+_READERS_KEPT = 8
 
 
 class Buffer:
@@ -157,7 +161,7 @@ class Buffer:
         self.pending: list[Any] | None = None
         self.writers: tuple[Operation[Any], ...] | None = None
         self.wgen = 0
-        self.readers: list[tuple[int, Var]] | None = None
+        self.readers: list[tuple[int, Var, Operation[Any]]] | None = None
         self.lent: range | None = None
         self.shape = shape
         self.dtype = dtype
@@ -273,13 +277,29 @@ class Buffer:
         readers = self.readers
         if readers:
             kept = []
-            for chunk, var in readers:
+            for chunk, var, op in readers:
                 if n == 1 or chunk in chunks:
                     waits.append(var)
                 else:
-                    kept.append((chunk, var))
+                    kept.append((chunk, var, op))
             self.readers = kept or None
         return chunks, self.vars[chunks.start : chunks.stop], waits
+
+    def read_unheld(self, chunk: int, var: Var, op: Operation[Any]) -> None:
+        """Record that ``op`` (writing ``var``) reads ``chunk`` of this Buffer without a turn
+        on its Vars (``readers``); the caller checked that the value is computed and no write
+        on it is pending (``_chain.quiescent``). Readers that finished are dropped first once
+        the list is long (a write need not wait for them)."""
+        readers = self.readers
+        if readers is None:
+            self.readers = [(chunk, var, op)]
+            return
+        if len(readers) >= _READERS_KEPT:
+            readers[:] = [r for r in readers if not r[2].done()]
+        for c, v, _ in readers:
+            if c == chunk and v is var:
+                return
+        readers.append((chunk, var, op))
 
     def wrote(self, op: Operation[Any], chunks: range) -> None:
         """After the push of a write on ``chunks`` (:meth:`write`): ``op`` is their writer."""
@@ -315,7 +335,7 @@ class Buffer:
         again, and order it after the kernels that read the Buffer without a turn
         (``readers``). One operation writes every chunk's Var and the one handed out, reading
         those kernels' Vars: what raw pushes do on it comes after all of them."""
-        readers = [var for _, var in self.readers or ()]
+        readers = [var for _, var, _ in self.readers or ()]
         self.readers = None
         var = self.engine.new_var(self.name or "array") if len(self.vars) > 1 else self.var
         self.engine.push_sync(

@@ -68,6 +68,7 @@ __all__ = (
     "Partials",
     "chunking",
     "join_or_push",
+    "quiescent",
     "reduce_chunks",
 )
 
@@ -243,12 +244,8 @@ class ChainKernel:
                 # and a write pushed later waits for the kernel (``Buffer.readers``).
                 if not quiescent(buf):
                     return None
-                reader = (self.chunk, self.var)  # the chunk it reads (any, if unchunked)
-                readers = buf.readers
-                if readers is None:
-                    buf.readers = [reader]
-                elif reader not in readers:
-                    readers.append(reader)
+                assert self.op is not None  # (pushed before any later step joins)
+                buf.read_unheld(self.chunk, self.var, self.op)  # (any chunk, if unchunked)
             index = len(self.inputs)
             self.inputs.append(buf)
             known[id(buf)] = (_IN, index, buf, buf.wgen)

@@ -314,7 +314,7 @@ def _store(buf: Memory | _Result, value: Any) -> None:
     buf.value = value
 
 
-def _owned(result: Any, values: list[Any]) -> Any:
+def _owned(result: Any, values: Sequence[Any]) -> Any:
     """``result``, copied if it is one of the input ``values`` itself (``np.real`` of a real
     array, an ``xp.apply`` returning its argument): a new Buffer owns its memory, or a write
     to the input would change what ``await`` returned of the result (views of an input are
@@ -498,12 +498,15 @@ def run2(
     fn: Callable[..., Any], x1: Any, x2: Any, out: Memory, name: str, rctx: RunContext
 ) -> None:
     """:func:`run` for a binary function of whole, computed, healthy buffers on the CPU (the hot
-    path of ``c = a + b``): the same result, without the general case's loops; anything else
-    goes to :func:`run`."""
+    path of ``c = a + b``; ``x2`` None for a unary function, ``xp.sqrt(c)``): the same result,
+    without the general case's loops; anything else goes to :func:`run`."""
     b1 = x1._buf
     v1 = b1.value
-    b2 = x2._buf
-    v2 = x2.value if b2 is None else b2.value
+    if x2 is None:
+        b2 = v2 = None
+    else:
+        b2 = x2._buf
+        v2 = x2.value if b2 is None else b2.value
     if (
         b1.failure is not None
         or v1 is MISSING
@@ -515,11 +518,13 @@ def run2(
         )
         or rctx.stream is not None
     ):
-        run(fn, (x1, x2), (out,), None, name, rctx)
+        run(fn, (x1,) if x2 is None else (x1, x2), (out,), None, name, rctx)
         return
     try:
-        _store(out, fn(v1, v2))
+        # (A unary function may return its argument itself: ``np.real`` of a real array.)
+        _store(out, fn(v1, v2) if x2 is not None else _owned(fn(v1), (v1,)))
     except BaseException as exc:
-        exc.add_note(f"in aioengine.array operation {describe(name, (x1, x2), rctx.ctx)}")
+        args = (x1,) if x2 is None else (x1, x2)
+        exc.add_note(f"in aioengine.array operation {describe(name, args, rctx.ctx)}")
         out.failure = exc
         raise

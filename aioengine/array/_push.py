@@ -18,15 +18,19 @@ stream workers (``_kernel.py`` says how its work is enqueued), and an elementwis
 than :data:`INLINE_COST` elements joins a fused chain (``_chain.py``) as on the CPU.
 
 Fusion (MXNet's lesson that tiny operations want aggregating at the array level, not engine
-bulks): on the loop thread, a binary elementwise operation that runs inline and reads the result
-of the operation pushed just before it (still pending, not started) joins that operation
-instead of making its own push, as long as it reads nothing that operation does not read
-already; its Buffer then shares that operation's Var. So ``c = c + b`` repeated 20,000 times
-costs about 320 pushes, and the rule still holds: every input of a fused step is one its
-operation holds a turn on, no other push came in between (any other push ends the segment
-before it is made), and no Var involved was handed out (raw pushes cannot have come in
-between either). At most :data:`FUSE_MAX` operations join one; a segment also ends when its
-operation starts (at the loop's next turn).
+bulks): on the loop thread, a unary or binary elementwise operation that runs inline and reads
+the result of the operation pushed just before it (still pending, not started) joins that
+operation instead of making its own push, as long as its other operand is one that operation
+reads already, or an array whose value is computed with no write pending (read without a turn,
+as a chunk kernel does: ``Buffer.readers`` makes a later write wait for the read). Its Buffer
+then shares that operation's Var. So ``c = c + b`` repeated 20,000 times costs about 320
+pushes, the ten-step chain ``c = a * 1.5 + b; ...; xp.exp(-c * c) + c`` three, and the rule
+still holds: every input of a fused step is one its operation holds a turn on or one no write
+can reach before the step has read it, no other push came in between (any other push ends the
+segment before it is made), and no Var involved was handed out (raw pushes cannot have come in
+between either). A step that reads no result of the group (``a * 0.5``) does not join: the
+group's first failure is every step's. At most :data:`FUSE_MAX` operations join one; a segment
+also ends when its operation starts (at the loop's next turn).
 
 State (per namespace): the engine binding of :class:`~aioengine.array._array.Bound` (``_engine``,
 ``_blocking`` for a BlockingEngine, ``_loop``, the engine's loop once known); ``_segment`` and
@@ -69,7 +73,7 @@ from ._array import (
 from ._blas import blas_call
 from ._buffer import Buffer, Shared
 from ._burst import Burst
-from ._chain import CHUNK_BYTES, join_or_push, reduce_chunks
+from ._chain import CHUNK_BYTES, join_or_push, quiescent, reduce_chunks
 from ._kernel import MISSING, Const, Kernel, numpy_on_gpu
 from ._meta import Shape, axis_index, broadcast, normalize_axes, reduced
 from ._reducers import REDUCERS
@@ -328,14 +332,15 @@ class Pusher(Bound):
     ) -> Array:
         """:func:`elementwise` of ``a`` and ``b`` (an array of this namespace on ``a``'s
         device, or a Const of a Python float, complex or bool: ``bsample`` is its dtype or its
-        value, ``bkey`` its dtype or type): the same metadata and push, with fewer steps. The
-        callers pass what they read of the arrays already: ``a``'s Buffer, known shape, dtype
-        and device, ``b``'s Buffer (None for a Const) and known shape."""
+        value, ``bkey`` its dtype or type; or None, for a unary function): the same metadata
+        and push, with fewer steps. The callers pass what they read of the arrays already:
+        ``a``'s Buffer, known shape, dtype and device, ``b``'s Buffer (None for a Const) and
+        known shape."""
         shape = ashape if ashape == bshape or not bshape else broadcast(ashape, bshape)
         try:
             dtype = _DTYPES[fn][adtype][bkey]
         except KeyError:
-            dtype = _meta.sample_dtype(fn, [adtype, bsample])
+            dtype = _meta.sample_dtype(fn, [adtype] if b is None else [adtype, bsample])
             _DTYPES.setdefault(fn, {}).setdefault(adtype, {})[bkey] = dtype
         engine = self._engine
         if None in shape:  # data-dependent: the learnt shapes, or assumed large
@@ -346,7 +351,7 @@ class Pusher(Bound):
                 size *= d  # type: ignore[operator]
         inline = size <= INLINE_COST and device.device_type is CPU
         if size > INLINE_COST:
-            chained = self._chain(fn, name, (a, b), shape, dtype, device)
+            chained = self._chain(fn, name, (a,) if b is None else (a, b), shape, dtype, device)
             if chained is not None:
                 return chained
         head = self._segment
@@ -498,6 +503,7 @@ class Pusher(Bound):
         var = head.var
         reads = self._segment_reads
         fused = False
+        unheld: Buffer | None = None
         for x in (abuf, bbuf):
             if x is None:
                 continue
@@ -506,9 +512,16 @@ class Pusher(Bound):
             if x.var is var:
                 fused = True
             elif x.var not in reads or x.handed_out():
-                return None
+                if not quiescent(x):
+                    return None
+                unheld = x  # computed, no write pending: read without a turn
         if not fused:
             return None
+        if unheld is not None:
+            # A write pushed on it later waits for this operation (``Buffer.readers``).
+            writer = head.writer
+            assert writer is not None  # (set at the head's push)
+            unheld.read_unheld(0, var, writer)
         share = head.share
         if share is None:
             share = head.share = Shared()
@@ -710,6 +723,12 @@ def elementwise(
 ) -> Array:
     """The elementwise function ``fn`` of ``args`` (arrays, NumPy arrays, Python scalars):
     its shape by broadcasting, its dtype by sampling."""
+    if not kw and len(args) == 1 and type(args[0]) is Array:
+        # The hot path of a unary function (``xp.sqrt(c)``), which fuses as a binary one.
+        a = args[0]
+        ans, abuf, ashape, adtype, adevice = unpack(a)
+        if ans is ns:
+            return ns._fast(fn, name, a, abuf, ashape, adtype, adevice, None, None, (), None, None)
     operands = tuple(operand(ns, a) for a in args)
     arrays = [a for a in operands if isinstance(a, Array)]
     if not arrays:
