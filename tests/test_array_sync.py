@@ -32,6 +32,7 @@ import pytest
 
 import aioengine as ae
 import aioengine.array as aa
+from aioengine.instrument import Instrument
 
 from .conftest import COMPILED, Hold
 
@@ -652,3 +653,98 @@ class TestBackpressure:
             most, a = await asyncio.to_thread(produce)
             assert most <= 8 + 2, most
             assert float((await a)[0]) == pytest.approx(2 - 0.5**200)
+
+
+class _Pushes(Instrument):
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def on_push(self, op: Any) -> None:
+        self.names.append(op.name)
+
+
+def _chain(xp: Any, a: Any, b: Any) -> Any:
+    c = a * 1.5 + b
+    c = c * c - a
+    c = xp.sqrt(xp.abs(c)) + 2.0
+    c = c * b - a * 0.5
+    return xp.exp(-c * c) + c
+
+
+class TestSmallOperationsOffTheLoop:
+    """Off the loop, a small elementwise operation of settled arrays is computed at the call
+    (``aioengine/array/_push.py``): NumPy's values, a failure raised where a pushed
+    operation's would be, and operands still pending pushed and ordered as before."""
+
+    def test_a_chain_of_computed_arrays_gives_numpys_values_without_a_push(self) -> None:
+        with ae.BlockingEngine(cpu_workers=2) as be:
+            xp = aa.namespace(be)
+            an, bn = np.linspace(-2.0, 2.0, 1000), np.linspace(1.0, 3.0, 1000)
+            a, b = xp.asarray(an), xp.asarray(bn)
+            pushes = _Pushes()
+            be.engine.add_instrument(pushes)
+            try:
+                c = _chain(xp, a, b)
+                assert c.ready  # computed at the call
+                value = np.asarray(c)
+            finally:
+                be.engine.remove_instrument(pushes)
+            np.testing.assert_array_equal(value, _chain(np, an, bn))
+            assert [n for n in pushes.names if n != "await"] == []
+
+    @pytest.mark.parametrize("read_it", [True, False])
+    def test_a_failure_is_raised_by_the_sync_point_not_the_call(self, read_it: bool) -> None:
+        with ae.BlockingEngine(cpu_workers=2) as be:
+            xp = aa.namespace(be)
+            a = xp.asarray(np.array([2, 3], dtype=np.int64))
+            e = xp.asarray(np.array([-1, -1], dtype=np.int64))
+            bad = a**e  # computed at once: it raises there, and the call does not
+            after = bad + a  # a failed operand is not settled: pushed, and fails with it
+            fine = a * a
+            np.testing.assert_array_equal(np.asarray(fine), [4, 9])
+            with pytest.raises(ae.DependencyError) as dep:
+                np.asarray(after)
+            assert isinstance(dep.value.__cause__, ValueError)
+            if read_it:
+                with pytest.raises(ValueError, match="negative integer powers"):
+                    np.asarray(bad)
+                with pytest.raises(ValueError, match="negative integer powers"):
+                    np.asarray(bad)  # for good
+                be.wait_for_all()  # the engine's record was thrown by the read, once
+            else:
+                with pytest.raises(ExceptionGroup) as group:
+                    be.wait_for_all()  # recorded once, as a pushed operation's failure
+                assert [type(x) for x in group.value.exceptions] == [ValueError]
+
+    def test_pending_operands_are_pushed_and_ordered(self) -> None:
+        with ae.BlockingEngine(cpu_workers=2) as be:
+            xp = aa.namespace(be)
+            base = np.zeros(3)
+            x = xp.asarray(base, copy=False)
+            b = xp.asarray(np.full(3, 2.0))
+            release = threading.Event()
+
+            def writer(rctx: ae.RunContext) -> None:
+                assert release.wait(30)
+                base[...] = 5.0
+
+            be.push_sync(writer, ae.cpu(), [], [x.var], name="writer")
+            y = x + 0.0  # x's Var was handed out: pushed
+            z = y * b  # y is pending: pushed, after y
+            assert not z.ready
+            b += 1.0  # a write on b after z's read of it: z reads 2.0
+            c = b * 1.0  # b's write may be pending: pushed after it, or computed after it
+            release.set()
+            np.testing.assert_array_equal(np.asarray(z), [10.0] * 3)
+            np.testing.assert_array_equal(np.asarray(c), [3.0] * 3)
+
+    def test_an_in_place_write_after_a_computed_read_leaves_its_result(self) -> None:
+        with ae.BlockingEngine(cpu_workers=2) as be:
+            xp = aa.namespace(be)
+            a = xp.asarray(np.ones(4))
+            c = a + 1.0
+            a += 5.0
+            d = a * 2.0
+            np.testing.assert_array_equal(np.asarray(c), [2.0] * 4)
+            np.testing.assert_array_equal(np.asarray(d), [12.0] * 4)
+            np.testing.assert_array_equal(np.asarray(a), [6.0] * 4)

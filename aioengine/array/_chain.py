@@ -70,6 +70,7 @@ __all__ = (
     "join_or_push",
     "quiescent",
     "reduce_chunks",
+    "settled",
 )
 
 #: The default chunk size in bytes of float64 (``chunk_elems`` = this over 8, whatever the
@@ -556,6 +557,12 @@ def quiescent(buf: Buffer) -> bool:
         return False
     writers = buf.writers
     return writers is None or all(w.done() for w in writers)
+
+
+def settled(buf: Buffer, name: str) -> bool:
+    """Whether ``buf`` may be read now, without a turn, by an operation ``name`` computed at
+    once: :func:`quiescent`, and healthy (no failure, none learnt from a skipped write)."""
+    return quiescent(buf) and input_failure(buf, name) is None
 
 
 def _last_uses(steps: Sequence[_Step]) -> list[int]:

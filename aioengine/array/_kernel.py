@@ -59,6 +59,7 @@ __all__ = (
     "numpy_on_gpu",
     "run",
     "run2",
+    "run_now",
 )
 
 
@@ -528,3 +529,24 @@ def run2(
         exc.add_note(f"in aioengine.array operation {describe(name, args, rctx.ctx)}")
         out.failure = exc
         raise
+
+
+def run_now(
+    fn: Callable[..., Any],
+    values: tuple[Any, ...],
+    args: tuple[Any, ...],
+    out: Memory,
+    name: str,
+    ctx: Context,
+) -> None:
+    """Compute ``fn(*values)`` into ``out`` on the calling thread, for an operation that is not
+    pushed (``_push.Pusher._now``): ``values`` are those of ``args``, whole, computed and
+    healthy, with no write on them pending. A failure is ``out``'s, and is carried into the
+    engine's record once (:meth:`~._buffer.Buffer.carry`), as a fused step's: the caller sees
+    it where it would have (``await``, a sync point, ``wait_for_all``), never at the call."""
+    try:
+        _store(out, _owned(fn(*values), values))
+    except Exception as exc:
+        exc.add_note(f"in aioengine.array operation {describe(name, args, ctx)}")
+        out.failure = exc
+        out.carry(exc, ctx, name)
