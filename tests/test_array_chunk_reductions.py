@@ -338,8 +338,8 @@ async def test_a_later_chain_starts_on_chunk_0_before_the_last_chunk_is_computed
         y = c * 2.0
         ybuf = buffer_of(y)
         # y's chunk 0 is computed while the input's last chunk is held (no wait on it).
-        await asyncio.wait_for(asyncio.shield(ybuf.writers[0]), 30)
-        assert not buffer_of(c).writers[-1].done()
+        await asyncio.wait_for(asyncio.shield(ybuf.chunked.writers[0]), 30)
+        assert not buffer_of(c).chunked.writers[-1].done()
         await hold.release()
         xn[lo:] *= 2.0
         np.testing.assert_array_equal(await y, np.cumulative_sum(xn) * 2.0)

@@ -416,7 +416,7 @@ async def test_a_chunked_array_from_a_failed_input_fails_and_its_writes_too() ->
         y = x + 1.0  # its kernels are skipped by the engine: x carries a failure
         for _ in range(50):
             y += 1.0  # writes keep one record of the kernels, not one more per write
-        assert len(aa._array.buffer_of(y).writers) == 6
+        assert len(aa._array.buffer_of(y).chunked.writers) == 6
         with pytest.raises(KeyError):
             await x
         with pytest.raises(ae.DependencyError) as info:

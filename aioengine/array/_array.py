@@ -240,7 +240,7 @@ class Array:
         (through the arrays or raw pushes; of a chunked one, on the chunks it touches) is
         pending or running."""
         buf = self._buf
-        writers = buf.writers
+        writers = None if buf.chunked is None else buf.chunked.writers
         if len(buf.vars) > 1:  # a chunked Buffer: the latest writes on the chunks it touches
             chunks = chunks_of(self)
             if writers is not None and not all(

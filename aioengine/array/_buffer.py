@@ -7,8 +7,13 @@ write through any view is ordered against every read through any other view, con
 without overlap analysis, but for the chunks of a chunked Buffer (each with a Var of its own,
 below), where a view holds only the chunks it touches.
 
-State of a Buffer, each field guarded by the turn its Var gives (written only by an operation
-that holds a write on ``var``, read only by one that holds at least a read), except where said:
+A Buffer's state falls in four groups; its two optional parts are objects of their own,
+documented where they are defined: :class:`Group` (tiny operations fused into one push) and
+:class:`Chunks` (the chunk part of a chunked Buffer; ``_chain.py`` makes them).
+
+**The value and its outcome**, each field guarded by the turn its Var gives (written only by an
+operation that holds a write on ``var``, read only by one that holds at least a read), except
+where said:
 
 * ``value``: the data (a NumPy array, or the GPU backend's array): :data:`MISSING` until the
   first write has run; always C-contiguous (reshape views rely on it). In a chunked Buffer,
@@ -20,26 +25,28 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
   has reported a skip (the write it stands for has finished by then). One for the whole of a
   chunked Buffer: an operation on other chunks that runs after a chunk failed sees it; a view
   of other chunks read before may have been read healthy (its elements were).
-* ``writer``: the :class:`~aioengine.Operation` of the latest array write pushed (set on the
-  pushing thread at push; read to tell a skipped write from one that ran, and for reprs).
-* ``exposed``: ``x.var`` handed the Var out (:meth:`expose`): raw pushes may name it, so it is
-  deleted with ``delete_var`` when the Buffer goes.
-* ``more``, ``share``: fusion (``_push.py``): the operations fused into the one that makes
-  this Buffer, run after it in push order (until it has run); and, for every Buffer of such a
-  group, which then share the first one's Var, the :class:`Shared` record of them. Loop thread
-  only: steps join only while the operation has not started, and it runs on the loop too, so
-  ``more`` is never appended to and read at once.
-* ``carrier``: a fused step that raised pushed an operation of its own that raises the same
-  exception, writing this Var (so that the engine records it, once); ``await`` throws it.
-* ``rewritten``: an in-place write was pushed on it (set at push): only then can a value be
-  present yet stale (that write skipped by the engine), which readers must check.
+* ``carrier``: a fused step (or work computed off the engine: device work released before it
+  ran, an operation computed at the call) that raised pushed an operation of its own that
+  raises the same exception, writing this Var (so that the engine records it, once);
+  ``await`` throws it.
 * ``exported``: ``await`` or a sync point handed ``value`` out as a read-only view; the next
   write holding every chunk copies it first (inside that write, which holds the turn), so what
   the user holds never changes (a partial write never copies: see ``lent``).
-* ``vars``, ``chunk_elems``: the Vars that order access to the Buffer: ``(var,)``, or one per
-  chunk of ``chunk_elems`` flat (C-order) elements for a chunked Buffer (``_chain.py``; then
-  ``var`` is the first). Set at creation (and by :meth:`expose`, which merges the chunks back
-  into one Var).
+
+**The operation that makes it**, until it has run: ``shape``, ``dtype``: what it promised
+(checked when it runs); ``fn``, ``args`` (or ``x1`` and ``x2`` for a function of the hot path;
+``x2`` None for a unary one), ``name``: the operation itself (then None, so that a chain of
+arrays does not keep its inputs alive). A Buffer is the function pushed for the operation that
+makes it (:meth:`produce`, or the Buffer itself on the hot path): fewer objects per pending
+operation for the cycle collector to walk while thousands are pending.
+
+**Access**, written by the thread that pushes an operation on the Buffer: the arrays of one
+Buffer are used from one thread at a time (the loop's, or one synchronous caller's); pushes on
+one array from two threads at once have no order to keep, and are not supported.
+
+* ``vars``: the Vars that order access to the Buffer: ``(var,)``, or one per chunk for a
+  chunked Buffer (then ``var`` is the first). Set at creation (and by :meth:`expose`, which
+  merges the chunks back into one Var).
 * **Which chunks an access holds** (the rule, written once here): an operation holds the Vars of
   the chunks its arrays touch (:meth:`chunks`, from the flat span of a view's layout,
   ``_meta.flat_span``: a cheap superset; every chunk for a whole array, and for advanced
@@ -47,16 +54,10 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
   view across a chunk boundary holds both chunks: the engine's rule holds per chunk. A write
   holding some chunks only is *partial*; one on chunks a read pushed before may hand out
   (``lent``) holds them all (:meth:`write`).
-* ``pending``, ``writers``: a chunked Buffer's kernels (``_chain.ChainKernel``), one per
-  chunk, which later elementwise operations may join while they have not started; and, per
-  chunk, the operation of the latest write pushed on it (its kernel, until a write replaces
-  it: :meth:`wrote`). ``writer`` is the latest write pushed on any chunk. A scan's result
-  (``_scan.py``) has ``writers``, its chunks' operations, and no ``pending``: nothing joins
-  them. None for an unchunked Buffer.
-* ``vars``, ``pending``, ``readers``, ``wgen``, ``lent``, ``writers`` are written by the thread
-  that pushes an operation on the Buffer: the arrays of one Buffer are used from one thread at a
-  time (the loop's, or one synchronous caller's); pushes on one array from two threads at once
-  have no order to keep, and are not supported.
+* ``writer``: the :class:`~aioengine.Operation` of the latest array write pushed (read to tell
+  a skipped write from one that ran, and for reprs).
+* ``exposed``: ``x.var`` handed the Var out (:meth:`expose`): raw pushes may name it, so it is
+  deleted with ``delete_var`` when the Buffer goes.
 * ``readers``: the operations that read this Buffer without a turn on its Vars (a step joined
   them after the value was computed: a chunk kernel, ``_chain.py``, or a fused tiny operation,
   ``_push.py``), as (chunk, the operation's Var, the operation): a write on that chunk (and
@@ -64,25 +65,25 @@ that holds a write on ``var``, read only by one that holds at least a read), exc
   and takes them off the list (a later write on the chunk orders after it). Every write of an
   unchunked Buffer is on its one chunk. Finished readers are dropped as new ones come
   (:meth:`read_unheld`), so an input read by every iteration of a loop keeps a short list.
-* ``wgen``: the number of array writes pushed on the Buffer, on any chunk (set at push, on the
-  pushing thread): a fused step may join a kernel only while the ``wgen`` of every array it
+* ``wgen``: the number of array writes pushed on the Buffer, on any chunk, and of merges. Not
+  0: a value may be present yet stale (a write skipped by the engine), which readers must
+  check (``_kernel.input_failure``); 0: the value (once present) is the one its producing
+  operation made. A fused step may join a kernel only while the ``wgen`` of every array it
   reads is what the kernel recorded (no write came in between). One count for the whole
   Buffer is sound, and simpler than one per chunk: a write on chunk *j* also refuses later
   joins into the kernel of chunk *i*, which then pushes a kernel of its own, ordered by the
   Vars as any push is (less fusion after a partial write, never a stale read).
 * ``lent``: the chunks (a range: the hull of them) that reads handing the value out (``await``,
-  a sync point) were pushed on since the last write holding every chunk was pushed (set at
-  push; ``exported`` is set when such a read runs). A partial write never copies the value
+  a sync point) were pushed on since the last write holding every chunk was pushed
+  (``exported`` is set when such a read runs). A partial write never copies the value
   (operations on the other chunks may be using the same allocation at that moment): so a write
   on chunks a pushed read may hand out holds every chunk instead, and copies first if, when it
   runs, the value was handed out. A partial write on other chunks changes no element handed
   out.
-* ``shape``, ``dtype``: what the operation that makes the Buffer promised (checked when it
-  runs); ``fn``, ``args`` (or ``x1`` and ``x2`` for a binary function), ``name``: that
-  operation, until it has run (then None, so that a chain of arrays does not keep its inputs
-  alive). A Buffer is the function pushed for the operation that makes it (:meth:`produce`,
-  or the Buffer itself for a binary function): fewer objects per pending operation for the
-  cycle collector to walk while thousands are pending.
+
+**Its parts**: ``group``, the :class:`Group` that made it (or None); ``chunked``, its
+:class:`Chunks` (or None: unchunked). ``chunked`` stays after a merge (its ``writers`` tell a
+skipped write on a chunk), with no kernel left to join.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ if TYPE_CHECKING:
     from .. import Context, Engine, Operation, RunContext, Var
     from ._meta import Shape
 
-__all__ = ("MISSING", "Buffer", "Shared")
+__all__ = ("MISSING", "Buffer", "Chunks", "Group")
 
 _ASYNC = FnProperty.ASYNC
 #: How many readers without a turn a Buffer lists before it drops the finished ones.
@@ -116,27 +117,23 @@ class Buffer:
         "__weakref__",
         "args",
         "carrier",
-        "chunk_elems",
+        "chunked",
         "dtype",
         "engine",
         "exported",
         "exposed",
         "failure",
         "fn",
+        "group",
         "lent",
-        "more",
         "name",
-        "pending",
         "readers",
-        "rewritten",
         "shape",
-        "share",
         "value",
         "var",
         "vars",
         "wgen",
         "writer",
-        "writers",
         "x1",
         "x2",
     )
@@ -157,9 +154,7 @@ class Buffer:
         self.engine = engine
         self.var = var
         self.vars: tuple[Var, ...] = (var,)
-        self.chunk_elems = 0
-        self.pending: list[Any] | None = None
-        self.writers: tuple[Operation[Any], ...] | None = None
+        self.chunked: Chunks | None = None
         self.wgen = 0
         self.readers: list[tuple[int, Var, Operation[Any]]] | None = None
         self.lent: range | None = None
@@ -170,15 +165,13 @@ class Buffer:
         self.writer: Operation[Any] | None = None
         self.exported = False
         self.exposed = False
-        self.rewritten = False
         self.fn = fn
         self.args = args
         self.name = name
         self.x1 = x1
         self.x2 = x2
-        self.more: list[Buffer] | None = None
         self.carrier: Var | None = None
-        self.share: Shared | None = None
+        self.group: Group | None = None
 
     def produce(self, rctx: RunContext) -> None:
         """The function of the operation that makes this Buffer: ``fn(*args)`` into it."""
@@ -192,15 +185,16 @@ class Buffer:
         """:meth:`produce` for a binary function, whose two arguments wait in ``x1`` and
         ``x2``: the hot path, where the Buffer itself is the function pushed (no argument
         tuple, no bound method kept while the operation is pending). Then the operations
-        fused into it (``more``, in push order), each into its own Buffer."""
+        fused into it (its group's ``steps``, in push order), each into its own Buffer."""
         fn, x1, x2 = self.fn, self.x1, self.x2
         self.fn = self.x1 = self.x2 = None
         assert fn is not None, "a Buffer is produced once"
-        more = self.more
-        if more is None:
+        group = self.group
+        if group is None or group.steps is None:
             run2(fn, x1, x2, self, self.name, rctx)
             return
-        self.more = None
+        more = group.steps
+        group.steps = None
         # The first operation's own failure is the whole group's (each fused step reads its
         # result, directly or not): the engine records it, as for any operation.
         run2(fn, x1, x2, self, self.name, rctx)
@@ -245,7 +239,9 @@ class Buffer:
         n = len(self.vars)
         if n == 1:
             return range(1)
-        elems = self.chunk_elems
+        chunked = self.chunked
+        assert chunked is not None  # (several Vars: a chunked Buffer)
+        elems = chunked.elems
         if stop <= first:
             c = min(first // elems, n - 1)
             return range(c, c + 1)
@@ -261,7 +257,7 @@ class Buffer:
 
     def write(self, chunks: range) -> tuple[range, tuple[Var, ...], list[Var]]:
         """At the push of a write on ``chunks`` (those of the view written): record it
-        (``rewritten``, ``wgen``, ``lent``) and return the chunks it holds (every chunk if a
+        (``wgen``, ``lent``) and return the chunks it holds (every chunk if a
         read pushed before may hand some of them out: the write may have to copy the whole
         Buffer), their Vars, and the Vars of the kernels reading them without a turn (taken
         off ``readers``), which it must wait for."""
@@ -271,7 +267,6 @@ class Buffer:
             chunks = range(n)
         if len(chunks) == n:
             self.lent = None
-        self.rewritten = True
         self.wgen += 1  # no later step joins a kernel that read it before this write
         waits: list[Var] = []
         readers = self.readers
@@ -303,9 +298,10 @@ class Buffer:
 
     def wrote(self, op: Operation[Any], chunks: range) -> None:
         """After the push of a write on ``chunks`` (:meth:`write`): ``op`` is their writer."""
-        writers = self.writers
-        if writers is not None and len(self.vars) > 1:
-            self.writers = tuple(op if i in chunks else w for i, w in enumerate(writers))
+        chunked = self.chunked
+        if chunked is not None and chunked.writers is not None and len(self.vars) > 1:
+            writers = chunked.writers
+            chunked.writers = tuple(op if i in chunks else w for i, w in enumerate(writers))
 
     def expose(self) -> Var:
         """Hand the Var out (``x.var``): raw pushes may name it from now on, so it is deleted
@@ -320,7 +316,7 @@ class Buffer:
                 self._merge()
             self.exposed = True
             # Buffers fused into one operation share its Var: it goes when they all have.
-            owner: Buffer | Shared = self if self.share is None else self.share
+            owner: Buffer | Group = self if self.group is None else self.group
             if owner is not self and not owner.exposed:
                 owner.exposed = True
                 finalizer = weakref.finalize(owner, _delete, self.engine, self.var)
@@ -347,13 +343,14 @@ class Buffer:
         )
         self.var = var
         self.vars = (var,)
-        self.pending = None
+        if self.chunked is not None:
+            self.chunked.kernels = None
         self.wgen += 1
 
     def handed_out(self) -> bool:
         """Whether this Buffer's Var was handed out (by it, or another Buffer sharing it)."""
-        share = self.share
-        return self.exposed if share is None else share.exposed
+        group = self.group
+        return self.exposed if group is None else group.exposed
 
     def __repr__(self) -> str:
         return f"<Buffer {self.var.name}>"
@@ -379,11 +376,46 @@ def _reraise(exc: BaseException, rctx: RunContext) -> None:
     raise exc
 
 
-class Shared:
-    """What the Buffers fused into one operation (sharing its Var) hold in common: the Var is
-    deleted, if it was handed out, when the last of them goes."""
+class Group:
+    """Tiny operations fused into one push (``_push.py``'s fusion): the Buffer of the operation
+    pushed and those of the operations that joined it, which all share its Var and hold this
+    record (``Buffer.group``).
 
-    __slots__ = ("__weakref__", "exposed")
+    * ``steps``: the Buffers of the operations that joined, in push order, until the pushed
+      operation runs them after its own (then None; a step done is not kept alive by the
+      list). Loop thread only: steps join only while the operation has not started, and it
+      runs on the loop too, so ``steps`` is never appended to and read at once.
+    * ``exposed``: a Buffer of the group handed the shared Var out (``x.var``): it is deleted
+      (from this record's finalizer) when the last Buffer of the group goes.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("__weakref__", "exposed", "steps")
+
+    def __init__(self, first: Buffer) -> None:
+        self.steps: list[Buffer] | None = [first]
         self.exposed = False
+
+
+class Chunks:
+    """The chunk part of a chunked Buffer (``Buffer.chunked``; ``_chain.py`` makes them): its
+    flat (C-order) elements are cut into chunks of ``elems``, each with a Var of its own
+    (``Buffer.vars``). Written by the thread that pushes on the Buffer, as the Buffer's own
+    access fields.
+
+    * ``elems``: the elements of one chunk (the last may have fewer).
+    * ``kernels``: the chunks' kernels (``_chain.ChainKernel``), one per chunk, which later
+      elementwise operations may join while they have not started; None for a scan's result
+      (``_scan.py``: nothing joins its operations) and once the chunks are merged.
+    * ``writers``: per chunk, the operation of the latest write pushed on it (its kernel,
+      until a write replaces it: :meth:`Buffer.wrote`); ``Buffer.writer`` is the latest write
+      pushed on any chunk.
+    """
+
+    __slots__ = ("elems", "kernels", "writers")
+
+    def __init__(
+        self, elems: int, kernels: list[Any] | None, writers: tuple[Operation[Any], ...]
+    ) -> None:
+        self.elems = elems
+        self.kernels = kernels
+        self.writers: tuple[Operation[Any], ...] | None = writers

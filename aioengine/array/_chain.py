@@ -50,7 +50,7 @@ import numpy as np
 
 from .. import DependencyError, FnProperty
 from ._array import buffer_of
-from ._buffer import Buffer
+from ._buffer import Buffer, Chunks
 from ._burst import Burst
 from ._cupy_fuse import cupy_module, fused_call
 from ._kernel import MISSING, input_failure, numpy_on_gpu
@@ -550,13 +550,15 @@ class ChainKernel:
 def quiescent(buf: Buffer) -> bool:
     """Whether ``buf``'s value is computed and no write on it is pending: every write on it
     was pushed by the arrays (its Var never handed out) and has finished."""
-    if buf.exposed or buf.share is not None or buf.value is MISSING:
+    if buf.exposed or buf.group is not None or buf.value is MISSING:
         return False
     writer = buf.writer
     if writer is not None and not writer.done():
         return False
-    writers = buf.writers
-    return writers is None or all(w.done() for w in writers)
+    chunked = buf.chunked
+    if chunked is None or chunked.writers is None:
+        return True
+    return all(w.done() for w in chunked.writers)
 
 
 def settled(buf: Buffer, name: str) -> bool:
@@ -634,7 +636,6 @@ def join_or_push(
     bufs = [buffer_of(x) for x in operands]
     out = Buffer(engine, None, shape, dtype, MISSING, name=name)  # type: ignore[arg-type]
     pending: list[Any] = [None] * n
-    out.pending = pending
     if recent is not None and len(recent) != n:
         recent = None
     vars_: list[Any] = [None] * n
@@ -644,7 +645,11 @@ def join_or_push(
         return kernel.add(fn, name, operands, bufs, out, dtype, new)
 
     for i in range(n):
-        candidates = [buf.pending[i] for buf in bufs if buf is not None and buf.pending]
+        candidates = [
+            buf.chunked.kernels[i]
+            for buf in bufs
+            if buf is not None and buf.chunked is not None and buf.chunked.kernels
+        ]
         if recent is not None:
             candidates.append(recent[i])
         kernel = _kernel_for(
@@ -654,9 +659,8 @@ def join_or_push(
         vars_[i] = kernel.var
         writers[i] = kernel.op
     out.vars = tuple(vars_)
-    out.chunk_elems = chunk_elems
+    out.chunked = Chunks(chunk_elems, pending, tuple(writers))
     out.var = vars_[0]
-    out.writers = tuple(writers)
     out.writer = writers[-1]
     return out
 
@@ -738,7 +742,8 @@ def reduce_chunks(
         return kernel.add_reduction(step_fn, name, x, buf, sink, new)
 
     for i in range(n):
-        candidates = [buf.pending[i] if buf.pending is not None else None]
+        kernels = None if buf.chunked is None else buf.chunked.kernels
+        candidates = [None if kernels is None else kernels[i]]
         if recent is not None:
             candidates.append(recent[i])
         kernel = _kernel_for(

@@ -81,6 +81,12 @@ _CPU0 = cpu()
 _generic = np.generic
 
 
+class ChunkWriters(Protocol):
+    """What a kernel reads of a chunked Buffer's chunk part (``_buffer.Chunks``)."""
+
+    writers: tuple[Operation[Any], ...] | None
+
+
 class Memory(Protocol):
     """What a kernel reads and writes of a Buffer (``_buffer.Buffer``, which pushes the kernels
     and is the one kind; a Protocol, so that this module, below it, never imports it). The
@@ -89,13 +95,16 @@ class Memory(Protocol):
     value: Any
     failure: BaseException | None
     writer: Operation[Any] | None
-    writers: tuple[Operation[Any], ...] | None
-    rewritten: bool
+    wgen: int
     exported: bool
     shape: Shape
     dtype: np.dtype[Any]
     name: str
     engine: Engine
+
+    @property
+    def chunked(self) -> ChunkWriters | None:
+        """The chunk part of a chunked Buffer (``_buffer.Chunks``), else None."""
 
     def carry(self, exc: BaseException, ctx: Context, name: str) -> None:
         """Record ``exc``, raised computing this Buffer after its operation was released, in
@@ -204,7 +213,8 @@ def failure_of(buf: Memory) -> BaseException | None:
     failure = buf.failure
     if failure is not None:
         return failure
-    writers = buf.writers
+    chunked = buf.chunked
+    writers = None if chunked is None else chunked.writers
     if writers is not None:  # a chunked Buffer: the latest write pushed on each chunk
         for writer in writers:
             if writer.state is _SKIPPED or writer.state is _CANCELLED:
@@ -220,7 +230,7 @@ def input_failure(buf: Memory, name: str) -> BaseException | None:
     sticky failure, one learnt from a skipped or cancelled latest write (on any chunk), or an
     error if its value was never computed; None if it may be read."""
     failure = buf.failure
-    if failure is None and (buf.value is MISSING or buf.rewritten or buf.writers):
+    if failure is None and (buf.value is MISSING or buf.wgen or buf.chunked is not None):
         failure = failure_of(buf)
         if failure is None and buf.value is MISSING:
             failure = RuntimeError(f"an input of {name} has no value")
@@ -511,12 +521,9 @@ def run2(
     if (
         b1.failure is not None
         or v1 is MISSING
-        or b1.rewritten
+        or b1.wgen
         or x1._steps
-        or (
-            b2 is not None
-            and (b2.failure is not None or v2 is MISSING or b2.rewritten or x2._steps)
-        )
+        or (b2 is not None and (b2.failure is not None or v2 is MISSING or b2.wgen or x2._steps))
         or rctx.stream is not None
     ):
         run(fn, (x1,) if x2 is None else (x1, x2), (out,), None, name, rctx)

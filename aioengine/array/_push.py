@@ -83,7 +83,7 @@ from ._array import (
     vars_of,
 )
 from ._blas import blas_call
-from ._buffer import Buffer, Shared
+from ._buffer import Buffer, Group
 from ._burst import Burst
 from ._chain import CHUNK_BYTES, join_or_push, quiescent, reduce_chunks, settled
 from ._kernel import MISSING, Const, Kernel, numpy_on_gpu, run_now
@@ -470,7 +470,7 @@ class Pusher(Bound):
                     is_view(x)
                     or xshape != shape
                     or xbuf.exposed
-                    or xbuf.share is not None
+                    or xbuf.group is not None
                     or xdevice != device
                 ):
                     return None
@@ -492,7 +492,7 @@ class Pusher(Bound):
             dtype,
             device,
         )
-        self._recent = buf.pending
+        self._recent = None if buf.chunked is None else buf.chunked.kernels
         return Array(self, buf, shape, dtype, device)
 
     def _chain_reduce(
@@ -510,7 +510,7 @@ class Pusher(Bound):
         combining them in order (``_chain.py``), or None if ``x`` cannot be read by kernels (a
         view, or its Var handed out)."""
         _, xbuf, _, _, xdevice = unpack(x)
-        if is_view(x) or xbuf.exposed or xbuf.share is not None or xdevice != device:
+        if is_view(x) or xbuf.exposed or xbuf.group is not None or xdevice != device:
             return None
         self._segment = None
         buf = reduce_chunks(
@@ -546,8 +546,8 @@ class Pusher(Bound):
         docstring), or return None if it may not be."""
         if running_loop() is not self._loop or head.handed_out():
             return None
-        more = head.more
-        if more is not None and len(more) >= FUSE_MAX:
+        group = head.group
+        if group is not None and len(group.steps or ()) >= FUSE_MAX:
             return None
         var = head.var
         reads = self._segment_reads
@@ -571,16 +571,13 @@ class Pusher(Bound):
             writer = head.writer
             assert writer is not None  # (set at the head's push)
             unheld.read_unheld(0, var, writer)
-        share = head.share
-        if share is None:
-            share = head.share = Shared()
         buf = Buffer(self._engine, var, shape, dtype, MISSING, fn, None, name, a, b)
-        buf.share = share
         buf.writer = head.writer
-        if more is None:
-            head.more = [buf]
+        if group is None:
+            group = head.group = Group(buf)
         else:
-            more.append(buf)
+            group.steps.append(buf)  # type: ignore[union-attr]  # (the head has not run)
+        buf.group = group
         return Array(self, buf, shape, dtype, device)
 
     def _inplace(self, name: str, target: Array, other: Any) -> None:

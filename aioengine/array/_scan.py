@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import DependencyError, FnProperty
-from ._buffer import Buffer
+from ._buffer import Buffer, Chunks
 from ._chain import chunking
 from ._kernel import MISSING, input_failure
 
@@ -145,8 +145,7 @@ def scan_chunks(
         )
         writers.append(op)
     out.vars = tuple(vars_)
-    out.chunk_elems = elems
+    out.chunked = Chunks(elems, None, tuple(writers))
     out.var = vars_[0]
-    out.writers = tuple(writers)
     out.writer = writers[-1]
     return out
