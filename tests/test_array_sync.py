@@ -692,29 +692,39 @@ class TestSmallOperationsOffTheLoop:
             np.testing.assert_array_equal(value, _chain(np, an, bn))
             assert [n for n in pushes.names if n != "await"] == []
 
-    @pytest.mark.parametrize("read_it", [True, False])
-    def test_a_failure_is_raised_by_the_sync_point_not_the_call(self, read_it: bool) -> None:
+    @pytest.mark.parametrize("read", ["bad", "dependent", "nothing"])
+    def test_a_failure_is_raised_where_a_pushed_ones_would_be(self, read: str) -> None:
         with ae.BlockingEngine(cpu_workers=2) as be:
             xp = aa.namespace(be)
             a = xp.asarray(np.array([2, 3], dtype=np.int64))
             e = xp.asarray(np.array([-1, -1], dtype=np.int64))
             bad = a**e  # computed at once: it raises there, and the call does not
-            after = bad + a  # a failed operand is not settled: pushed, and fails with it
+            after = xp.sum(bad + a)  # a failed operand is not settled: pushed, and skipped
             fine = a * a
             np.testing.assert_array_equal(np.asarray(fine), [4, 9])
-            with pytest.raises(ae.DependencyError) as dep:
-                np.asarray(after)
-            assert isinstance(dep.value.__cause__, ValueError)
-            if read_it:
+            if read == "bad":
                 with pytest.raises(ValueError, match="negative integer powers"):
                     np.asarray(bad)
                 with pytest.raises(ValueError, match="negative integer powers"):
                     np.asarray(bad)  # for good
                 be.wait_for_all()  # the engine's record was thrown by the read, once
+            elif read == "dependent":
+                with pytest.raises(ae.DependencyError) as dep:
+                    float(after)
+                assert isinstance(dep.value.__cause__, ValueError)
+                be.wait_for_all()  # thrown by that read, as for a pushed operation
             else:
                 with pytest.raises(ExceptionGroup) as group:
                     be.wait_for_all()  # recorded once, as a pushed operation's failure
                 assert [type(x) for x in group.value.exceptions] == [ValueError]
+
+    def test_a_small_linalg_failure_in_synchronous_code(self) -> None:
+        with ae.BlockingEngine(cpu_workers=2) as be:
+            xp = aa.namespace(be)
+            bad = xp.linalg.inv(xp.zeros((2, 2)))  # computed at the call: no raise there
+            with pytest.raises(np.linalg.LinAlgError, match="Singular"):
+                np.asarray(bad)
+            be.wait_for_all()
 
     def test_pending_operands_are_pushed_and_ordered(self) -> None:
         with ae.BlockingEngine(cpu_workers=2) as be:
@@ -748,3 +758,40 @@ class TestSmallOperationsOffTheLoop:
             np.testing.assert_array_equal(np.asarray(c), [2.0] * 4)
             np.testing.assert_array_equal(np.asarray(d), [12.0] * 4)
             np.testing.assert_array_equal(np.asarray(a), [6.0] * 4)
+
+    def test_an_in_place_write_waits_for_a_pending_reader_of_its_target(self) -> None:
+        with ae.BlockingEngine(cpu_workers=2) as be:
+            xp = aa.namespace(be)
+            a = xp.asarray(np.ones(4))
+            release = threading.Event()
+
+            def slow_copy(v: Any) -> Any:
+                assert release.wait(30)
+                return v.copy()
+
+            seen = xp.apply(slow_copy, a, shape=(4,), dtype=xp.float64)  # pending, reads a
+            pushes = _Pushes()
+            be.engine.add_instrument(pushes)
+            try:
+                a += 1.0  # a pending reader: pushed after it, not computed at the call
+                b = xp.ones(4)
+                b += 1.0  # nothing pending on b: computed at the call
+            finally:
+                be.engine.remove_instrument(pushes)
+            assert [n for n in pushes.names if n != "await"] == ["iadd"]
+            release.set()
+            np.testing.assert_array_equal(np.asarray(seen), [1.0] * 4)
+            np.testing.assert_array_equal(np.asarray(a), [2.0] * 4)
+            np.testing.assert_array_equal(np.asarray(b), [2.0] * 4)
+
+    def test_an_in_place_write_that_fails_at_the_call_fails_its_target(self) -> None:
+        with ae.BlockingEngine(cpu_workers=2) as be:
+            xp = aa.namespace(be)
+            a = xp.asarray(np.array([2, 3], dtype=np.int64))
+            a **= xp.asarray(np.array([-1, -1], dtype=np.int64))  # raises: not here
+            after = a + 1  # a failed target: pushed, skipped
+            with pytest.raises(ValueError, match="negative integer powers"):
+                np.asarray(a)
+            with pytest.raises(ae.DependencyError):
+                np.asarray(after)
+            be.wait_for_all()

@@ -95,7 +95,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import EngineClosedError, FnProperty
-from ._kernel import MISSING, run, run2
+from ._kernel import MISSING, reraise, run, run2
 
 if TYPE_CHECKING:
     import numpy as np
@@ -221,7 +221,7 @@ class Buffer:
         try:
             carrier = self.engine.new_var(f"{name} failure")
             self.engine.push_sync(
-                functools.partial(_reraise, exc), ctx, (), (carrier,), prop=_ASYNC, name=name
+                functools.partial(reraise, exc), ctx, (), (carrier,), prop=_ASYNC, name=name
             )
         except EngineClosedError:
             # Device work failing while the engine closes (it runs after its operation was
@@ -369,11 +369,6 @@ def _delete(engine: Engine, var: Var) -> None:
 
 def _nothing(rctx: RunContext) -> None:
     """The operation that merges a chunked Buffer's Vars (it orders, and does nothing)."""
-
-
-def _reraise(exc: BaseException, rctx: RunContext) -> None:
-    """The operation that carries a fused step's failure into the engine's record."""
-    raise exc
 
 
 class Group:

@@ -17,6 +17,12 @@ Failures (the rules, written once here):
 * An input was never computed (its write was skipped by the engine, or cancelled): the same,
   with the cause the skip or cancellation carries.
 
+Computed at the call (:func:`run_now`, for a synchronous caller's small operation of settled
+arrays, ``_push.py``): :func:`run` on the caller's thread; a raised exception is returned
+instead of re-raised, and the caller records it in the engine with an operation of its own on
+the results' (and the target's) Vars that raises it (:func:`reraise`), so that it is skipped
+over, thrown and reported exactly as the first rule says.
+
 On a GPU (written once, here): an operation's function runs on a GPU worker thread with its
 stream current, and must only *enqueue* device work, as CuPy's calls do (they allocate their
 result at once and launch the kernel on the current stream). With CuPy, :func:`run` does what it
@@ -57,6 +63,7 @@ __all__ = (
     "failure_of",
     "launch",
     "numpy_on_gpu",
+    "reraise",
     "run",
     "run2",
     "run_now",
@@ -538,22 +545,44 @@ def run2(
         raise
 
 
+class _Here:
+    """The run context :func:`run_now` gives :func:`run`: the calling thread, no stream."""
+
+    __slots__ = ("ctx",)
+    stream = None
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+
 def run_now(
     fn: Callable[..., Any],
-    values: tuple[Any, ...],
     args: tuple[Any, ...],
-    out: Memory,
+    outs: tuple[Memory, ...],
+    target: Memory | None,
     name: str,
     ctx: Context,
-) -> None:
-    """Compute ``fn(*values)`` into ``out`` on the calling thread, for an operation that is not
-    pushed (``_push.Pusher._now``): ``values`` are those of ``args``, whole, computed and
-    healthy, with no write on them pending. A failure is ``out``'s, and is carried into the
-    engine's record once (:meth:`~._buffer.Buffer.carry`), as a fused step's: the caller sees
-    it where it would have (``await``, a sync point, ``wait_for_all``), never at the call."""
+) -> BaseException | None:
+    """:func:`run` (:func:`run2` for a function of the hot path, ``fn`` of one or two
+    arguments and one output) on the calling thread, for an operation that is not pushed
+    (``_push.py``): its array arguments are settled (computed, healthy, no write on them
+    pending), and so is ``target`` (nothing pending on it at all). Returns the exception it
+    raised (then the outputs' and the target's failure), which the caller records in the
+    engine as a pushed operation's (:func:`reraise` on their Vars), so that it is seen where a
+    pushed operation's would be (``await``, a sync point, a dependent operation,
+    ``wait_for_all``), never at the call."""
+    here: Any = _Here(ctx)
     try:
-        _store(out, _owned(fn(*values), values))
+        if target is None and len(outs) == 1 and 1 <= len(args) <= 2 and type(args[0]) is not Const:
+            run2(fn, args[0], args[1] if len(args) == 2 else None, outs[0], name, here)
+        else:
+            run(fn, args, outs, target, name, here)
     except Exception as exc:
-        exc.add_note(f"in aioengine.array operation {describe(name, args, ctx)}")
-        out.failure = exc
-        out.carry(exc, ctx, name)
+        return exc
+    return None
+
+
+def reraise(exc: BaseException, rctx: RunContext) -> None:
+    """The operation that records ``exc``, raised where no operation was running (a fused step,
+    device work, an operation computed at the call), in the engine: it raises it."""
+    raise exc

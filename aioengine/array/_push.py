@@ -25,9 +25,11 @@ handed out: ``_chain.settled``) is computed at once on the caller's thread inste
 costs two thread hand-offs that such work does not pay for (the ten-step chain on 1,000
 elements: 3.4x the async namespace's time pushed, 1.0x computed here). Nothing observable
 changes but the engine's records: no operation is pushed for it (instruments and traces do not
-show it); it reads nothing a later write could change first; and its failure is carried into
-the engine's record once (``Buffer.carry``), raised by ``await``, a sync point or
-``wait_for_all()`` as a pushed operation's would be, never at the call.
+show it); it reads nothing a later write could change first; and a failure is recorded by an
+operation on its result's Var that raises it (:meth:`Pusher._record`), so that dependents,
+``await``, sync points and ``wait_for_all()`` see it as a pushed operation's, never the call.
+The same holds for any other operation of default placement (:func:`push`: reductions,
+indexing, manipulation, ``linalg`` on small matrices, ...) whose array arguments are settled.
 
 Fusion (MXNet's lesson that tiny operations want aggregating at the array level, not engine
 bulks): on the loop thread, a unary or binary elementwise operation that runs inline and reads
@@ -86,7 +88,7 @@ from ._blas import blas_call
 from ._buffer import Buffer, Group
 from ._burst import Burst
 from ._chain import CHUNK_BYTES, join_or_push, quiescent, reduce_chunks, settled
-from ._kernel import MISSING, Const, Kernel, numpy_on_gpu, run_now
+from ._kernel import MISSING, Const, Kernel, numpy_on_gpu, reraise, run_now
 from ._meta import Shape, axis_index, broadcast, normalize_axes, reduced
 from ._reducers import REDUCERS
 from ._special import elementwise_function
@@ -372,8 +374,7 @@ class Pusher(Bound):
                 fused = self._fuse(head, fn, name, a, b, abuf, bbuf, shape, dtype, device)
                 if fused is not None:
                     return fused
-            loop = self._loop
-            if loop is not None and running_loop() is not loop and not in_operation():
+            if self._off_loop():
                 now = self._now(fn, name, a, b, abuf, bbuf, shape, dtype, device)
                 if now is not None:
                     return now
@@ -403,6 +404,12 @@ class Pusher(Bound):
         buf.writer = self._submit(buf, device, reads, (buf.var,), prop, name, None)
         return out
 
+    def _off_loop(self) -> bool:
+        """Whether the caller is a synchronous one: off the engine's loop (once known), and not
+        inside an operation."""
+        loop = self._loop
+        return loop is not None and running_loop() is not loop and not in_operation()
+
     def _now(
         self,
         fn: Callable[..., Any],
@@ -419,20 +426,29 @@ class Pusher(Bound):
         operands are settled (see the module docstring), else None."""
         if (
             len(abuf.vars) > 1
-            or is_view(a)
             or not settled(abuf, name)
-            or (bbuf is not None and (len(bbuf.vars) > 1 or is_view(b) or not settled(bbuf, name)))
+            or (bbuf is not None and (len(bbuf.vars) > 1 or not settled(bbuf, name)))
         ):
             return None
         self._segment = None  # as any push would
         engine = self._engine
         buf = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
-        if b is None:
-            run_now(fn, (abuf.value,), (a,), buf, name, device)
-        else:
-            v2 = b.value if bbuf is None else bbuf.value
-            run_now(fn, (abuf.value, v2), (a, b), buf, name, device)
+        failure = run_now(fn, (a,) if b is None else (a, b), (buf,), None, name, device)
+        if failure is not None:
+            self._record(failure, (buf,), device, name)
         return Array(self, buf, shape, dtype, device)
+
+    def _record(
+        self, failure: BaseException, bufs: tuple[Buffer, ...], device: Context, name: str
+    ) -> None:
+        """Record ``failure``, raised computing ``bufs`` at the call, in the engine as their
+        operation's: one pushed on their Vars raises it (so dependents are skipped, and
+        reading one of them, or ``wait_for_all()``, raises it once, as for any push)."""
+        op = self._submit(
+            _partial(reraise, failure), device, (), tuple(b.var for b in bufs), _ASYNC, name, None
+        )
+        for buf in bufs:
+            buf.writer = op
 
     def _burst_here(self) -> Burst | None:
         """The :class:`~._burst.Burst` of chunk kernels pushed here: the namespace's if the
@@ -678,6 +694,45 @@ def push(
     touch, and writes those of ``region`` (the flat span written in ``target``'s Buffer; by
     default all of ``target``'s): ``_buffer.py`` has the rule."""
     engine = engine_of(ns)
+    if (
+        target is None
+        and prop is None
+        and run_on is None
+        and cost <= INLINE_COST
+        and device.device_type is CPU
+        and ns._off_loop()
+        and all(settled(b, name) for b in map(buffer_of, args) if b is not None)
+    ):
+        # Computed here and now (the module docstring): it could only have run at once.
+        bufs = tuple(
+            Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
+            for shape, dtype in outs
+        )
+        failure = run_now(fn, args, bufs, None, name, device)
+        if failure is not None:
+            ns._record(failure, bufs, device, name)
+        return tuple(Array(ns, buf, buf.shape, buf.dtype, device) for buf in bufs)
+    if (
+        target is not None
+        and prop is None
+        and run_on is None
+        and cost <= INLINE_COST
+        and device.device_type is CPU
+        and ns._off_loop()
+        and idle(buffer_of(target))
+        and all(settled(b, name) for b in map(buffer_of, args) if b is not None)
+    ):
+        # An in-place write computed here and now: nothing is pending on its target.
+        tbuf = buffer_of(target)
+        tbuf.write(chunks_of(target))  # its record (idle: no reader to wait for)
+        bufs = tuple(
+            Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
+            for shape, dtype in outs
+        )
+        failure = run_now(fn, args, bufs, tbuf, name, device)
+        if failure is not None:
+            ns._record(failure, (tbuf, *bufs), device, name)
+        return tuple(Array(ns, buf, buf.shape, buf.dtype, device) for buf in bufs)
     reads: list[Any] = []
     for a in args:
         # (``target`` itself is written: in ``region`` only, whose chunks the write holds.)
@@ -745,6 +800,18 @@ def push1(
     if cost is None:
         cost = max([_meta.prod(shape), *(size_of(a) for a in args if buffer_of(a) is not None)])
     return push(ns, fn, args, ((shape, dtype),), device, name, cost, prop=prop, run_on=run_on)[0]
+
+
+def idle(buf: Buffer | None) -> bool:
+    """Whether an in-place write into ``buf`` may be computed at the call: an unchunked,
+    settled Buffer (``_chain.settled``) on whose Var nothing is pending at all (no read,
+    pushed or without a turn, and no write)."""
+    if buf is None or len(buf.vars) > 1 or not settled(buf, ""):
+        return False
+    if buf.readers and not all(op.done() for _, _, op in buf.readers):
+        return False
+    stats = buf.var.statistics()
+    return not (stats.pending_reads or stats.pending_write or stats.waiting)
 
 
 def _cost(shape: Shape) -> int:
