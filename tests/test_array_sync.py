@@ -795,3 +795,24 @@ class TestSmallOperationsOffTheLoop:
             with pytest.raises(ae.DependencyError):
                 np.asarray(after)
             be.wait_for_all()
+
+    def test_a_small_view_of_a_chunked_array_is_computed_at_the_call(self) -> None:
+        with ae.BlockingEngine(cpu_workers=2) as be:
+            xp = aa.namespace(be, chunk_bytes=8192)
+            base = np.arange(40_000.0)
+            x = xp.asarray(base) * 2.0  # chunked (4 Ki elements a chunk)
+            np.asarray(x)  # computed
+            pushes = _Pushes()
+            be.engine.add_instrument(pushes)
+            try:
+                y = x[4090:4100] + 1.0  # a view across two chunks
+                z = xp.sum(x[:10])
+            finally:
+                be.engine.remove_instrument(pushes)
+            assert [n for n in pushes.names if n != "await"] == []
+            x[:3] += 1.0  # a write into a chunked array: pushed, on its first chunk
+            np.testing.assert_array_equal(np.asarray(y), base[4090:4100] * 2.0 + 1.0)
+            assert float(z) == float(np.sum(base[:10] * 2.0))
+            expected = base * 2.0
+            expected[:3] += 1.0
+            np.testing.assert_array_equal(np.asarray(x), expected)

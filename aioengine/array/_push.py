@@ -17,19 +17,21 @@ exported Buffer counts the copy it makes first. On a GPU, every operation runs o
 stream workers (``_kernel.py`` says how its work is enqueued), and an elementwise one of more
 than :data:`INLINE_COST` elements joins a fused chain (``_chain.py``) as on the CPU.
 
-Off the loop (``aioengine.array_api``, any synchronous caller), a unary or binary elementwise
-operation of at most :data:`INLINE_COST` elements on the CPU whose operands are *settled*
-(whole arrays whose value is computed and healthy, with no write pending and their Var never
-handed out: ``_chain.settled``) is computed at once on the caller's thread instead of pushed
-(:meth:`Pusher._now`): pushed, it could only have run at once, and a push from off the loop
-costs two thread hand-offs that such work does not pay for (the ten-step chain on 1,000
-elements: 3.4x the async namespace's time pushed, 1.0x computed here). Nothing observable
-changes but the engine's records: no operation is pushed for it (instruments and traces do not
-show it); it reads nothing a later write could change first; and a failure is recorded by an
-operation on its result's Var that raises it (:meth:`Pusher._record`), so that dependents,
-``await``, sync points and ``wait_for_all()`` see it as a pushed operation's, never the call.
-The same holds for any other operation of default placement (:func:`push`: reductions,
-indexing, manipulation, ``linalg`` on small matrices, ...) whose array arguments are settled.
+Off the loop (``aioengine.array_api``, any synchronous caller), an operation of default
+placement (no ``prop`` or ``run_on`` asked for: elementwise functions, the hot path's
+:meth:`Pusher._now` included, reductions, indexing, manipulation, ``linalg`` on small matrices,
+...) of at most :data:`INLINE_COST` elements on the CPU whose array arguments are *settled*
+(computed and healthy, no write on them pending, their Var never handed out:
+``_chain.settled``) is computed at once on the caller's thread instead of pushed; so is an
+in-place write into a target nothing at all is pending on (:func:`idle`). Pushed, such an
+operation could only have run at once, and a push from off the loop costs two thread hand-offs
+that such work does not pay for (the ten-step chain on 1,000 elements: 3.4x the async
+namespace's time pushed, 1.0x computed here). Nothing observable changes but the engine's
+records: no operation is pushed for it (instruments and traces do not show it); it reads
+nothing a later write could change first and writes nothing an earlier operation still reads;
+and a failure is recorded by an operation on its results' (and target's) Vars that raises it
+(:meth:`Pusher._record`), so that dependents, ``await``, sync points and ``wait_for_all()`` see
+it as a pushed operation's, never the call.
 
 Fusion (MXNet's lesson that tiny operations want aggregating at the array level, not engine
 bulks): on the loop thread, a unary or binary elementwise operation that runs inline and reads
@@ -424,11 +426,7 @@ class Pusher(Bound):
     ) -> Array | None:
         """:meth:`_fast`'s small operation off the loop, computed here and now if its
         operands are settled (see the module docstring), else None."""
-        if (
-            len(abuf.vars) > 1
-            or not settled(abuf, name)
-            or (bbuf is not None and (len(bbuf.vars) > 1 or not settled(bbuf, name)))
-        ):
+        if not settled(abuf, name) or (bbuf is not None and not settled(bbuf, name)):
             return None
         self._segment = None  # as any push would
         engine = self._engine
@@ -695,43 +693,26 @@ def push(
     default all of ``target``'s): ``_buffer.py`` has the rule."""
     engine = engine_of(ns)
     if (
-        target is None
-        and prop is None
+        prop is None
         and run_on is None
         and cost <= INLINE_COST
         and device.device_type is CPU
         and ns._off_loop()
+        and (target is None or idle(buffer_of(target)))
         and all(settled(b, name) for b in map(buffer_of, args) if b is not None)
     ):
         # Computed here and now (the module docstring): it could only have run at once.
-        bufs = tuple(
-            Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
-            for shape, dtype in outs
-        )
-        failure = run_now(fn, args, bufs, None, name, device)
-        if failure is not None:
-            ns._record(failure, bufs, device, name)
-        return tuple(Array(ns, buf, buf.shape, buf.dtype, device) for buf in bufs)
-    if (
-        target is not None
-        and prop is None
-        and run_on is None
-        and cost <= INLINE_COST
-        and device.device_type is CPU
-        and ns._off_loop()
-        and idle(buffer_of(target))
-        and all(settled(b, name) for b in map(buffer_of, args) if b is not None)
-    ):
-        # An in-place write computed here and now: nothing is pending on its target.
-        tbuf = buffer_of(target)
-        tbuf.write(chunks_of(target))  # its record (idle: no reader to wait for)
+        tbuf = None
+        if target is not None:  # the write's record (idle: no reader to wait for)
+            tbuf = buffer_of(target)
+            tbuf.write(chunks_of(target) if region is None else tbuf.chunks(*region))
         bufs = tuple(
             Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
             for shape, dtype in outs
         )
         failure = run_now(fn, args, bufs, tbuf, name, device)
         if failure is not None:
-            ns._record(failure, (tbuf, *bufs), device, name)
+            ns._record(failure, bufs if tbuf is None else (tbuf, *bufs), device, name)
         return tuple(Array(ns, buf, buf.shape, buf.dtype, device) for buf in bufs)
     reads: list[Any] = []
     for a in args:
