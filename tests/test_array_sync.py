@@ -816,3 +816,27 @@ class TestSmallOperationsOffTheLoop:
             expected = base * 2.0
             expected[:3] += 1.0
             np.testing.assert_array_equal(np.asarray(x), expected)
+
+    def test_a_second_thread_on_the_namespace_makes_every_operation_a_push(self) -> None:
+        # A small operation computed at the call is not ordered by the engine against other
+        # threads' pushes and reads: once two threads use the namespace's arrays, it is pushed.
+        with ae.BlockingEngine(cpu_workers=2) as be:
+            xp = aa.namespace(be)
+            a = xp.asarray(np.ones(4))
+            pushes = _Pushes()
+            be.engine.add_instrument(pushes)
+            try:
+                b = a + 1.0  # the one thread: at the call
+                assert [n for n in pushes.names if n != "await"] == []
+                seen = []
+                other = threading.Thread(target=lambda: seen.append(np.asarray(a).copy()))
+                other.start()
+                other.join(30)
+                c = b * 2.0  # two threads now: a push
+                a += 1.0
+            finally:
+                be.engine.remove_instrument(pushes)
+            assert [n for n in pushes.names if n != "await"] == ["multiply", "iadd"]
+            np.testing.assert_array_equal(seen[0], [1.0] * 4)
+            np.testing.assert_array_equal(np.asarray(c), [4.0] * 4)
+            np.testing.assert_array_equal(np.asarray(a), [2.0] * 4)

@@ -39,6 +39,7 @@ import asyncio
 import functools
 import threading
 from collections.abc import Callable, Coroutine, Generator, Iterator
+from threading import get_ident
 from typing import Any, Protocol, TypeVar, overload
 
 import numpy as np
@@ -263,6 +264,7 @@ class Array:
 
     def __await__(self) -> Generator[Any, None, Any]:
         ns = self._ns
+        ns._claim()
         loop = ns._loop
         if ns._blocking is not None and running_loop() is not loop:
             # A BlockingEngine's array awaited on another loop (a notebook's): read it on the
@@ -347,6 +349,7 @@ class Array:
         """The value for a sync point (``what``): at once if ready, else blocking off the
         loop thread, :class:`PendingArrayError` on it or while the loop is not running."""
         ns = self._ns
+        ns._claim()
         if self.ready:
             buf = self._buf
             failure = failure_of(buf)
@@ -725,7 +728,8 @@ class Bound:
     (:class:`~aioengine.array._push.Pusher`), kept beside the code that waits.
 
     ``_engine`` (and ``_blocking`` for a BlockingEngine); ``_loop``, the engine's loop once
-    known (set once, read from any thread).
+    known (set once, read from any thread); ``_user`` and ``_users``, which threads use the
+    namespace's arrays (:meth:`_claim`).
     """
 
     def __init__(self, engine: Engine | BlockingEngine) -> None:
@@ -743,6 +747,13 @@ class Bound:
         #: Per calling thread off the loop: ``burst``, its :class:`~._burst.Burst` of chunk
         #: kernels, which :meth:`_wait` ends (the kernels start as the thread waits).
         self._threads = threading.local()
+        #: The one thread that has used the namespace's arrays (pushed, waited for or read
+        #: them), None before any, or :data:`SHARED` once two have: a synchronous caller
+        #: computes small operations at the call only while it is the one (``_push.py``).
+        #: Changed only under ``_users``, which such a computation holds: a second thread's
+        #: first use waits for the one in progress, and none starts after it.
+        self._user: int | None = None
+        self._users = threading.Lock()
         if self._blocking is not None:
             probe = self._blocking.push_sync(_running, prop=_ASYNC, name="namespace")
             try:
@@ -770,8 +781,23 @@ class Bound:
                 pass
         return self._loop
 
+    def _claim(self) -> None:
+        """Record the calling thread as a user of the namespace's arrays (before it pushes,
+        waits for or reads one): the first is *the* user; a second makes them
+        :data:`SHARED`, for good."""
+        me = get_ident()
+        user = self._user
+        if user in (me, SHARED):
+            return
+        with self._users:
+            if self._user is None:
+                self._user = me
+            elif self._user != me:
+                self._user = SHARED
+
     def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the engine's loop and block this (non-loop) thread for its result."""
+        self._claim()
         burst = getattr(self._threads, "burst", None)
         if burst is not None:
             burst.end()
@@ -780,6 +806,10 @@ class Bound:
             coro.close()
             raise RuntimeError(f"{self._engine!r} has no running event loop to wait on")
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+#: ``Bound._user`` once two threads have used the namespace's arrays (no thread's ident).
+SHARED = -1
 
 
 class ArrayNamespace(Protocol):
@@ -803,6 +833,9 @@ class ArrayNamespace(Protocol):
 
     def _learn_loop(self) -> asyncio.AbstractEventLoop | None:
         """The engine's loop, asking the engine if need be (:meth:`Bound._learn_loop`)."""
+
+    def _claim(self) -> None:
+        """Record the calling thread as a user of the arrays (:meth:`Bound._claim`)."""
 
     def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the engine's loop, blocking this thread (:meth:`Bound._wait`)."""

@@ -26,8 +26,10 @@ placement (no ``prop`` or ``run_on`` asked for: elementwise functions, the hot p
 in-place write into a target nothing at all is pending on (:func:`idle`). Pushed, such an
 operation could only have run at once, and a push from off the loop costs two thread hand-offs
 that such work does not pay for (the ten-step chain on 1,000 elements: 3.4x the async
-namespace's time pushed, 1.0x computed here). Nothing observable changes but the engine's
-records: no operation is pushed for it (instruments and traces do not show it); it reads
+namespace's time pushed, 1.0x computed here). Only while one thread uses the namespace's
+arrays (``Bound._user``): the engine does not order such a computation against other threads'
+pushes and reads, so once a second thread pushes, waits for or reads one, every operation is a
+push again. Nothing observable changes but the engine's records: no operation is pushed for it (instruments and traces do not show it); it reads
 nothing a later write could change first and writes nothing an earlier operation still reads;
 and a failure is recorded by an operation on its results' (and target's) Vars that raises it
 (:meth:`Pusher._record`), so that dependents, ``await``, sync points and ``wait_for_all()`` see
@@ -65,6 +67,7 @@ import math
 import operator
 import os
 from collections.abc import Callable, Sequence
+from threading import get_ident
 from typing import Any
 
 import numpy as np
@@ -266,6 +269,8 @@ class Pusher(Bound):
         """Push ``kernel`` (from any thread) and return its operation; ``target``'s writer
         is set, the loop learnt, and room waited for off the loop thread."""
         self._segment = None  # before the push: no later operation fuses across it
+        if not in_operation():
+            self._claim()
         blocking = self._blocking
         if blocking is not None and running_loop() not in (None, self._loop):
             op: Operation[Any] = blocking.push_sync(
@@ -389,6 +394,7 @@ class Pusher(Bound):
         else:  # a chunked operand (a broadcast or a view): the chunks it touches
             reads = tuple(dict.fromkeys((*vars_of(a), *(() if bbuf is None else vars_of(b)))))
         if self._blocking is None:
+            self._claim()
             op: Operation[Any] = engine.push_sync(
                 buf, device, reads, (buf.var,), prop=_ASYNC if inline else NORMAL, name=name
             )
@@ -407,10 +413,15 @@ class Pusher(Bound):
         return out
 
     def _off_loop(self) -> bool:
-        """Whether the caller is a synchronous one: off the engine's loop (once known), and not
-        inside an operation."""
+        """Whether the caller is a synchronous one that may compute small operations at the
+        call: off the engine's loop (once known), not inside an operation, and the only
+        thread that uses the namespace's arrays (``Bound._user``; the computation itself
+        runs under ``_users`` and checks again)."""
         loop = self._loop
-        return loop is not None and running_loop() is not loop and not in_operation()
+        if loop is None or running_loop() is loop or in_operation():
+            return False
+        self._claim()
+        return self._user == get_ident()
 
     def _now(
         self,
@@ -431,10 +442,47 @@ class Pusher(Bound):
         self._segment = None  # as any push would
         engine = self._engine
         buf = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
-        failure = run_now(fn, (a,) if b is None else (a, b), (buf,), None, name, device)
+        with self._users:  # no other thread's first use meanwhile (``Bound._user``)
+            if self._user != get_ident():
+                return None
+            failure = run_now(fn, (a,) if b is None else (a, b), (buf,), None, name, device)
         if failure is not None:
             self._record(failure, (buf,), device, name)
         return Array(self, buf, shape, dtype, device)
+
+    def _computed(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        outs: tuple[tuple[Shape, np.dtype[Any]], ...],
+        device: Context,
+        name: str,
+        target: Array | None,
+        region: tuple[int, int] | None,
+    ) -> tuple[Array, ...] | None:
+        """:func:`push`'s operation computed here and now (the module docstring), or None if
+        it may not be: an argument not settled, a target something is pending on, or another
+        thread now using the namespace."""
+        if (target is not None and not idle(buffer_of(target))) or not all(
+            settled(b, name) for b in map(buffer_of, args) if b is not None
+        ):
+            return None
+        engine = self._engine
+        bufs = tuple(
+            Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
+            for shape, dtype in outs
+        )
+        tbuf = None
+        with self._users:  # no other thread's first use meanwhile (``Bound._user``)
+            if self._user != get_ident():
+                return None
+            if target is not None:  # the write's record (idle: no reader to wait for)
+                tbuf = buffer_of(target)
+                tbuf.write(chunks_of(target) if region is None else tbuf.chunks(*region))
+            failure = run_now(fn, args, bufs, tbuf, name, device)
+        if failure is not None:
+            self._record(failure, bufs if tbuf is None else (tbuf, *bufs), device, name)
+        return tuple(Array(self, buf, buf.shape, buf.dtype, device) for buf in bufs)
 
     def _record(
         self, failure: BaseException, bufs: tuple[Buffer, ...], device: Context, name: str
@@ -698,22 +746,10 @@ def push(
         and cost <= INLINE_COST
         and device.device_type is CPU
         and ns._off_loop()
-        and (target is None or idle(buffer_of(target)))
-        and all(settled(b, name) for b in map(buffer_of, args) if b is not None)
     ):
-        # Computed here and now (the module docstring): it could only have run at once.
-        tbuf = None
-        if target is not None:  # the write's record (idle: no reader to wait for)
-            tbuf = buffer_of(target)
-            tbuf.write(chunks_of(target) if region is None else tbuf.chunks(*region))
-        bufs = tuple(
-            Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
-            for shape, dtype in outs
-        )
-        failure = run_now(fn, args, bufs, tbuf, name, device)
-        if failure is not None:
-            ns._record(failure, bufs if tbuf is None else (tbuf, *bufs), device, name)
-        return tuple(Array(ns, buf, buf.shape, buf.dtype, device) for buf in bufs)
+        done = ns._computed(fn, args, outs, device, name, target, region)
+        if done is not None:
+            return done
     reads: list[Any] = []
     for a in args:
         # (``target`` itself is written: in ``region`` only, whose chunks the write holds.)
