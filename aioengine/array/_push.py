@@ -29,11 +29,11 @@ that such work does not pay for (the ten-step chain on 1,000 elements: 3.4x the 
 namespace's time pushed, 1.0x computed here). Only while one thread uses the namespace's
 arrays (``Bound._user``): the engine does not order such a computation against other threads'
 pushes and reads, so once a second thread pushes, waits for or reads one, every operation is a
-push again. Nothing observable changes but the engine's records: no operation is pushed for it (instruments and traces do not show it); it reads
-nothing a later write could change first and writes nothing an earlier operation still reads;
-and a failure is recorded by an operation on its results' (and target's) Vars that raises it
-(:meth:`Pusher._record`), so that dependents, ``await``, sync points and ``wait_for_all()`` see
-it as a pushed operation's, never the call.
+push again. Nothing observable changes but the engine's records: no operation is pushed for it
+(instruments and traces do not show it); it reads nothing a later write could change first and
+writes nothing an earlier operation still reads; and a failure is recorded by an operation on
+its results' (and target's) Vars that raises it (:meth:`Pusher._record`), so that dependents,
+``await``, sync points and ``wait_for_all()`` see it as a pushed operation's, never the call.
 
 Fusion (MXNet's lesson that tiny operations want aggregating at the array level, not engine
 bulks): on the loop thread, a unary or binary elementwise operation that runs inline and reads
