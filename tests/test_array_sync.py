@@ -840,3 +840,15 @@ class TestSmallOperationsOffTheLoop:
             np.testing.assert_array_equal(seen[0], [1.0] * 4)
             np.testing.assert_array_equal(np.asarray(c), [4.0] * 4)
             np.testing.assert_array_equal(np.asarray(a), [2.0] * 4)
+
+    def test_a_closed_engine_refuses_operations_computed_at_the_call_too(self) -> None:
+        be = ae.BlockingEngine(cpu_workers=2)
+        with be:
+            xp = aa.namespace(be)
+            a = xp.asarray(np.ones(3))
+            np.testing.assert_array_equal(np.asarray(a + 1.0), [2.0] * 3)
+        for call in (lambda: a + 1.0, lambda: xp.sum(a), lambda: a.__iadd__(1.0)):
+            # (what a push raises: EngineClosedError, or the closed loop's RuntimeError)
+            with pytest.raises((ae.EngineClosedError, RuntimeError)):
+                call()
+        np.testing.assert_array_equal(np.asarray(a), [1.0] * 3)  # unchanged, still readable

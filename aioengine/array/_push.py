@@ -462,7 +462,9 @@ class Pusher(Bound):
     ) -> tuple[Array, ...] | None:
         """:func:`push`'s operation computed here and now (the module docstring), or None if
         it may not be: an argument not settled, a target something is pending on, or another
-        thread now using the namespace."""
+        thread now using the namespace (or a closed engine: the push refuses)."""
+        if self._engine.closed:
+            return None
         if (target is not None and not idle(buffer_of(target))) or not all(
             settled(b, name) for b in map(buffer_of, args) if b is not None
         ):
