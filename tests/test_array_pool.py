@@ -107,7 +107,7 @@ async def test_chains_reuse_the_memory_of_dropped_results(pool: _pool.Pool) -> N
 
 
 @settings(
-    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(data=st.data())
 async def test_held_values_never_change_while_results_recycle(
