@@ -19,10 +19,10 @@ than :data:`INLINE_COST` elements joins a fused chain (``_chain.py``) as on the 
 
 Off the loop (``aioengine.array_api``, any synchronous caller), an operation of default
 placement (no ``prop`` or ``run_on`` asked for: elementwise functions, the hot path's
-:meth:`Pusher._now` included, reductions, indexing, manipulation, ``linalg`` on small matrices,
-...) of at most :data:`INLINE_COST` elements on the CPU whose array arguments are *settled*
-(computed and healthy, no write on them pending, their Var never handed out:
-``_chain.settled``) is computed at once on the caller's thread instead of pushed; so is an
+included, reductions, indexing, manipulation, ``linalg`` on small matrices, ...) of at most
+:data:`INLINE_COST` elements on the CPU whose array arguments are *settled* (computed and
+healthy, no write on them pending, their Var never handed out: ``_chain.settled``) is
+computed at once on the caller's thread instead of pushed; so is an
 in-place write into a target nothing at all is pending on (:func:`idle`). Pushed, such an
 operation could only have run at once, and a push from off the loop costs two thread hand-offs
 that such work does not pay for (the ten-step chain on 1,000 elements: 3.4x the async
@@ -382,9 +382,10 @@ class Pusher(Bound):
                 if fused is not None:
                     return fused
             if self._off_loop():
-                now = self._now(fn, name, a, b, abuf, bbuf, shape, dtype, device)
+                args = (a,) if b is None else (a, b)
+                now = self._computed(fn, args, ((shape, dtype),), device, name, None, None)
                 if now is not None:
-                    return now
+                    return now[0]
         self._segment = None  # before the push: no later operation fuses across it
         buf = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, fn, None, name, a, b)
         out = Array(self, buf, shape, dtype, device)
@@ -423,33 +424,6 @@ class Pusher(Bound):
         self._claim()
         return self._user == get_ident()
 
-    def _now(
-        self,
-        fn: Callable[..., Any],
-        name: str,
-        a: Array,
-        b: Any,
-        abuf: Buffer,
-        bbuf: Buffer | None,
-        shape: Shape,
-        dtype: np.dtype[Any],
-        device: Context,
-    ) -> Array | None:
-        """:meth:`_fast`'s small operation off the loop, computed here and now if its
-        operands are settled (see the module docstring), else None."""
-        if not settled(abuf, name) or (bbuf is not None and not settled(bbuf, name)):
-            return None
-        self._segment = None  # as any push would
-        engine = self._engine
-        buf = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
-        with self._users:  # no other thread's first use meanwhile (``Bound._user``)
-            if self._user != get_ident():
-                return None
-            failure = run_now(fn, (a,) if b is None else (a, b), (buf,), None, name, device)
-        if failure is not None:
-            self._record(failure, (buf,), device, name)
-        return Array(self, buf, shape, dtype, device)
-
     def _computed(
         self,
         fn: Callable[..., Any],
@@ -460,20 +434,21 @@ class Pusher(Bound):
         target: Array | None,
         region: tuple[int, int] | None,
     ) -> tuple[Array, ...] | None:
-        """:func:`push`'s operation computed here and now (the module docstring), or None if
-        it may not be: an argument not settled, a target something is pending on, or another
-        thread now using the namespace (or a closed engine: the push refuses)."""
-        if self._engine.closed:
-            return None
-        if (target is not None and not idle(buffer_of(target))) or not all(
-            settled(b, name) for b in map(buffer_of, args) if b is not None
-        ):
-            return None
+        """An operation of :func:`push` (or of :meth:`_fast`, the hot path) computed here and
+        now (the module docstring), or None if it may not be: an argument not settled, a
+        target something is pending on, another thread now using the namespace, or a closed
+        engine (the push refuses)."""
         engine = self._engine
-        bufs = tuple(
-            Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
-            for shape, dtype in outs
-        )
+        for x in args:  # (loops, not generators: the synchronous hot path)
+            xbuf = buffer_of(x)
+            if xbuf is not None and not settled(xbuf, name):
+                return None
+        if target is not None and (engine.closed or not idle(buffer_of(target))):
+            return None  # (a closed engine refuses new_var for the others)
+        made = []  # (a loop: a comprehension is a call of its own in Python 3.11)
+        for shape, dtype in outs:
+            made.append(Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name))
+        bufs = tuple(made)
         tbuf = None
         with self._users:  # no other thread's first use meanwhile (``Bound._user``)
             if self._user != get_ident():
@@ -484,7 +459,10 @@ class Pusher(Bound):
             failure = run_now(fn, args, bufs, tbuf, name, device)
         if failure is not None:
             self._record(failure, bufs if tbuf is None else (tbuf, *bufs), device, name)
-        return tuple(Array(self, buf, buf.shape, buf.dtype, device) for buf in bufs)
+        results = []
+        for buf in bufs:
+            results.append(Array(self, buf, buf.shape, buf.dtype, device))
+        return tuple(results)
 
     def _record(
         self, failure: BaseException, bufs: tuple[Buffer, ...], device: Context, name: str
