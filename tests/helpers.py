@@ -16,11 +16,14 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
 import aioengine as ae
+from aioengine.instrument import Instrument
 
 __all__ = (
     "Boom",
     "Outcome",
+    "Pushes",
     "SequentialModel",
+    "chain",
     "command_line_cluster",
     "engine_keys",
     "in_process_cluster",
@@ -246,3 +249,36 @@ def command_line_cluster(folder: str, nthreads: int = 1) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def chain(xp: Any, a: Any, b: Any) -> Any:
+    """Issue 45's 10-step elementwise chain: binary and unary functions, Python scalars, and
+    the inputs read again along the way."""
+    c = a * 1.5 + b
+    c = c * c - a
+    c = xp.sqrt(xp.abs(c)) + 2.0
+    c = c * b - a * 0.5
+    return xp.exp(-c * c) + c
+
+
+class Pushes(Instrument):
+    """The names of the operations pushed on ``engine`` while installed (``with Pushes(engine)
+    as pushes:``, from any thread); :meth:`ops`, those of the array operations (the reads that
+    ``await`` and the sync points push left out)."""
+
+    def __init__(self, engine: ae.Engine) -> None:
+        self.engine = engine
+        self.names: list[str] = []
+
+    def on_push(self, op: Any) -> None:
+        self.names.append(op.name)
+
+    def ops(self) -> list[str]:
+        return [n for n in self.names if n != "await"]
+
+    def __enter__(self) -> Pushes:
+        self.engine.add_instrument(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.engine.remove_instrument(self)

@@ -29,18 +29,11 @@ import aioengine.array as aa
 from aioengine.array import _push
 from aioengine.array._burst import QUIET
 
+from .helpers import chain
+
 N = 5 * 8192 + 17  # 5 chunks of 8,192 elements and a short one, above the inline threshold
 CHUNK = 8192 * 8
 assert N > _push.INLINE_COST
-
-
-def chain(xp: Any, a: Any, b: Any) -> Any:
-    """The issue's 10-step chain."""
-    c = a * 1.5 + b
-    c = c * c - a
-    c = xp.sqrt(xp.abs(c)) + 2.0
-    c = c * b - a * 0.5
-    return xp.exp(-c * c) + c
 
 
 def rng_values(seed: int, n: int = N) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:

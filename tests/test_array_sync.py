@@ -32,9 +32,9 @@ import pytest
 
 import aioengine as ae
 import aioengine.array as aa
-from aioengine.instrument import Instrument
 
 from .conftest import COMPILED, Hold
+from .helpers import Pushes, chain
 
 
 def _noop(rctx: ae.RunContext) -> None:
@@ -655,22 +655,6 @@ class TestBackpressure:
             assert float((await a)[0]) == pytest.approx(2 - 0.5**200)
 
 
-class _Pushes(Instrument):
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    def on_push(self, op: Any) -> None:
-        self.names.append(op.name)
-
-
-def _chain(xp: Any, a: Any, b: Any) -> Any:
-    c = a * 1.5 + b
-    c = c * c - a
-    c = xp.sqrt(xp.abs(c)) + 2.0
-    c = c * b - a * 0.5
-    return xp.exp(-c * c) + c
-
-
 class TestSmallOperationsOffTheLoop:
     """Off the loop, a small elementwise operation of settled arrays is computed at the call
     (``aioengine/array/_push.py``): NumPy's values, a failure raised where a pushed
@@ -681,16 +665,12 @@ class TestSmallOperationsOffTheLoop:
             xp = aa.namespace(be)
             an, bn = np.linspace(-2.0, 2.0, 1000), np.linspace(1.0, 3.0, 1000)
             a, b = xp.asarray(an), xp.asarray(bn)
-            pushes = _Pushes()
-            be.engine.add_instrument(pushes)
-            try:
-                c = _chain(xp, a, b)
+            with Pushes(be.engine) as pushes:
+                c = chain(xp, a, b)
                 assert c.ready  # computed at the call
                 value = np.asarray(c)
-            finally:
-                be.engine.remove_instrument(pushes)
-            np.testing.assert_array_equal(value, _chain(np, an, bn))
-            assert [n for n in pushes.names if n != "await"] == []
+            np.testing.assert_array_equal(value, chain(np, an, bn))
+            assert pushes.ops() == []
 
     @pytest.mark.parametrize("read", ["bad", "dependent", "nothing"])
     def test_a_failure_is_raised_where_a_pushed_ones_would_be(self, read: str) -> None:
@@ -770,15 +750,11 @@ class TestSmallOperationsOffTheLoop:
                 return v.copy()
 
             seen = xp.apply(slow_copy, a, shape=(4,), dtype=xp.float64)  # pending, reads a
-            pushes = _Pushes()
-            be.engine.add_instrument(pushes)
-            try:
+            with Pushes(be.engine) as pushes:
                 a += 1.0  # a pending reader: pushed after it, not computed at the call
                 b = xp.ones(4)
                 b += 1.0  # nothing pending on b: computed at the call
-            finally:
-                be.engine.remove_instrument(pushes)
-            assert [n for n in pushes.names if n != "await"] == ["iadd"]
+            assert pushes.ops() == ["iadd"]
             release.set()
             np.testing.assert_array_equal(np.asarray(seen), [1.0] * 4)
             np.testing.assert_array_equal(np.asarray(a), [2.0] * 4)
@@ -802,14 +778,10 @@ class TestSmallOperationsOffTheLoop:
             base = np.arange(40_000.0)
             x = xp.asarray(base) * 2.0  # chunked (4 Ki elements a chunk)
             np.asarray(x)  # computed
-            pushes = _Pushes()
-            be.engine.add_instrument(pushes)
-            try:
+            with Pushes(be.engine) as pushes:
                 y = x[4090:4100] + 1.0  # a view across two chunks
                 z = xp.sum(x[:10])
-            finally:
-                be.engine.remove_instrument(pushes)
-            assert [n for n in pushes.names if n != "await"] == []
+            assert pushes.ops() == []
             x[:3] += 1.0  # a write into a chunked array: pushed, on its first chunk
             np.testing.assert_array_equal(np.asarray(y), base[4090:4100] * 2.0 + 1.0)
             assert float(z) == float(np.sum(base[:10] * 2.0))
@@ -823,20 +795,16 @@ class TestSmallOperationsOffTheLoop:
         with ae.BlockingEngine(cpu_workers=2) as be:
             xp = aa.namespace(be)
             a = xp.asarray(np.ones(4))
-            pushes = _Pushes()
-            be.engine.add_instrument(pushes)
-            try:
+            with Pushes(be.engine) as pushes:
                 b = a + 1.0  # the one thread: at the call
-                assert [n for n in pushes.names if n != "await"] == []
+                assert pushes.ops() == []
                 seen = []
                 other = threading.Thread(target=lambda: seen.append(np.asarray(a).copy()))
                 other.start()
                 other.join(30)
                 c = b * 2.0  # two threads now: a push
                 a += 1.0
-            finally:
-                be.engine.remove_instrument(pushes)
-            assert [n for n in pushes.names if n != "await"] == ["multiply", "iadd"]
+            assert pushes.ops() == ["multiply", "iadd"]
             np.testing.assert_array_equal(seen[0], [1.0] * 4)
             np.testing.assert_array_equal(np.asarray(c), [4.0] * 4)
             np.testing.assert_array_equal(np.asarray(a), [2.0] * 4)
