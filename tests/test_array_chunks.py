@@ -223,6 +223,62 @@ async def test_results_nobody_holds_are_not_allocated() -> None:
         assert peak < 2.5 * value.nbytes, peak / value.nbytes
 
 
+async def test_steps_writing_over_an_operand_they_read_last_equal_numpy() -> None:
+    # A step may write its result into the scratch block of an operand it reads for the last
+    # time: ``c * c`` reads that block twice, a comparison or ``astype`` changes the dtype (no
+    # reuse), ``where`` is no ufunc, and a broadcast row is read beside the block.
+    def program(xp: Any, a: Any, b: Any, row: Any) -> Any:
+        c = a * 1.5 + b
+        c = c * c - a
+        m = c > 0.5
+        d = xp.where(m, c, -c) + row
+        e = xp.astype(d * 100.0, xp.int64) % 7
+        f = xp.astype(e, xp.float64) * d - xp.astype(xp.astype(b, xp.float32) * 2, xp.float64)
+        return f * f + xp.sqrt(xp.abs(f))
+
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        an, bn = rng_values(11, 8192 * 6)
+        an, bn = an.reshape(-1, 64), bn.reshape(-1, 64)
+        rown = np.linspace(-1.0, 1.0, 64)
+        a, b, row = arrays(xp, an, bn, rown)
+        for _ in range(3):  # the second and third runs take warm scratch blocks
+            np.testing.assert_array_equal(await program(xp, a, b, row), program(np, an, bn, rown))
+
+
+async def test_scratch_kept_between_kernels_is_bounded() -> None:
+    # A program with many intermediates alive at once takes many scratch blocks; a worker keeps
+    # only a few of them for the next kernel, and a second run allocates none anew.
+    def program(xp: Any, a: Any, b: Any) -> Any:
+        terms = [a * float(k) + b for k in range(16)]
+        while len(terms) > 1:
+            terms = [x * y - x for x, y in zip(terms[::2], terms[1::2], strict=True)]
+        return terms[0]
+
+    n = 1 << 20  # 8 chunks of the default size
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine)
+        an, bn = rng_values(12, n)
+        a, b = arrays(xp, an, bn)
+        await a
+        await b
+        expected = program(np, an, bn)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            np.testing.assert_array_equal(await program(xp, a, b), expected)
+            gc.collect()
+            kept = tracemalloc.get_traced_memory()[0]
+            np.testing.assert_array_equal(await program(xp, a, b), expected)
+            gc.collect()
+            again = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        scratch = aa._chain.SCRATCH_KEPT * aa._chain.SCRATCH_ELEMS * 8
+        assert kept < 2 * scratch + (1 << 20), kept  # two workers' blocks, and some change
+        assert again - kept < 1 << 20, again - kept
+
+
 def test_a_chain_pushed_off_the_loop_fuses_before_its_kernels_start() -> None:
     # The synchronous namespace pushes from the caller's thread, which wakes the workers at
     # once: its kernels wait for the rest of the chain until the caller's sync point.

@@ -22,9 +22,11 @@ and a step may join only if no write on any array it reads was pushed after the 
 (``Buffer.wgen``, the writes pushed on a Buffer, is compared with what the kernel recorded).
 A kernel evaluates its program in blocks of about :data:`BLOCK_BYTES` (cache-sized), each step a
 NumPy call with ``out=`` into the result (a step whose result someone still holds) or into a
-scratch block reused once its last reader is done (a step whose result nobody holds any more:
-its Buffer is known by a weak reference only). So ``c = a * 1.5 + b; c = c * c - a; ...``
-streams ``a`` and ``b`` through memory once and allocates only ``c``.
+scratch block (a step whose result nobody holds any more: its Buffer is known by a weak
+reference only): the block of an operand the step reads for the last time, else a free one of
+the worker thread's, which keeps a few warm between kernels (:func:`_scratch`). So
+``c = a * 1.5 + b; c = c * c - a; ...`` streams ``a`` and ``b`` through memory once and
+allocates only ``c``.
 
 Failures (the kernel itself never raises, because its Var is shared by results that computed):
 a step that raises fails its result and every step that reads it (a
@@ -34,7 +36,8 @@ into the engine's record (``Buffer.carrier``), once per Buffer, as a fused tiny 
 
 State (each field says who writes it): :class:`ChainKernel`'s ``started`` and ``steps`` are
 guarded by its ``lock`` (joins run on the pushing thread, the kernel on a worker); everything
-else of a kernel is written before its push or under that lock before ``started``.
+else of a kernel is written before its push or under that lock before ``started``. A worker
+thread's free scratch blocks (:func:`_scratch`) are its own.
 """
 
 from __future__ import annotations
@@ -86,6 +89,28 @@ CHUNK_BYTES = 1 << 20
 #: 8e6. Each step of each block is a NumPy call between which a worker needs the GIL back:
 #: fewer, larger blocks mean fewer hand-offs between the two workers.
 BLOCK_BYTES = 1 << 20
+
+#: The elements of a NumPy scratch block (at least one block of any kernel: blocks are at most
+#: :data:`BLOCK_BYTES` of a dtype of 8 bytes or more).
+SCRATCH_ELEMS = BLOCK_BYTES // 8
+
+#: The scratch blocks of each dtype a worker thread keeps between kernels (a chain needs two or
+#: three: each step writes into a block its operand leaves).
+SCRATCH_KEPT = 4
+
+_local = threading.local()
+
+
+def _scratch() -> dict[np.dtype[Any], list[Any]]:
+    """This thread's free scratch blocks, by dtype: kept between kernels because a fresh block
+    is fresh memory (page faults, a cold cache) on every kernel, which cost a chain at 1e6
+    elements about a third of its time."""
+    try:
+        free: dict[np.dtype[Any], list[Any]] = _local.free
+    except AttributeError:
+        free = _local.free = {}
+    return free
+
 
 #: The most steps one kernel's program holds (a longer chain pushes a new kernel per chunk).
 FUSE_STEPS = 64
@@ -433,8 +458,31 @@ class ChainKernel:
         block = min(max(1024, BLOCK_BYTES // itemsize), hi - lo) if xp is np else hi - lo
         failed: dict[int, BaseException] = {}
         # Scratch blocks not in use, by dtype: a result goes back after its last reader, so
-        # each block of the chunk reuses the same few.
-        free: dict[np.dtype[Any], list[Any]] = {}
+        # each block of the chunk reuses the same few, and NumPy's are this thread's, kept
+        # warm between kernels.
+        free: dict[np.dtype[Any], list[Any]] = _scratch() if xp is np else {}
+        try:
+            self._blocks(steps, outs, values, flat, rctx, xp, block, last, failed, free)
+        finally:
+            if xp is np:
+                for kept in free.values():
+                    del kept[:-SCRATCH_KEPT]
+
+    def _blocks(
+        self,
+        steps: list[_Step],
+        outs: list[Buffer | None],
+        values: list[Any],
+        flat: list[Any],
+        rctx: RunContext,
+        xp: Any,
+        block: int,
+        last: list[int],
+        failed: dict[int, BaseException],
+        free: dict[np.dtype[Any], list[Any]],
+    ) -> None:
+        """The block loop of :meth:`_evaluate`."""
+        lo, hi = self.lo, self.hi
         for start in range(lo, hi, block):
             stop = min(start + block, hi)
             m = stop - start
@@ -469,8 +517,13 @@ class ChainKernel:
                 if dest is not None:
                     dest = dest[start:stop]
                 else:
-                    pool = free.get(dtype)
-                    dest = (pool.pop() if pool else xp.empty(block, dtype))[:m]
+                    dest = self._scratch_dest(step, k, last, flat, regs, dtype)
+                    if dest is None:
+                        pool = free.get(dtype)
+                        got = pool.pop() if pool else None
+                        if got is None or got.shape[0] < m:
+                            got = xp.empty(max(block, SCRATCH_ELEMS) if xp is np else block, dtype)
+                        dest = got[:m]
                 try:
                     if step.ufunc:
                         step.fn(*args, out=dest)
@@ -484,6 +537,24 @@ class ChainKernel:
                 if last[k] < 0 and flat[k] is None:  # never read, nobody holds it
                     base = dest.base if dest.base is not None else dest
                     free.setdefault(dtype, []).append(base)
+
+    @staticmethod
+    def _scratch_dest(
+        step: _Step, k: int, last: list[int], flat: list[Any], regs: list[Any], dtype: Any
+    ) -> Any:
+        """The scratch block of an operand that step ``k`` reads for the last time, to write
+        its result into (a ufunc computes in place exactly), taken out of ``regs``; None if
+        there is none of ``dtype``. The chain then touches two or three blocks, not one per
+        step."""
+        if not step.ufunc:
+            return None
+        for kind, ref in step.operands:
+            if kind == _REG and last[ref] == k and flat[ref] is None:
+                reg = regs[ref]
+                if reg is not None and reg.dtype == dtype:
+                    regs[ref] = None
+                    return reg
+        return None
 
     @staticmethod
     def _release(
