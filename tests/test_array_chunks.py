@@ -223,6 +223,32 @@ async def test_results_nobody_holds_are_not_allocated() -> None:
         assert peak < 2.5 * value.nbytes, peak / value.nbytes
 
 
+async def test_a_step_after_some_chunks_started_makes_a_new_chain_ordered_after_them() -> None:
+    # One worker held: the other runs the first chunks' kernels while the rest wait. A step
+    # pushed then joins no chunk (its program has started): its own kernels read the earlier
+    # results with a turn, on every chunk.
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        an, bn = rng_values(13)
+        a, b = arrays(xp, an, bn)
+        await a
+        await b
+        held = HeldWorkers(engine, 1)
+        c = a * 1.5 + b
+        program = aa._array.buffer_of(c).chunked.program
+        for _ in range(2000):  # until a kernel of it started (the loop iterated: the burst ended)
+            await asyncio.sleep(0.001)
+            if program.started:
+                break
+        assert program.started
+        d = c * c - a
+        assert aa._array.buffer_of(d).chunked.program is not program
+        await held.release()
+        cn = an * 1.5 + bn
+        np.testing.assert_array_equal(await d, cn * cn - an)
+        np.testing.assert_array_equal(await c, cn)
+
+
 async def test_steps_writing_over_an_operand_they_read_last_equal_numpy() -> None:
     # A step may write its result into the scratch block of an operand it reads for the last
     # time: ``c * c`` reads that block twice, a comparison or ``astype`` changes the dtype (no

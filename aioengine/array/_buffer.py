@@ -68,11 +68,11 @@ one array from two threads at once have no order to keep, and are not supported.
 * ``wgen``: the number of array writes pushed on the Buffer, on any chunk, and of merges. Not
   0: a value may be present yet stale (a write skipped by the engine), which readers must
   check (``_kernel.input_failure``); 0: the value (once present) is the one its producing
-  operation made. A fused step may join a kernel only while the ``wgen`` of every array it
-  reads is what the kernel recorded (no write came in between). One count for the whole
-  Buffer is sound, and simpler than one per chunk: a write on chunk *j* also refuses later
-  joins into the kernel of chunk *i*, which then pushes a kernel of its own, ordered by the
-  Vars as any push is (less fusion after a partial write, never a stale read).
+  operation made. A fused step may join a chain's program only while the ``wgen`` of every
+  array it reads is what the program recorded (no write came in between). One count for the
+  whole Buffer is sound, and simpler than one per chunk: a write on chunk *j* also refuses
+  later joins for chunk *i*, and the step pushes kernels of its own, ordered by the Vars as
+  any push is (less fusion after a partial write, never a stale read).
 * ``lent``: the chunks (a range: the hull of them) that reads handing the value out (``await``,
   a sync point) were pushed on since the last write holding every chunk was pushed
   (``exported`` is set when such a read runs). A partial write never copies the value
@@ -342,7 +342,7 @@ class Buffer:
         self.var = var
         self.vars = (var,)
         if self.chunked is not None:
-            self.chunked.kernels = None
+            self.chunked.program = None
         self.wgen += 1
 
     def handed_out(self) -> bool:
@@ -396,19 +396,18 @@ class Chunks:
     access fields.
 
     * ``elems``: the elements of one chunk (the last may have fewer).
-    * ``kernels``: the chunks' kernels (``_chain.ChainKernel``), one per chunk, which later
-      elementwise operations may join while they have not started; None for a scan's result
-      (``_scan.py``: nothing joins its operations) and once the chunks are merged.
+    * ``program``: the fused chain that computes it (``_chain.Program``, a kernel per chunk),
+      which later elementwise operations may join while no kernel of it has started; None for
+      a scan's result (``_scan.py``: nothing joins its operations) and once the chunks are
+      merged.
     * ``writers``: per chunk, the operation of the latest write pushed on it (its kernel,
       until a write replaces it: :meth:`Buffer.wrote`); ``Buffer.writer`` is the latest write
       pushed on any chunk.
     """
 
-    __slots__ = ("elems", "kernels", "writers")
+    __slots__ = ("elems", "program", "writers")
 
-    def __init__(
-        self, elems: int, kernels: list[Any] | None, writers: tuple[Operation[Any], ...]
-    ) -> None:
+    def __init__(self, elems: int, program: Any, writers: tuple[Operation[Any], ...]) -> None:
         self.elems = elems
-        self.kernels = kernels
+        self.program = program
         self.writers: tuple[Operation[Any], ...] | None = writers

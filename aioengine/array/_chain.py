@@ -12,14 +12,16 @@ chunks its arrays touch, all of them for a whole array and the ones under a view
 (``x[:10] += 1`` orders only against the users of the first chunk: ``_buffer.py`` has the
 rule), and reads the value as it is, without a gather.
 
-**Fusion.** A chunk's operation is a :class:`ChainKernel`: a program of elementwise steps over
-that chunk. While it has not started (it waits for its inputs, or for a worker), a later
-elementwise operation whose every array operand is an input the kernel reads already, or a
-result the kernel makes, **joins** it: it becomes one more step of the program instead of a push
-of its own, and its result shares the kernel's Var for that chunk. The rule still holds per
-chunk: the kernel holds a read on every input's Var and a write on the Var of its results,
-and a step may join only if no write on any array it reads was pushed after the kernel
-(``Buffer.wgen``, the writes pushed on a Buffer, is compared with what the kernel recorded).
+**Fusion.** A chunked result is made by a :class:`Program`: elementwise steps, evaluated on
+each chunk by a :class:`ChainKernel` of its own (the operation pushed for that chunk). While no
+kernel of it has started (they wait for their inputs, or for a worker), a later elementwise
+operation whose every array operand is an input the program reads already, or a result it
+makes, **joins** it: it becomes one more step of the program, for every chunk at once, instead
+of a push per chunk, and its result shares each kernel's Var for that chunk. The rule still
+holds per chunk: each kernel holds a read on every input's Var for its chunk and a write on the
+Var of its results, and a step may join only if no write on any array it reads was pushed after
+the program (``Buffer.wgen``, the writes pushed on a Buffer, is compared with what the program
+recorded).
 A kernel evaluates its program in blocks of about :data:`BLOCK_BYTES` (cache-sized), each step a
 NumPy call with ``out=`` into the result (a step whose result someone still holds) or into a
 scratch block (a step whose result nobody holds any more: its Buffer is known by a weak
@@ -34,10 +36,10 @@ a step that raises fails its result and every step that reads it (a
 naming the step); the others compute on. An operation of its own then carries the exception
 into the engine's record (``Buffer.carrier``), once per Buffer, as a fused tiny step does.
 
-State (each field says who writes it): :class:`ChainKernel`'s ``started`` and ``steps`` are
-guarded by its ``lock`` (joins run on the pushing thread, the kernel on a worker); everything
-else of a kernel is written before its push or under that lock before ``started``. A worker
-thread's free scratch blocks (:func:`_scratch`) are its own.
+State (each field says who writes it): a :class:`Program`'s ``started``, ``steps``,
+``inputs`` and ``known`` are guarded by its ``lock`` (joins run on the pushing thread, kernels on
+workers); everything else of a program or a kernel is written before its kernels' pushes. A
+worker thread's free scratch blocks (:func:`_scratch`) are its own.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ __all__ = (
     "ChainKernel",
     "Combine",
     "Partials",
+    "Program",
     "chunking",
     "join_or_push",
     "quiescent",
@@ -165,7 +168,7 @@ def _no_buffer() -> None:
 class _Step:
     """One elementwise operation, or a reduction of one chunk, in a kernel's program."""
 
-    __slots__ = ("fn", "name", "operands", "out", "sink", "ufunc")
+    __slots__ = ("dtype", "fn", "name", "operands", "out", "sink", "ufunc")
 
     def __init__(
         self,
@@ -173,9 +176,12 @@ class _Step:
         name: str,
         operands: tuple[tuple[int, Any], ...],
         out: Callable[[], Buffer | None],
+        dtype: np.dtype[Any],
         sink: Partials | None = None,
     ) -> None:
         self.fn = fn
+        #: The result's dtype (a reduction's: float64, for no block of its own).
+        self.dtype = dtype
         #: Whether ``fn`` is a ufunc (then called with ``out=``).
         self.ufunc = sink is None and isinstance(fn, np.ufunc)
         self.name = name
@@ -186,70 +192,58 @@ class _Step:
         self.sink = sink
 
 
-class ChainKernel:
-    """The operation that computes one chunk of one or more elementwise results (see the
-    module docstring): the function pushed for it."""
+class Program:
+    """The steps of one fused chain, shared by its kernels, one per chunk (see the module
+    docstring): a later elementwise operation joins it once for every chunk. Guarded by
+    ``lock``: joins run on the pushing thread, the kernels on workers."""
 
     __slots__ = (
-        "burst",
-        "chunk",
         "device",
-        "dtypes",
-        "engine",
-        "gen",
-        "hi",
         "inputs",
+        "kernels",
         "known",
-        "lo",
         "lock",
-        "op",
+        "n",
         "size",
         "started",
         "steps",
-        "var",
+        "vars",
+        "writers",
     )
 
-    def __init__(
-        self, engine: Engine, device: Context, size: int, chunk: int, lo: int, hi: int, var: Var
-    ) -> None:
-        self.engine = engine
-        #: Where it runs: a step of another device never joins.
+    def __init__(self, device: Context, size: int, n: int) -> None:
+        #: Where its kernels run: a step of another device never joins.
         self.device = device
-        #: The elements of the arrays it computes a chunk of: a step of another size (the
-        #: chunks are cut alike only in arrays of one size) never joins.
+        #: The elements of the arrays it computes (a step of another size never joins: the
+        #: chunks are cut alike only in arrays of one size), and their number of chunks.
         self.size = size
-        self.chunk = chunk
-        self.lo = lo
-        self.hi = hi
-        #: The Var this kernel writes: every result's Var for this chunk.
-        self.var = var
-        #: Input Buffers, read (the kernel holds a read on each one's Var for this chunk).
+        self.n = n
+        #: The kernels, by chunk (appended as they are pushed, before any step joins), their
+        #: Vars and their operations (every result's ``vars`` and chunk writers).
+        self.kernels: list[ChainKernel] = []
+        self.vars: tuple[Var, ...] = ()
+        self.writers: tuple[Operation[Any], ...] = ()
+        #: Input Buffers, read (each kernel holds a read on each one's Var for its chunk).
         self.inputs: list[Buffer] = []
         #: Each input and result by ``id()``: (kind, index, the input or a weak reference to
-        #: the result, its ``wgen`` when the kernel started reading or made it). A step may
+        #: the result, its ``wgen`` when the program started reading or made it). A step may
         #: join only while those ``wgen`` are unchanged.
         self.known: dict[int, tuple[int, int, Any, int]] = {}
-        #: The program, in push order (guarded by ``lock`` until ``started``).
+        #: The steps, in push order.
         self.steps: list[_Step] = []
-        #: The result dtypes of the steps, in order.
-        self.dtypes: list[np.dtype[Any]] = []
         self.lock = threading.Lock()
-        #: Set (under ``lock``) when the kernel starts: nothing joins after it.
-        self.started = False
-        self.op: Operation[Any] | None = None
-        #: The :class:`Burst` it was pushed in (its pushing thread's, None inside an
-        #: operation), and its ``gen`` (written before the push; ``burst`` cleared as it runs).
-        self.burst: Burst | None = None
-        self.gen = 0
+        #: The kernels started: nothing joins once one has; the last to start lets go of
+        #: ``inputs``, ``known`` and ``steps`` (each kernel holds its own references).
+        self.started = 0
 
     # -- recording (the pushing thread) --------------------------------------------------------
 
     def _operands(
         self, operands: Sequence[Any], bufs: Sequence[Buffer | None], new: bool
     ) -> tuple[tuple[int, Any], ...] | None:
-        """The step's operand references, or None if it cannot join (an array this kernel
-        neither reads nor makes, or one written since). ``new``: the kernel's first step
-        (every array is an input)."""
+        """The step's operand references, or None if it cannot join (an array the program
+        neither reads nor makes, or one written since). ``new``: the program's first step
+        (every array is an input, read with a turn)."""
         refs: list[tuple[int, Any]] = []
         known = self.known
         for x, buf in zip(operands, bufs, strict=True):
@@ -261,17 +255,18 @@ class ChainKernel:
             if entry is not None and (entry[2]() if entry[0] == _REG else entry[2]) is buf:
                 kind, index, _, gen = entry
                 if gen != buf.wgen or (kind == _IN and not new and buf.exposed):
-                    return None  # written since the kernel read it, or raw pushes may
+                    return None  # written since the program read it, or raw pushes may
                 refs.append((kind, index))
                 continue
             if not new:
-                # An array the kernel holds no turn on: it may read it still if its value is
-                # computed and no write is pending (then the kernel reads what the step would),
-                # and a write pushed later waits for the kernel (``Buffer.readers``).
+                # An array the kernels hold no turn on: they may read it still if its value is
+                # computed and no write is pending (then they read what the step would), and a
+                # write pushed later waits for them (``Buffer.readers``).
                 if not quiescent(buf):
                     return None
-                assert self.op is not None  # (pushed before any later step joins)
-                buf.read_unheld(self.chunk, self.var, self.op)  # (any chunk, if unchunked)
+                for kernel in self.kernels:  # (pushed before any later step joins)
+                    assert kernel.op is not None
+                    buf.read_unheld(kernel.chunk, kernel.var, kernel.op)
             index = len(self.inputs)
             self.inputs.append(buf)
             known[id(buf)] = (_IN, index, buf, buf.wgen)
@@ -288,8 +283,8 @@ class ChainKernel:
         dtype: np.dtype[Any],
         new: bool = False,
     ) -> bool:
-        """Add the step ``fn(*operands)`` making chunk ``chunk`` of ``out``; False (nothing
-        changed) if it may not join (started, or the rule forbids it)."""
+        """Add the step ``fn(*operands)`` making ``out``; False (nothing changed) if it may
+        not join (a kernel started, or the rule forbids it)."""
         with self.lock:
             if self.started or len(self.steps) >= FUSE_STEPS or math.prod(out.shape) != self.size:  # type: ignore[arg-type]
                 return False
@@ -298,8 +293,7 @@ class ChainKernel:
                 return False
             ref = weakref.ref(out)
             self.known[id(out)] = (_REG, len(self.steps), ref, out.wgen)
-            self.steps.append(_Step(fn, name, refs, ref))
-            self.dtypes.append(dtype)
+            self.steps.append(_Step(fn, name, refs, ref, dtype))
             return True
 
     def add_reduction(
@@ -311,17 +305,48 @@ class ChainKernel:
         sink: Partials,
         new: bool = False,
     ) -> bool:
-        """Add the reduction of chunk ``chunk`` of ``x`` by ``fn`` into ``sink``; False if it
-        may not join (as :meth:`add`)."""
+        """Add the reduction of ``x``'s chunks by ``fn`` into ``sink``; False if it may not
+        join (as :meth:`add`)."""
         with self.lock:
             if self.started or len(self.steps) >= FUSE_STEPS or math.prod(x.shape) != self.size:
                 return False
             refs = self._operands((x,), (buf,), new)
             if refs is None:
                 return False
-            self.steps.append(_Step(fn, name, refs, _no_buffer, sink))
-            self.dtypes.append(np.dtype(np.float64))  # no block of its own
+            self.steps.append(_Step(fn, name, refs, _no_buffer, np.dtype(np.float64), sink))
             return True
+
+    def start(self) -> tuple[list[_Step], list[Buffer]]:
+        """A kernel starts: nothing joins any more. The steps and the inputs."""
+        with self.lock:
+            self.started += 1
+            taken = self.steps, self.inputs
+            if self.started == self.n:  # the last kernel: the program lets go
+                self.steps, self.inputs, self.known = [], [], {}
+            return taken
+
+
+class ChainKernel:
+    """The operation that computes one chunk of a :class:`Program`'s results (see the module
+    docstring): the function pushed for it."""
+
+    __slots__ = ("burst", "chunk", "engine", "gen", "hi", "lo", "op", "program", "var")
+
+    def __init__(
+        self, engine: Engine, program: Program, chunk: int, lo: int, hi: int, var: Var
+    ) -> None:
+        self.engine = engine
+        self.program = program
+        self.chunk = chunk
+        self.lo = lo
+        self.hi = hi
+        #: The Var this kernel writes: every result's Var for this chunk.
+        self.var = var
+        self.op: Operation[Any] | None = None
+        #: The :class:`Burst` it was pushed in (its pushing thread's, None inside an
+        #: operation), and its ``gen`` (written before the push; ``burst`` cleared as it runs).
+        self.burst: Burst | None = None
+        self.gen = 0
 
     # -- running (a worker thread) -------------------------------------------------------------
 
@@ -330,21 +355,13 @@ class ChainKernel:
         if burst is not None:  # let the chain's later steps join first (``_burst.py``)
             self.burst = None
             burst.wait(self.gen)
-        with self.lock:
-            self.started = True
-            steps = self.steps
-        inputs = self.inputs
-        self.inputs = []
-        self.known = {}
-        try:
-            if rctx.stream is None:
-                prepared = self._prepare(steps, inputs, np)
-                if prepared is not None:
-                    self._evaluate(steps, *prepared, rctx, np)
-            else:
-                self._enqueue(steps, inputs, rctx)
-        finally:
-            self.steps = []
+        steps, inputs = self.program.start()
+        if rctx.stream is None:
+            prepared = self._prepare(steps, inputs, np)
+            if prepared is not None:
+                self._evaluate(steps, *prepared, rctx, np)
+        else:
+            self._enqueue(steps, inputs, rctx)
 
     def _enqueue(self, steps: list[_Step], inputs: list[Buffer], rctx: RunContext) -> None:
         """On a GPU (the operation's stream current): enqueue the program as one kernel.
@@ -424,7 +441,7 @@ class ChainKernel:
             value = buf.value
             values.append(value.reshape(-1) if value.ndim != 1 else value)
         flat: list[Any] = []
-        for out, dtype in zip(outs, self.dtypes, strict=True):
+        for out, step in zip(outs, steps, strict=True):
             if out is None:
                 flat.append(None)
                 continue
@@ -434,9 +451,9 @@ class ChainKernel:
                     value = out.value
                     if value is MISSING:
                         if xp is np:  # a large result reuses a dropped one's memory
-                            value = out.value = pooled_empty(out.shape, dtype)  # type: ignore[arg-type]
+                            value = out.value = pooled_empty(out.shape, step.dtype)  # type: ignore[arg-type]
                         else:
-                            value = out.value = xp.empty(out.shape, dtype)
+                            value = out.value = xp.empty(out.shape, step.dtype)
             flat.append(value.reshape(-1))
         return outs, values, flat
 
@@ -454,7 +471,7 @@ class ChainKernel:
         CuPy, the whole chunk at once (each call enqueued on the current stream)."""
         lo, hi = self.lo, self.hi
         last = _last_uses(steps)
-        itemsize = max(8, *(d.itemsize for d in self.dtypes))
+        itemsize = max(8, *(step.dtype.itemsize for step in steps))
         block = min(max(1024, BLOCK_BYTES // itemsize), hi - lo) if xp is np else hi - lo
         failed: dict[int, BaseException] = {}
         # Scratch blocks not in use, by dtype: a result goes back after its last reader, so
@@ -513,7 +530,7 @@ class ChainKernel:
                     self._release(step, k, last, flat, regs, free)
                     continue
                 dest = flat[k]
-                dtype = self.dtypes[k]
+                dtype = step.dtype
                 if dest is not None:
                     dest = dest[start:stop]
                 else:
@@ -648,46 +665,53 @@ def _last_uses(steps: Sequence[_Step]) -> list[int]:
     return last
 
 
-def _kernel_for(
-    i: int,
-    candidates: list[ChainKernel | None],
-    add: Callable[[ChainKernel, bool], bool],
+def _program_for(
+    candidates: list[Program | None],
+    add: Callable[[Program, bool], bool],
     engine: Engine,
     submit: Callable[..., Operation[Any]],
     device: Context,
     name: str,
     size: int,
+    n: int,
     chunk_elems: int,
     burst: Burst | None,
-) -> ChainKernel:
-    """The kernel that computes a step (``add`` adds it) on chunk ``i``: the first of
-    ``candidates`` it joins, else a new one, pushed with ``submit`` reading its inputs'
-    Vars for that chunk (in ``burst``, the pushing thread's)."""
+) -> Program:
+    """The program that computes a step (``add`` adds it) on every chunk: the first of
+    ``candidates`` it joins, else a new one whose kernels (one per chunk) are pushed with
+    ``submit``, each reading its inputs' Vars for its chunk (in ``burst``, the pushing
+    thread's)."""
     for candidate in candidates:
         if candidate is not None and candidate.device == device and add(candidate, False):
             return candidate
-    lo = i * chunk_elems
-    hi = min(lo + chunk_elems, size)
-    kernel = ChainKernel(engine, device, size, i, lo, hi, engine.new_var(name))
-    add(kernel, True)
-    reads: list[Any] = []
-    for buf in kernel.inputs:
-        bvars = buf.vars
-        bvar = bvars[i] if len(bvars) > 1 else bvars[0]
-        if bvar not in reads:  # results of one kernel share its Var
-            reads.append(bvar)
-    if burst is not None:
-        kernel.burst = burst
-        kernel.gen = burst.gen
-    kernel.op = submit(kernel, device, reads, (kernel.var,), _NORMAL, name, None)
-    return kernel
+    program = Program(device, size, n)
+    add(program, True)
+    for i in range(n):
+        lo = i * chunk_elems
+        kernel = ChainKernel(
+            engine, program, i, lo, min(lo + chunk_elems, size), engine.new_var(name)
+        )
+        reads: list[Any] = []
+        for buf in program.inputs:
+            bvars = buf.vars
+            bvar = bvars[i] if len(bvars) > 1 else bvars[0]
+            if bvar not in reads:  # results of one program share its kernel's Var
+                reads.append(bvar)
+        if burst is not None:
+            kernel.burst = burst
+            kernel.gen = burst.gen
+        program.kernels.append(kernel)
+        kernel.op = submit(kernel, device, reads, (kernel.var,), _NORMAL, name, None)
+    program.vars = tuple(k.var for k in program.kernels)
+    program.writers = tuple(k.op for k in program.kernels)  # type: ignore[misc]
+    return program
 
 
 def join_or_push(
     submit: Callable[..., Operation[Any]],
     engine: Engine,
     chunk_elems: int,
-    recent: list[Any] | None,
+    recent: Program | None,
     burst: Burst | None,
     fn: Callable[..., Any],
     name: str,
@@ -696,43 +720,32 @@ def join_or_push(
     dtype: np.dtype[Any],
     device: Context,
 ) -> Buffer:
-    """The Buffer of ``fn(*operands)`` (arrays of ``shape`` and Consts), chunked: per chunk,
-    a step joined to a kernel that makes or reads its operands there (the operands' own, then
-    ``recent``: the kernels of the namespace's latest chunked result), else a new kernel pushed
-    with ``submit`` (the namespace's push; in ``burst``, the pushing thread's)."""
+    """The Buffer of ``fn(*operands)`` (arrays of ``shape`` and Consts), chunked: a step
+    joined, for every chunk at once, to a program that makes or reads its operands (the
+    operands' own, then ``recent``: the program of the namespace's latest chunked result),
+    else a new program whose kernels are pushed with ``submit`` (the namespace's push; in
+    ``burst``, the pushing thread's)."""
     if burst is not None:
         burst.enter(engine, device)
     size = math.prod(shape)
     n, chunk_elems = chunking(size, chunk_elems)
     bufs = [buffer_of(x) for x in operands]
     out = Buffer(engine, None, shape, dtype, MISSING, name=name)  # type: ignore[arg-type]
-    pending: list[Any] = [None] * n
-    if recent is not None and len(recent) != n:
-        recent = None
-    vars_: list[Any] = [None] * n
-    writers: list[Any] = [None] * n
 
-    def add(kernel: ChainKernel, new: bool) -> bool:
-        return kernel.add(fn, name, operands, bufs, out, dtype, new)
+    def add(program: Program, new: bool) -> bool:
+        return program.add(fn, name, operands, bufs, out, dtype, new)
 
-    for i in range(n):
-        candidates = [
-            buf.chunked.kernels[i]
-            for buf in bufs
-            if buf is not None and buf.chunked is not None and buf.chunked.kernels
-        ]
-        if recent is not None:
-            candidates.append(recent[i])
-        kernel = _kernel_for(
-            i, candidates, add, engine, submit, device, name, size, chunk_elems, burst
-        )
-        pending[i] = kernel
-        vars_[i] = kernel.var
-        writers[i] = kernel.op
-    out.vars = tuple(vars_)
-    out.chunked = Chunks(chunk_elems, pending, tuple(writers))
-    out.var = vars_[0]
-    out.writer = writers[-1]
+    candidates = [
+        buf.chunked.program for buf in bufs if buf is not None and buf.chunked is not None
+    ]
+    candidates.append(recent)
+    program = _program_for(
+        candidates, add, engine, submit, device, name, size, n, chunk_elems, burst
+    )
+    out.vars = program.vars
+    out.chunked = Chunks(chunk_elems, program, program.writers)
+    out.var = program.vars[0]
+    out.writer = program.writers[-1]
     return out
 
 
@@ -779,7 +792,7 @@ def reduce_chunks(
     submit: Callable[..., Operation[Any]],
     engine: Engine,
     chunk_elems: int,
-    recent: list[Any] | None,
+    recent: Program | None,
     burst: Burst | None,
     fn: Callable[..., Any],
     name: str,
@@ -791,9 +804,9 @@ def reduce_chunks(
 ) -> Buffer:
     """The Buffer of the reduction ``fn`` (a key of :data:`~._reducers.REDUCERS`) of every
     element of ``x`` (a whole array, not a view), with result ``shape`` and ``dtype`` and
-    ``options`` (its keywords other than ``dtype``): per chunk, a step joined to the kernel
-    that makes or reads ``x`` there (else a new kernel), then one operation that combines the
-    partials in chunk order."""
+    ``options`` (its keywords other than ``dtype``): a step joined to the program that makes
+    or reads ``x`` (else a new one), then one operation that combines the chunks' partials in
+    chunk order."""
     if burst is not None:
         burst.enter(engine, device)
     size = math.prod(x.shape)
@@ -805,23 +818,15 @@ def reduce_chunks(
     buf = buffer_of(x)
     assert buf is not None
     sink = Partials(n)
-    if recent is not None and len(recent) != n:
-        recent = None
-    reads: list[Any] = []
 
-    def add(kernel: ChainKernel, new: bool) -> bool:
-        return kernel.add_reduction(step_fn, name, x, buf, sink, new)
+    def add(program: Program, new: bool) -> bool:
+        return program.add_reduction(step_fn, name, x, buf, sink, new)
 
-    for i in range(n):
-        kernels = None if buf.chunked is None else buf.chunked.kernels
-        candidates = [None if kernels is None else kernels[i]]
-        if recent is not None:
-            candidates.append(recent[i])
-        kernel = _kernel_for(
-            i, candidates, add, engine, submit, device, name, size, chunk_elems, burst
-        )
-        if kernel.var not in reads:
-            reads.append(kernel.var)
+    candidates = [None if buf.chunked is None else buf.chunked.program, recent]
+    program = _program_for(
+        candidates, add, engine, submit, device, name, size, n, chunk_elems, burst
+    )
+    reads = program.vars
     out = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
     out.writer = submit(
         Combine(combine, sink, out, dtype, size, name),

@@ -92,7 +92,7 @@ from ._array import (
 from ._blas import blas_call
 from ._buffer import Buffer, Group
 from ._burst import Burst
-from ._chain import CHUNK_BYTES, join_or_push, quiescent, reduce_chunks, settled
+from ._chain import CHUNK_BYTES, Program, join_or_push, quiescent, reduce_chunks, settled
 from ._kernel import MISSING, Const, Kernel, numpy_on_gpu, reraise, run_now
 from ._meta import Shape, axis_index, broadcast, normalize_axes, reduced
 from ._reducers import REDUCERS
@@ -228,13 +228,13 @@ class Pusher(Bound):
         #: reads (only the loop thread sets them; any other push clears them first).
         self._segment: Buffer | None = None
         self._segment_reads: tuple[Any, ...] = ()
-        #: Chunks: the elements of one chunk (``_chain.py``), and the kernels of the latest
-        #: chunked result (later operations may join them; any thread may replace it).
+        #: Chunks: the elements of one chunk (``_chain.py``), and the program of the latest
+        #: chunked result (later operations may join it; any thread may replace it).
         self._chunk_elems = max(1, chunk_bytes // 8)
         #: The chunk size of this namespace's large arrays, in bytes of float64 (an aioengine
         #: extension: ``namespace(engine, chunk_bytes=...)``).
         self.chunk_bytes = self._chunk_elems * 8
-        self._recent: list[Any] | None = None
+        self._recent: Program | None = None
         #: The chunk kernels pushed on the loop's thread since the loop last iterated.
         self._burst = Burst()
 
@@ -534,7 +534,7 @@ class Pusher(Bound):
             dtype,
             device,
         )
-        self._recent = None if buf.chunked is None else buf.chunked.kernels
+        self._recent = None if buf.chunked is None else buf.chunked.program
         return Array(self, buf, shape, dtype, device)
 
     def _chain_reduce(
