@@ -249,6 +249,28 @@ async def test_a_step_after_some_chunks_started_makes_a_new_chain_ordered_after_
         np.testing.assert_array_equal(await c, cn)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # nan, inf and overflow are the point
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "complex128"])
+async def test_powers_by_cheaper_functions_equal_numpys_power(dtype: str) -> None:
+    # ``x ** 2``, ``x ** 0.5`` and ``x ** -1`` in a chain are computed by square, sqrt and
+    # reciprocal where that gives the same bits (float32, float64): specials included.
+    rng = np.random.default_rng(14)
+    xn = (rng.standard_normal(N) * 10).astype(dtype)
+    if dtype[0] in "fc":
+        xn[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30]
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        x = xp.asarray(xn)
+        for c in (2, 2.0, 0.5, -1, -1.0, 3):
+            if dtype == "int32" and c in (-1, 0.5, -1.0):
+                continue
+            got = await ((x + 0) ** c)
+            with np.errstate(all="ignore"):
+                want = np.power(xn + 0, c)
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want, err_msg=f"{dtype} ** {c!r}")
+
+
 async def test_steps_writing_over_an_operand_they_read_last_equal_numpy() -> None:
     # A step may write its result into the scratch block of an operand it reads for the last
     # time: ``c * c`` reads that block twice, a comparison or ``astype`` changes the dtype (no

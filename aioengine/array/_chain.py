@@ -192,6 +192,24 @@ class _Step:
         self.sink = sink
 
 
+#: ``x ** c`` of a float32 or float64 ``x`` and these constants ``c``: the same results from a
+#: cheaper function (bitwise: ``pow`` rounds these cases correctly, as do ``square``, ``sqrt``
+#: and ``reciprocal``, signed zeros and infinities included), as NumPy's own ``**`` does.
+_POWERS: dict[float, np.ufunc] = {2: np.square, 0.5: np.sqrt, -1: np.reciprocal}
+_EXACT_POWERS = (np.dtype(np.float32), np.dtype(np.float64))  # (not float16: sqrt rounds twice)
+
+
+def _power(
+    refs: tuple[tuple[int, Any], ...], xdtype: np.dtype[Any], dtype: np.dtype[Any]
+) -> tuple[Callable[..., Any], tuple[tuple[int, Any], ...]]:
+    """The step ``power(x, c)`` (``refs``; ``x`` of ``xdtype``, the result of ``dtype``) as
+    :data:`_POWERS` has it where it applies: about half the time of ``pow`` on a block."""
+    c = refs[1][1]
+    if xdtype == dtype and dtype in _EXACT_POWERS and type(c) in (int, float) and c in _POWERS:
+        return _POWERS[c], refs[:1]
+    return np.power, refs
+
+
 class Program:
     """The steps of one fused chain, shared by its kernels, one per chunk (see the module
     docstring): a later elementwise operation joins it once for every chunk. Guarded by
@@ -291,6 +309,8 @@ class Program:
             refs = self._operands(operands, bufs, new)
             if refs is None:
                 return False
+            if fn is np.power and refs[1][0] == _CONST and bufs[0] is not None:
+                fn, refs = _power(refs, bufs[0].dtype, dtype)
             ref = weakref.ref(out)
             self.known[id(out)] = (_REG, len(self.steps), ref, out.wgen)
             self.steps.append(_Step(fn, name, refs, ref, dtype))
