@@ -271,6 +271,30 @@ async def test_powers_by_cheaper_functions_equal_numpys_power(dtype: str) -> Non
             np.testing.assert_array_equal(got, want, err_msg=f"{dtype} ** {c!r}")
 
 
+async def test_a_chain_pushed_inside_an_operation_equals_numpy() -> None:
+    # Inside an operation there is no burst: each chunk's kernel may start (and the other
+    # worker run them all) while the chain's later steps are still being pushed.
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        an, bn = rng_values(15)
+        a, b = arrays(xp, an, bn)
+        await a
+        await b
+
+        def inside(rctx: ae.RunContext) -> Any:
+            c = a * 1.5 + b
+            for _ in range(12):
+                c = c * 0.5 + a
+            return c
+
+        want = an * 1.5 + bn
+        for _ in range(12):
+            want = want * 0.5 + an
+        for _ in range(20):
+            c = await engine.push_sync(inside, name="inside")
+            np.testing.assert_array_equal(await c, want)
+
+
 async def test_steps_writing_over_an_operand_they_read_last_equal_numpy() -> None:
     # A step may write its result into the scratch block of an operand it reads for the last
     # time: ``c * c`` reads that block twice, a comparison or ``astype`` changes the dtype (no

@@ -251,7 +251,8 @@ class Program:
         self.steps: list[_Step] = []
         self.lock = threading.Lock()
         #: The kernels started: nothing joins once one has; the last to start lets go of
-        #: ``inputs``, ``known`` and ``steps`` (each kernel holds its own references).
+        #: ``inputs``, ``known``, ``steps`` and ``kernels`` (each kernel holds its own
+        #: references).
         self.started = 0
 
     # -- recording (the pushing thread) --------------------------------------------------------
@@ -342,7 +343,7 @@ class Program:
             self.started += 1
             taken = self.steps, self.inputs
             if self.started == self.n:  # the last kernel: the program lets go
-                self.steps, self.inputs, self.known = [], [], {}
+                self.steps, self.inputs, self.known, self.kernels = [], [], {}, []
             return taken
 
 
@@ -706,13 +707,17 @@ def _program_for(
             return candidate
     program = Program(device, size, n)
     add(program, True)
+    # (Locals: once the last kernel is pushed, all may have started, and the program let go.)
+    inputs = program.inputs
+    vars_: list[Var] = []
+    writers: list[Operation[Any]] = []
     for i in range(n):
         lo = i * chunk_elems
         kernel = ChainKernel(
             engine, program, i, lo, min(lo + chunk_elems, size), engine.new_var(name)
         )
         reads: list[Any] = []
-        for buf in program.inputs:
+        for buf in inputs:
             bvars = buf.vars
             bvar = bvars[i] if len(bvars) > 1 else bvars[0]
             if bvar not in reads:  # results of one program share its kernel's Var
@@ -722,8 +727,10 @@ def _program_for(
             kernel.gen = burst.gen
         program.kernels.append(kernel)
         kernel.op = submit(kernel, device, reads, (kernel.var,), _NORMAL, name, None)
-    program.vars = tuple(k.var for k in program.kernels)
-    program.writers = tuple(k.op for k in program.kernels)  # type: ignore[misc]
+        vars_.append(kernel.var)
+        writers.append(kernel.op)
+    program.vars = tuple(vars_)
+    program.writers = tuple(writers)
     return program
 
 
