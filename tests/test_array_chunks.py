@@ -29,7 +29,7 @@ import aioengine.array as aa
 from aioengine.array import _push
 from aioengine.array._burst import QUIET
 
-from .helpers import chain
+from .helpers import Pushes, chain
 
 N = 5 * 8192 + 17  # 5 chunks of 8,192 elements and a short one, above the inline threshold
 CHUNK = 8192 * 8
@@ -608,3 +608,130 @@ async def test_a_chain_computes_while_its_caller_keeps_the_loop_busy() -> None:
             assert c.ready
             np.testing.assert_array_equal(await c, value)
             assert pushed() - before == awaited + 1  # and the waker's one no-op
+
+
+# -- broadcast operands: a bias row, a column, a scalar array, an outer product -----------------
+
+ROWS, COLS = 8192 * 5 // 64, 64  # chunks of 128 rows (CHUNK): every chunk whole rows
+
+
+def _matrices(seed: int) -> tuple[np.ndarray[Any, Any], ...]:
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((ROWS, COLS))
+    return (
+        z,
+        rng.standard_normal(COLS),
+        rng.standard_normal((ROWS, 1)),
+        rng.standard_normal((COLS, 1)),
+    )
+
+
+async def test_a_broadcast_operand_joins_the_chain_over_chunks() -> None:
+    # tanh(z + bias), a column times a transposed row, a 0-d array: each step of the chains
+    # is one pass per chunk, the small operands read whole by every kernel.
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        zn, bn, gn, wn = _matrices(16)
+        z, b, g, w, s = arrays(xp, zn, bn, gn, wn, np.array(2.5))
+        for x in (z, b, g, w, s):
+            await x
+        with Pushes(engine) as pushes:
+            h = xp.tanh(z + b)
+            o = (g * xp.matrix_transpose(w)) * (1.0 - h * h)
+            q = h * s + b
+            got = [await h, await o, await q]
+        hn = np.tanh(zn + bn)
+        for value, want in zip(
+            got, [hn, (gn * wn.T) * (1.0 - hn * hn), hn * 2.5 + bn], strict=True
+        ):
+            np.testing.assert_array_equal(value, want)
+        n = len(aa._array.buffer_of(h).vars)
+        assert n == 5
+        # Kernels only: one per chunk for each program (no operation over the whole array).
+        assert set(pushes.ops()) <= {"add", "multiply", "subtract", "tanh"}, pushes.ops()
+        assert len(pushes.ops()) % n == 0, pushes.ops()
+
+
+async def test_writes_on_a_broadcast_operand_are_ordered_with_the_chain() -> None:
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        zn, bn, _, _ = _matrices(17)
+        z, b = arrays(xp, zn, bn)
+        await b
+        held = HeldWorkers(engine, 2)  # nothing computes before every push is made
+        c = z + b  # reads b before the write
+        b += 1.0  # waits for c's kernels
+        d = z * 2.0 + b  # reads b after it: a program of its own
+        e = xp.tanh(c) + b  # c's program read b before the write: no join with the new b
+        await held.release()
+        np.testing.assert_array_equal(await c, zn + bn)
+        np.testing.assert_array_equal(await d, zn * 2.0 + (bn + 1.0))
+        np.testing.assert_array_equal(await e, np.tanh(zn + bn) + (bn + 1.0))
+        np.testing.assert_array_equal(await b, bn + 1.0)
+
+
+async def test_rows_that_straddle_chunks_fall_back_to_one_operation() -> None:
+    # 7 columns: chunks of 8,192 elements are no whole rows; the sum is right all the same.
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        rng = np.random.default_rng(18)
+        zn, rown = rng.standard_normal((6000, 7)), rng.standard_normal(7)
+        z, row = arrays(xp, zn, rown)
+        c = xp.sqrt(xp.abs(z + row)) * row
+        np.testing.assert_array_equal(await c, np.sqrt(np.abs(zn + rown)) * rown)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int64"])
+async def test_an_outer_product_matmul_equals_numpys(dtype: str) -> None:
+    # (n, 1) @ (1, m), also stacked: each element one product, computed elementwise over chunks.
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        rng = np.random.default_rng(19)
+        gn = (rng.standard_normal((ROWS, 1)) * 100).astype(dtype)
+        wn = (rng.standard_normal((1, COLS)) * 100).astype(dtype)
+        sn = (rng.standard_normal((3, 700, 1)) * 100).astype(dtype)
+        g, w, s = arrays(xp, gn, wn, sn)
+        np.testing.assert_array_equal(await (g @ w), gn @ wn)
+        np.testing.assert_array_equal(await ((g @ w) * 2 + 1), (gn @ wn) * 2 + 1)
+        np.testing.assert_array_equal(await (s @ w), sn @ wn)
+        assert len(aa._array.buffer_of(g @ w).vars) > 1  # chunked
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+async def test_random_programs_with_broadcast_operands_equal_numpy(data: st.DataObject) -> None:
+    zn, bn, gn, _ = _matrices(data.draw(st.integers(0, 3)))
+    small = {"row": bn, "col": gn, "scalar": np.array(-0.75)}
+    steps = []
+    for _ in range(data.draw(st.integers(3, 10), label="length")):
+        kind = data.draw(st.sampled_from(["bcast", "unary", "binary", "write", "await"]))
+        name = data.draw(st.sampled_from(sorted(_BINARY)))
+        which = data.draw(st.sampled_from(sorted(small)))
+        i, j = data.draw(st.integers(0, 5)), data.draw(st.integers(0, 5))
+        steps.append((kind, name, which, i, j))
+
+    async def run(xp: Any, full: list[Any], parts: dict[str, Any], is_np: bool) -> list[Any]:
+        seen = []
+        for kind, name, which, i, j in steps:
+            x, y = full[i % len(full)], full[j % len(full)]
+            if kind == "bcast":
+                full.append(_BINARY[name](x, parts[which]))
+            elif kind == "unary":
+                full.append(xp.tanh(x))
+            elif kind == "binary":
+                full.append(_BINARY[name](x, y))
+            elif kind == "write":
+                parts[which] += 0.5  # a write on a broadcast operand, between reads of it
+            else:
+                seen.append(np.array(x if is_np else await x))
+        for x in full:
+            seen.append(np.array(x if is_np else await x))
+        return seen
+
+    want = await run(np, [zn.copy()], {k: v.copy() for k, v in small.items()}, True)
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        parts = dict(zip(small, arrays(xp, *small.values()), strict=True))
+        got = await run(xp, arrays(xp, zn), parts, False)
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        np.testing.assert_array_equal(g, w, err_msg=f"value {k} of {steps}")

@@ -969,6 +969,11 @@ def is_view(x: Array) -> bool:
     return bool(x._steps)
 
 
+def steps_of(x: Array) -> tuple[Callable[[Any], Any], ...]:
+    """The steps through which ``x`` sees its Buffer's value (none: the whole of it)."""
+    return x._steps
+
+
 def namespace_of(x: Array) -> ArrayNamespace:
     """The namespace ``x`` belongs to (``x.__array_namespace__()``, without its version check)."""
     return x._ns

@@ -10,7 +10,10 @@ barrier between steps). The chunks are slices of one allocation (the Buffer's ``
 other operation (``await``, a reduction, ``matmul``, an in-place write) holds the Vars of the
 chunks its arrays touch, all of them for a whole array and the ones under a view for a view
 (``x[:10] += 1`` orders only against the users of the first chunk: ``_buffer.py`` has the
-rule), and reads the value as it is, without a gather.
+rule), and reads the value as it is, without a gather. A small unchunked operand broadcast to
+the result's shape (a bias row, a column, a 0-d array, a view of one) is read whole by every
+kernel (``Program.expands``), where the chunks are whole rows of the result (``_push.py``
+checks it): a step reading one computes on the rows of its block, as NumPy broadcasts.
 
 **Fusion.** A chunked result is made by a :class:`Program`: elementwise steps, evaluated on
 each chunk by a :class:`ChainKernel` of its own (the operation pushed for that chunk). While no
@@ -54,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import DependencyError, FnProperty
-from ._array import buffer_of
+from ._array import buffer_of, steps_of
 from ._buffer import Buffer, Chunks
 from ._burst import Burst
 from ._cupy_fuse import cupy_module, fused_call
@@ -143,6 +146,7 @@ def chunking(size: int, chunk_elems: int) -> tuple[int, int]:
 _IN = 0  # an input Buffer of the kernel, by index into ``inputs``
 _REG = 1  # the result of an earlier step, by its index
 _CONST = 2  # a Python scalar, as it is
+_EXP = 3  # a small input broadcast to the result's shape, by index into ``expands`` (CPU only)
 _KINDS = ("in", "reg", "const")  # each kind's name in a program for CuPy (``_cupy_fuse.py``)
 
 
@@ -168,7 +172,7 @@ def _no_buffer() -> None:
 class _Step:
     """One elementwise operation, or a reduction of one chunk, in a kernel's program."""
 
-    __slots__ = ("dtype", "fn", "name", "operands", "out", "sink", "ufunc")
+    __slots__ = ("dtype", "expands", "fn", "name", "operands", "out", "sink", "ufunc")
 
     def __init__(
         self,
@@ -186,6 +190,8 @@ class _Step:
         self.ufunc = sink is None and isinstance(fn, np.ufunc)
         self.name = name
         self.operands = operands
+        #: Whether an operand is broadcast (then the step computes on rows of the result).
+        self.expands = any(kind == _EXP for kind, _ in operands)
         #: The result's Buffer, weakly: dead means nobody can read it (not materialised).
         self.out = out
         #: A reduction's partials (then ``fn`` reduces a block to a scalar; no Buffer).
@@ -217,11 +223,13 @@ class Program:
 
     __slots__ = (
         "device",
+        "expands",
         "inputs",
         "kernels",
         "known",
         "lock",
         "n",
+        "shape",
         "size",
         "started",
         "steps",
@@ -229,12 +237,14 @@ class Program:
         "writers",
     )
 
-    def __init__(self, device: Context, size: int, n: int) -> None:
+    def __init__(self, device: Context, shape: tuple[int, ...], n: int) -> None:
         #: Where its kernels run: a step of another device never joins.
         self.device = device
-        #: The elements of the arrays it computes (a step of another size never joins: the
-        #: chunks are cut alike only in arrays of one size), and their number of chunks.
-        self.size = size
+        #: The shape and elements of the arrays it computes (a step of another size never
+        #: joins: the chunks are cut alike only in arrays of one size), and their number of
+        #: chunks.
+        self.shape = shape
+        self.size = math.prod(shape)
         self.n = n
         #: The kernels, by chunk (appended as they are pushed, before any step joins), their
         #: Vars and their operations (every result's ``vars`` and chunk writers).
@@ -243,6 +253,9 @@ class Program:
         self.writers: tuple[Operation[Any], ...] = ()
         #: Input Buffers, read (each kernel holds a read on each one's Var for its chunk).
         self.inputs: list[Buffer] = []
+        #: The broadcast operands: (the index of its Buffer in ``inputs``, the view's steps).
+        #: Each is small and unchunked, and each kernel reads it whole.
+        self.expands: list[tuple[int, tuple[Any, ...]]] = []
         #: Each input and result by ``id()``: (kind, index, the input or a weak reference to
         #: the result, its ``wgen`` when the program started reading or made it). A step may
         #: join only while those ``wgen`` are unchanged.
@@ -269,13 +282,21 @@ class Program:
             if buf is None:
                 refs.append((_CONST, x.value))
                 continue
+            # A broadcast operand (``_push.py`` checked that it may be one): a view, or smaller.
+            steps = steps_of(x)
+            bcast = bool(steps) or x.shape != self.shape
             entry = known.get(id(buf))
             # An entry counts only if it is this very Buffer (a dead result's id may be reused).
             if entry is not None and (entry[2]() if entry[0] == _REG else entry[2]) is buf:
                 kind, index, _, gen = entry
                 if gen != buf.wgen or (kind == _IN and not new and buf.exposed):
                     return None  # written since the program read it, or raw pushes may
-                refs.append((kind, index))
+                if not bcast:
+                    refs.append((kind, index))
+                    continue
+                if kind == _REG:
+                    return None  # a view of a result: its own operation reads it
+                refs.append(self._expand(index, steps))
                 continue
             if not new:
                 # An array the kernels hold no turn on: they may read it still if its value is
@@ -289,8 +310,17 @@ class Program:
             index = len(self.inputs)
             self.inputs.append(buf)
             known[id(buf)] = (_IN, index, buf, buf.wgen)
-            refs.append((_IN, index))
+            refs.append(self._expand(index, steps) if bcast else (_IN, index))
         return tuple(refs)
+
+    def _expand(self, index: int, steps: tuple[Any, ...]) -> tuple[int, int]:
+        """The reference to input ``index`` seen through ``steps``, broadcast."""
+        expands = self.expands
+        for i, (j, s) in enumerate(expands):
+            if j == index and s == steps:
+                return (_EXP, i)
+        expands.append((index, steps))
+        return (_EXP, len(expands) - 1)
 
     def add(
         self,
@@ -305,7 +335,7 @@ class Program:
         """Add the step ``fn(*operands)`` making ``out``; False (nothing changed) if it may
         not join (a kernel started, or the rule forbids it)."""
         with self.lock:
-            if self.started or len(self.steps) >= FUSE_STEPS or math.prod(out.shape) != self.size:  # type: ignore[arg-type]
+            if self.started or len(self.steps) >= FUSE_STEPS or out.shape != self.shape:
                 return False
             refs = self._operands(operands, bufs, new)
             if refs is None:
@@ -329,7 +359,7 @@ class Program:
         """Add the reduction of ``x``'s chunks by ``fn`` into ``sink``; False if it may not
         join (as :meth:`add`)."""
         with self.lock:
-            if self.started or len(self.steps) >= FUSE_STEPS or math.prod(x.shape) != self.size:
+            if self.started or len(self.steps) >= FUSE_STEPS or x.shape != self.shape:
                 return False
             refs = self._operands((x,), (buf,), new)
             if refs is None:
@@ -337,14 +367,48 @@ class Program:
             self.steps.append(_Step(fn, name, refs, _no_buffer, np.dtype(np.float64), sink))
             return True
 
-    def start(self) -> tuple[list[_Step], list[Buffer]]:
-        """A kernel starts: nothing joins any more. The steps and the inputs."""
+    def start(
+        self,
+    ) -> tuple[list[_Step], list[Buffer], list[tuple[int, tuple[Any, ...]]]]:
+        """A kernel starts: nothing joins any more. The steps, the inputs and the broadcast
+        operands."""
         with self.lock:
             self.started += 1
-            taken = self.steps, self.inputs
+            taken = self.steps, self.inputs, self.expands
             if self.started == self.n:  # the last kernel: the program lets go
                 self.steps, self.inputs, self.known, self.kernels = [], [], {}, []
+                self.expands = []
             return taken
+
+
+class _Rows:
+    """How a kernel's blocks meet the broadcast operands of its program: as rows of the
+    result's shape (``row`` elements each; a block is whole rows)."""
+
+    __slots__ = ("by_row", "row", "tail", "values")
+
+    def __init__(self, shape: tuple[int, ...], values: list[Any]) -> None:
+        self.tail = shape[1:]
+        self.row = math.prod(self.tail)
+        #: The broadcast operands' values, and whether each one's rows follow the result's
+        #: (then sliced by block; else the same for every row, read whole).
+        self.values = values
+        self.by_row = [v.ndim == len(shape) and v.shape[0] == shape[0] > 1 for v in values]
+
+    def seen(self, i: int, start: int, stop: int) -> Any:
+        """Broadcast operand ``i`` for the block ``start:stop`` of the flat result."""
+        value = self.values[i]
+        if self.by_row[i]:
+            return value[start // self.row : stop // self.row]
+        return value
+
+    def shaped(self, step: _Step, args: list[Any], dest: Any, m: int) -> Any:
+        """``dest`` and, in place in ``args``, the step's flat blocks as rows."""
+        shape = (m // self.row, *self.tail)
+        for j, (kind, _) in enumerate(step.operands):
+            if kind in (_IN, _REG):
+                args[j] = args[j].reshape(shape)
+        return dest.reshape(shape)
 
 
 class ChainKernel:
@@ -376,9 +440,9 @@ class ChainKernel:
         if burst is not None:  # let the chain's later steps join first (``_burst.py``)
             self.burst = None
             burst.wait(self.gen)
-        steps, inputs = self.program.start()
+        steps, inputs, expands = self.program.start()
         if rctx.stream is None:
-            prepared = self._prepare(steps, inputs, np)
+            prepared = self._prepare(steps, inputs, expands, np)
             if prepared is not None:
                 self._evaluate(steps, *prepared, rctx, np)
         else:
@@ -394,10 +458,10 @@ class ChainKernel:
         the CPU, launched on the stream."""
         numpy = numpy_on_gpu(self.engine)
         xp = np if numpy else cupy_module()
-        prepared = self._prepare(steps, inputs, xp)
+        prepared = self._prepare(steps, inputs, [], xp)  # (broadcast operands: CPU only)
         if prepared is None:
             return
-        outs, values, flat = prepared
+        outs, values, flat, _ = prepared
         if numpy:
             rctx.launch(self._launched, steps, inputs, outs, values, flat, rctx)
             return
@@ -406,7 +470,7 @@ class ChainKernel:
             for s in steps
         ]
         if not fused_call(program, values, flat):
-            self._evaluate(steps, outs, values, flat, rctx, xp)
+            self._evaluate(steps, outs, values, flat, [], rctx, xp)
 
     def _launched(
         self,
@@ -420,7 +484,7 @@ class ChainKernel:
         """The device work of the program on the simulated GPU: an input's failure found by
         the work that made it (which ran before this) fails the results; else evaluate."""
         if not self._inputs_failed(steps, outs, inputs):
-            self._evaluate(steps, outs, values, flat, rctx, np)
+            self._evaluate(steps, outs, values, flat, [], rctx, np)
 
     def _inputs_failed(
         self, steps: list[_Step], outs: list[Buffer | None], inputs: list[Buffer]
@@ -448,12 +512,17 @@ class ChainKernel:
         return False
 
     def _prepare(
-        self, steps: list[_Step], inputs: list[Buffer], xp: Any
-    ) -> tuple[list[Buffer | None], list[Any], list[Any]] | None:
-        """The results (None: nobody holds it), the inputs' values (flat) and the live
+        self,
+        steps: list[_Step],
+        inputs: list[Buffer],
+        expands: list[tuple[int, tuple[Any, ...]]],
+        xp: Any,
+    ) -> tuple[list[Buffer | None], list[Any], list[Any], list[Any]] | None:
+        """The results (None: nobody holds it), the inputs' values (flat), the live
         results' values (flat, allocated by the first kernel to materialise a chunk of one:
-        from the pool of ``_pool.py`` where values are NumPy's, else with ``xp``); None if an input
-        failed (the results failed with it)."""
+        from the pool of ``_pool.py`` where values are NumPy's, else with ``xp``) and the
+        broadcast operands' values (as they are seen); None if an input failed (the results
+        failed with it)."""
         outs = [step.out() for step in steps]
         if self._inputs_failed(steps, outs, inputs):
             return None
@@ -461,6 +530,12 @@ class ChainKernel:
         for buf in inputs:
             value = buf.value
             values.append(value.reshape(-1) if value.ndim != 1 else value)
+        seen: list[Any] = []
+        for index, view in expands:
+            value = inputs[index].value
+            for step in view:
+                value = step(value)
+            seen.append(value)
         flat: list[Any] = []
         for out, step in zip(outs, steps, strict=True):
             if out is None:
@@ -476,7 +551,7 @@ class ChainKernel:
                         else:
                             value = out.value = xp.empty(out.shape, step.dtype)
             flat.append(value.reshape(-1))
-        return outs, values, flat
+        return outs, values, flat, seen
 
     def _evaluate(
         self,
@@ -484,23 +559,30 @@ class ChainKernel:
         outs: list[Buffer | None],
         values: list[Any],
         flat: list[Any],
+        seen: list[Any],
         rctx: RunContext,
         xp: Any,
     ) -> None:
         """Evaluate the program on this chunk: in cache-sized blocks with NumPy, each step a
         call with ``out=`` into its result's slice (``flat``) or into a scratch block; with
-        CuPy, the whole chunk at once (each call enqueued on the current stream)."""
+        CuPy, the whole chunk at once (each call enqueued on the current stream). A step with
+        a broadcast operand (``seen``) computes on whole rows of the result: every block is
+        whole rows then (the chunks are, ``_push.py`` checked)."""
         lo, hi = self.lo, self.hi
         last = _last_uses(steps)
         itemsize = max(8, *(step.dtype.itemsize for step in steps))
         block = min(max(1024, BLOCK_BYTES // itemsize), hi - lo) if xp is np else hi - lo
+        rows: _Rows | None = None
+        if seen:
+            rows = _Rows(self.program.shape, seen)
+            block = max(rows.row, block // rows.row * rows.row)
         failed: dict[int, BaseException] = {}
         # Scratch blocks not in use, by dtype: a result goes back after its last reader, so
         # each block of the chunk reuses the same few, and NumPy's are this thread's, kept
         # warm between kernels.
         free: dict[np.dtype[Any], list[Any]] = _scratch() if xp is np else {}
         try:
-            self._blocks(steps, outs, values, flat, rctx, xp, block, last, failed, free)
+            self._blocks(steps, outs, values, flat, rows, rctx, xp, block, last, failed, free)
         finally:
             if xp is np:
                 for kept in free.values():
@@ -512,6 +594,7 @@ class ChainKernel:
         outs: list[Buffer | None],
         values: list[Any],
         flat: list[Any],
+        rows: _Rows | None,
         rctx: RunContext,
         xp: Any,
         block: int,
@@ -534,8 +617,11 @@ class ChainKernel:
                         args.append(values[ref][start:stop])
                     elif kind == _REG:
                         args.append(regs[ref])
-                    else:
+                    elif kind == _CONST:
                         args.append(ref)
+                    else:
+                        assert rows is not None
+                        args.append(rows.seen(ref, start, stop))
                 sink = step.sink
                 if sink is not None:
                     try:
@@ -563,10 +649,14 @@ class ChainKernel:
                             got = xp.empty(max(block, SCRATCH_ELEMS) if xp is np else block, dtype)
                         dest = got[:m]
                 try:
+                    into = dest
+                    if step.expands:  # on whole rows, the broadcast operands as NumPy does
+                        assert rows is not None
+                        into = rows.shaped(step, args, dest, m)
                     if step.ufunc:
-                        step.fn(*args, out=dest)
+                        step.fn(*args, out=into)
                     else:
-                        dest[...] = step.fn(*args)
+                        into[...] = step.fn(*args)
                 except BaseException as exc:
                     self._fail(steps, outs, k, exc, failed, rctx)
                     continue
@@ -693,7 +783,7 @@ def _program_for(
     submit: Callable[..., Operation[Any]],
     device: Context,
     name: str,
-    size: int,
+    shape: tuple[int, ...],
     n: int,
     chunk_elems: int,
     burst: Burst | None,
@@ -705,7 +795,8 @@ def _program_for(
     for candidate in candidates:
         if candidate is not None and candidate.device == device and add(candidate, False):
             return candidate
-    program = Program(device, size, n)
+    program = Program(device, shape, n)
+    size = program.size
     add(program, True)
     # (Locals: once the last kernel is pushed, all may have started, and the program let go.)
     inputs = program.inputs
@@ -767,7 +858,7 @@ def join_or_push(
     ]
     candidates.append(recent)
     program = _program_for(
-        candidates, add, engine, submit, device, name, size, n, chunk_elems, burst
+        candidates, add, engine, submit, device, name, shape, n, chunk_elems, burst
     )
     out.vars = program.vars
     out.chunked = Chunks(chunk_elems, program, program.writers)
@@ -851,7 +942,7 @@ def reduce_chunks(
 
     candidates = [None if buf.chunked is None else buf.chunked.program, recent]
     program = _program_for(
-        candidates, add, engine, submit, device, name, size, n, chunk_elems, burst
+        candidates, add, engine, submit, device, name, tuple(x.shape), n, chunk_elems, burst
     )
     reads = program.vars
     out = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)

@@ -15,7 +15,7 @@ import numpy as np
 from . import _meta
 from ._array import Array, concrete_shape, known_shape
 from ._meta import axis_index, broadcast
-from ._push import Pusher, blas, call_with, check_same, push1
+from ._push import CPU, INLINE_COST, Pusher, blas, call_with, check_same, elementwise, push1
 
 __all__ = ("Products",)
 
@@ -40,6 +40,19 @@ class Products(Pusher):
         )
         k = s1[-1] or 1
         cost = _meta.prod(shape) * k
+        if (
+            k == 1
+            and x1.ndim >= 2
+            and x2.ndim >= 2
+            and dtype.kind in "fiu"
+            and device.device_type is CPU
+            and cost > INLINE_COST
+        ):
+            # An outer product (a contracted length of 1): each element is one product, so
+            # the elementwise product has its values, and runs as a chain over chunks (fused
+            # with what follows) instead of a BLAS call on one thread per core. (BLAS gives
+            # +0.0 where the product is -0.0: equal values.)
+            return elementwise(self, np.multiply, "matmul", (x1, x2))
         return push1(
             self, blas(np.matmul, cost, device), (x1, x2), shape, dtype, device, "matmul", cost=cost
         )

@@ -92,7 +92,15 @@ from ._array import (
 from ._blas import blas_call
 from ._buffer import Buffer, Group
 from ._burst import Burst
-from ._chain import CHUNK_BYTES, Program, join_or_push, quiescent, reduce_chunks, settled
+from ._chain import (
+    CHUNK_BYTES,
+    Program,
+    chunking,
+    join_or_push,
+    quiescent,
+    reduce_chunks,
+    settled,
+)
 from ._kernel import MISSING, Const, Kernel, numpy_on_gpu, reraise, run_now
 from ._meta import Shape, axis_index, broadcast, normalize_axes, reduced
 from ._reducers import REDUCERS
@@ -502,24 +510,34 @@ class Pusher(Bound):
         device: Context,
     ) -> Array | None:
         """``fn(*operands)`` as a chunked, fused operation (``_chain.py``), or None if it
-        cannot be one: every array operand must be a whole array of the result's shape (no
-        view, no broadcast) whose Var was never handed out. An array on a GPU is one chunk:
-        the GPU is one device, and the whole chain is one kernel on its stream."""
+        cannot be one: every array operand must be a whole array of the result's shape, or
+        (on the CPU) a smaller unchunked one broadcast to it (a view included: a bias row, a
+        column, a scalar array) where the chunks are whole rows of the result; and its Var
+        never handed out. An array on a GPU is one chunk: the GPU is one device, and the
+        whole chain is one kernel on its stream."""
+        if None in shape or 0 in shape:
+            return None
+        broadcast = False
         for x in operands:
             if type(x) is Array:
                 _, xbuf, xshape, _, xdevice = unpack(x)
-                if (
-                    is_view(x)
-                    or xshape != shape
-                    or xbuf.exposed
-                    or xbuf.group is not None
-                    or xdevice != device
-                ):
+                if xbuf.exposed or xbuf.group is not None or xdevice != device:
                     return None
+                if xshape != shape or is_view(x):
+                    if (
+                        device.device_type is not CPU
+                        or len(xbuf.vars) > 1
+                        or None in xshape
+                        or _meta.prod(xshape) >= _meta.prod(shape)
+                    ):
+                        return None
+                    broadcast = True
             elif type(x) is not Const:
                 return None
-        if None in shape or 0 in shape:
-            return None
+        if broadcast:  # every chunk whole rows: chunking() cuts arrays of one size alike
+            _, elems = chunking(_meta.prod(shape), self._chunk_elems)
+            if elems % _meta.prod(shape[1:]):
+                return None
         self._segment = None  # no tiny operation fuses across a push
         buf = join_or_push(
             self._submit,
