@@ -735,3 +735,69 @@ async def test_random_programs_with_broadcast_operands_equal_numpy(data: st.Data
         got = await run(xp, arrays(xp, zn), parts, False)
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
         np.testing.assert_array_equal(g, w, err_msg=f"value {k} of {steps}")
+
+
+# -- reductions along the first axis: a partial row per block ------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int32", "uint8"])
+@pytest.mark.parametrize("keepdims", [False, True])
+async def test_reductions_along_the_first_axis_equal_numpys(dtype: str, keepdims: bool) -> None:
+    rng = np.random.default_rng(20)
+    zn = (rng.standard_normal((ROWS, 2, COLS // 2)) * 10).astype(dtype)
+    zn[3, 1, 5] = 100  # a maximum in the middle of a chunk
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        (z,) = arrays(xp, zn)
+        with Pushes(engine) as pushes:
+            got = {
+                "sum": await xp.sum(z, axis=0, keepdims=keepdims),
+                "max": await xp.max(z, axis=0, keepdims=keepdims),
+                "min": await xp.min(-z, axis=0, keepdims=keepdims),
+            }
+            if dtype.startswith("float"):
+                got["mean"] = await xp.mean(z * 2, axis=0, keepdims=keepdims)
+        want = {
+            "sum": np.sum(zn, axis=0, keepdims=keepdims, dtype=got["sum"].dtype),
+            "max": np.max(zn, axis=0, keepdims=keepdims),
+            "min": np.min(-zn, axis=0, keepdims=keepdims),
+            "mean": np.mean(zn * 2, axis=0, keepdims=keepdims),
+        }
+        for name, value in got.items():
+            assert value.shape == want[name].shape, name
+            assert value.dtype == want[name].dtype, name
+            if dtype.startswith("float") and name in ("sum", "mean"):
+                # Within the error bound of a sum of ROWS terms (NumPy's own, adding rows in
+                # order, is within it too) of the float64 result.
+                x = zn.astype(np.float64) * (2 if name == "mean" else 1)
+                exact = np.sum(x, axis=0, keepdims=keepdims) / (ROWS if name == "mean" else 1)
+                bound = ROWS * np.finfo(dtype).eps * np.sum(np.abs(x), axis=0, keepdims=keepdims)
+                assert np.all(np.abs(value - exact) <= bound / (ROWS if name == "mean" else 1))
+            else:
+                np.testing.assert_array_equal(value, want[name], err_msg=name)
+        # A step per chunk (of the kernels, joined by the negation and the doubling) and one
+        # combine each: no operation reduces the whole array.
+        assert pushes.ops().count("sum") == 5 + 1, pushes.ops()
+
+
+async def test_a_reduction_along_the_first_axis_fuses_and_is_ordered_with_writes() -> None:
+    async with ae.Engine(cpu_workers=1) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        zn, _, gn, _ = _matrices(21)
+        z, g = arrays(xp, zn, gn)
+        held = HeldWorkers(engine, 1)
+        col = xp.sum(z * g, axis=0)  # reads z before the write below
+        z += 1.0
+        after = xp.mean(xp.tanh(z), axis=0)
+        await held.release()
+        np.testing.assert_allclose(await col, np.sum(zn * gn, axis=0), rtol=1e-12)
+        np.testing.assert_allclose(await after, np.mean(np.tanh(zn + 1.0), axis=0), rtol=1e-12)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            await xp.sum(z * g, axis=0)  # the product nobody holds is not allocated
+            peak = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+        assert peak < zn.nbytes / 2, peak

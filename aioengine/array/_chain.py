@@ -63,7 +63,7 @@ from ._burst import Burst
 from ._cupy_fuse import cupy_module, fused_call
 from ._kernel import MISSING, input_failure, numpy_on_gpu
 from ._pool import empty as pooled_empty
-from ._reducers import REDUCERS
+from ._reducers import REDUCERS, ROW_REDUCERS
 
 if TYPE_CHECKING:
     from .. import Context, Engine, Operation, RunContext, Var
@@ -172,7 +172,7 @@ def _no_buffer() -> None:
 class _Step:
     """One elementwise operation, or a reduction of one chunk, in a kernel's program."""
 
-    __slots__ = ("dtype", "expands", "fn", "name", "operands", "out", "sink", "ufunc")
+    __slots__ = ("dtype", "expands", "fn", "name", "operands", "out", "rows", "sink", "ufunc")
 
     def __init__(
         self,
@@ -182,6 +182,7 @@ class _Step:
         out: Callable[[], Buffer | None],
         dtype: np.dtype[Any],
         sink: Partials | None = None,
+        rows: bool = False,
     ) -> None:
         self.fn = fn
         #: The result's dtype (a reduction's: float64, for no block of its own).
@@ -192,6 +193,9 @@ class _Step:
         self.operands = operands
         #: Whether an operand is broadcast (then the step computes on rows of the result).
         self.expands = any(kind == _EXP for kind, _ in operands)
+        #: Whether it needs blocks of whole rows (a broadcast operand, a reduction along the
+        #: first axis).
+        self.rows = rows or self.expands
         #: The result's Buffer, weakly: dead means nobody can read it (not materialised).
         self.out = out
         #: A reduction's partials (then ``fn`` reduces a block to a scalar; no Buffer).
@@ -355,16 +359,17 @@ class Program:
         buf: Buffer,
         sink: Partials,
         new: bool = False,
+        rows: bool = False,
     ) -> bool:
-        """Add the reduction of ``x``'s chunks by ``fn`` into ``sink``; False if it may not
-        join (as :meth:`add`)."""
+        """Add the reduction of ``x``'s chunks by ``fn`` into ``sink`` (``rows``: along the
+        first axis, block by block of whole rows); False if it may not join (as :meth:`add`)."""
         with self.lock:
             if self.started or len(self.steps) >= FUSE_STEPS or x.shape != self.shape:
                 return False
             refs = self._operands((x,), (buf,), new)
             if refs is None:
                 return False
-            self.steps.append(_Step(fn, name, refs, _no_buffer, np.dtype(np.float64), sink))
+            self.steps.append(_Step(fn, name, refs, _no_buffer, np.dtype(np.float64), sink, rows))
             return True
 
     def start(
@@ -573,7 +578,7 @@ class ChainKernel:
         itemsize = max(8, *(step.dtype.itemsize for step in steps))
         block = min(max(1024, BLOCK_BYTES // itemsize), hi - lo) if xp is np else hi - lo
         rows: _Rows | None = None
-        if seen:
+        if any(step.rows for step in steps):
             rows = _Rows(self.program.shape, seen)
             block = max(rows.row, block // rows.row * rows.row)
         failed: dict[int, BaseException] = {}
@@ -919,26 +924,28 @@ def reduce_chunks(
     dtype: np.dtype[Any],
     device: Context,
     options: dict[str, Any],
+    rows: bool = False,
 ) -> Buffer:
     """The Buffer of the reduction ``fn`` (a key of :data:`~._reducers.REDUCERS`) of every
-    element of ``x`` (a whole array, not a view), with result ``shape`` and ``dtype`` and
-    ``options`` (its keywords other than ``dtype``): a step joined to the program that makes
-    or reads ``x`` (else a new one), then one operation that combines the chunks' partials in
-    chunk order."""
+    element of ``x`` (a whole array, not a view), or with ``rows`` along its first axis (a key
+    of :data:`~._reducers.ROW_REDUCERS`; every chunk whole rows), with result ``shape`` and
+    ``dtype`` and ``options`` (its keywords other than ``dtype``): a step joined to the
+    program that makes or reads ``x`` (else a new one), then one operation that combines the
+    chunks' partials in chunk order."""
     if burst is not None:
         burst.enter(engine, device)
     size = math.prod(x.shape)
     n, chunk_elems = chunking(size, chunk_elems)
-    block, combine, _ = REDUCERS[fn]
+    block, combine, _ = (ROW_REDUCERS if rows else REDUCERS)[fn]
     if options:
         combine = functools.partial(combine, **options)
-    step_fn = functools.partial(block, dtype)
+    step_fn = functools.partial(block, dtype, *([tuple(x.shape[1:])] if rows else []))
     buf = buffer_of(x)
     assert buf is not None
     sink = Partials(n)
 
     def add(program: Program, new: bool) -> bool:
-        return program.add_reduction(step_fn, name, x, buf, sink, new)
+        return program.add_reduction(step_fn, name, x, buf, sink, new, rows)
 
     candidates = [None if buf.chunked is None else buf.chunked.program, recent]
     program = _program_for(
@@ -947,7 +954,7 @@ def reduce_chunks(
     reads = program.vars
     out = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
     out.writer = submit(
-        Combine(combine, sink, out, dtype, size, name),
+        Combine(combine, sink, out, dtype, x.shape[0] if rows else size, name),
         device,
         reads,
         (out.var,),

@@ -103,7 +103,7 @@ from ._chain import (
 )
 from ._kernel import MISSING, Const, Kernel, numpy_on_gpu, reraise, run_now
 from ._meta import Shape, axis_index, broadcast, normalize_axes, reduced
-from ._reducers import REDUCERS
+from ._reducers import REDUCERS, ROW_REDUCERS
 from ._special import elementwise_function
 from ._sync import in_operation, running_loop
 
@@ -564,14 +564,20 @@ class Pusher(Bound):
         dtype: np.dtype[Any],
         device: Context,
         options: dict[str, Any],
+        rows: bool = False,
     ) -> Array | None:
-        """The reduction ``fn`` of all of ``x`` (``options``: its keywords other than
-        ``dtype``) as per-chunk partials fused into the chunks' kernels and one operation
-        combining them in order (``_chain.py``), or None if ``x`` cannot be read by kernels (a
-        view, or its Var handed out)."""
-        _, xbuf, _, _, xdevice = unpack(x)
+        """The reduction ``fn`` of all of ``x``, or with ``rows`` along its first axis
+        (``options``: its keywords other than ``dtype``) as per-chunk partials fused into the
+        chunks' kernels and one operation combining them in order (``_chain.py``), or None if
+        ``x`` cannot be read by kernels (a view, or its Var handed out; along the first axis,
+        chunks that are not whole rows)."""
+        _, xbuf, xshape, _, xdevice = unpack(x)
         if is_view(x) or xbuf.exposed or xbuf.group is not None or xdevice != device:
             return None
+        if rows:
+            _, elems = chunking(_meta.prod(xshape), self._chunk_elems)
+            if elems % _meta.prod(xshape[1:]):
+                return None
         self._segment = None
         buf = reduce_chunks(
             self._submit,
@@ -586,6 +592,7 @@ class Pusher(Bound):
             dtype,
             device,
             options,
+            rows,
         )
         return Array(self, buf, shape, dtype, device)
 
@@ -899,18 +906,22 @@ def reduction(
     xshape = known_shape(x)
     shape = reduced(xshape, axis, keepdims)
     dtype = _meta.sample_dtype(fn, [(x.dtype, (1,) * x.ndim)], **kwargs)
-    reducer = REDUCERS.get(fn)
+    axes = None if axis is None else set(normalize_axes(axis, x.ndim))
+    # Along the first axis only (of a float32/64, integer or boolean array of 2 or more
+    # dimensions): per chunk of whole rows, then the partial rows combined.
+    rows = axes == {0} and x.ndim >= 2 and x.dtype not in (np.float16, np.longdouble)
+    reducer = (ROW_REDUCERS if rows else REDUCERS).get(fn)
     if (
         reducer is not None
         and device.device_type is CPU
         and None not in xshape
         and _meta.prod(xshape) > INLINE_COST
         and x.dtype.kind in reducer.kinds
-        and (axis is None or len(set(normalize_axes(axis, x.ndim))) == x.ndim)
+        and (rows or axes is None or len(axes) == x.ndim)
         and set(kw) <= {"dtype", "correction"}
     ):
         options = {k: v for k, v in kw.items() if k != "dtype"}
-        chained = ns._chain_reduce(fn, name, x, shape, dtype, device, options)
+        chained = ns._chain_reduce(fn, name, x, shape, dtype, device, options, rows)
         if chained is not None:
             return chained
     return push1(

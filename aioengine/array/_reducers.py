@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ("REDUCERS", "Reducer")
+__all__ = ("REDUCERS", "ROW_REDUCERS", "Reducer")
 
 _REAL = "biuf"  # the dtype kinds whose partials are plain comparisons and float moments
 _ANY = "biufc"
@@ -171,6 +171,62 @@ def _argmin(values: list[Any], count: int, dtype: np.dtype[Any]) -> Any:
 
 
 #: The reductions that fuse into chunk kernels, by NumPy's function.
+# -- along the first axis: a partial per block of whole rows --------------------------------------
+#
+# A reduction along axis 0 of an array whose chunks are whole rows: each block's partial is the
+# reduction of its rows (a row of its own), and the partials, stacked in flat order, are reduced
+# along the first axis again. ``sum``, ``prod`` and ``mean`` of floats round differently from
+# NumPy's (which adds the rows in order, in one pass), within a few ulps times the number of
+# blocks; ``max``, ``min`` and integer and boolean ``sum``/``prod`` are exact. ``block(dtype,
+# tail, values)`` takes the block flat and ``tail``, the shape of a row.
+
+
+def _rows_sum(dtype: np.dtype[Any], tail: tuple[int, ...], x: Any) -> Any:
+    return np.sum(x.reshape(-1, *tail), axis=0, dtype=dtype)
+
+
+def _rows_prod(dtype: np.dtype[Any], tail: tuple[int, ...], x: Any) -> Any:
+    return np.prod(x.reshape(-1, *tail), axis=0, dtype=dtype)
+
+
+def _rows_max(dtype: np.dtype[Any], tail: tuple[int, ...], x: Any) -> Any:
+    return np.max(x.reshape(-1, *tail), axis=0)
+
+
+def _rows_min(dtype: np.dtype[Any], tail: tuple[int, ...], x: Any) -> Any:
+    return np.min(x.reshape(-1, *tail), axis=0)
+
+
+def _stacked_sum(values: list[Any], count: int, dtype: np.dtype[Any]) -> Any:
+    return np.sum(values, axis=0, dtype=dtype)
+
+
+def _stacked_prod(values: list[Any], count: int, dtype: np.dtype[Any]) -> Any:
+    return np.prod(values, axis=0, dtype=dtype)
+
+
+def _stacked_max(values: list[Any], count: int, dtype: np.dtype[Any]) -> Any:
+    return np.max(values, axis=0)
+
+
+def _stacked_min(values: list[Any], count: int, dtype: np.dtype[Any]) -> Any:
+    return np.min(values, axis=0)
+
+
+def _stacked_mean(values: list[Any], count: int, dtype: np.dtype[Any]) -> Any:
+    return np.true_divide(np.sum(values, axis=0, dtype=dtype), count, dtype=dtype)
+
+
+#: The reductions along the first axis a chunk's kernel computes as partials (``count``: the
+#: rows), for the input dtype kinds given (float16 and complex reduce the whole array).
+ROW_REDUCERS: dict[Any, Reducer] = {
+    np.sum: Reducer(_rows_sum, _stacked_sum, _REAL),
+    np.prod: Reducer(_rows_prod, _stacked_prod, _REAL),
+    np.max: Reducer(_rows_max, _stacked_max, _REAL),
+    np.min: Reducer(_rows_min, _stacked_min, _REAL),
+    np.mean: Reducer(_rows_sum, _stacked_mean, _REAL),
+}
+
 REDUCERS: dict[Any, Reducer] = {
     np.sum: Reducer(_block_sum, _sum, _ANY),
     np.prod: Reducer(_block_prod, _prod, _ANY),
