@@ -801,3 +801,54 @@ async def test_a_reduction_along_the_first_axis_fuses_and_is_ordered_with_writes
         finally:
             tracemalloc.stop()
         assert peak < zn.nbytes / 2, peak
+
+
+async def test_matmuls_that_are_no_outer_products_stay_matrix_products() -> None:
+    # A contracted length of 0, or one known only once computed, is no outer product.
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        empty = await (xp.zeros((200, 0)) @ xp.zeros((0, 200)))
+        np.testing.assert_array_equal(empty, np.zeros((200, 200)))
+        xn = np.arange(-300.0, 300.0) + 0.5  # 300 positive values
+        bn = np.random.default_rng(22).standard_normal((300, 300))
+        x = xp.asarray(xn)
+        a = x[x > 0] * xp.ones((300, 1))  # shape (300, None): 300 columns once computed
+        an = xn[xn > 0] * np.ones((300, 1))
+        np.testing.assert_allclose(await (a @ xp.asarray(bn)), an @ bn, rtol=1e-12)
+
+
+async def test_an_outer_product_has_the_signed_zeros_of_numpys_matmul() -> None:
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        gn = np.tile([[0.0], [1.0], [-0.0]], (ROWS, 1))
+        wn = np.tile([-1.0, 2.0, -0.0, np.inf], COLS // 4)[None, :]
+        with np.errstate(invalid="ignore"):
+            want = gn @ wn
+        got = await (xp.asarray(gn) @ xp.asarray(wn))
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf * 0
+async def test_a_failed_input_of_a_chain_does_not_fail_a_later_chain() -> None:
+    # The engine skips the kernels of a chain whose input failed (a bias here): a later
+    # operation on the other input joins no skipped kernel, it computes.
+    def bad(v: Any) -> Any:
+        raise KeyError("load")
+
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        zn, _, _, _ = _matrices(23)
+        (z,) = arrays(xp, zn)
+        await z
+        bias = xp.apply(bad, xp.asarray(np.ones(COLS)), shape=(COLS,), dtype=xp.float64)
+        same = xp.apply(bad, xp.asarray(zn), shape=zn.shape, dtype=xp.float64)
+        y = z + bias
+        y2 = same + 1.0
+        with pytest.raises(ae.DependencyError):
+            await y
+        with pytest.raises(ae.DependencyError):
+            await y2
+        np.testing.assert_array_equal(await (z * 2.0), zn * 2.0)
+        np.testing.assert_array_equal(await (z - 1.0), zn - 1.0)
+        await engine.wait_for_all()  # both failures were thrown by the awaits, once

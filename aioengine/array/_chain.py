@@ -187,8 +187,9 @@ class _Step:
         self.fn = fn
         #: The result's dtype (a reduction's: float64, for no block of its own).
         self.dtype = dtype
-        #: Whether ``fn`` is a ufunc (then called with ``out=``).
-        self.ufunc = sink is None and isinstance(fn, np.ufunc)
+        #: Whether ``fn`` is a ufunc, or takes ``out=`` as one does (a function with a
+        #: ``takes_out`` attribute), then called with ``out=``.
+        self.ufunc = sink is None and (isinstance(fn, np.ufunc) or hasattr(fn, "takes_out"))
         self.name = name
         self.operands = operands
         #: Whether an operand is broadcast (then the step computes on rows of the result).
@@ -202,11 +203,33 @@ class _Step:
         self.sink = sink
 
 
+def _same_powers() -> dict[float, np.ufunc]:
+    """Of ``x ** 2``, ``x ** 0.5`` and ``x ** -1``, those this NumPy's ``power`` computes as
+    ``square``, ``sqrt`` and ``reciprocal`` do, bit for bit (signed zeros, infinities, nan and
+    rounding: NumPy 2.4's loops do; older ones give ``(-0.0) ** 0.5`` as +0.0, which ``sqrt``
+    does not), checked once on float32 and float64 probes."""
+    rng = np.random.default_rng(0)
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-300, 1e300, 1.0, -1.0, 0.5]
+    probe = np.concatenate(
+        [specials, rng.standard_normal(256) * 10.0 ** rng.integers(-30, 30, 256)]
+    )
+    same: dict[float, np.ufunc] = {}
+    with np.errstate(all="ignore"):
+        for c, fn in ((2, np.square), (0.5, np.sqrt), (-1, np.reciprocal)):
+            if all(
+                np.array_equal(np.power(x, c), fn(x), equal_nan=True)
+                and np.array_equal(np.signbit(np.power(x, c)), np.signbit(fn(x)))
+                for x in (probe.astype(np.float64), probe.astype(np.float32))
+            ):
+                same[c] = fn
+    return same
+
+
 #: ``x ** c`` of a float32 or float64 ``x`` and these constants ``c``: the same results from a
-#: cheaper function (bitwise: ``pow`` rounds these cases correctly, as do ``square``, ``sqrt``
-#: and ``reciprocal``, signed zeros and infinities included), as NumPy's own ``**`` does.
-_POWERS: dict[float, np.ufunc] = {2: np.square, 0.5: np.sqrt, -1: np.reciprocal}
-_EXACT_POWERS = (np.dtype(np.float32), np.dtype(np.float64))  # (not float16: sqrt rounds twice)
+#: cheaper function (about half the time of ``pow`` on a block), where :func:`_same_powers`
+#: found them equal. (Not float16: ``sqrt`` rounds twice there.)
+_POWERS: dict[float, np.ufunc] = _same_powers()
+_EXACT_POWERS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _power(
@@ -274,14 +297,37 @@ class Program:
 
     # -- recording (the pushing thread) --------------------------------------------------------
 
+    def _entry(self, buf: Buffer) -> tuple[int, int, Any, int] | None:
+        """``buf``'s entry in ``known``, if it is this very Buffer (a dead result's id may be
+        reused)."""
+        entry = self.known.get(id(buf))
+        if entry is not None and (entry[2]() if entry[0] == _REG else entry[2]) is buf:
+            return entry
+        return None
+
     def _operands(
         self, operands: Sequence[Any], bufs: Sequence[Buffer | None], new: bool
     ) -> tuple[tuple[int, Any], ...] | None:
         """The step's operand references, or None if it cannot join (an array the program
-        neither reads nor makes, or one written since). ``new``: the program's first step
-        (every array is an input, read with a turn)."""
+        neither reads nor makes, or one written since), and then nothing changed. ``new``:
+        the program's first step (every array is an input, read with a turn)."""
+        for x, buf in zip(operands, bufs, strict=True):
+            if buf is None:
+                continue
+            entry = self._entry(buf)
+            if entry is None:
+                # An array the kernels hold no turn on: they may read it still if its value is
+                # computed and no write is pending (then they read what the step would), and a
+                # write pushed later waits for them (``Buffer.readers``).
+                if not new and not quiescent(buf):
+                    return None
+                continue
+            kind, _, _, gen = entry
+            if gen != buf.wgen or (kind == _IN and not new and buf.exposed):
+                return None  # written since the program read it, or raw pushes may
+            if kind == _REG and (steps_of(x) or x.shape != self.shape):
+                return None  # a view of a result: its own operation reads it
         refs: list[tuple[int, Any]] = []
-        known = self.known
         for x, buf in zip(operands, bufs, strict=True):
             if buf is None:
                 refs.append((_CONST, x.value))
@@ -289,33 +335,30 @@ class Program:
             # A broadcast operand (``_push.py`` checked that it may be one): a view, or smaller.
             steps = steps_of(x)
             bcast = bool(steps) or x.shape != self.shape
-            entry = known.get(id(buf))
-            # An entry counts only if it is this very Buffer (a dead result's id may be reused).
-            if entry is not None and (entry[2]() if entry[0] == _REG else entry[2]) is buf:
-                kind, index, _, gen = entry
-                if gen != buf.wgen or (kind == _IN and not new and buf.exposed):
-                    return None  # written since the program read it, or raw pushes may
-                if not bcast:
-                    refs.append((kind, index))
-                    continue
-                if kind == _REG:
-                    return None  # a view of a result: its own operation reads it
-                refs.append(self._expand(index, steps))
-                continue
-            if not new:
-                # An array the kernels hold no turn on: they may read it still if its value is
-                # computed and no write is pending (then they read what the step would), and a
-                # write pushed later waits for them (``Buffer.readers``).
-                if not quiescent(buf):
-                    return None
-                for kernel in self.kernels:  # (pushed before any later step joins)
-                    assert kernel.op is not None
-                    buf.read_unheld(kernel.chunk, kernel.var, kernel.op)
-            index = len(self.inputs)
-            self.inputs.append(buf)
-            known[id(buf)] = (_IN, index, buf, buf.wgen)
-            refs.append(self._expand(index, steps) if bcast else (_IN, index))
+            entry = self._entry(buf)
+            if entry is None:
+                if not new:
+                    for kernel in self.kernels:  # (pushed before any later step joins)
+                        assert kernel.op is not None
+                        buf.read_unheld(kernel.chunk, kernel.var, kernel.op)
+                kind, index = _IN, len(self.inputs)
+                self.inputs.append(buf)
+                self.known[id(buf)] = (_IN, index, buf, buf.wgen)
+            else:
+                kind, index = entry[0], entry[1]
+            refs.append(self._expand(index, steps) if bcast else (kind, index))
         return tuple(refs)
+
+    def _open(self) -> bool:
+        """Whether steps may join: no kernel has started, or been skipped or cancelled by the
+        engine (which never starts it: a step joined then would share its Var, and fail)."""
+        if self.started:
+            return False
+        for kernel in self.kernels:
+            op = kernel.op
+            if op is not None and op.done():
+                return False
+        return True
 
     def _expand(self, index: int, steps: tuple[Any, ...]) -> tuple[int, int]:
         """The reference to input ``index`` seen through ``steps``, broadcast."""
@@ -339,7 +382,7 @@ class Program:
         """Add the step ``fn(*operands)`` making ``out``; False (nothing changed) if it may
         not join (a kernel started, or the rule forbids it)."""
         with self.lock:
-            if self.started or len(self.steps) >= FUSE_STEPS or out.shape != self.shape:
+            if len(self.steps) >= FUSE_STEPS or out.shape != self.shape or not self._open():
                 return False
             refs = self._operands(operands, bufs, new)
             if refs is None:
@@ -364,7 +407,7 @@ class Program:
         """Add the reduction of ``x``'s chunks by ``fn`` into ``sink`` (``rows``: along the
         first axis, block by block of whole rows); False if it may not join (as :meth:`add`)."""
         with self.lock:
-            if self.started or len(self.steps) >= FUSE_STEPS or x.shape != self.shape:
+            if len(self.steps) >= FUSE_STEPS or x.shape != self.shape or not self._open():
                 return False
             refs = self._operands((x,), (buf,), new)
             if refs is None:
@@ -589,9 +632,9 @@ class ChainKernel:
         try:
             self._blocks(steps, outs, values, flat, rows, rctx, xp, block, last, failed, free)
         finally:
-            if xp is np:
+            if xp is np:  # a few blocks of each dtype, none larger than a block of 8 bytes
                 for kept in free.values():
-                    del kept[:-SCRATCH_KEPT]
+                    kept[:] = [b for b in kept[-SCRATCH_KEPT:] if b.shape[0] <= SCRATCH_ELEMS]
 
     def _blocks(
         self,

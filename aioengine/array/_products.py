@@ -20,6 +20,16 @@ from ._push import CPU, INLINE_COST, Pusher, blas, call_with, check_same, elemen
 __all__ = ("Products",)
 
 
+def _outer(x1: Any, x2: Any, out: Any = None) -> Any:
+    """The elementwise product of an outer product (``matmul`` of a length of 1), without the
+    floating-point warnings (``inf * 0``, overflow) that a matrix product does not give."""
+    with np.errstate(all="ignore"):
+        return np.multiply(x1, x2, out=out)
+
+
+_outer.takes_out = True  # type: ignore[attr-defined]  # (a fused chain passes ``out=``)
+
+
 class Products(Pusher):
     """``matmul``, ``tensordot`` and ``vecdot``
     (a mixin of :class:`~aioengine.array.Namespace`)."""
@@ -38,21 +48,25 @@ class Products(Pusher):
         dtype = _meta.sample_dtype(
             np.matmul, [(x1.dtype, (1,) * x1.ndim), (x2.dtype, (1,) * x2.ndim)]
         )
-        k = s1[-1] or 1
+        k = s1[-1] or 1  # (for the cost: unknown or 0, as 1)
         cost = _meta.prod(shape) * k
         if (
-            k == 1
+            s1[-1] == 1
             and x1.ndim >= 2
             and x2.ndim >= 2
+            and known_shape(x2)[-2] == 1
             and dtype.kind in "fiu"
             and device.device_type is CPU
             and cost > INLINE_COST
         ):
             # An outer product (a contracted length of 1): each element is one product, so
             # the elementwise product has its values, and runs as a chain over chunks (fused
-            # with what follows) instead of a BLAS call on one thread per core. (BLAS gives
-            # +0.0 where the product is -0.0: equal values.)
-            return elementwise(self, np.multiply, "matmul", (x1, x2))
+            # with what follows) instead of a BLAS call on one thread per core. A matrix
+            # product adds its products to 0.0: so does this (a -0.0 product is +0.0).
+            product = elementwise(self, _outer, "matmul", (x1, x2))
+            if dtype.kind != "f":
+                return product
+            return elementwise(self, np.add, "matmul", (product, 0.0))
         return push1(
             self, blas(np.matmul, cost, device), (x1, x2), shape, dtype, device, "matmul", cost=cost
         )
