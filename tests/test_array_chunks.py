@@ -670,15 +670,19 @@ async def test_writes_on_a_broadcast_operand_are_ordered_with_the_chain() -> Non
         np.testing.assert_array_equal(await b, bn + 1.0)
 
 
-async def test_rows_that_straddle_chunks_fall_back_to_one_operation() -> None:
-    # 7 columns: chunks of 8,192 elements are no whole rows; the sum is right all the same.
+@pytest.mark.parametrize("cols", [7, 8])
+async def test_rows_that_straddle_chunks_or_are_short_fall_back(cols: int) -> None:
+    # 7 columns: chunks of 8,192 elements are no whole rows; 8: rows shorter than MIN_ROW
+    # (NumPy broadcasts them slowly in blocks). The results are NumPy's all the same.
     async with ae.Engine(cpu_workers=2) as engine:
         xp = aa.namespace(engine, chunk_bytes=CHUNK)
         rng = np.random.default_rng(18)
-        zn, rown = rng.standard_normal((6000, 7)), rng.standard_normal(7)
+        zn, rown = rng.standard_normal((6000, cols)), rng.standard_normal(cols)
         z, row = arrays(xp, zn, rown)
         c = xp.sqrt(xp.abs(z + row)) * row
-        np.testing.assert_array_equal(await c, np.sqrt(np.abs(zn + rown)) * rown)
+        value = await c
+        np.testing.assert_array_equal(value, np.sqrt(np.abs(zn + rown)) * rown)
+        np.testing.assert_array_equal(await xp.max(c, axis=0), np.max(value, axis=0))
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32", "int64"])

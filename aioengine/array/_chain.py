@@ -12,8 +12,9 @@ chunks its arrays touch, all of them for a whole array and the ones under a view
 (``x[:10] += 1`` orders only against the users of the first chunk: ``_buffer.py`` has the
 rule), and reads the value as it is, without a gather. A small unchunked operand broadcast to
 the result's shape (a bias row, a column, a 0-d array, a view of one) is read whole by every
-kernel (``Program.expands``), where the chunks are whole rows of the result (``_push.py``
-checks it): a step reading one computes on the rows of its block, as NumPy broadcasts.
+kernel (``Program.expands``), where the chunks are whole rows of the result, long ones
+(``_push.py`` checks it: ``MIN_ROW``): a step reading one computes on the rows of its block, as
+NumPy broadcasts.
 
 **Fusion.** A chunked result is made by a :class:`Program`: elementwise steps, evaluated on
 each chunk by a :class:`ChainKernel` of its own (the operation pushed for that chunk). While no
