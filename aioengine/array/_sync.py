@@ -42,7 +42,16 @@ def on_loop_thread(loop: asyncio.AbstractEventLoop | None) -> bool:
     return loop is not None and running_loop() is loop
 
 
+# Per thread, whether it is an engine's worker thread: its name is given as it is made, and
+# the synchronous hot path asks at every operation.
+_threads = threading.local()
+
+
 def in_operation() -> bool:
     """Whether the calling thread is one of an engine's worker threads (its pools' threads
     are named ``aioengine-...``), so inside an operation."""
-    return threading.current_thread().name.startswith("aioengine-")
+    try:
+        inside: bool = _threads.inside
+    except AttributeError:
+        inside = _threads.inside = threading.current_thread().name.startswith("aioengine-")
+    return inside
