@@ -235,11 +235,10 @@ async def test_a_step_after_some_chunks_started_makes_a_new_chain_ordered_after_
         await b
         held = HeldWorkers(engine, 1)
         c = a * 1.5 + b
-        program = aa._array.buffer_of(c).chunked.program
-        for _ in range(2000):  # until a kernel of it started (the loop iterated: the burst ended)
-            await asyncio.sleep(0.001)
-            if program.started:
-                break
+        cbuf = aa._array.buffer_of(c)
+        program = cbuf.chunked.program
+        # A probe that reads the first chunk runs once that chunk's kernel has (on the loop).
+        await engine.push_sync(lambda r: None, const_vars=[cbuf.vars[0]], prop=ae.FnProperty.ASYNC)
         assert program.started
         d = c * c - a
         assert aa._array.buffer_of(d).chunked.program is not program

@@ -543,11 +543,8 @@ class Pusher(Bound):
                     short = short or _meta.prod(xshape) > 1
             elif type(x) is not Const:
                 return None
-        if broadcast:  # every chunk whole rows: chunking() cuts arrays of one size alike
-            row = _meta.prod(shape[1:])
-            _, elems = chunking(_meta.prod(shape), self._chunk_elems)
-            if elems % row or (short and row < MIN_ROW):
-                return None
+        if broadcast and not self._whole_rows(shape, MIN_ROW if short else 1):
+            return None
         self._segment = None  # no tiny operation fuses across a push
         buf = join_or_push(
             self._submit,
@@ -564,6 +561,14 @@ class Pusher(Bound):
         )
         self._recent = None if buf.chunked is None else buf.chunked.program
         return Array(self, buf, shape, dtype, device)
+
+    def _whole_rows(self, shape: Shape, least: int) -> bool:
+        """Whether every chunk of an array of ``shape`` is whole rows (``chunking()`` cuts arrays
+        of one size alike) of at least ``least`` elements: what steps computing on rows need
+        (a broadcast operand, a reduction along the first axis)."""
+        row = _meta.prod(shape[1:])
+        _, elems = chunking(_meta.prod(shape), self._chunk_elems)
+        return row >= least and elems % row == 0
 
     def _chain_reduce(
         self,
@@ -584,11 +589,8 @@ class Pusher(Bound):
         _, xbuf, xshape, _, xdevice = unpack(x)
         if is_view(x) or xbuf.exposed or xbuf.group is not None or xdevice != device:
             return None
-        if rows:
-            row = _meta.prod(xshape[1:])
-            _, elems = chunking(_meta.prod(xshape), self._chunk_elems)
-            if elems % row or row < MIN_ROW:
-                return None
+        if rows and not self._whole_rows(xshape, MIN_ROW):
+            return None
         self._segment = None
         buf = reduce_chunks(
             self._submit,
