@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import aioengine as ae
 import aioengine.array as aa
+from aioengine.array import _remote_kernel
 
 from .helpers import engine_keys, in_process_cluster, no_keys_left, until
 
@@ -33,6 +34,37 @@ R = ae.remote()
 async def cluster() -> AsyncIterator[Any]:
     async with in_process_cluster(2, 1) as c:
         yield c
+
+
+class Blocks:
+    """How the tasks of a test evaluate their programs (:func:`blocks`)."""
+
+    def __init__(self, cut: bool) -> None:
+        self.cut = cut
+        #: What each task's blocked evaluation returned (whether it cut the task in blocks).
+        self.taken: list[bool] = []
+
+    def check(self) -> None:
+        """With blocks, some task was cut in blocks (the path under test ran)."""
+        assert any(self.taken) if self.cut else not self.taken
+
+
+@pytest.fixture(params=["whole", "blocks"])
+def blocks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Blocks:
+    """Each task's program evaluated whole, or in blocks of 3 elements (so that blocks cut the
+    rows of 2-D arrays and straddle the chunks a halo reads): the test's results must not
+    change. The workers are threads of this process, so the patch reaches them."""
+    mode = Blocks(request.param == "blocks")
+    if mode.cut:
+        real = _remote_kernel._blocked
+
+        def blocked(program: Any, values: Any, dests: Any) -> bool:
+            mode.taken.append(real(program, values, dests))
+            return mode.taken[-1]
+
+        monkeypatch.setattr(_remote_kernel, "BLOCK_ELEMS", 3)
+        monkeypatch.setattr(_remote_kernel, "_blocked", blocked)
+    return mode
 
 
 def remote_ops(engine: ae.Engine) -> int:
@@ -103,7 +135,7 @@ async def test_reduction_moves_partials_not_the_array(cluster: Any) -> None:
 
 
 @pytest.mark.parametrize("n", [8, 10_000, 20_000])
-async def test_cupynumeric_aliasing_programs(cluster: Any, n: int) -> None:
+async def test_cupynumeric_aliasing_programs(cluster: Any, n: int, blocks: Blocks) -> None:
     async with ae.Engine(cluster=cluster) as engine:
         xp = aa.namespace(engine, chunk_bytes=8 * 3000)
         base = np.arange(n, dtype=np.float64) * 0.5 + 1.0
@@ -122,9 +154,10 @@ async def test_cupynumeric_aliasing_programs(cluster: Any, n: int) -> None:
         want = base.copy()
         want[2:] = want[:-2] + want[2:]
         assert np.array_equal(await b, want)
+        blocks.check()
 
 
-async def test_stencil_halo_rows_and_in_place_writes(cluster: Any) -> None:
+async def test_stencil_halo_rows_and_in_place_writes(cluster: Any, blocks: Blocks) -> None:
     async with ae.Engine(cluster=cluster) as engine:
         xp = aa.namespace(engine, chunk_bytes=8 * 64)
         u0 = np.random.default_rng(1).random((40, 16))
@@ -150,6 +183,11 @@ async def test_stencil_halo_rows_and_in_place_writes(cluster: Any) -> None:
         w[95] = -1
         w[::-7] = 0.0
         assert np.array_equal(await x, w)
+        y = xp.asarray(np.arange(200.0).reshape(50, 4), device=R)
+        z = xp.sin(y[::-3]) * 2.0 + y[1::3, ::-1]  # strided windows: read whole, then cut
+        assert np.allclose(await z, np.sin(np.arange(200.0).reshape(50, 4)[::-3]) * 2.0
+                           + np.arange(200.0).reshape(50, 4)[1::3, ::-1])  # fmt: skip
+        blocks.check()
 
 
 async def test_a_value_read_before_a_write_keeps_its_version(cluster: Any) -> None:
@@ -176,7 +214,9 @@ OPS = ["add", "subtract", "multiply", "maximum", "negative", "abs", "sin", "squa
     writes=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50), st.integers(0, 3))),
 )
 def test_random_programs_match_numpy(
-    program: list[tuple[str, int, int, float]], writes: list[tuple[int, int, int]]
+    blocks: Blocks,
+    program: list[tuple[str, int, int, float]],
+    writes: list[tuple[int, int, int]],
 ) -> None:
     async def run() -> None:
         async with in_process_cluster(1, 2) as cluster, ae.Engine(cluster=cluster) as engine:

@@ -7,20 +7,25 @@ reads as NumPy arrays and returns new arrays, never changing its inputs (a versi
 every reader). Module-level functions only, so that a worker process imports them by name.
 
 An operand is read through a :class:`Window`: the rows of the base array that a task needs are
-the chunks it is given (consecutive ones, trimmed to the rows used), concatenated when there
-are several (a halo: the neighbour chunk's rows); the operand is then a strided view of those
-rows (basic indexing only: a view's shape, strides and byte offset, as NumPy's indexing
-computed them on the client).
+the chunks it is given (consecutive ones, trimmed to the rows used; several for a halo: the
+neighbour chunk's rows); the operand is a strided view of those rows (basic indexing only: a
+view's shape, strides and byte offset, as NumPy's indexing computed them on the client).
+
+A task of more than one block (:data:`BLOCK_ELEMS`) evaluates its program block by block of
+rows into its result (:func:`_blocked`): temporaries stay small, and a window of consecutive
+rows across chunks is read as views of them, concatenated only where a block straddles two.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
 __all__ = (
+    "BLOCK_ELEMS",
     "CONST",
     "IN",
     "REDUCERS",
@@ -61,20 +66,24 @@ class Window(NamedTuple):
 class Program:
     """A fused chain of elementwise steps over the windows, restricted to one task's rows.
 
-    ``steps``: (function, operand references, result dtype); ``outs``: the steps whose
-    results the task returns (the arrays someone still holds), then one partial per
-    ``sinks`` entry (reducer name, operand reference): each a reduction of that operand.
+    ``space``: the shape of the task's result (its rows of the program's shape, or of the
+    view a write fills); ``steps``: (function, operand references, result dtype); ``outs``:
+    the steps whose results the task returns (the arrays someone still holds), then one
+    partial per ``sinks`` entry (reducer name, operand reference): each a reduction of that
+    operand.
     """
 
-    __slots__ = ("outs", "sinks", "steps", "windows")
+    __slots__ = ("outs", "sinks", "space", "steps", "windows")
 
     def __init__(
         self,
+        space: tuple[int, ...],
         windows: Sequence[Window],
         steps: Sequence[tuple[Callable[..., Any], tuple[tuple[int, Any], ...], np.dtype[Any]]],
         outs: Sequence[tuple[int, Any]],
         sinks: Sequence[tuple[str, tuple[int, Any], np.dtype[Any]]] = (),
     ) -> None:
+        self.space = space
         self.windows = tuple(windows)
         self.steps = tuple(steps)
         self.outs = tuple(outs)
@@ -97,14 +106,17 @@ def read_window(window: Window, values: Sequence[Any]) -> Any:
 
 
 def _evaluate(program: Program, values: Sequence[Any]) -> list[Any]:
-    """Every operand the outputs and sinks need, in order: windows, then steps. A step's
-    result that nothing later reads is dropped once read (None in its place), so that the
-    next step's result reuses its memory: a chunk's temporaries held to the end cost a
-    fresh allocation each (page faults), which made a 5-operation stencil step 3x slower
-    than the same NumPy expression."""
+    """Every operand the outputs and sinks need, in order: windows, then steps (the whole
+    task at once: the path of a task with reductions, or too small to cut in blocks)."""
     windows = [read_window(w, values) for w in program.windows]
+    return [windows, _steps(program, windows, _last_reads(program))]
+
+
+def _steps(program: Program, windows: list[Any], last: dict[int, int]) -> list[Any]:
+    """The steps' results over ``windows`` (the task's operands, or their rows of one block).
+    A step's result that nothing later reads is dropped once read (None in its place), so
+    that the next step's result reuses its memory."""
     results: list[Any] = []
-    last = _last_reads(program)
     for i, (fn, refs, dtype) in enumerate(program.steps):
         args = [_resolve(ref, windows, results) for ref in refs]
         for kind, index in refs:
@@ -115,7 +127,86 @@ def _evaluate(program: Program, values: Sequence[Any]) -> list[Any]:
         if result.dtype != dtype:
             result = result.astype(dtype)
         results.append(result)
-    return [windows, results]
+    return results
+
+
+#: A task evaluates its program in blocks of rows of about this many elements: every
+#: step's result is then a small array (96 KiB of float64) that malloc serves from memory it
+#: keeps. A temporary the size of a chunk is mapped fresh from the OS on a Dask worker (Dask
+#: sets ``MALLOC_TRIM_THRESHOLD_``, which fixes glibc's mmap threshold at 128 KiB), and its
+#: page faults made a stencil step's task 8x slower there than the same NumPy on the client.
+BLOCK_ELEMS = 12288
+
+
+def _blocked(program: Program, values: Sequence[Any], dests: Sequence[Any]) -> bool:
+    """Evaluate ``program``'s outputs into ``dests`` (arrays of its ``space``), one block of
+    rows at a time; False (nothing written) if the task is one block, or has reductions."""
+    space = program.space
+    if program.sinks or len(space) == 0:
+        return False
+    n = space[0]
+    per = max(1, BLOCK_ELEMS // max(1, math.prod(space[1:])))
+    if n <= per or _full_const(program, n, len(space)):
+        return False
+    readers = [_reader(w, values, n, len(space)) for w in program.windows]
+    last = _last_reads(program)
+    outs = program.outs
+    for r0 in range(0, n, per):
+        r1 = min(n, r0 + per)
+        windows = [read(r0, r1) for read in readers]
+        results = _steps(program, windows, last)
+        for dest, ref in zip(dests, outs, strict=True):
+            dest[r0:r1] = _resolve(ref, windows, results)
+    return True
+
+
+def _full_const(program: Program, n: int, ndim: int) -> bool:
+    """Whether a value the task carries runs along its leading axis (it would need cutting
+    per block; such values are small, and so is the task then)."""
+    refs = [*program.outs, *(ref for _, refs, _ in program.steps for ref in refs)]
+    for kind, value in refs:
+        if kind == CONST and np.ndim(value) == ndim and np.shape(value)[0] == n:
+            return True
+    return False
+
+
+def _reader(window: Window, values: Sequence[Any], n: int, ndim: int) -> Callable[[int, int], Any]:
+    """How a block of rows ``r0:r1`` reads ``window`` (of a task of ``n`` rows and ``ndim``
+    dimensions): its rows, as views of the chunks where they lie within one chunk (a
+    window across chunks, a halo, is never concatenated whole); the whole operand in every
+    block if it broadcasts along the leading axis."""
+    shape = window.shape
+    if window.nchunks < 0 or len(shape) != ndim or shape[0] != n:
+        whole = read_window(window, values)
+        return lambda r0, r1: whole
+    chunks = values[window.first : window.first + window.nchunks]
+    rowbytes = chunks[0].strides[0] if chunks[0].ndim else 0
+    if len(chunks) == 1 or rowbytes == 0 or window.strides[0] != rowbytes:
+        full = read_window(window, values)
+        return lambda r0, r1: full[r0:r1]
+    # Consecutive rows: row j of the window lies in row ``base + j`` of the chunks' rows
+    # (the first from ``start``, the last up to ``stop``), at ``inner`` bytes into it.
+    base, inner = divmod(window.offset, rowbytes)
+    segments = []  # (first row of the window in it, its chunk, the chunk's row there)
+    row = -base
+    for k, chunk in enumerate(chunks):
+        lo = window.start if k == 0 else 0
+        hi = window.stop if k == len(chunks) - 1 else len(chunk)
+        segments.append((row, np.ascontiguousarray(chunk), lo))
+        row += hi - lo
+    dtype, tail, strides = window.dtype, shape[1:], window.strides
+
+    def read(r0: int, r1: int) -> Any:
+        parts = []
+        for k, (first, chunk, lo) in enumerate(segments):
+            end = segments[k + 1][0] if k + 1 < len(segments) else r1
+            a, b = max(r0, first), min(r1, end)
+            if a < b:
+                offset = (lo + a - first) * rowbytes + inner
+                parts.append(np.ndarray((b - a, *tail), dtype, chunk, offset, strides))
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    return read
 
 
 def _last_reads(program: Program) -> dict[int, int]:
@@ -155,9 +246,19 @@ def _partial(name: str, x: Any, dtype: np.dtype[Any]) -> Any:
     return np.asarray(part(x, dtype))
 
 
+def _dtype(program: Program, ref: tuple[int, Any]) -> np.dtype[Any]:
+    kind, index = ref
+    dtype: np.dtype[Any] = program.windows[index].dtype if kind == IN else program.steps[index][2]
+    return dtype
+
+
 def run(program: Program, *values: Any) -> tuple[Any, ...]:
     """One task of a fused chain: the program over the rows of ``values`` (chunk arrays);
     returns the results someone holds (each a new C-contiguous array), then the partials."""
+    dests = [np.empty(program.space, _dtype(program, ref)) for ref in program.outs]
+    if _blocked(program, values, dests):
+        return tuple(dests)
+    del dests
     windows, results = _evaluate(program, values)
     out: list[Any] = []
     for ref in program.outs:
@@ -179,8 +280,6 @@ def write(program: Program, target: Window, old: Any, *values: Any) -> Any:
     program's single output assigned to ``target`` (a window of that chunk alone); the program
     reads ``values``, the versions before the write (so ``a[0:2] = a[1:3]`` reads what NumPy
     reads)."""
-    windows, results = _evaluate(program, values)
-    value = _resolve(program.outs[0], windows, results)
     old = np.asarray(old)
     if target.offset == 0 and target.shape == old.shape and target.strides == old.strides:
         new = np.empty_like(old, order="C")  # the whole chunk is written: no copy of old
@@ -189,7 +288,10 @@ def write(program: Program, target: Window, old: Any, *values: Any) -> Any:
     dest = np.ndarray(
         target.shape, new.dtype, buffer=new, offset=target.offset, strides=target.strides
     )
-    dest[...] = value
+    if tuple(target.shape) == tuple(program.space) and _blocked(program, values, [dest]):
+        return new
+    windows, results = _evaluate(program, values)
+    dest[...] = _resolve(program.outs[0], windows, results)
     return new
 
 

@@ -352,7 +352,9 @@ class Expr:
                 _window(inp.store, inp.chunks, _restrict(inp.view, self.shape, lo, hi), args, seen)
                 for inp in self.inputs
             ]
+            space = (hi - lo, *self.shape[1:]) if self.shape else ()
             program = Program(
+                space,
                 windows,
                 self.steps,
                 [(STEP, k) for k, _ in live],
@@ -507,7 +509,7 @@ def write_into(
         for inp in expr.inputs:
             v = inp.view if space_view is None else _restrict(inp.view, expr.shape, *space_view)
             windows.append(_window(inp.store, inp.chunks, v, args, seen))
-        program = Program(windows, expr.steps, [ref])
+        program = Program(target.shape, windows, expr.steps, [ref])
         base = c * store.rows * store.rowbytes
         rows_c = min(store.rows, (store.shape[0] if store.shape else 1) - c * store.rows)
         twin = Window(0, 1, 0, rows_c, target.shape, target.strides, target.offset - base,
