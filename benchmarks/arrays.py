@@ -53,17 +53,18 @@ its own for the whole measurement (each run timed inside its coroutine, ``await`
 ``aioengine.array_api`` is the synchronous namespace (``np.asarray`` / ``float`` at the end).
 Inputs are made, and awaited, before the clock starts.
 
-* ``chain``: the 10-step elementwise chain ``c = a * 1.5 + b; c = c * c - a;
-  c = xp.sqrt(xp.abs(c)) + 2.0; c = c * b - a * 0.5; c = xp.exp(-c * c) + c`` on 1e3, 1e6
-  and 8e6 float64 elements (a run at 1e3 times 200 chains, each awaited before the next).
-  Peers: NumPy (the same code), numexpr (one ``evaluate`` per statement, its default threads)
-  and, from 1e6 elements, the physical floor (``floor``): ``np.add(a_chunk, b_chunk,
-  out=out_chunk)`` on a ``ThreadPoolExecutor`` of ``os.cpu_count()`` threads, i.e. the inputs
-  read once and a fresh output written once on every core. Results equal NumPy's to
-  ``rtol=1e-12`` (``atol``: 1e-12 times the largest magnitude, for the elements that a
-  cancellation leaves near zero). Targets: >= 3x NumPy and >= 1x numexpr at 1e6 and 8e6; at
-  1e3 <= 3x NumPy's time; the synchronous namespace within 1.2x of the async one's time at
-  every size.
+* ``chain``: the 10-step elementwise chain ``c = a * 1.5 + b; c = c * c - a; c =
+  xp.sqrt(xp.abs(c)) + 2.0; c = c * b - a * 0.5; c = xp.exp(-c * c) + c`` on 1e3, 1e6 and 8e6
+  float64 elements (a run at 1e3 times 200 chains, each awaited before the next; at 1e6 and
+  8e6 a run is one chain, after an untimed one of the same peer, so that no peer is timed
+  waking the cores the one before it left idle). Peers: NumPy (the same code), numexpr (one
+  ``evaluate`` per statement, its default threads) and, from 1e6 elements, the physical floor
+  (``floor``): ``np.add(a_chunk, b_chunk, out=out_chunk)`` on a ``ThreadPoolExecutor`` of
+  ``os.cpu_count()`` threads, i.e. the inputs read once and a fresh output written once on
+  every core. Results equal NumPy's to ``rtol=1e-12`` (``atol``: 1e-12 times the largest
+  magnitude, for the elements that a cancellation leaves near zero). Targets: >= 3x NumPy and
+  >= 1x numexpr at 1e6 and 8e6; at 1e3 <= 3x NumPy's time; the synchronous namespace within
+  1.2x of the async one's time at every size.
 * ``reductions``: ``xp.sum(a * b)`` and ``xp.mean((a - b) ** 2)`` on 8e6 float64; peers NumPy
   and numexpr (``sum(a * b)``; numexpr has no ``mean``: ``sum((a - b) ** 2)`` over n).
   Results equal NumPy's to ``rtol=1e-10`` (the peers sum in different orders). Target: >= 2.5x
@@ -937,11 +938,17 @@ Peer = Callable[[], tuple[float, Any]]  # one timed run: (wall seconds, value)
 
 
 def take_turns(
-    peers: dict[str, Peer], reps: int, check: Callable[[str, Any], str | None]
+    peers: dict[str, Peer],
+    reps: int,
+    check: Callable[[str, Any], str | None],
+    warm: bool = False,
 ) -> tuple[dict[str, list[float]], dict[str, str]]:
     """Every peer once per repetition, the first to go rotating from one repetition to the next;
-    ``check(name, value)`` says what is wrong with a value (None: nothing). The wall times, and
-    the first error of each peer that failed (it runs no more)."""
+    ``check(name, value)`` says what is wrong with a value (None: nothing). With ``warm``, each
+    timed run follows an untimed run of the same peer: a run of a few milliseconds timed right
+    after another peer's measures how fast this VM wakes the cores that peer left idle (a
+    two-thread NumPy loop took 7 ms there, 3.5 ms back to back), for every peer alike. The
+    wall times, and the first error of each peer that failed (it runs no more)."""
     walls: dict[str, list[float]] = {name: [] for name in peers}
     errors: dict[str, str] = {}
     names = list(peers)
@@ -952,6 +959,8 @@ def take_turns(
                 continue
             gc.collect()
             try:
+                if warm:
+                    peers[name]()
                 wall, value = peers[name]()
             except Exception as exc:
                 errors[name] = f"{type(exc).__name__}: {exc}"
@@ -1087,7 +1096,7 @@ def _chain_size(
             return "results differ from NumPy's (rtol 1e-12)"
         return None
 
-    walls, errors = take_turns(peers, reps, check)
+    walls, errors = take_turns(peers, reps, check, warm=repeats < 10)
     against = ("numpy", "numexpr", "aioengine")
     out = {
         "elements": n,

@@ -127,7 +127,10 @@ async def run_dask(client: Any, u0: np.ndarray[Any, Any], n: int, steps: int) ->
 
     # The chunks scattered to the workers (as the engine's asarray sends them), not the array
     # embedded in the graph (which Dask warns about, and which made its first runs slow).
-    parts = await client.scatter([u0[i : i + n] for i in range(0, len(u0), n)])
+    # Under new keys each run (hash=False): keys named by the data's hash are the same in every
+    # run, so a run could find the last one's results still on the cluster (a 7 s run beside
+    # 83 s ones in an earlier full run).
+    parts = await client.scatter([u0[i : i + n] for i in range(0, len(u0), n)], hash=False)
     u = da.concatenate(
         [
             da.from_delayed(f, shape=(min(n, len(u0) - i * n),), dtype=u0.dtype)
