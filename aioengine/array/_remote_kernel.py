@@ -50,9 +50,9 @@ CONST = 2  #: a value as it is (a Python scalar, a small NumPy array)
 class Window(NamedTuple):
     """How a task reads one operand from the chunk values it is given."""
 
-    #: Index of its first chunk among the task's chunk arguments, and how many (-1: empty).
-    first: int
-    nchunks: int
+    #: Its chunks, in row order, as indices of the task's chunk arguments (each chunk is
+    #: passed once, however many windows read it); empty: the operand has no element.
+    parts: tuple[int, ...]
     #: Rows taken from the first chunk (from ``start``) and the last (up to ``stop``).
     start: int
     stop: int
@@ -92,9 +92,9 @@ class Program:
 
 def read_window(window: Window, values: Sequence[Any]) -> Any:
     """The operand ``window`` describes, from the chunk values a task was given."""
-    if window.nchunks < 0:
+    if not window.parts:
         return np.empty(window.shape, window.dtype)
-    chunks = values[window.first : window.first + window.nchunks]
+    chunks = [values[i] for i in window.parts]
     if len(chunks) == 1:
         rows = chunks[0] if np.ndim(chunks[0]) == 0 else chunks[0][window.start : window.stop]
     else:
@@ -176,10 +176,10 @@ def _reader(window: Window, values: Sequence[Any], n: int, ndim: int) -> Callabl
     window across chunks, a halo, is never concatenated whole); the whole operand in every
     block if it broadcasts along the leading axis."""
     shape = window.shape
-    if window.nchunks < 0 or len(shape) != ndim or shape[0] != n:
+    if not window.parts or len(shape) != ndim or shape[0] != n:
         whole = read_window(window, values)
         return lambda r0, r1: whole
-    chunks = values[window.first : window.first + window.nchunks]
+    chunks = [values[i] for i in window.parts]
     rowbytes = chunks[0].strides[0] if chunks[0].ndim else 0
     if len(chunks) == 1 or rowbytes == 0 or window.strides[0] != rowbytes:
         full = read_window(window, values)
@@ -275,12 +275,12 @@ def run_one(program: Program, *values: Any) -> Any:
     return run(program, *values)[0]
 
 
-def write(program: Program, target: Window, old: Any, *values: Any) -> Any:
-    """One chunk of an in-place write: a copy of ``old`` (the chunk's current value) with the
-    program's single output assigned to ``target`` (a window of that chunk alone); the program
-    reads ``values``, the versions before the write (so ``a[0:2] = a[1:3]`` reads what NumPy
-    reads)."""
-    old = np.asarray(old)
+def write(program: Program, target: Window, *values: Any) -> Any:
+    """One chunk of an in-place write: a copy of the chunk's current value (``values`` at
+    ``target``'s one part) with the program's single output assigned to ``target`` (a window
+    of that chunk alone); the program reads ``values``, the versions before the write (so
+    ``a[0:2] = a[1:3]`` reads what NumPy reads)."""
+    old = np.asarray(values[target.parts[0]])
     if target.offset == 0 and target.shape == old.shape and target.strides == old.strides:
         new = np.empty_like(old, order="C")  # the whole chunk is written: no copy of old
     else:

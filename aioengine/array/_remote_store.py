@@ -208,24 +208,30 @@ def _window(
     chunks: tuple[Var, ...],
     view: View,
     args: list[Any],
-    seen: dict[tuple[int, ...], int],
+    seen: dict[int, int],
 ) -> Window:
     """The :class:`Window` a task reads ``view`` through, appending the chunk Vars it needs to
-    ``args`` (a run of chunks asked for twice is passed once)."""
+    ``args`` (``seen``: the index in ``args`` of each Var already there, by id: a chunk read
+    by several windows is passed once)."""
     span = view_rows(store, view)
     if span is None:
-        return Window(-1, -1, 0, 0, view.shape, view.strides, 0, store.dtype)
+        return Window((), 0, 0, view.shape, view.strides, 0, store.dtype)
     r0, r1 = span
     c0, c1 = r0 // store.rows, r1 // store.rows
-    ids = tuple(id(v) for v in chunks[c0 : c1 + 1])
-    first = seen.get(ids)
-    if first is None:
-        first = seen[ids] = len(args)
-        args.extend(chunks[c0 : c1 + 1])
     start = r0 - c0 * store.rows
     stop = r1 + 1 - c1 * store.rows
     offset = view.offset - r0 * store.rowbytes
-    return Window(first, c1 - c0 + 1, start, stop, view.shape, view.strides, offset, store.dtype)
+    parts = tuple(_arg(args, seen, v) for v in chunks[c0 : c1 + 1])
+    return Window(parts, start, stop, view.shape, view.strides, offset, store.dtype)
+
+
+def _arg(args: list[Any], seen: dict[int, int], var: Var) -> int:
+    """The index of ``var`` among a task's arguments ``args``, appended if new."""
+    k = seen.get(id(var))
+    if k is None:
+        k = seen[id(var)] = len(args)
+        args.append(var)
+    return k
 
 
 def _restrict(view: View, space: tuple[int, ...], lo: int, hi: int) -> View:
@@ -347,7 +353,7 @@ class Expr:
             lo = i * self.rows
             hi = min(lo + self.rows, self.shape[0]) if self.shape else 1
             args: list[Any] = []
-            seen: dict[tuple[int, ...], int] = {}
+            seen: dict[int, int] = {}
             windows = [
                 _window(inp.store, inp.chunks, _restrict(inp.view, self.shape, lo, hi), args, seen)
                 for inp in self.inputs
@@ -504,7 +510,7 @@ def write_into(
             target = View(view.lay[k0:k1], _base_of(view.lay))
             space_view = (k0, k1)
         args: list[Any] = []
-        seen: dict[tuple[int, ...], int] = {}
+        seen: dict[int, int] = {}
         windows = []
         for inp in expr.inputs:
             v = inp.view if space_view is None else _restrict(inp.view, expr.shape, *space_view)
@@ -512,11 +518,11 @@ def write_into(
         program = Program(target.shape, windows, expr.steps, [ref])
         base = c * store.rows * store.rowbytes
         rows_c = min(store.rows, (store.shape[0] if store.shape else 1) - c * store.rows)
-        twin = Window(0, 1, 0, rows_c, target.shape, target.strides, target.offset - base,
+        old = _arg(args, seen, chunks[c])
+        twin = Window((old,), 0, rows_c, target.shape, target.strides, target.offset - base,
                       store.dtype)  # fmt: skip
         var = engine.new_var(f"{store.name}[{c}]")
-        engine.submit(write, program, twin, chunks[c], *args, out=var, ctx=_REMOTE,
-                      name="write")  # fmt: skip
+        engine.submit(write, program, twin, *args, out=var, ctx=_REMOTE, name="write")
         chunks[c] = var
     store.chunks = tuple(chunks)
 
