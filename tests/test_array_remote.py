@@ -41,7 +41,7 @@ class Blocks:
 
     def __init__(self, cut: bool) -> None:
         self.cut = cut
-        #: What each task's blocked evaluation returned (whether it cut the task in blocks).
+        #: Per task, whether it was cut in blocks.
         self.taken: list[bool] = []
 
     def check(self) -> None:
@@ -58,9 +58,10 @@ def blocks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> B
     if mode.cut:
         real = _remote_kernel._blocked
 
-        def blocked(program: Any, values: Any, dests: Any) -> bool:
-            mode.taken.append(real(program, values, dests))
-            return mode.taken[-1]
+        def blocked(program: Any, values: Any, dests: Any) -> Any:
+            partials = real(program, values, dests)
+            mode.taken.append(partials is not None)
+            return partials
 
         monkeypatch.setattr(_remote_kernel, "BLOCK_ELEMS", 3)
         monkeypatch.setattr(_remote_kernel, "_blocked", blocked)
@@ -116,7 +117,7 @@ async def test_fused_chain_is_one_task_per_chunk(cluster: Any) -> None:
         assert np.allclose(got, (want * want).astype(np.float32))
 
 
-async def test_reduction_moves_partials_not_the_array(cluster: Any) -> None:
+async def test_reduction_moves_partials_not_the_array(cluster: Any, blocks: Blocks) -> None:
     async with ae.Engine(cluster=cluster) as engine:
         xp = aa.namespace(engine, chunk_bytes=8 * 128)
         a = np.linspace(-2, 5, 1000)
@@ -132,6 +133,10 @@ async def test_reduction_moves_partials_not_the_array(cluster: Any) -> None:
             assert np.isclose(got, getattr(np, name)(a[::3] / 4.0)), name
         with pytest.raises(NotImplementedError, match="every axis"):
             xp.sum(x, axis=0, keepdims=True)
+        k = xp.asarray(np.arange(1000), device=R)  # integers: exact, whole or in blocks
+        assert int(await xp.sum(k * 3 - 7)) == int(np.sum(np.arange(1000) * 3 - 7))
+        assert int(await xp.max(k % 97 - 50)) == 46
+        blocks.check()
 
 
 @pytest.mark.parametrize("n", [8, 10_000, 20_000])

@@ -138,26 +138,33 @@ def _steps(program: Program, windows: list[Any], last: dict[int, int]) -> list[A
 BLOCK_ELEMS = 12288
 
 
-def _blocked(program: Program, values: Sequence[Any], dests: Sequence[Any]) -> bool:
+def _blocked(program: Program, values: Sequence[Any], dests: Sequence[Any]) -> list[Any] | None:
     """Evaluate ``program``'s outputs into ``dests`` (arrays of its ``space``), one block of
-    rows at a time; False (nothing written) if the task is one block, or has reductions."""
+    rows at a time, and return its reductions' partials (each the combine of its blocks',
+    in block order); None (nothing written) if the task is one block."""
     space = program.space
-    if program.sinks or len(space) == 0:
-        return False
+    if len(space) == 0 or math.prod(space) == 0:
+        return None
     n = space[0]
     per = max(1, BLOCK_ELEMS // max(1, math.prod(space[1:])))
     if n <= per or _full_const(program, n, len(space)):
-        return False
+        return None
     readers = [_reader(w, values, n, len(space)) for w in program.windows]
     last = _last_reads(program)
-    outs = program.outs
+    outs, sinks = program.outs, program.sinks
+    parts: list[list[Any]] = [[] for _ in sinks]
     for r0 in range(0, n, per):
         r1 = min(n, r0 + per)
         windows = [read(r0, r1) for read in readers]
         results = _steps(program, windows, last)
         for dest, ref in zip(dests, outs, strict=True):
             dest[r0:r1] = _resolve(ref, windows, results)
-    return True
+        for blocks, (name, ref, dtype) in zip(parts, sinks, strict=True):
+            blocks.append(_partial(name, _resolve(ref, windows, results), dtype))
+    return [
+        np.asarray(REDUCERS[name][1](np.asarray(blocks), dtype))
+        for blocks, (name, _, dtype) in zip(parts, sinks, strict=True)
+    ]
 
 
 def _full_const(program: Program, n: int, ndim: int) -> bool:
@@ -256,8 +263,9 @@ def run(program: Program, *values: Any) -> tuple[Any, ...]:
     """One task of a fused chain: the program over the rows of ``values`` (chunk arrays);
     returns the results someone holds (each a new C-contiguous array), then the partials."""
     dests = [np.empty(program.space, _dtype(program, ref)) for ref in program.outs]
-    if _blocked(program, values, dests):
-        return tuple(dests)
+    partials = _blocked(program, values, dests)
+    if partials is not None:
+        return (*dests, *partials)
     del dests
     windows, results = _evaluate(program, values)
     out: list[Any] = []
@@ -288,7 +296,10 @@ def write(program: Program, target: Window, *values: Any) -> Any:
     dest = np.ndarray(
         target.shape, new.dtype, buffer=new, offset=target.offset, strides=target.strides
     )
-    if tuple(target.shape) == tuple(program.space) and _blocked(program, values, [dest]):
+    if (
+        tuple(target.shape) == tuple(program.space)
+        and _blocked(program, values, [dest]) is not None
+    ):
         return new
     windows, results = _evaluate(program, values)
     dest[...] = _resolve(program.outs[0], windows, results)
