@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 import aioengine as ae
 import aioengine.array as aa
 from aioengine.array import _push
-from aioengine.array._burst import QUIET
+from aioengine.array._burst import QUIET_MAX
 
 from .helpers import Pushes, chain
 
@@ -595,7 +595,7 @@ async def test_a_chain_computes_while_its_caller_keeps_the_loop_busy() -> None:
         before = pushed()
         value = await (xp.sqrt(a * 2.0 + 1.0) - a)
         np.testing.assert_array_equal(value, np.sqrt(np.arange(N) * 2.0 + 1.0) - np.arange(N))
-        await asyncio.sleep(5 * QUIET)  # a waker would have pushed by now
+        await asyncio.sleep(5 * QUIET_MAX)  # a waker would have pushed by now
         awaited = pushed() - before  # the kernels (one per chunk) and the await
         for _ in range(3):
             before = pushed()

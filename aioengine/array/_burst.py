@@ -9,11 +9,12 @@ run when it returns). Two things follow for a chain of chunk kernels (``_chain.p
   while the caller is still pushing the chain's later steps, which join a kernel only while it
   has not started (else they make kernels of their own, and the intermediates are written to
   memory). So a kernel of the current burst waits (:meth:`Burst.wait`, GIL released) until the
-  loop iterates or the caller has pushed no chunked operation for :data:`QUIET`.
+  loop iterates or the caller has gone on with other work (:meth:`Burst.quiet`: :data:`QUIET`
+  of CPU time, or :data:`QUIET_MAX` of wall time, without a chunked push).
 * A caller that pushes a chain and then keeps the loop busy (``time.sleep``, a long stretch of
   Python, a synchronous wait in a notebook cell) would hold it back until its next ``await``.
   So the burst's opening arms the process's :class:`Waker`: a daemon thread that, once the
-  caller has pushed nothing for :data:`QUIET` and the loop has still not iterated, pushes one
+  caller is quiet and the loop has still not iterated, pushes one
   no-op operation (``"array wake"``) on the burst's device from its own thread; a push from
   off the loop wakes the device's workers at once, and they take the queued kernels. Under
   the GIL a worker takes its turn from a caller spinning in pure Python only every
@@ -22,7 +23,7 @@ run when it returns). Two things follow for a chain of chunk kernels (``_chain.p
 A caller off the loop (``aioengine.array_api``, a ``BlockingEngine``'s namespace, any thread
 of its own) has the same race and a burst per thread (``Burst(on_loop=False)``): its pushes
 wake the workers at once, so its kernels wait until the thread reaches a wait of the namespace
-(a sync point ends its burst: :meth:`Burst.end`) or has pushed nothing for :data:`QUIET`. No
+(a sync point ends its burst: :meth:`Burst.end`) or is quiet. No
 waker is needed there: a push from off the loop already wakes the workers.
 
 State: :class:`Burst`'s fields are written on the thread that pushes (the loop's, or the one
@@ -43,20 +44,34 @@ from ._sync import running_loop
 if TYPE_CHECKING:
     from .. import Context, Engine, RunContext
 
-__all__ = ("QUIET", "Burst", "Waker")
+__all__ = ("QUIET", "QUIET_MAX", "Burst", "Waker")
 
-#: How long the caller may go without pushing a chunked operation, while the loop has not
-#: iterated, before its burst's kernels start (and the waker wakes the workers for them).
-#: Long beside the gap between two pushes of a chain (tens of µs; milliseconds when the
-#: machine is loaded and the caller is descheduled), short beside the busy stretch it is for.
-QUIET = 0.02
+#: How much CPU time the caller's thread may spend on other work, without pushing a chunked
+#: operation, while the loop has not iterated, before its burst's kernels start (and the
+#: waker wakes the workers for them). Long beside the gap between two pushes of a chain
+#: (tens of µs), short beside the busy stretch it is for. CPU time, not wall time: a caller
+#: the machine deschedules mid-chain (a loaded machine) spends none, and its chain stays fused.
+QUIET = 0.005
+#: How long (wall time) the caller may go without pushing a chunked operation before its
+#: burst's kernels start whatever it does: it blocked (``time.sleep``, a lock, I/O), or its
+#: thread's CPU time cannot be read on this platform.
+QUIET_MAX = 0.02
+
+
+def _cpu_clock() -> int | None:
+    """The CPU-time clock of the calling thread, for other threads to read (None where the
+    platform has none)."""
+    try:
+        return time.pthread_getcpuclockid(threading.get_ident())
+    except (AttributeError, OSError):
+        return None
 
 
 class Burst:
     """The chunk kernels a namespace pushes on the event loop's thread between two iterations
     of the loop (see the module docstring)."""
 
-    __slots__ = ("gen", "last", "on_loop", "open")
+    __slots__ = ("clock", "cpu", "gen", "last", "on_loop", "open", "thread")
 
     def __init__(self, on_loop: bool = True) -> None:
         #: The bursts ended (the loop iterated after them, or the caller off the loop waited).
@@ -68,12 +83,21 @@ class Burst:
         self.last = 0.0
         #: A burst is open: its end is scheduled on the loop.
         self.open = False
+        #: The pushing thread, its CPU-time clock (None: none here), and that clock when the
+        #: latest chunked operation was recorded.
+        self.thread = 0
+        self.clock: int | None = None
+        self.cpu = 0.0
 
     def enter(self, engine: Engine, device: Context) -> int:
         """On the loop's thread, as a chunked operation on ``device`` is recorded: the burst
         it is in (its ``gen``); the first one opens the burst and arms the waker. Off the loop
         (``on_loop`` false), on the caller's thread: the burst it is in."""
         self.last = time.perf_counter()
+        thread = threading.get_ident()
+        if thread != self.thread:
+            self.thread, self.clock = thread, _cpu_clock()
+        self.cpu = time.thread_time()
         if self.on_loop and not self.open:
             self.open = True
             loop = running_loop()
@@ -91,14 +115,23 @@ class Burst:
         point): the kernels it pushed start now."""
         self.gen += 1
 
+    def quiet(self) -> bool:
+        """Whether the caller has gone on with other work since its latest chunked push:
+        :data:`QUIET` of its thread's CPU time, or :data:`QUIET_MAX` of wall time (any
+        thread)."""
+        if time.perf_counter() - self.last >= QUIET_MAX:
+            return True
+        clock = self.clock
+        try:
+            return clock is not None and time.clock_gettime(clock) - self.cpu >= QUIET
+        except OSError:  # the thread is gone
+            return True
+
     def wait(self, gen: int) -> None:
         """On a worker, before a kernel of burst ``gen`` starts: wait until the burst ends
-        or its caller has pushed nothing for :data:`QUIET`."""
-        while self.gen == gen:
-            left = self.last + QUIET - time.perf_counter()
-            if left <= 0:
-                return
-            time.sleep(min(left, 0.0002))
+        or its caller is :meth:`quiet`."""
+        while self.gen == gen and not self.quiet():
+            time.sleep(0.0002)
 
 
 def _nothing(rctx: RunContext) -> None:
@@ -138,11 +171,8 @@ class Waker:
                 while not armed:
                     cond.wait()
                 burst, gen, engine, device = armed[0]
-            while burst.gen == gen:
-                left = burst.last + QUIET - time.perf_counter()
-                if left <= 0:
-                    break
-                time.sleep(left)
+            while burst.gen == gen and not burst.quiet():
+                time.sleep(0.0005)
             with cond:
                 armed.pop(0)
             if burst.gen == gen:  # quiet, and the loop has not iterated: wake the workers
