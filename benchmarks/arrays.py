@@ -55,9 +55,9 @@ Inputs are made, and awaited, before the clock starts.
 
 * ``chain``: the 10-step elementwise chain ``c = a * 1.5 + b; c = c * c - a; c =
   xp.sqrt(xp.abs(c)) + 2.0; c = c * b - a * 0.5; c = xp.exp(-c * c) + c`` on 1e3, 1e6 and 8e6
-  float64 elements (a run at 1e3 times 200 chains, each awaited before the next; at 1e6 and
-  8e6 a run is one chain, after an untimed one of the same peer, so that no peer is timed
-  waking the cores the one before it left idle). Peers: NumPy (the same code), numexpr (one
+  float64 elements (a run at 1e3 times 200 chains, at 1e6 and 8e6 three, each awaited before
+  the next; at 1e6 and 8e6 a run follows an untimed one of the same peer, so that no peer is
+  timed waking the cores the one before it left idle). Peers: NumPy (the same code), numexpr (one
   ``evaluate`` per statement, its default threads) and, from 1e6 elements, the physical floor
   (``floor``): ``np.add(a_chunk, b_chunk, out=out_chunk)`` on a ``ThreadPoolExecutor`` of
   ``os.cpu_count()`` threads, i.e. the inputs read once and a fresh output written once on
@@ -1019,8 +1019,9 @@ def _numexpr_available(notes: list[str]) -> bool:
 
 def _repeats(n: int) -> int:
     """Chains per timed run: a tiny chain is timed over enough of them to outlast the clock's
-    noise (each awaited, or converted, before the next starts)."""
-    return max(1, 200_000 // n)
+    noise, a large one over three (each awaited, or converted, before the next starts: one
+    chain of a few milliseconds timed alone varied 2x from run to run on this VM)."""
+    return max(3, 200_000 // n)
 
 
 def _chain_size(
@@ -1098,7 +1099,7 @@ def _chain_size(
             return "results differ from NumPy's (rtol 1e-12)"
         return None
 
-    walls, errors = take_turns(peers, reps, check, warm=repeats < 10)
+    walls, errors = take_turns(peers, reps, check, warm=n >= 1_000_000)
     against = ("numpy", "numexpr", "aioengine")
     out = {
         "elements": n,
