@@ -299,6 +299,52 @@ async def test_apply_runs_per_chunk_on_the_workers(cluster: Any) -> None:
             xp.apply(np.negative, xp.asarray(a), shape=(100, 4), dtype=xp.float64, device=ae.gpu())
 
 
+def _rows_seen(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    return np.full(len(x), float(len(x)))
+
+
+def _plus_len(x: np.ndarray[Any, Any], items: list[Any]) -> np.ndarray[Any, Any]:
+    return x + len(items)
+
+
+_BIG = np.arange(320.0).reshape(80, 4)
+
+
+def _every_other_row(*, rows: slice) -> np.ndarray[Any, Any]:
+    """A loader returning a strided view (rows of ``_BIG[::2]``)."""
+    return _BIG[2 * rows.start : 2 * rows.stop : 2]
+
+
+def _record_field(*, rows: slice) -> np.ndarray[Any, Any]:
+    """A loader returning one field of a record array (a stride of 16 bytes)."""
+    rec = np.zeros(rows.stop - rows.start, dtype=[("a", "f8"), ("b", "f8")])
+    rec["a"] = np.arange(rows.start, rows.stop)
+    return rec["a"]
+
+
+async def test_apply_sees_whole_chunks_and_strided_chunks_read_right(
+    cluster: Any, blocks: Blocks
+) -> None:
+    # apply's function runs on all of a chunk's rows, however a task cuts elementwise work;
+    # chunks that are strided views (a loader's, a one-row chunk's) are read as their rows.
+    async with ae.Engine(cluster=cluster) as engine:
+        xp = aa.namespace(engine, chunk_bytes=8 * 40)
+        x = xp.asarray(np.zeros(100), device=R)
+        seen = await xp.apply(_rows_seen, x * 2.0, shape=(100,), dtype=xp.float64)
+        assert np.array_equal(seen, np.array([40.0] * 80 + [20.0] * 20))
+        plus = await xp.apply(_plus_len, x, [[1, 2], [3]], shape=(100,), dtype=xp.float64)
+        assert np.array_equal(plus, np.full(100, 2.0))
+        y = xp.apply(_record_field, shape=(200,), dtype=xp.float64, device=R)
+        assert np.array_equal(await (y[::2] + 0.0), np.arange(0.0, 200.0, 2.0))
+        blocks.check()
+    async with ae.Engine(cluster=cluster) as engine:
+        rows = aa.namespace(engine, chunk_bytes=32)  # one row of 4 per chunk
+        z = rows.apply(_every_other_row, shape=(40, 4), dtype=rows.float64, device=R)
+        assert np.array_equal(await (z[::2, 0] * 1.0), _BIG[::2][::2, 0])
+        w = rows.asarray(_BIG)[::2].to_device(R)
+        assert np.array_equal(await (w[::2, 0] * 1.0), _BIG[::2][::2, 0])
+
+
 async def test_errors_name_the_function_and_how_to_gather(cluster: Any) -> None:
     async with ae.Engine(cluster=cluster) as engine:
         xp = aa.namespace(engine, chunk_bytes=8 * 16)

@@ -60,11 +60,13 @@ QUIET_MAX = 0.02
 
 def _cpu_clock() -> int | None:
     """The CPU-time clock of the calling thread, for other threads to read (None where the
-    platform has none)."""
+    platform has none, or it cannot be read)."""
     try:
-        return time.pthread_getcpuclockid(threading.get_ident())
+        clock = time.pthread_getcpuclockid(threading.get_ident())
+        time.clock_gettime(clock)
     except (AttributeError, OSError):
         return None
+    return clock
 
 
 class Burst:
@@ -94,7 +96,7 @@ class Burst:
         it is in (its ``gen``); the first one opens the burst and arms the waker. Off the loop
         (``on_loop`` false), on the caller's thread: the burst it is in."""
         self.last = time.perf_counter()
-        thread = threading.get_ident()
+        thread = threading.get_native_id()  # (a new thread may reuse a finished one's ident)
         if thread != self.thread:
             self.thread, self.clock = thread, _cpu_clock()
         self.cpu = time.thread_time()

@@ -24,6 +24,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ._kernel import Applied
+
 __all__ = (
     "BLOCK_ELEMS",
     "CONST",
@@ -147,7 +149,7 @@ def _blocked(program: Program, values: Sequence[Any], dests: Sequence[Any]) -> l
         return None
     n = space[0]
     per = max(1, BLOCK_ELEMS // max(1, math.prod(space[1:])))
-    if n <= per or _full_const(program, n, len(space)):
+    if n <= per or not _cuttable(program, n, len(space)):
         return None
     readers = [_reader(w, values, n, len(space)) for w in program.windows]
     last = _last_reads(program)
@@ -167,14 +169,21 @@ def _blocked(program: Program, values: Sequence[Any], dests: Sequence[Any]) -> l
     ]
 
 
-def _full_const(program: Program, n: int, ndim: int) -> bool:
-    """Whether a value the task carries runs along its leading axis (it would need cutting
-    per block; such values are small, and so is the task then)."""
-    refs = [*program.outs, *(ref for _, refs, _ in program.steps for ref in refs)]
+def _cuttable(program: Program, n: int, ndim: int) -> bool:
+    """Whether the task's program gives the same result computed block by block: every step
+    is elementwise (``xp.apply``'s function runs once per chunk, on all of its rows), and no
+    value the task carries runs along its leading axis (it would need cutting per block;
+    such values are small, and so is the task then)."""
+    refs = list(program.outs)
+    for fn, operands, _ in program.steps:
+        if isinstance(fn, Applied):
+            return False
+        refs.extend(operands)
     for kind, value in refs:
-        if kind == CONST and np.ndim(value) == ndim and np.shape(value)[0] == n:
-            return True
-    return False
+        carried = kind == CONST and isinstance(value, np.ndarray | np.generic)
+        if carried and value.ndim == ndim and value.shape[0] == n:
+            return False
+    return True
 
 
 def _reader(window: Window, values: Sequence[Any], n: int, ndim: int) -> Callable[[int, int], Any]:
@@ -187,7 +196,9 @@ def _reader(window: Window, values: Sequence[Any], n: int, ndim: int) -> Callabl
         whole = read_window(window, values)
         return lambda r0, r1: whole
     chunks = [values[i] for i in window.parts]
-    rowbytes = chunks[0].strides[0] if chunks[0].ndim else 0
+    # A row's bytes as the client laid the rows out (C order), not a chunk's own stride: a
+    # loader may return a strided view, and a one-row chunk may keep any stride.
+    rowbytes = window.dtype.itemsize * math.prod(chunks[0].shape[1:]) if chunks[0].ndim else 0
     if len(chunks) == 1 or rowbytes == 0 or window.strides[0] != rowbytes:
         full = read_window(window, values)
         return lambda r0, r1: full[r0:r1]
