@@ -183,11 +183,19 @@ async def test_stencil_halo_rows_and_in_place_writes(cluster: Any, blocks: Block
         x[:10] += 1
         x[95] = -1
         x[::-7] = 0.0
+        x[10:90] = np.arange(80.0)  # a NumPy value across two chunks: each gets its rows
+        x[::-2] = -np.arange(50.0)
         w = np.arange(100.0)
         w[:10] += 1
         w[95] = -1
         w[::-7] = 0.0
+        w[10:90] = np.arange(80.0)
+        w[::-2] = -np.arange(50.0)
         assert np.array_equal(await x, w)
+        mine = np.arange(100.0)
+        sent = xp.asarray(mine, device=R)
+        mine[:] = -1.0  # the caller's array changes at once: what was sent does not
+        assert np.array_equal(await sent, np.arange(100.0))
         y = xp.asarray(np.arange(200.0).reshape(50, 4), device=R)
         z = xp.sin(y[::-3]) * 2.0 + y[1::3, ::-1]  # strided windows: read whole, then cut
         assert np.allclose(await z, np.sin(np.arange(200.0).reshape(50, 4)[::-3]) * 2.0

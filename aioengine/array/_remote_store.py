@@ -409,7 +409,10 @@ def placed(engine: Engine, value: np.ndarray[Any, Any], rows: int, name: str) ->
     chunks = []
     for i in range(store.count):
         piece = value[i * rows : (i + 1) * rows] if value.ndim else value
-        local = engine.new_var(f"{name}[{i}] sent", value=np.ascontiguousarray(piece))
+        # A copy: the caller may change its array at once, before the chunk is sent (and an
+        # in-process cluster would keep the caller's memory itself).
+        piece = np.array(piece, copy=True, order="C")
+        local = engine.new_var(f"{name}[{i}] sent", value=piece)
         var = engine.new_var(f"{name}[{i}]")
         engine.submit(own, local, out=var, ctx=_REMOTE, name="place")
         chunks.append(var)
@@ -515,7 +518,10 @@ def write_into(
         for inp in expr.inputs:
             v = inp.view if space_view is None else _restrict(inp.view, expr.shape, *space_view)
             windows.append(_window(inp.store, inp.chunks, v, args, seen))
-        program = Program(target.shape, windows, expr.steps, [ref])
+        out = ref
+        if space_view is not None and ref[0] == CONST and _along(ref[1], view.shape):
+            out = (CONST, np.asarray(ref[1])[k0:k1])  # a NumPy value: this chunk's rows of it
+        program = Program(target.shape, windows, expr.steps, [out])
         base = c * store.rows * store.rowbytes
         rows_c = min(store.rows, (store.shape[0] if store.shape else 1) - c * store.rows)
         old = _arg(args, seen, chunks[c])
@@ -525,6 +531,12 @@ def write_into(
         engine.submit(write, program, twin, *args, out=var, ctx=_REMOTE, name="write")
         chunks[c] = var
     store.chunks = tuple(chunks)
+
+
+def _along(value: Any, shape: tuple[int, ...]) -> bool:
+    """Whether ``value`` (a NumPy value written into a view of ``shape``) runs along the
+    view's leading axis (rather than broadcasting over it)."""
+    return np.ndim(value) == len(shape) > 0 and np.shape(value)[0] == shape[0] > 1
 
 
 def gather_parts(store: Store, view: View) -> tuple[list[Var], Window]:
