@@ -109,7 +109,8 @@ def read_window(window: Window, values: Sequence[Any]) -> Any:
 
 def _evaluate(program: Program, values: Sequence[Any]) -> list[Any]:
     """Every operand the outputs and sinks need, in order: windows, then steps (the whole
-    task at once: the path of a task with reductions, or too small to cut in blocks)."""
+    task at once: the path of a task of one block, or whose program cannot be cut in
+    blocks: :func:`_cuttable`)."""
     windows = [read_window(w, values) for w in program.windows]
     return [windows, _steps(program, windows, _last_reads(program))]
 
