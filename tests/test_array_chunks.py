@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 import aioengine as ae
 import aioengine.array as aa
 from aioengine.array import _push
-from aioengine.array._burst import QUIET_MAX
+from aioengine.array._burst import WAKER
 
-from .helpers import Pushes, chain
+from .helpers import Pushes, chain, until
 
 N = 5 * 8192 + 17  # 5 chunks of 8,192 elements and a short one, above the inline threshold
 CHUNK = 8192 * 8
@@ -58,6 +58,14 @@ class HeldWorkers:
 def arrays(xp: Any, *values: np.ndarray[Any, Any]) -> list[Any]:
     """Engine arrays of copies of ``values`` (in-place writes must not change the originals)."""
     return [xp.asarray(v.copy()) for v in values]
+
+
+async def computed(xp: Any, *values: np.ndarray[Any, Any]) -> list[Any]:
+    """:func:`arrays`, each awaited: inputs already computed when the test's chain is pushed."""
+    made = arrays(xp, *values)
+    for x in made:
+        await x
+    return made
 
 
 async def test_a_chain_is_chunked_and_equals_numpy_exactly() -> None:
@@ -205,9 +213,7 @@ async def test_results_nobody_holds_are_not_allocated() -> None:
     async with ae.Engine(cpu_workers=2) as engine:
         xp = aa.namespace(engine)  # the default chunk size
         an, bn = rng_values(6, n)
-        a, b = arrays(xp, an, bn)
-        await a
-        await b
+        a, b = await computed(xp, an, bn)
         gc.collect()
         tracemalloc.start()
         try:
@@ -230,9 +236,7 @@ async def test_a_step_after_some_chunks_started_makes_a_new_chain_ordered_after_
     async with ae.Engine(cpu_workers=2) as engine:
         xp = aa.namespace(engine, chunk_bytes=CHUNK)
         an, bn = rng_values(13)
-        a, b = arrays(xp, an, bn)
-        await a
-        await b
+        a, b = await computed(xp, an, bn)
         held = HeldWorkers(engine, 1)
         c = a * 1.5 + b
         cbuf = aa._array.buffer_of(c)
@@ -276,9 +280,7 @@ async def test_a_chain_pushed_inside_an_operation_equals_numpy() -> None:
     async with ae.Engine(cpu_workers=2) as engine:
         xp = aa.namespace(engine, chunk_bytes=CHUNK)
         an, bn = rng_values(15)
-        a, b = arrays(xp, an, bn)
-        await a
-        await b
+        a, b = await computed(xp, an, bn)
 
         def inside(rctx: ae.RunContext) -> Any:
             c = a * 1.5 + b
@@ -330,9 +332,7 @@ async def test_scratch_kept_between_kernels_is_bounded() -> None:
     async with ae.Engine(cpu_workers=2) as engine:
         xp = aa.namespace(engine)
         an, bn = rng_values(12, n)
-        a, b = arrays(xp, an, bn)
-        await a
-        await b
+        a, b = await computed(xp, an, bn)
         expected = program(np, an, bn)
         gc.collect()
         tracemalloc.start()
@@ -595,7 +595,7 @@ async def test_a_chain_computes_while_its_caller_keeps_the_loop_busy() -> None:
         before = pushed()
         value = await (xp.sqrt(a * 2.0 + 1.0) - a)
         np.testing.assert_array_equal(value, np.sqrt(np.arange(N) * 2.0 + 1.0) - np.arange(N))
-        await asyncio.sleep(5 * QUIET_MAX)  # a waker would have pushed by now
+        await until(lambda: not WAKER.armed)  # the waker pushed what it would
         awaited = pushed() - before  # the kernels (one per chunk) and the await
         for _ in range(3):
             before = pushed()

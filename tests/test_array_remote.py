@@ -56,15 +56,15 @@ def blocks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> B
     change. The workers are threads of this process, so the patch reaches them."""
     mode = Blocks(request.param == "blocks")
     if mode.cut:
-        real = _remote_kernel._blocked
+        real = _remote_kernel._block_rows
 
-        def blocked(program: Any, values: Any, dests: Any) -> Any:
-            partials = real(program, values, dests)
-            mode.taken.append(partials is not None)
-            return partials
+        def block_rows(program: Any) -> int:
+            per: int = real(program)
+            mode.taken.append(per > 0)
+            return per
 
         monkeypatch.setattr(_remote_kernel, "BLOCK_ELEMS", 3)
-        monkeypatch.setattr(_remote_kernel, "_blocked", blocked)
+        monkeypatch.setattr(_remote_kernel, "_block_rows", block_rows)
     return mode
 
 

@@ -147,8 +147,9 @@ class Waker:
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
-        #: The bursts opened and not yet seen to end or go quiet, oldest first: (the burst,
-        #: its gen, its engine, its device). Guarded by ``cond``.
+        #: The bursts opened and not yet done with, oldest first: (the burst, its gen, its
+        #: engine, its device); one leaves after its wake-up, if due, was pushed. Guarded by
+        #: ``cond``.
         self.armed: list[tuple[Burst, int, Engine, Context]] = []
         #: The thread and the process that started it. Guarded by ``cond``.
         self.thread: tuple[int, threading.Thread] | None = None
@@ -175,10 +176,10 @@ class Waker:
                 burst, gen, engine, device = armed[0]
             while burst.gen == gen and not burst.quiet():
                 time.sleep(0.0005)
-            with cond:
-                armed.pop(0)
             if burst.gen == gen:  # quiet, and the loop has not iterated: wake the workers
                 _wake(engine, device)
+            with cond:  # (only now: an empty ``armed`` means every wake-up due was pushed)
+                armed.pop(0)
             del burst, engine, device  # an idle waker keeps no engine alive
 
 

@@ -36,6 +36,7 @@ What each result is, against NumPy's own (written once, here):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -170,7 +171,6 @@ def _argmin(values: list[Any], count: int, dtype: np.dtype[Any]) -> Any:
     return _first(values, lambda a, b: bool(a < b))
 
 
-#: The reductions that fuse into chunk kernels, by NumPy's function.
 # -- along the first axis: a partial per block of whole rows --------------------------------------
 #
 # A reduction along axis 0 of an array whose chunks are whole rows: each block's partial is the
@@ -181,36 +181,19 @@ def _argmin(values: list[Any], count: int, dtype: np.dtype[Any]) -> Any:
 # tail, values)`` takes the block flat and ``tail``, the shape of a row.
 
 
-def _rows_sum(dtype: np.dtype[Any], tail: tuple[int, ...], x: Any) -> Any:
-    return np.sum(x.reshape(-1, *tail), axis=0, dtype=dtype)
+def _rows(
+    fn: Callable[..., Any], typed: bool, dtype: np.dtype[Any], tail: tuple[int, ...], x: Any
+) -> Any:
+    """``fn`` (given ``dtype`` if ``typed``) of the block ``x``'s rows along the first axis."""
+    rows = x.reshape(-1, *tail)
+    return fn(rows, axis=0, dtype=dtype) if typed else fn(rows, axis=0)
 
 
-def _rows_prod(dtype: np.dtype[Any], tail: tuple[int, ...], x: Any) -> Any:
-    return np.prod(x.reshape(-1, *tail), axis=0, dtype=dtype)
-
-
-def _rows_max(dtype: np.dtype[Any], tail: tuple[int, ...], x: Any) -> Any:
-    return np.max(x.reshape(-1, *tail), axis=0)
-
-
-def _rows_min(dtype: np.dtype[Any], tail: tuple[int, ...], x: Any) -> Any:
-    return np.min(x.reshape(-1, *tail), axis=0)
-
-
-def _stacked_sum(values: list[Any], count: int, dtype: np.dtype[Any]) -> Any:
-    return np.sum(values, axis=0, dtype=dtype)
-
-
-def _stacked_prod(values: list[Any], count: int, dtype: np.dtype[Any]) -> Any:
-    return np.prod(values, axis=0, dtype=dtype)
-
-
-def _stacked_max(values: list[Any], count: int, dtype: np.dtype[Any]) -> Any:
-    return np.max(values, axis=0)
-
-
-def _stacked_min(values: list[Any], count: int, dtype: np.dtype[Any]) -> Any:
-    return np.min(values, axis=0)
+def _stacked(
+    fn: Callable[..., Any], typed: bool, values: list[Any], count: int, dtype: np.dtype[Any]
+) -> Any:
+    """``fn`` (given ``dtype`` if ``typed``) of the stacked partial rows along the first axis."""
+    return fn(values, axis=0, dtype=dtype) if typed else fn(values, axis=0)
 
 
 def _stacked_mean(values: list[Any], count: int, dtype: np.dtype[Any]) -> Any:
@@ -220,13 +203,14 @@ def _stacked_mean(values: list[Any], count: int, dtype: np.dtype[Any]) -> Any:
 #: The reductions along the first axis a chunk's kernel computes as partials (``count``: the
 #: rows), for the input dtype kinds given (float16 and complex reduce the whole array).
 ROW_REDUCERS: dict[Any, Reducer] = {
-    np.sum: Reducer(_rows_sum, _stacked_sum, _REAL),
-    np.prod: Reducer(_rows_prod, _stacked_prod, _REAL),
-    np.max: Reducer(_rows_max, _stacked_max, _REAL),
-    np.min: Reducer(_rows_min, _stacked_min, _REAL),
-    np.mean: Reducer(_rows_sum, _stacked_mean, _REAL),
+    np.sum: Reducer(partial(_rows, np.sum, True), partial(_stacked, np.sum, True), _REAL),
+    np.prod: Reducer(partial(_rows, np.prod, True), partial(_stacked, np.prod, True), _REAL),
+    np.max: Reducer(partial(_rows, np.max, False), partial(_stacked, np.max, False), _REAL),
+    np.min: Reducer(partial(_rows, np.min, False), partial(_stacked, np.min, False), _REAL),
+    np.mean: Reducer(partial(_rows, np.sum, True), _stacked_mean, _REAL),
 }
 
+#: The reductions that fuse into chunk kernels, by NumPy's function.
 REDUCERS: dict[Any, Reducer] = {
     np.sum: Reducer(_block_sum, _sum, _ANY),
     np.prod: Reducer(_block_prod, _prod, _ANY),

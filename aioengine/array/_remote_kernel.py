@@ -11,9 +11,10 @@ the chunks it is given (consecutive ones, trimmed to the rows used; several for 
 neighbour chunk's rows); the operand is a strided view of those rows (basic indexing only: a
 view's shape, strides and byte offset, as NumPy's indexing computed them on the client).
 
-A task of more than one block (:data:`BLOCK_ELEMS`) evaluates its program block by block of
-rows into its result (:func:`_blocked`): temporaries stay small, and a window of consecutive
-rows across chunks is read as views of them, concatenated only where a block straddles two.
+A task of more than one block (:data:`BLOCK_ELEMS`, :func:`_block_rows`) evaluates its program
+block by block of rows into its result (:func:`_blocked`): temporaries stay small, and a window
+of consecutive rows across chunks is read as views of them, concatenated only where a block
+straddles two.
 """
 
 from __future__ import annotations
@@ -141,18 +142,22 @@ def _steps(program: Program, windows: list[Any], last: dict[int, int]) -> list[A
 BLOCK_ELEMS = 12288
 
 
-def _blocked(program: Program, values: Sequence[Any], dests: Sequence[Any]) -> list[Any] | None:
-    """Evaluate ``program``'s outputs into ``dests`` (arrays of its ``space``), one block of
-    rows at a time, and return its reductions' partials (each the combine of its blocks',
-    in block order); None (nothing written) if the task is one block."""
+def _block_rows(program: Program) -> int:
+    """The rows per block of ``program``'s task; 0 if it is one block, or cannot be cut."""
     space = program.space
     if len(space) == 0 or math.prod(space) == 0:
-        return None
+        return 0
     n = space[0]
     per = max(1, BLOCK_ELEMS // max(1, math.prod(space[1:])))
-    if n <= per or not _cuttable(program, n, len(space)):
-        return None
-    readers = [_reader(w, values, n, len(space)) for w in program.windows]
+    return per if n > per and _cuttable(program, n, len(space)) else 0
+
+
+def _blocked(program: Program, values: Sequence[Any], dests: Sequence[Any], per: int) -> list[Any]:
+    """Evaluate ``program``'s outputs into ``dests`` (arrays of its ``space``), ``per`` rows
+    at a time (:func:`_block_rows`), and return its reductions' partials (each the combine
+    of its blocks', in block order)."""
+    n, ndim = program.space[0], len(program.space)
+    readers = [_reader(w, values, n, ndim) for w in program.windows]
     last = _last_reads(program)
     outs, sinks = program.outs, program.sinks
     parts: list[list[Any]] = [[] for _ in sinks]
@@ -274,11 +279,10 @@ def _dtype(program: Program, ref: tuple[int, Any]) -> np.dtype[Any]:
 def run(program: Program, *values: Any) -> tuple[Any, ...]:
     """One task of a fused chain: the program over the rows of ``values`` (chunk arrays);
     returns the results someone holds (each a new C-contiguous array), then the partials."""
-    dests = [np.empty(program.space, _dtype(program, ref)) for ref in program.outs]
-    partials = _blocked(program, values, dests)
-    if partials is not None:
-        return (*dests, *partials)
-    del dests
+    per = _block_rows(program)
+    if per:
+        dests = [np.empty(program.space, _dtype(program, ref)) for ref in program.outs]
+        return (*dests, *_blocked(program, values, dests, per))
     windows, results = _evaluate(program, values)
     out: list[Any] = []
     for ref in program.outs:
@@ -308,10 +312,9 @@ def write(program: Program, target: Window, *values: Any) -> Any:
     dest = np.ndarray(
         target.shape, new.dtype, buffer=new, offset=target.offset, strides=target.strides
     )
-    if (
-        tuple(target.shape) == tuple(program.space)
-        and _blocked(program, values, [dest]) is not None
-    ):
+    per = _block_rows(program)  # (the program's space is the target's shape)
+    if per:
+        _blocked(program, values, [dest], per)
         return new
     windows, results = _evaluate(program, values)
     dest[...] = _resolve(program.outs[0], windows, results)
