@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 import aioengine as ae
 from aioengine.remote import RemoteBackend
+from aioengine.remote.placement import Placement
 
 from .helpers import (
     Outcome,
@@ -866,7 +867,122 @@ class TestBlocking:
             assert client.status == "running"
 
 
+def visited(*chunks: list[str] | None) -> list[str]:
+    """A halo step that records where it ran: the middle chunk's workers, and this one."""
+    middle = chunks[len(chunks) // 2] if chunks else None
+    return [*(middle or []), worker_address()]
+
+
+def on_resource(x: int, _: object) -> tuple[int, str]:
+    return x + 1, worker_address()
+
+
+class _Graphs(distributed.SchedulerPlugin):  # type: ignore[misc,name-defined]
+    """Counts the graphs a scheduler receives (one ``update_graph`` per message)."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+
+    def update_graph(self, scheduler: Any, **kwargs: Any) -> None:
+        self.graphs += 1
+
+
 class TestPlacement:
+    async def test_halo_steps_run_one_chunk_per_worker_and_stay_with_their_chunk(self) -> None:
+        """Each step reads three equal chunks, so Dask alone ties among three workers and
+        crowds some (a step then waits for another on the same thread): the engine places
+        each chunk's steps on one worker, the chunks on different workers."""
+        import dask
+
+        w = 4
+        with dask.config.set({"distributed.scheduler.work-stealing": False}):
+            async with in_process_cluster(w, 1) as cluster, ae.Engine(cluster=cluster) as engine:
+                a = [engine.new_var(f"a{i}") for i in range(w)]
+                b = [engine.new_var(f"b{i}") for i in range(w)]
+                for i in range(w):
+                    engine.submit(visited, out=a[i], ctx=ae.remote())
+                await engine.wait_for_all()
+                for step in range(6):
+                    src, dst = (a, b) if step % 2 == 0 else (b, a)
+                    for i in range(w):
+                        left = src[i - 1] if i > 0 else None
+                        right = src[i + 1] if i + 1 < w else None
+                        engine.submit(visited, left, src[i], right, out=dst[i], ctx=ae.remote())
+                paths = [await v.get() for v in a]
+        assert all(len(path) == 7 and len(set(path)) == 1 for path in paths), paths
+        assert len({path[0] for path in paths}) == w
+
+    async def test_a_resource_restriction_is_kept_wherever_the_data_is(self) -> None:
+        """Placement prefers the worker holding the data, but never drops ``resources=``:
+        an operation that needs a resource runs on a worker that has it, wherever its input
+        was placed (a preference with resources would let Dask ignore them)."""
+        async with (
+            in_process_cluster(1, 1) as cluster,
+            distributed.Worker(cluster.scheduler_address, nthreads=1, resources={"R": 1}) as gpu,
+            ae.Engine(cluster=cluster) as engine,
+        ):
+            while len(cluster.scheduler.workers) < 2:
+                await asyncio.sleep(0.01)
+            xs = [engine.new_var(f"x{i}") for i in range(2)]
+            for x in xs:  # two at once: placed on the two workers
+                engine.submit(worker_address, out=x, ctx=ae.remote())
+            await engine.wait_for_all()
+            ys = [engine.new_var(f"y{i}") for i in range(2)]
+            for x, y in zip(xs, ys, strict=True):
+                engine.submit(on_resource, 1, x, out=y, ctx=ae.remote(resources={"R": 1}))
+            got = [await asyncio.wait_for(y.get(), 20) for y in ys]
+            assert len({await x.get() for x in xs}) == 2
+            assert [where for _, where in got] == [gpu.address, gpu.address]
+
+    async def test_the_choice_follows_the_data_and_leaves_unknown_data_to_dask(self) -> None:
+        """The rule itself (:class:`Placement`), on versions of its own."""
+
+        class Version:  # what the backend passes: a weakly referable version
+            pass
+
+        async def workers() -> list[str]:
+            return ["w0", "w1", "w2"]
+
+        placement = Placement(workers)
+        await placement.known()
+        made = [Version() for _ in range(3)]
+        for version in made:  # reading nothing: the least busy worker, in turn
+            where = placement.choose([], [None])
+            assert where is not None
+            placement.home(version, where)
+        assert [placement.choose([], [None]) for _ in range(3)] == ["w0", "w1", "w2"]
+        # A step over (0, 1, 2) that overwrites 1 stays with 1; one that writes a new Var
+        # goes to its least busy input.
+        assert placement.choose(made, made[1:2]) == "w1"
+        placement.settled("w0")
+        assert placement.choose(made, [None]) == "w0"
+        # A value without a home (sent by this process, or placed by Dask): Dask decides.
+        assert placement.choose([made[0], None], [made[0]]) is None
+        assert placement.choose([Version()], [None]) is None
+        # A home whose worker left is no home.
+        placement._workers, placement._present = ("w1",), frozenset({"w1"})
+        assert placement.choose([made[0]], [None]) is None
+        assert placement.choose([], [made[0]]) == "w1"
+        await placement.aclose()
+
+    async def test_operations_on_different_workers_are_sent_as_one_graph(
+        self, cluster: Any
+    ) -> None:
+        plugin = _Graphs()
+        cluster.scheduler.add_plugin(plugin, name="graphs")
+        elsewhere = [f"tcp://192.0.2.{i}:1" for i in range(1, 4)]
+        async with ae.Engine(cluster=cluster) as engine:
+            x = engine.new_var("x", value=1)
+            await engine.submit(inc, x, out=x, ctx=ae.remote())  # connected, x sent
+            before = plugin.graphs
+            ops = [
+                engine.submit(inc, x, out=x, ctx=ae.remote(workers=where, allow_other_workers=True))
+                for where in [*elsewhere, *elsewhere]
+            ]
+            await asyncio.wait_for(asyncio.gather(*ops), 20)
+            assert plugin.graphs == before + 1
+            assert await x.get() == 8
+
     async def test_a_preferred_worker_that_is_not_there_does_not_strand_the_work(
         self, cluster: Any
     ) -> None:

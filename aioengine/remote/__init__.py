@@ -53,6 +53,8 @@ The package, one module per concept:
   starting, sending, settling, gathering), and :class:`RemoteExecutor`;
 - :mod:`~aioengine.remote.version`: :class:`RemoteVersion` and its transitions (settle,
   gathered, lost, withdraw);
+- :mod:`~aioengine.remote.placement`: :class:`~aioengine.remote.placement.Placement`, the
+  worker each value operation is sent to (its data's, without Dask's ties);
 - :mod:`~aioengine.remote.connection`: the Dask client, made on first use;
 - :mod:`~aioengine.remote.worker`: the functions that run on the workers;
 - :mod:`~aioengine.remote.dask_api`: every private name of Dask it uses, the one file to read

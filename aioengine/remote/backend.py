@@ -13,6 +13,8 @@ rest is loop-thread only):
   mapping: a dropped Var drops its entry).
 - ``_holders``: the Vars that may carry a remote version (weak), released at close.
 - ``_executor``: the one :class:`RemoteExecutor` every remote context routes to.
+- ``_placement``: the Vars' homes and the worker each value operation of a plain remote
+  context is sent to (:mod:`~aioengine.remote.placement`, loop thread).
 - ``_starting``: while :meth:`RemoteBackend.start` runs, the operations it made READY, which
   it starts next (a chain is started by a loop, not by recursion); None otherwise.
 - ``_batch``: the records (:class:`_Submitted`) of the collected value operations whose
@@ -59,6 +61,7 @@ from ..task import quiet
 from ..var import NO_VALUE, Failure, Var, carry
 from . import dask_api, worker
 from .connection import Connection
+from .placement import Placement
 from .version import RemoteVersion, lost_error
 
 # distributed is optional and only partly typed: its client and futures are Any here.
@@ -182,7 +185,9 @@ class _Submitted:
     - ``future``: its task's Dask future (a new one if it is sent again); ``released``: its
       Vars were released at submission (else it holds them until it settles);
     - ``tasks``: its Dask task spec(s) until :meth:`RemoteBackend._flush` sends them (one
-      ``Task``, or a list of them for a sequence ``out``), then None.
+      ``Task``, or a list of them for a sequence ``out``), then None;
+    - ``where``: the worker it was placed on (:class:`~aioengine.remote.placement.Placement`)
+      until it settles, or None (not placed, or settled).
     """
 
     __slots__ = (
@@ -196,6 +201,7 @@ class _Submitted:
         "released",
         "tasks",
         "versions",
+        "where",
     )
 
     def __init__(
@@ -215,6 +221,7 @@ class _Submitted:
         self.future: DaskFuture = None
         self.released = False
         self.tasks: Any = None
+        self.where: str | None = None
 
     def ended(self) -> None:
         """Its Dask task ended (finished, erred or was cancelled): called once by its
@@ -242,6 +249,7 @@ class RemoteBackend:
         )
         self._holders: weakref.WeakSet[Var] = weakref.WeakSet()
         self._executor = RemoteExecutor(self)
+        self._placement = Placement(self._worker_addresses)
         self._starting: collections.deque[Operation[Any]] | None = None
         self._batch: list[_Submitted] = []  # collected, not sent yet
         self._batch_api = dask_api.batch_api()
@@ -492,6 +500,7 @@ class RemoteBackend:
         record.args = args
         record.kwargs = kwargs
         record.released = True
+        record.where = self._place(op, record)
         task_type, parse_input = api[1], api[2]
         outs = call.outs
         n = None if call.single or not outs else len(outs)
@@ -537,6 +546,9 @@ class RemoteBackend:
                 versions.append(version)
                 self._holders.add(var)
             record.tasks = tasks
+        if record.where is not None:
+            for version in versions:
+                self._placement.home(version, record.where)
         batch = self._batch
         batch.append(record)
         if len(batch) == 1:
@@ -568,39 +580,52 @@ class RemoteBackend:
         return None
 
     def _flush(self) -> None:
-        """Send the collected tasks to Dask: one graph per priority and options (loop
-        thread). A graph that cannot be sent (a function that cannot be pickled) is sent
-        again task by task, and the tasks that still cannot fail their operations."""
+        """Send the collected tasks to Dask: one graph per priority, its tasks grouped by
+        their options (a layer each). A graph that cannot be sent (a function that cannot be
+        pickled) is sent again task by task, and the tasks that still cannot fail their
+        operations."""
         batch, self._batch = self._batch, []
         client = self._link.client
-        groups: dict[tuple[int, RemoteOptions | None], list[_Submitted]] = {}
+        graphs: dict[int, dict[tuple[RemoteOptions | None, str | None], list[_Submitted]]] = {}
         for record in batch:
             op = record.op
-            groups.setdefault((_priority(op), op.ctx.options), []).append(record)
-        for (priority, _), records in groups.items():
-            options = self._options(records[0].op.ctx)
+            group = (op.ctx.options, record.where)
+            graphs.setdefault(_priority(op), {}).setdefault(group, []).append(record)
+        for priority, groups in graphs.items():
             try:
-                self._send(client, _tasks_of(records), priority, options)
+                self._send(
+                    client,
+                    [
+                        (_tasks_of(records), self._options(records[0].op.ctx, records[0].where))
+                        for records in groups.values()
+                    ],
+                    priority,
+                )
             except Exception:
-                for record in records:
+                every = [record for records in groups.values() for record in records]
+                for record in every:
                     try:
-                        if len(records) == 1:
+                        if len(every) == 1:
                             raise
-                        self._send(client, _tasks_of([record]), priority, options)
+                        options = self._options(record.op.ctx, record.where)
+                        self._send(client, [(_tasks_of([record]), options)], priority)
                     except Exception as error:
                         dask_api.set_error(record.future, error)
                         if type(record.tasks) is list:  # a sequence out: its parts' futures
                             for version in record.versions:
                                 dask_api.set_error(version.future, error)
-            for record in records:
-                record.tasks = None
+            for records in groups.values():
+                for record in records:
+                    record.tasks = None
 
-    def _send(self, client: DaskClient, tasks: list[Any], priority: int, options: Any) -> None:
+    def _send(
+        self, client: DaskClient, groups: list[tuple[list[Any], dict[str, Any]]], priority: int
+    ) -> None:
         if client is None:
             raise EngineClosedError(f"{self._core!r}: its Dask client is closed")
         api = self._batch_api
         assert api is not None
-        dask_api.send_graph(client, api, tasks, priority, options)
+        dask_api.send_graph(client, api, groups, priority)
 
     def _task_done(self, op: Operation[Any], task: asyncio.Task[None]) -> None:
         """A task cancelled before its first step never ran its body (which finishes the
@@ -611,10 +636,47 @@ class RemoteBackend:
     def _key(self, op: Operation[Any]) -> str:
         return f"{op.name}-{self._token}-{op.seq}"
 
-    def _options(self, ctx: Context) -> dict[str, Any]:
+    def _placeable(self, op: Operation[Any]) -> bool:
+        """Whether the worker of value operation ``op`` is the engine's to choose: a plain
+        :func:`~aioengine.remote` context (no ``workers=``, no ``resources=``)."""
+        options = op.ctx.options
+        return options is not None and options.workers is None and not options.resources
+
+    def _place(self, op: Operation[Any], record: _Submitted) -> str | None:
+        """The worker value operation ``op`` is sent to, or None (Dask decides), as the
+        homes of the versions it reads and overwrites say
+        (:meth:`~aioengine.remote.placement.Placement.choose`): ``record``'s arguments are
+        futures already, and its ``deps`` those versions (a future that is none of theirs
+        was scattered)."""
+        if not self._placeable(op):
+            return None
+        call = record.call
+        deps = record.deps
+        by_future = {id(dep.future): dep for dep in deps}
+        args, kwargs = record.args, record.kwargs
+        reads = [by_future.get(id(args[i])) for i in call.positions]
+        reads.extend(by_future.get(id(kwargs[name])) for name in call.keys)
+        outs = call.outs
+        writes = [next((dep for dep in deps if dep.var() is var), None) for var in outs]
+        return self._placement.choose(reads, writes)
+
+    async def _worker_addresses(self) -> list[str]:
+        client = self._link.client
+        if client is None:
+            return []
+        return await dask_api.worker_addresses(self._link.call, client)
+
+    def _options(self, ctx: Context, where: str | None = None) -> dict[str, Any]:
+        """The ``client.submit`` options of a task of context ``ctx``: its own, or, placed
+        on worker ``where``, that preference."""
         options = ctx.options
         assert options is not None
-        kwargs: dict[str, Any] = {}
+        if where is not None:
+            kwargs: dict[str, Any] = {"workers": [where], "allow_other_workers": True}
+            if options.retries:
+                kwargs["retries"] = options.retries
+            return kwargs
+        kwargs = {}
         if options.resources:
             kwargs["resources"] = dict(options.resources)
         if options.workers is not None:
@@ -813,13 +875,20 @@ class RemoteBackend:
                         deps.append(value)
             record.args = args
             record.kwargs = kwargs
-            record.future, parts = self._submit_value(client, op, call, args, kwargs, self._key(op))
+            if self._placeable(op):
+                await self._placement.known()
+            record.where = self._place(op, record)
+            record.future, parts = self._submit_value(
+                client, op, call, args, kwargs, self._key(op), record.where
+            )
             ready: list[Any] = []
             with core.lock:
                 for var, part in zip(call.outs, parts, strict=True):
                     version = RemoteVersion(part, var, var._value)
                     carry(var, version)
                     record.versions.append(version)
+                    if record.where is not None:
+                        self._placement.home(version, record.where)
                 if not call.holds and not core.settings.serial:
                     record.released = True
                     self._submitted[op] = record
@@ -971,9 +1040,11 @@ class RemoteBackend:
         args: list[Any],
         kwargs: dict[str, Any],
         key: str,
+        where: str | None,
     ) -> tuple[DaskFuture, list[DaskFuture]]:
-        """Submit a value operation's task by ``client.submit`` under ``key``: its future,
-        and the futures of what its ``out`` Vars get (one per Var of a sequence ``out``)."""
+        """Submit a value operation's task by ``client.submit`` under ``key`` (placed on
+        worker ``where``, if not None): its future, and the futures of what its ``out`` Vars
+        get (one per Var of a sequence ``out``)."""
         n = None if call.single or not call.outs else len(call.outs)
         apply = worker.apply_async if inspect.iscoroutinefunction(call.fn) else worker.apply
         priority = _priority(op)
@@ -986,7 +1057,7 @@ class RemoteBackend:
             key=key,
             pure=False,
             priority=priority,
-            **self._options(op.ctx),
+            **self._options(op.ctx, where),
         )
         if n is None:
             return future, [future] if call.outs else []
@@ -1031,7 +1102,7 @@ class RemoteBackend:
             new_kwargs[name] = await now(kwargs[name])
         self._resent += 1
         key = f"{self._key(op)}-again{self._resent}"
-        again, parts = self._submit_value(client, op, call, new_args, new_kwargs, key)
+        again, parts = self._submit_value(client, op, call, new_args, new_kwargs, key, record.where)
         with self._core.lock:
             for version, part in zip(record.versions, parts, strict=True):
                 version.future = part
@@ -1105,6 +1176,9 @@ class RemoteBackend:
         held."""
         core = self._core
         op = record.op
+        if record.where is not None:
+            self._placement.settled(record.where)
+            record.where = None
         if state is _FAILED and isinstance(exc, asyncio.CancelledError):
             state, result, exc, box = _CANCELLED, exc.args[0] if exc.args else None, None, None
         ready: list[Any] = []
@@ -1216,6 +1290,7 @@ class RemoteBackend:
             if not isinstance(future, asyncio.Future):
                 future.release()
         self._scattered.clear()
+        await self._placement.aclose()
         await self._link.aclose()
 
 

@@ -31,6 +31,7 @@ __all__ = (
     "task_running",
     "task_states",
     "watched_future",
+    "worker_addresses",
 )
 
 INSTALL = (
@@ -53,13 +54,15 @@ def distributed() -> Any:
     return distributed
 
 
-def batch_api() -> tuple[Any, Any, Any, Any, Any] | None:
+def batch_api() -> tuple[Any, ...] | None:
     """What sending several tasks in one graph needs of Dask (its Future, Task,
-    parse_input, LLGExpr, SpanMetadata and ``Client._graph_to_futures``), or None on a
-    Dask that lacks them: each value operation is then sent by its own ``client.submit``."""
+    parse_input, LLGExpr, SpanMetadata, HLGExpr, HighLevelGraph, MaterializedLayer and
+    ``Client._graph_to_futures``), or None on a Dask that lacks them: each value operation is
+    then sent by its own ``client.submit``."""
     try:
-        from dask._expr import LLGExpr
+        from dask._expr import HLGExpr, LLGExpr
         from dask._task_spec import Task, parse_input
+        from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
         from distributed import Client, Future
         from distributed.spans import SpanMetadata
     except ImportError:
@@ -67,7 +70,16 @@ def batch_api() -> tuple[Any, Any, Any, Any, Any] | None:
     params = inspect.signature(Client._graph_to_futures).parameters
     if not {"span_metadata", "internal_priority", "user_priority"} <= params.keys():
         return None
-    return Future, Task, parse_input, LLGExpr, SpanMetadata
+    return (
+        Future,
+        Task,
+        parse_input,
+        LLGExpr,
+        SpanMetadata,
+        HLGExpr,
+        HighLevelGraph,
+        MaterializedLayer,
+    )
 
 
 class Watcher(Protocol):
@@ -143,13 +155,40 @@ def watched_future(api: tuple[Any, ...], client: Any, key: str, watcher: Watcher
 
 
 def send_graph(
-    client: Any, api: tuple[Any, ...], tasks: list[Any], priority: int, options: Any
+    client: Any,
+    api: tuple[Any, ...],
+    groups: list[tuple[list[Any], dict[str, Any]]],
+    priority: int,
 ) -> None:
-    """Send ``tasks`` (built with ``api``, :func:`batch_api`'s) as one graph message."""
-    expr_type, span_metadata = api[3], api[4]
-    keys = [task.key for task in tasks]
+    """Send ``groups`` of tasks (built with ``api``, :func:`batch_api`'s), each with its
+    ``client.submit`` options (``workers=``, ``resources=``, ...), as one graph message.
+
+    One group goes as a plain graph with its options for every task; several go as a graph
+    of layers, one per group, each annotated with its group's options (which Dask's scheduler
+    applies per task), so that operations placed on different workers still cost one
+    message, not one each."""
+    span_metadata = api[4]
+    keys = [task.key for tasks, _ in groups for task in tasks]
+    if len(groups) == 1:
+        tasks, options = groups[0]
+        expr = api[3]({task.key: task for task in tasks}, _determ_token=uuid.uuid4().hex)
+    else:
+        options = {}
+        hlg_expr, graph_type, layer_type = api[5], api[6], api[7]
+        layers = {
+            f"aioengine-{i}": layer_type(
+                {task.key: task for task in tasks}, annotations=dict(group) or None
+            )
+            for i, (tasks, group) in enumerate(groups)
+        }
+        expr = hlg_expr(
+            dsk=graph_type(layers, {name: set() for name in layers}),
+            low_level_optimizer=None,
+            output_keys=keys,
+            _determ_token=uuid.uuid4().hex,
+        )
     futures = client._graph_to_futures(
-        expr_type({task.key: task for task in tasks}, _determ_token=uuid.uuid4().hex),
+        expr,
         keys,
         span_metadata=span_metadata(collections=[{"type": "Future"}]),
         internal_priority={key: i for i, key in enumerate(keys)},
@@ -207,6 +246,14 @@ async def removed_workers(call: Any, client: Any, keys: Iterable[str]) -> dict[s
             for key in wanted & gone:
                 found[key] = str(event.get("worker"))
     return found
+
+
+async def worker_addresses(call: Any, client: Any) -> list[str]:
+    """The addresses of the cluster's workers, asked of its scheduler (through ``call``,
+    :meth:`~aioengine.remote.connection.Connection.call`): an asynchronous client's
+    ``scheduler_info()`` lists none."""
+    identity = await call(client.scheduler.identity())
+    return list(identity.get("workers", {}))
 
 
 async def task_states(call: Any, client: Any, keys: Iterable[str]) -> dict[str, str | None]:
