@@ -943,7 +943,7 @@ class TestPlacement:
         async def workers() -> list[str]:
             return ["w0", "w1", "w2"]
 
-        placement = Placement(workers)
+        placement = Placement(asyncio.get_running_loop(), workers)
         await placement.known()
         made = [Version() for _ in range(3)]
         for version in made:  # reading nothing: the least busy worker, in turn
@@ -964,6 +964,40 @@ class TestPlacement:
         assert placement.choose([made[0]], [None]) is None
         assert placement.choose([], [made[0]]) == "w1"
         await placement.aclose()
+
+    async def test_operations_pushed_one_at_a_time_go_round_the_workers(self) -> None:
+        async def workers() -> list[str]:
+            return ["w0", "w1", "w2"]
+
+        placement = Placement(asyncio.get_running_loop(), workers)
+        await placement.known()
+        chosen = []
+        for _ in range(6):  # each settled before the next: no worker is busier
+            where = placement.choose([], [None])
+            assert where is not None
+            chosen.append(where)
+            placement.settled(where)
+        assert chosen == ["w0", "w1", "w2", "w0", "w1", "w2"]
+        await placement.aclose()
+
+    def test_a_placement_outside_the_running_loop_asks_on_the_engines_loop(self) -> None:
+        """A push on the loop's thread before the loop runs (run_until_complete between
+        calls) places too: the question to the scheduler is a task of the engine's loop."""
+        loop = asyncio.new_event_loop()
+        asked = []
+
+        async def workers() -> list[str]:
+            asked.append(True)
+            return ["w0"]
+
+        try:
+            placement = Placement(loop, workers)
+            assert placement.choose([], [None]) is None  # no worker known yet, no error
+            loop.run_until_complete(placement.known())
+            assert asked and placement.choose([], [None]) == "w0"
+            loop.run_until_complete(placement.aclose())
+        finally:
+            loop.close()
 
     async def test_operations_on_different_workers_are_sent_as_one_graph(
         self, cluster: Any

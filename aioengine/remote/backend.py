@@ -249,7 +249,7 @@ class RemoteBackend:
         )
         self._holders: weakref.WeakSet[Var] = weakref.WeakSet()
         self._executor = RemoteExecutor(self)
-        self._placement = Placement(self._worker_addresses)
+        self._placement = Placement(loop, self._worker_addresses)
         self._starting: collections.deque[Operation[Any]] | None = None
         self._batch: list[_Submitted] = []  # collected, not sent yet
         self._batch_api = dask_api.batch_api()
@@ -548,7 +548,7 @@ class RemoteBackend:
             record.tasks = tasks
         if record.where is not None:
             for version in versions:
-                self._placement.home(version, record.where)
+                self._placement.home(version.future, record.where)
         batch = self._batch
         batch.append(record)
         if len(batch) == 1:
@@ -602,7 +602,7 @@ class RemoteBackend:
                     priority,
                 )
             except Exception:
-                every = [record for records in groups.values() for record in records]
+                every = [record for record in batch if _priority(record.op) == priority]
                 for record in every:
                     try:
                         if len(every) == 1:
@@ -645,19 +645,18 @@ class RemoteBackend:
     def _place(self, op: Operation[Any], record: _Submitted) -> str | None:
         """The worker value operation ``op`` is sent to, or None (Dask decides), as the
         homes of the versions it reads and overwrites say
-        (:meth:`~aioengine.remote.placement.Placement.choose`): ``record``'s arguments are
-        futures already, and its ``deps`` those versions (a future that is none of theirs
-        was scattered)."""
+        (:meth:`~aioengine.remote.placement.Placement.choose`): ``record``'s Var arguments
+        are futures already (a version's, or a scattered value's), and its ``deps`` hold the
+        versions its ``out`` Vars carry before it."""
         if not self._placeable(op):
             return None
         call = record.call
         deps = record.deps
-        by_future = {id(dep.future): dep for dep in deps}
         args, kwargs = record.args, record.kwargs
-        reads = [by_future.get(id(args[i])) for i in call.positions]
-        reads.extend(by_future.get(id(kwargs[name])) for name in call.keys)
+        reads = [args[i] for i in call.positions]
+        reads.extend(kwargs[name] for name in call.keys)
         outs = call.outs
-        writes = [next((dep for dep in deps if dep.var() is var), None) for var in outs]
+        writes = [next((dep.future for dep in deps if dep.var() is var), None) for var in outs]
         return self._placement.choose(reads, writes)
 
     async def _worker_addresses(self) -> list[str]:
@@ -888,7 +887,7 @@ class RemoteBackend:
                     carry(var, version)
                     record.versions.append(version)
                     if record.where is not None:
-                        self._placement.home(version, record.where)
+                        self._placement.home(part, record.where)
                 if not call.holds and not core.settings.serial:
                     record.released = True
                     self._submitted[op] = record
@@ -1106,6 +1105,8 @@ class RemoteBackend:
         with self._core.lock:
             for version, part in zip(record.versions, parts, strict=True):
                 version.future = part
+                if record.where is not None:
+                    self._placement.home(part, record.where)
             record.future = again
         if not any(version.future is future for version in record.versions):
             future.release()

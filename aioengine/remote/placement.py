@@ -19,9 +19,12 @@ is, this does not.
 
 State (loop thread only; the backend owns the one instance):
 
-- ``_homes``: per version (a :class:`~aioengine.remote.version.RemoteVersion`, weak: a
-  version dropped drops its home), the address of the worker it was placed on. A version's
-  key never changes, so a home never goes stale, except that its worker may leave.
+- ``_homes``: per version placed here, by its Dask future (weak: a future dropped drops its
+  home; a value gathered here keeps its future, so it keeps its home), the address of the
+  worker it was placed on. A key's value never moves away (Dask may copy it), so a home
+  never goes stale, except that its worker may leave.
+- ``_turn``: where the next search for the least busy worker starts, so that ties go round
+  the workers.
 - ``_busy``: per worker address, the placed tasks sent there that have not settled.
 - ``_workers``: the cluster's worker addresses when last asked (:meth:`Placement.refresh`),
   in the order the scheduler lists them, and ``_present`` the same as a set; ``_asked``:
@@ -47,9 +50,14 @@ class Placement:
     """The homes of one engine's remote versions, and the choice of a worker per operation (the
     design and the state are in the module docstring)."""
 
-    def __init__(self, ask: Callable[[], Awaitable[Iterable[str]]]) -> None:
-        """``ask`` returns the cluster's worker addresses (a call to its scheduler)."""
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, ask: Callable[[], Awaitable[Iterable[str]]]
+    ) -> None:
+        """``ask`` returns the cluster's worker addresses (a call to its scheduler), on
+        ``loop``, the engine's."""
+        self._loop = loop
         self._ask = ask
+        self._turn = 0  # where the search for the least busy worker starts (round robin)
         self._homes: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
         self._busy: dict[str, int] = {}
         self._workers: tuple[str, ...] = ()
@@ -61,15 +69,16 @@ class Placement:
         """The worker to run an operation on, or None (Dask decides); one more busy task
         there until :meth:`settled`. ``reads`` are the versions it reads (None for a value
         that is not a version: a local value, sent by scatter), ``writes`` the versions its
-        ``out`` Vars carry before it (None where they carry none); :meth:`home` records where
-        its own versions go.
+        ``out`` Vars carry before it (None where they carry none), each as its Dask future;
+        :meth:`home` records where its own versions go.
 
-        None if a value it reads has no home. Else, in order: the home of a version it
-        overwrites, if a value it reads lives there too (an in-place step stays where its
-        data is); else the least busy home among the values it reads (the first in argument
-        order on a tie: Dask's data locality without its crowding); else the home of a
-        version it overwrites; else the least busy worker of the cluster (an operation that
-        reads no value).
+        None if a value it reads has no home (a local value this process scattered: Dask
+        knows where that went; then what it writes has none either). Else, in order: the
+        home of a version it overwrites, if a value it reads lives there too (an in-place
+        step stays where its data is); else the least busy home among the values it reads
+        (the first in argument order on a tie: Dask's data locality without its crowding);
+        else the home of a version it overwrites; else the least busy worker of the cluster
+        (an operation that reads no value; ties go round the workers).
         """
         self.refresh()
         homes = self._homes
@@ -93,14 +102,20 @@ class Placement:
         elif candidates:
             where = min(candidates, key=lambda w: busy.get(w, 0))
         elif self._workers:
-            where = min(self._workers, key=lambda w: busy.get(w, 0))
+            workers = self._workers
+            turn = self._turn % len(workers)
+            # The least busy, the search starting one further each time: operations pushed
+            # one at a time (each settled before the next) go round the workers.
+            where = min(workers[turn:] + workers[:turn], key=lambda w: busy.get(w, 0))
+            self._turn = turn + 1
         else:
             return None
         busy[where] = busy.get(where, 0) + 1
         return where
 
     def home(self, version: object, where: str) -> None:
-        """``version`` is computed on worker ``where`` (chosen by :meth:`choose`)."""
+        """``version`` (its Dask future) is computed on worker ``where`` (chosen by
+        :meth:`choose`)."""
         self._homes[version] = where
 
     def settled(self, where: str) -> None:
@@ -116,9 +131,9 @@ class Placement:
         :data:`STALE_S` and no question is in flight."""
         asked = self._asked
         if self._asking is None and (asked is None or time.monotonic() - asked > STALE_S):
-            self._asking = asyncio.get_running_loop().create_task(
-                self._refresh(), name="aioengine-placement"
-            )
+            task = self._loop.create_task(self._refresh(), name="aioengine-placement")
+            if not task.done():  # (an eager task factory may have finished it already)
+                self._asking = task
 
     async def known(self) -> None:
         """Wait until the list of workers has been asked for once (the first placements of
