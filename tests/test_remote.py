@@ -994,7 +994,8 @@ class TestPlacement:
             placement = Placement(loop, workers)
             assert placement.choose([], [None]) is None  # no worker known yet, no error
             loop.run_until_complete(placement.known())
-            assert asked and placement.choose([], [None]) == "w0"
+            assert asked
+            assert placement.choose([], [None]) == "w0"
             loop.run_until_complete(placement.aclose())
         finally:
             loop.close()
