@@ -1,8 +1,8 @@
 """Recycled memory for large results (``aioengine/array/_pool.py``): a dropped result's memory
 is handed out again, never while the result or any view of it is alive, within the limit.
 
-The pool's threshold is lowered for these tests (its default, 32 MiB, would make every test
-allocate hundreds of megabytes); the rule does not depend on it.
+The pool's threshold is lowered for these tests (its default, 1 MiB, would make every test
+allocate tens of megabytes); the rule does not depend on it.
 """
 
 from __future__ import annotations
@@ -59,6 +59,21 @@ def test_a_free_base_is_reused_and_a_held_one_is_not(pool: _pool.Pool) -> None:
     small = pool.empty((10,), dt)  # below the threshold: a plain allocation
     assert small.base is None
     assert len(pool.bases) == 2
+
+
+def test_a_small_result_does_not_take_a_base_more_than_twice_its_size(
+    pool: _pool.Pool,
+) -> None:
+    dt = np.dtype(np.float64)
+    big = pool.empty((2 * N,), dt)
+    big_at = address(big)
+    del big  # free, but four times the next request
+    small = pool.empty((N // 2,), dt)
+    assert address(small) != big_at
+    assert len(pool.bases) == 2
+    del small
+    again = pool.empty((2 * N,), dt)  # the large base is still there for a large result
+    assert address(again) == big_at
 
 
 def test_the_limit_evicts_free_bases_and_never_one_in_use(pool: _pool.Pool) -> None:

@@ -5,8 +5,11 @@ A fused chain over 8e6 float64 elements writes a fresh 64 MB result. Memory that
 from the operating system on every allocation (it is above glibc's largest ``mmap`` threshold,
 32 MiB) and is zeroed page by page as the chain first touches it: about a sixth of the chain's
 time on a 2-core machine, on every step of an iterative program, which drops the previous result
-as it makes the next. So the results of chunk kernels (``_chain.py``) above :data:`MIN_BYTES`
-are views of *bases* kept here, and a base is handed out again once nothing references it but
+as it makes the next. Smaller results fare little better when kernels on worker threads make
+and drop them: the 2-layer MLP of the benchmarks (20 MB results) took 32-43 ms a step with
+only results of 32 MiB and more kept here, 29-31 ms with those of :data:`MIN_BYTES` (1 MiB)
+and more. So the results of chunk kernels (``_chain.py``) of at least :data:`MIN_BYTES` are
+views of *bases* kept here, and a base is handed out again once nothing references it but
 this pool: CPython's reference count says so exactly, since every NumPy view of a result
 references the base itself (NumPy collapses a view's ``base`` to the array that owns the
 memory), and so does anything exporting it (a memoryview, a DLPack capsule) through such a
@@ -31,9 +34,8 @@ import numpy as np
 
 __all__ = ("MIN_BYTES", "POOL", "POOL_BYTES", "Pool", "empty")
 
-#: Results at least this large come from the pool: glibc's largest ``mmap`` threshold, above
-#: which every allocation is fresh memory from the operating system.
-MIN_BYTES = 32 << 20
+#: Results at least this large come from the pool (measured: see the module docstring).
+MIN_BYTES = 1 << 20
 
 
 def _pool_bytes() -> int:
@@ -73,8 +75,8 @@ class Pool:
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
         """An uninitialised C-contiguous array of ``shape`` and ``dtype``: a view of a free
-        base of at least its size if there is one (the smallest), else of a new base kept if
-        it fits, else a plain allocation."""
+        base of at least its size and at most twice it if there is one (the smallest), else
+        of a new base kept if it fits, else a plain allocation."""
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if nbytes < MIN_BYTES or nbytes > self.limit or not _EXACT:
             return np.empty(shape, dtype)
@@ -85,8 +87,9 @@ class Pool:
                 size = bases[i].nbytes
                 # Free: referenced by the list and the getrefcount argument only (a result or
                 # any view of it would reference the base too).
+                # At most twice its size: a small result must not pin a large base.
                 if (
-                    size >= nbytes
+                    nbytes <= size <= 2 * nbytes
                     and (best < 0 or size < bases[best].nbytes)
                     and sys.getrefcount(bases[i]) == 2
                 ):
