@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 import aioengine as ae
 import aioengine.array as aa
 from aioengine.array import _push
+from aioengine.array._array import buffer_of
 from aioengine.array._burst import WAKER
 
 from .helpers import Pushes, chain, until
@@ -818,6 +819,67 @@ async def test_matmuls_that_are_no_outer_products_stay_matrix_products() -> None
         a = x[x > 0] * xp.ones((300, 1))  # shape (300, None): 300 columns once computed
         an = xn[xn > 0] * np.ones((300, 1))
         np.testing.assert_allclose(await (a @ xp.asarray(bn)), an @ bn, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+async def test_a_large_matrix_product_is_computed_in_chunks_of_rows_equal_to_numpys(
+    dtype: str,
+) -> None:
+    """``(n, k) @ (k, m)`` with whole rows per chunk: a product per chunk of rows, each a
+    BLAS call of its own (the same products and sums as NumPy's), ragged last chunk too;
+    what follows reads it chunk by chunk."""
+    rng = np.random.default_rng(31)
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        for rows in (ROWS, ROWS + 37):
+            xn = rng.standard_normal((rows, 48)).astype(dtype)
+            wn = rng.standard_normal((48, COLS)).astype(dtype)
+            bn = rng.standard_normal(COLS).astype(dtype)
+            x, w, b = xp.asarray(xn), xp.asarray(wn), xp.asarray(bn)
+            z = x @ w
+            assert buffer_of(z).chunked is not None
+            tol = {"rtol": 1e-5} if dtype == "float32" else {"rtol": 1e-12}
+            np.testing.assert_allclose(await z, xn @ wn, **tol)  # type: ignore[arg-type]
+            h = xp.tanh(x @ w + b)
+            np.testing.assert_allclose(await h, np.tanh(xn @ wn + bn), **tol)  # type: ignore[arg-type]
+            assert (await h).dtype == np.dtype(dtype)
+
+
+async def test_a_chunked_matrix_product_reads_its_operands_as_they_were_pushed() -> None:
+    """Writes pushed after the product, into either operand, do not reach it; a product
+    pushed after a write sees it."""
+    rng = np.random.default_rng(32)
+    xn = rng.standard_normal((ROWS, 40))
+    wn = rng.standard_normal((40, COLS))
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        x, w = xp.asarray(xn.copy()), xp.asarray(wn.copy())
+        before = x @ w
+        x[: ROWS // 2] = 0.0  # the first chunks of x
+        w[0] = 1.0
+        after = x @ w
+        xn2, wn2 = xn.copy(), wn.copy()
+        xn2[: ROWS // 2] = 0.0
+        wn2[0] = 1.0
+        np.testing.assert_allclose(await before, xn @ wn, rtol=1e-12)
+        np.testing.assert_allclose(await after, xn2 @ wn2, rtol=1e-12)
+
+
+async def test_a_failed_operand_of_a_chunked_matrix_product_fails_what_reads_it() -> None:
+    def bad(v: Any) -> Any:
+        raise KeyError("load")
+
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        x = xp.apply(bad, xp.asarray(np.ones((ROWS, 8))), shape=(ROWS, 8), dtype=xp.float64)
+        z = x @ xp.asarray(np.ones((8, COLS)))
+        with pytest.raises(ae.DependencyError, match="load"):
+            await (z + 1.0)
+        with pytest.raises(ae.DependencyError):
+            await z
+        good = xp.asarray(np.ones((ROWS, 8))) @ xp.asarray(np.ones((8, COLS)))
+        np.testing.assert_array_equal(await good, np.full((ROWS, COLS), 8.0))
+        await engine.wait_for_all()  # the failure was thrown by the awaits
 
 
 async def test_an_outer_product_has_the_signed_zeros_of_numpys_matmul() -> None:

@@ -1,21 +1,35 @@
 """The linear algebra functions of the main namespace: ``matmul``, ``tensordot``, ``vecdot``
 (``matrix_transpose`` is a view: ``_manipulation.py``). Their cost estimate (elements times
 the contracted length) decides inline or pool.
+
+A large 2-D product on the CPU is computed in chunks of whole rows of its result
+(:class:`MatmulRows`), a chunked Buffer like a chain's: its rows on every worker, and what
+follows (a layer's bias and activation) chunk by chunk as each is done. An outer product is
+the elementwise product it is (``_outer``), fused with what follows.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import DependencyError, FnProperty
 from . import _meta
-from ._array import Array, concrete_shape, known_shape
+from ._array import Array, buffer_of, concrete_shape, is_view, known_shape
+from ._blas import blas_call
+from ._buffer import Buffer, Chunks
+from ._chain import chunking
+from ._kernel import MISSING, input_failure
 from ._meta import axis_index, broadcast
 from ._push import CPU, INLINE_COST, Pusher, blas, call_with, check_same, elementwise, push1
+
+if TYPE_CHECKING:
+    from .. import Context, Engine, Operation, RunContext
 
 __all__ = ("Products",)
 
@@ -67,6 +81,20 @@ class Products(Pusher):
             if dtype.kind != "f":
                 return product
             return elementwise(self, np.add, "matmul", (product, 0.0))
+        rows = _row_chunking(self._chunk_elems, x1, x2, shape, dtype, device, cost)
+        if rows is not None:
+            n, m, k, elems = rows
+            out = _row_chunks(
+                self._submit,
+                self._engine,
+                buffer_of(x1),
+                buffer_of(x2),
+                (n, m, k),
+                dtype,
+                device,
+                elems,
+            )
+            return Array(self, out, shape, dtype, device)
         return push1(
             self, blas(np.matmul, cost, device), (x1, x2), shape, dtype, device, "matmul", cost=cost
         )
@@ -128,3 +156,147 @@ class Products(Pusher):
             "vecdot",
             cost=_meta.prod(full),
         )
+
+
+class MatmulRows:
+    """The operation that computes rows ``[r0, r1)`` of a row-chunked matrix product: its
+    chunk of the result, ``x1[r0:r1] @ x2`` (a BLAS call, counted as one: ``_blas.py``).
+
+    The chunks of one product run at once, on every worker, and whatever reads chunk *i* of
+    the result (the bias and activation after a layer's product) starts once chunk *i* is
+    done: the product joins the wavefront of the chains around it, where one BLAS call over
+    the whole product left what follows it to start after the last row, on one Buffer that
+    no chain could cut. The result's memory is allocated by the first chunk that runs (under
+    ``lock``, shared by the chunks of one product); its ``failure`` is set by the first chunk
+    whose input failed."""
+
+    __slots__ = ("lock", "name", "out", "r0", "r1", "x1", "x2")
+
+    def __init__(
+        self,
+        x1: Buffer,
+        x2: Buffer,
+        out: Buffer,
+        r0: int,
+        r1: int,
+        lock: threading.Lock,
+        name: str,
+    ) -> None:
+        self.x1: Buffer | None = x1
+        self.x2: Buffer | None = x2
+        self.out: Buffer | None = out
+        self.r0 = r0
+        self.r1 = r1
+        self.lock = lock
+        self.name = name
+
+    def __call__(self, rctx: RunContext) -> None:
+        out, x1, x2 = self.out, self.x1, self.x2
+        assert out is not None, "a chunk is computed once"
+        assert x1 is not None
+        assert x2 is not None
+        self.out = self.x1 = self.x2 = None  # an operation done does not keep the arrays alive
+        for x in (x1, x2):
+            failure = input_failure(x, self.name)
+            if failure is not None:
+                root = failure.__cause__ if isinstance(failure, DependencyError) else failure
+                dep = DependencyError(f"{self.name} was not computed: an input failed: {root!r}")
+                dep.__cause__ = root
+                with self.lock:
+                    if out.failure is None:
+                        out.failure = dep
+                return
+        with self.lock:
+            value = out.value
+            if value is MISSING:
+                value = out.value = np.empty(out.shape, out.dtype)
+        rows = slice(self.r0, self.r1)
+        try:
+            blas_call(np.matmul)(x1.value[rows], x2.value, out=value[rows])
+        except BaseException as exc:
+            exc.add_note(f"in aioengine.array operation {self.name} on {rctx.ctx}")
+            raise
+
+
+def _row_chunking(
+    chunk_elems: int,
+    x1: Array,
+    x2: Array,
+    shape: tuple[int | None, ...],
+    dtype: np.dtype[Any],
+    device: Context,
+    cost: int,
+) -> tuple[int, int, int, int] | None:
+    """``(n, m, k, elems)`` if ``x1 @ x2`` is computed in chunks of whole rows (of ``elems``
+    elements: the namespace's chunks of ``chunk_elems`` for an array of its size), else None.
+    On the CPU, two whole (not viewed) 2-D operands of the result's floating dtype (no cast:
+    each chunk calls the BLAS routine NumPy calls for the whole), more than one chunk, whole
+    rows per chunk, and more work than is computed at the call."""
+    if (
+        device.device_type is not CPU
+        or x1.ndim != 2
+        or x2.ndim != 2
+        or dtype.kind != "f"
+        or x1.dtype != dtype
+        or x2.dtype != dtype
+        or cost <= INLINE_COST
+        or is_view(x1)
+        or is_view(x2)
+    ):
+        return None
+    n, m = shape
+    k = known_shape(x1)[1]
+    if n is None or m is None or k is None or m == 0:
+        return None
+    chunks, elems = chunking(n * m, chunk_elems)
+    if chunks < 2 or elems % m:
+        return None
+    return n, m, k, elems
+
+
+def _row_chunks(
+    submit: Callable[..., Operation[Any]],
+    engine: Engine,
+    x1: Buffer,
+    x2: Buffer,
+    nmk: tuple[int, int, int],
+    dtype: np.dtype[Any],
+    device: Context,
+    elems: int,
+) -> Buffer:
+    """The chunked Buffer of ``x1 @ x2`` (``(n, k) @ (k, m)``, C-ordered), chunks of
+    ``elems`` (whole rows): one :class:`MatmulRows` per chunk, pushed with ``submit`` (the
+    namespace's push), reading the chunks of ``x1`` its rows are in and all of ``x2``."""
+    n, m, k = nmk
+    step = elems // m  # rows per chunk
+    x1vars = x1.vars
+    x1chunks = x1.chunked
+    out = Buffer(engine, None, (n, m), dtype, MISSING, name="matmul")  # type: ignore[arg-type]
+    lock = threading.Lock()
+    vars_: list[Any] = []
+    writers: list[Any] = []
+    for r0 in range(0, n, step):
+        r1 = min(r0 + step, n)
+        if x1chunks is None or len(x1vars) == 1:
+            reads = [x1vars[0]]
+        else:
+            e = x1chunks.elems
+            reads = list(x1vars[r0 * k // e : ((r1 * k) - 1) // e + 1]) if r1 * k > 0 else []
+        reads.extend(v for v in x2.vars if v not in reads)
+        var = engine.new_var("matmul")
+        op = submit(
+            MatmulRows(x1, x2, out, r0, r1, lock, "matmul"),
+            device,
+            reads,
+            (var,),
+            FnProperty.NORMAL,
+            "matmul",
+            None,
+        )
+        vars_.append(var)
+        writers.append(op)
+    out.vars = tuple(vars_)
+    out.chunked = Chunks(elems, None, tuple(writers))
+    out.var = vars_[0]
+    out.writer = writers[-1]
+    return out
