@@ -826,8 +826,8 @@ async def test_a_large_matrix_product_is_computed_in_chunks_of_rows_equal_to_num
     dtype: str,
 ) -> None:
     """``(n, k) @ (k, m)`` with whole rows per chunk: a product per chunk of rows, each a
-    BLAS call of its own (the same products and sums as NumPy's), ragged last chunk too;
-    what follows reads it chunk by chunk."""
+    BLAS call of its own (NumPy's values, within the rounding of a BLAS call over fewer
+    rows), ragged last chunk too; what follows reads it chunk by chunk."""
     rng = np.random.default_rng(31)
     async with ae.Engine(cpu_workers=2) as engine:
         xp = aa.namespace(engine, chunk_bytes=CHUNK)
@@ -863,6 +863,50 @@ async def test_a_chunked_matrix_product_reads_its_operands_as_they_were_pushed()
         wn2[0] = 1.0
         np.testing.assert_allclose(await before, xn @ wn, rtol=1e-12)
         np.testing.assert_allclose(await after, xn2 @ wn2, rtol=1e-12)
+
+
+async def test_a_chunk_of_a_matrix_product_that_raises_fails_the_whole_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its other chunks computed, the result still never reads as a value: awaiting it,
+    a chain on it and a view of it raise; the first chunk's error is the one."""
+    from aioengine.array import _products
+
+    def failing(fn: Any) -> Any:
+        def call(a: Any, b: Any, out: Any) -> Any:
+            if out.shape[0] < 128:  # the short last chunk
+                raise FloatingPointError("BLAS")
+            return fn(a, b, out=out)
+
+        return call
+
+    monkeypatch.setattr(_products, "blas_call", failing)
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        z = xp.asarray(np.ones((ROWS + 37, 8))) @ xp.asarray(np.ones((8, COLS)))
+        assert buffer_of(z).chunked is not None
+        with pytest.raises(FloatingPointError, match="BLAS"):
+            await z
+        with pytest.raises(ae.DependencyError, match="BLAS"):
+            await (z + 1.0)
+        with pytest.raises((FloatingPointError, ae.DependencyError), match="BLAS"):
+            await z[:2, :3]
+
+
+async def test_short_wide_and_data_dependent_products_stay_one_blas_call() -> None:
+    """Few rows per chunk (each chunk would read all of ``x2``): one operation, as before;
+    values and errors as NumPy's."""
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        an = np.random.default_rng(33).standard_normal((16, 40))
+        bn = np.random.default_rng(34).standard_normal((40, 4096))
+        z = xp.asarray(an) @ xp.asarray(bn)
+        assert buffer_of(z).chunked is None
+        np.testing.assert_allclose(await z, an @ bn, rtol=1e-12)
+        w = xp.asarray(np.ones((40, COLS)))
+        short = w[xp.asarray(np.arange(40) < 30)]  # 30 rows
+        with pytest.raises(ValueError, match="mismatch"):
+            await (xp.ones((ROWS, 40)) @ short)
 
 
 async def test_a_failed_operand_of_a_chunked_matrix_product_fails_what_reads_it() -> None:

@@ -26,6 +26,7 @@ from ._buffer import Buffer, Chunks
 from ._chain import chunking
 from ._kernel import MISSING, input_failure
 from ._meta import axis_index, broadcast
+from ._pool import empty as pooled_empty
 from ._push import CPU, INLINE_COST, Pusher, blas, call_with, check_same, elementwise, push1
 
 if TYPE_CHECKING:
@@ -158,6 +159,10 @@ class Products(Pusher):
         )
 
 
+#: The fewest rows of a chunk of a product computed in chunks of rows (:func:`_row_chunking`).
+MIN_ROWS = 64
+
+
 class MatmulRows:
     """The operation that computes rows ``[r0, r1)`` of a row-chunked matrix product: its
     chunk of the result, ``x1[r0:r1] @ x2`` (a BLAS call, counted as one: ``_blas.py``).
@@ -196,6 +201,8 @@ class MatmulRows:
         assert x1 is not None
         assert x2 is not None
         self.out = self.x1 = self.x2 = None  # an operation done does not keep the arrays alive
+        if out.failure is not None:
+            return  # another chunk failed: the whole result has
         for x in (x1, x2):
             failure = input_failure(x, self.name)
             if failure is not None:
@@ -206,15 +213,20 @@ class MatmulRows:
                     if out.failure is None:
                         out.failure = dep
                 return
-        with self.lock:
-            value = out.value
-            if value is MISSING:
-                value = out.value = np.empty(out.shape, out.dtype)
         rows = slice(self.r0, self.r1)
         try:
+            with self.lock:
+                value = out.value
+                if value is MISSING:
+                    value = out.value = pooled_empty(out.shape, out.dtype)  # type: ignore[arg-type]
             blas_call(np.matmul)(x1.value[rows], x2.value, out=value[rows])
         except BaseException as exc:
+            # The result failed, whatever its other chunks compute: what reads it (a sync
+            # point, a chain, a view) learns it from here, as from a failed chain kernel.
             exc.add_note(f"in aioengine.array operation {self.name} on {rctx.ctx}")
+            with self.lock:
+                if out.failure is None:
+                    out.failure = exc
             raise
 
 
@@ -231,7 +243,10 @@ def _row_chunking(
     elements: the namespace's chunks of ``chunk_elems`` for an array of its size), else None.
     On the CPU, two whole (not viewed) 2-D operands of the result's floating dtype (no cast:
     each chunk calls the BLAS routine NumPy calls for the whole), more than one chunk, whole
-    rows per chunk, and more work than is computed at the call."""
+    rows per chunk, and more work than is computed at the call; a contracted length known (not
+    data-dependent) in both; and at least :data:`MIN_ROWS` rows per chunk (each chunk reads
+    all of ``x2``: a short, wide product would read it many times over, and one row per
+    chunk is a matrix-vector product each, 4-6 times slower than one call)."""
     if (
         device.device_type is not CPU
         or x1.ndim != 2
@@ -246,10 +261,10 @@ def _row_chunking(
         return None
     n, m = shape
     k = known_shape(x1)[1]
-    if n is None or m is None or k is None or m == 0:
+    if n is None or m is None or k is None or m == 0 or known_shape(x2)[0] != k:
         return None
     chunks, elems = chunking(n * m, chunk_elems)
-    if chunks < 2 or elems % m:
+    if chunks < 2 or elems % m or elems // m < MIN_ROWS:
         return None
     return n, m, k, elems
 
