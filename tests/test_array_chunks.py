@@ -909,6 +909,80 @@ async def test_short_wide_and_data_dependent_products_stay_one_blas_call() -> No
             await (xp.ones((ROWS, 40)) @ short)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+async def test_a_product_over_chunked_rows_adds_partial_products_in_order(dtype: str) -> None:
+    """``a.T @ g`` with ``g`` chunked in whole rows (a weight gradient over the samples): a
+    partial product per chunk of rows, added in chunk order: NumPy's values within rounding,
+    the same result whichever block finishes first; ``a`` chunked or not, or ``g`` itself."""
+    rng = np.random.default_rng(35)
+    r = 1e-5 if dtype == "float32" else 1e-12
+
+    def close(got: Any, want: Any) -> None:  # sums of terms of both signs: atol by magnitude
+        np.testing.assert_allclose(got, want, rtol=r, atol=r * float(np.abs(want).max()))
+
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        for rows in (ROWS, ROWS + 37):
+            an = rng.standard_normal((rows, 48)).astype(dtype)
+            gn = rng.standard_normal((rows, COLS)).astype(dtype)
+            small = rng.standard_normal((rows, 3)).astype(dtype)  # one chunk: unchunked
+            a, s = xp.asarray(an), xp.asarray(small)
+            g = xp.asarray(gn) * 1.0  # computed in chunks, as a gradient is
+            a2 = a + 0.0  # a chunked one too
+            assert buffer_of(g).chunked is not None
+            assert buffer_of(a2).chunked is not None
+            got = await (xp.matrix_transpose(a) @ g)
+            close(got, an.T @ gn)
+            assert got.dtype == np.dtype(dtype)
+            close(await (s.mT @ g), small.T @ gn)
+            close(await (g.mT @ g), gn.T @ gn)
+            close(await (a2.mT @ g), an.T @ gn)
+            g = xp.asarray(gn) * 1.0
+            # Pushed before writes into both operands: it reads them as they were.
+            want = an.T @ gn  # (asarray shares the NumPy arrays: the writes reach them)
+            before = xp.matrix_transpose(a) @ g
+            a[:5] = 0.0
+            g[-5:] = 1.0
+            close(await before, want)
+            an[:5], gn[-5:] = 0.0, 1.0
+            after = await (xp.matrix_transpose(a) @ g)
+            close(after, an.T @ gn)
+
+
+async def test_a_block_of_a_product_over_chunked_rows_that_raises_fails_the_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from aioengine.array import _products
+
+    def failing(fn: Any) -> Any:
+        def call(a: Any, b: Any) -> Any:
+            if a.shape[1] < 128:  # the short last block
+                raise FloatingPointError("BLAS")
+            return fn(a, b)
+
+        return call
+
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        a = xp.asarray(np.ones((ROWS + 37, 8)))
+        g = xp.asarray(np.ones((ROWS + 37, COLS))) * 1.0  # in chunks
+        await a
+        await g
+        monkeypatch.setattr(_products, "blas_call", failing)
+        z = xp.matrix_transpose(a) @ g
+        with pytest.raises((FloatingPointError, ae.DependencyError), match="BLAS"):
+            await z
+        with pytest.raises(ae.DependencyError, match="BLAS"):
+            await (z + 1.0)
+        monkeypatch.undo()
+        bad = xp.apply(lambda v: 1 / 0, g, shape=g.shape, dtype=g.dtype)
+        with pytest.raises(ae.DependencyError, match="division"):
+            await (xp.matrix_transpose(a) @ bad)
+        np.testing.assert_array_equal(
+            await (xp.matrix_transpose(a) @ g), np.full((8, COLS), float(ROWS + 37))
+        )
+
+
 async def test_a_failed_operand_of_a_chunked_matrix_product_fails_what_reads_it() -> None:
     def bad(v: Any) -> Any:
         raise KeyError("load")

@@ -21,7 +21,7 @@ from ._indexing import Indexing
 from ._meta import Shape, axis_index, broadcast
 from ._push import call_with, check_same, push1, same_shape
 
-__all__ = ("Manipulation",)
+__all__ = ("Manipulation", "transpose_step")
 
 
 class Manipulation(Indexing):
@@ -60,7 +60,7 @@ class Manipulation(Indexing):
             )
         new = lay.transpose(axes)
         return view(
-            self, x, partial(_transpose_step, tuple(axis_index(a, x.ndim) for a in axes)), new
+            self, x, partial(transpose_step, tuple(axis_index(a, x.ndim) for a in axes)), new
         )
 
     def matrix_transpose(self, x: Array, /) -> Array:
@@ -100,7 +100,7 @@ class Manipulation(Indexing):
         order = [n for n in range(x.ndim) if n not in src]
         for d, s in sorted(zip(dst, src, strict=True)):
             order.insert(d, s)
-        return view(self, x, partial(_transpose_step, tuple(order)), new)
+        return view(self, x, partial(transpose_step, tuple(order)), new)
 
     def broadcast_to(self, x: Array, /, shape: Any) -> Array:
         """``x`` broadcast to ``shape`` (a read-only view)."""
@@ -220,7 +220,9 @@ def _reshape_step(shape: tuple[int, ...], value: Any) -> Any:
     return value.reshape(shape)
 
 
-def _transpose_step(axes: tuple[int, ...], value: Any) -> Any:
+def transpose_step(axes: tuple[int, ...], value: Any) -> Any:
+    """A view's step that permutes its axes (``permute_dims``, ``matrix_transpose``): a
+    product recognises a transposed operand by it (``_products.py``)."""
     return value.transpose(axes)
 
 

@@ -4,8 +4,11 @@ the contracted length) decides inline or pool.
 
 A large 2-D product on the CPU is computed in chunks of whole rows of its result
 (:class:`MatmulRows`), a chunked Buffer like a chain's: its rows on every worker, and what
-follows (a layer's bias and activation) chunk by chunk as each is done. An outer product is
-the elementwise product it is (``_outer``), fused with what follows.
+follows (a layer's bias and activation) chunk by chunk as each is done. A product of a
+transposed array and a chunked one over their rows, ``a.T @ g`` (a weight gradient), is a
+partial product per chunk of rows added in order (:class:`ContractRows`,
+:class:`ContractSum`): it starts with the first rows of ``g`` done. An outer product is the
+elementwise product it is (``_outer``), fused with what follows.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ import numpy as np
 
 from .. import DependencyError, FnProperty
 from . import _meta
-from ._array import Array, buffer_of, concrete_shape, is_view, known_shape
+from ._array import Array, buffer_of, concrete_shape, is_view, known_shape, steps_of
 from ._blas import blas_call
 from ._buffer import Buffer, Chunks
 from ._chain import chunking
 from ._kernel import MISSING, input_failure
+from ._manipulation import transpose_step
 from ._meta import axis_index, broadcast
 from ._pool import empty as pooled_empty
 from ._push import CPU, INLINE_COST, Pusher, blas, call_with, check_same, elementwise, push1
@@ -82,6 +86,10 @@ class Products(Pusher):
             if dtype.kind != "f":
                 return product
             return elementwise(self, np.add, "matmul", (product, 0.0))
+        blocks = _contracted_rows(x1, x2, dtype, device, cost)
+        if blocks is not None:
+            out = _contract_rows(self._submit, self._engine, x1, x2, blocks, dtype, device)
+            return Array(self, out, shape, dtype, device)
         rows = _row_chunking(self._chunk_elems, x1, x2, shape, dtype, device, cost)
         if rows is not None:
             n, m, k, elems = rows
@@ -314,4 +322,188 @@ def _row_chunks(
     out.chunked = Chunks(elems, None, tuple(writers))
     out.var = vars_[0]
     out.writer = writers[-1]
+    return out
+
+
+class _Contraction:
+    """What the operations of one contracted product share: per block of rows its partial
+    product (None until computed), and the first failure of one (the others then skip)."""
+
+    __slots__ = ("failure", "parts")
+
+    def __init__(self, n: int) -> None:
+        self.parts: list[Any] = [None] * n
+        self.failure: BaseException | None = None
+
+
+class ContractRows:
+    """The operation that computes block ``j`` (rows ``[r0, r1)`` of both operands) of
+    ``a.T @ g``: the partial product ``a[r0:r1].T @ g[r0:r1]`` (a BLAS call, counted as one).
+
+    A product over a long contracted axis (a layer's weight gradient ``X.T @ g_h``, over the
+    samples) otherwise waits for the last row of ``g`` and then runs as one BLAS call; in
+    blocks, it starts with the first rows done, on every worker. :class:`ContractSum` adds
+    the partials in block order, so the result does not depend on which block finished first
+    (it may differ from one BLAS call over all rows in the last bits, as a sum in chunks
+    does from NumPy's pairwise one)."""
+
+    __slots__ = ("a", "g", "j", "name", "r0", "r1", "shared")
+
+    def __init__(
+        self, a: Buffer, g: Buffer, shared: _Contraction, j: int, r0: int, r1: int, name: str
+    ) -> None:
+        self.a: Buffer | None = a
+        self.g: Buffer | None = g
+        self.shared = shared
+        self.j = j
+        self.r0 = r0
+        self.r1 = r1
+        self.name = name
+
+    def __call__(self, rctx: RunContext) -> None:
+        a, g, shared = self.a, self.g, self.shared
+        assert a is not None, "a block is computed once"
+        assert g is not None
+        self.a = self.g = None  # an operation done does not keep the arrays alive
+        if shared.failure is not None:
+            return  # another block failed: the whole product has
+        for x in (a, g):
+            failure = input_failure(x, self.name)
+            if failure is not None:
+                root = failure.__cause__ if isinstance(failure, DependencyError) else failure
+                dep = DependencyError(f"{self.name} was not computed: an input failed: {root!r}")
+                dep.__cause__ = root
+                if shared.failure is None:
+                    shared.failure = dep
+                return
+        rows = slice(self.r0, self.r1)
+        try:
+            shared.parts[self.j] = blas_call(np.matmul)(a.value[rows].T, g.value[rows])
+        except BaseException as exc:
+            exc.add_note(f"in aioengine.array operation {self.name} on {rctx.ctx}")
+            if shared.failure is None:
+                shared.failure = exc
+            raise
+
+
+class ContractSum:
+    """The operation that adds a contracted product's partials in block order (it reads
+    every block's Var) into the result."""
+
+    __slots__ = ("name", "out", "shared")
+
+    def __init__(self, shared: _Contraction, out: Buffer, name: str) -> None:
+        self.shared = shared
+        self.out = out
+        self.name = name
+
+    def __call__(self, rctx: RunContext) -> None:
+        out, shared = self.out, self.shared
+        failure = shared.failure
+        if failure is None and any(p is None for p in shared.parts):
+            failure = RuntimeError(f"{self.name}: a block was not computed")
+        if isinstance(failure, DependencyError):
+            out.failure = failure  # the root failure is reported already
+            return
+        if failure is not None:
+            out.failure = failure
+            raise failure
+        parts = shared.parts
+        total = parts[0]
+        for part in parts[1:]:
+            np.add(total, part, out=total)
+        shared.parts = []
+        out.value = total
+
+
+def _contracted_rows(
+    x1: Array, x2: Array, dtype: np.dtype[Any], device: Context, cost: int
+) -> tuple[int, int, int, int] | None:
+    """``(n, k, m, rows)`` if ``x1 @ x2`` is ``a.T @ g`` contracted over ``n`` rows in blocks
+    of ``rows`` (``g``'s chunks), else None: on the CPU, ``x1`` the transpose (``.mT``, a
+    view) of a whole 2-D ``(n, k)`` array ``a`` and ``x2`` a whole 2-D ``(n, m)`` array ``g``
+    chunked in whole rows, at least :data:`MIN_ROWS` of them per chunk and two chunks or
+    more, both of the result's floating dtype, and more work than is computed at the call."""
+    if (
+        device.device_type is not CPU
+        or x1.ndim != 2
+        or x2.ndim != 2
+        or dtype.kind != "f"
+        or x1.dtype != dtype
+        or x2.dtype != dtype
+        or cost <= INLINE_COST
+        or is_view(x2)
+    ):
+        return None
+    steps = steps_of(x1)
+    if len(steps) != 1:
+        return None
+    step = steps[0]
+    if not (isinstance(step, partial) and step.func is transpose_step and step.args == ((1, 0),)):
+        return None
+    a, g = buffer_of(x1), buffer_of(x2)
+    if a is None or g is None or len(a.shape) != 2 or g.chunked is None:
+        return None
+    n, k = a.shape
+    gn, m = known_shape(x2)
+    if n is None or k is None or gn != n or m is None or m == 0:
+        return None
+    elems = g.chunked.elems
+    rows = elems // m
+    if elems % m or rows < MIN_ROWS or n <= rows:
+        return None
+    return n, k, m, rows
+
+
+def _contract_rows(
+    submit: Callable[..., Operation[Any]],
+    engine: Engine,
+    x1: Array,
+    x2: Array,
+    blocks: tuple[int, int, int, int],
+    dtype: np.dtype[Any],
+    device: Context,
+) -> Buffer:
+    """The Buffer of ``a.T @ g`` (:func:`_contracted_rows`): one :class:`ContractRows` per
+    chunk of ``g``, pushed with ``submit`` (reading the chunks of ``a`` and ``g`` its rows are
+    in), then a :class:`ContractSum` reading them all."""
+    n, k, m, rows = blocks
+    a, g = buffer_of(x1), buffer_of(x2)
+    assert a is not None
+    assert g is not None
+    count = -(-n // rows)
+    shared = _Contraction(count)
+    achunks = a.chunked
+    avars, gvars = a.vars, g.vars
+    block_vars: list[Any] = []
+    for j in range(count):
+        r0, r1 = j * rows, min((j + 1) * rows, n)
+        if achunks is None or len(avars) == 1:
+            reads = [avars[0]]
+        else:
+            e = achunks.elems
+            reads = list(avars[r0 * k // e : (r1 * k - 1) // e + 1]) if r1 * k > 0 else []
+        if gvars[j] not in reads:
+            reads.append(gvars[j])
+        var = engine.new_var("matmul")
+        submit(
+            ContractRows(a, g, shared, j, r0, r1, "matmul"),
+            device,
+            reads,
+            (var,),
+            FnProperty.NORMAL,
+            "matmul",
+            None,
+        )
+        block_vars.append(var)
+    out = Buffer(engine, engine.new_var("matmul"), (k, m), dtype, MISSING, name="matmul")
+    out.writer = submit(
+        ContractSum(shared, out, "matmul"),
+        device,
+        block_vars,
+        (out.var,),
+        FnProperty.NORMAL,
+        "matmul",
+        None,
+    )
     return out
