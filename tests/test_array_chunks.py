@@ -949,6 +949,21 @@ async def test_a_product_over_chunked_rows_adds_partial_products_in_order(dtype:
             close(after, an.T @ gn)
 
 
+async def test_products_over_rows_that_are_not_taken_in_blocks_equal_numpys() -> None:
+    """``g`` whose chunks were merged (its Var handed out), or a wide ``a`` (its partials
+    would outgrow a quarter of ``g``): one BLAS call, NumPy's values."""
+    rng = np.random.default_rng(36)
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        an, gn = rng.standard_normal((ROWS, 40)), rng.standard_normal((ROWS, COLS))
+        g = xp.asarray(gn) * 1.0
+        g.var  # noqa: B018  (merges its chunks into one Var)
+        np.testing.assert_allclose(await (xp.asarray(an).mT @ g), an.T @ gn, rtol=1e-12)
+        wide = rng.standard_normal((ROWS, 33))  # 4 * 33 > 128 rows per chunk
+        g2 = xp.asarray(gn) * 1.0
+        np.testing.assert_allclose(await (xp.asarray(wide).mT @ g2), wide.T @ gn, rtol=1e-12)
+
+
 async def test_a_block_of_a_product_over_chunked_rows_that_raises_fails_the_result(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

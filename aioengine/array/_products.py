@@ -408,11 +408,15 @@ class ContractSum:
         if failure is not None:
             out.failure = failure
             raise failure
-        parts = shared.parts
+        parts, shared.parts = shared.parts, []
         total = parts[0]
-        for part in parts[1:]:
-            np.add(total, part, out=total)
-        shared.parts = []
+        try:
+            for part in parts[1:]:
+                np.add(total, part, out=total)
+        except BaseException as exc:
+            exc.add_note(f"in aioengine.array operation {self.name} on {rctx.ctx}")
+            out.failure = exc
+            raise
         out.value = total
 
 
@@ -422,8 +426,10 @@ def _contracted_rows(
     """``(n, k, m, rows)`` if ``x1 @ x2`` is ``a.T @ g`` contracted over ``n`` rows in blocks
     of ``rows`` (``g``'s chunks), else None: on the CPU, ``x1`` the transpose (``.mT``, a
     view) of a whole 2-D ``(n, k)`` array ``a`` and ``x2`` a whole 2-D ``(n, m)`` array ``g``
-    chunked in whole rows, at least :data:`MIN_ROWS` of them per chunk and two chunks or
-    more, both of the result's floating dtype, and more work than is computed at the call."""
+    chunked in whole rows (a Var per chunk), at least :data:`MIN_ROWS` of them per chunk, two
+    chunks or more and ``k`` at most a quarter of them (the partials, one result-sized array
+    per chunk until they are added, stay within a quarter of ``g``'s memory), both of the
+    result's floating dtype, and more work than is computed at the call."""
     if (
         device.device_type is not CPU
         or x1.ndim != 2
@@ -450,8 +456,10 @@ def _contracted_rows(
         return None
     elems = g.chunked.elems
     rows = elems // m
-    if elems % m or rows < MIN_ROWS or n <= rows:
-        return None
+    if elems % m or rows < MIN_ROWS or n <= rows or len(g.vars) != -(-n // rows):
+        return None  # (one Var: its chunks were merged, by ``g.var``)
+    if 4 * k > rows:
+        return None  # the partials, (k, m) per chunk, would take over a quarter of g's memory
     return n, k, m, rows
 
 
