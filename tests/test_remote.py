@@ -36,6 +36,7 @@ from .helpers import (
     engine_keys,
     in_process_cluster,
     no_keys_left,
+    until,
 )
 
 # The module of Dask's private names (``aioengine.remote`` as an attribute is the ``remote()``
@@ -921,8 +922,7 @@ class TestPlacement:
             distributed.Worker(cluster.scheduler_address, nthreads=1, resources={"R": 1}) as gpu,
             ae.Engine(cluster=cluster) as engine,
         ):
-            while len(cluster.scheduler.workers) < 2:
-                await asyncio.sleep(0.01)
+            await until(lambda: len(cluster.scheduler.workers) >= 2)
             xs = [engine.new_var(f"x{i}") for i in range(2)]
             for x in xs:  # two at once: placed on the two workers
                 engine.submit(worker_address, out=x, ctx=ae.remote())

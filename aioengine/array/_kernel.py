@@ -61,6 +61,7 @@ __all__ = (
     "Memory",
     "describe",
     "failure_of",
+    "inputs_failure",
     "launch",
     "numpy_on_gpu",
     "reraise",
@@ -416,6 +417,17 @@ def _values(
             value = step(value)
         values.append(value)
     return values
+
+
+def inputs_failure(bufs: Sequence[Memory], name: str) -> DependencyError | None:
+    """The failure of an operation ``name`` (holding its turns on ``bufs``) that computes
+    nothing because one of ``bufs`` failed (:func:`input_failure`), or None: what a chunk's
+    own operation (a scan's, a product's) records on its result."""
+    for buf in bufs:
+        failure = input_failure(buf, name)
+        if failure is not None:
+            return _dependency(name, failure)
+    return None
 
 
 def _dependency(what: str, failure: BaseException) -> DependencyError:

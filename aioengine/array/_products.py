@@ -6,8 +6,8 @@ A large 2-D product on the CPU is computed in chunks of whole rows of its result
 (:class:`MatmulRows`), a chunked Buffer like a chain's: its rows on every worker, and what
 follows (a layer's bias and activation) chunk by chunk as each is done. A product of a
 transposed array and a chunked one over their rows, ``a.T @ g`` (a weight gradient), is a
-partial product per chunk of rows added in order (:class:`ContractRows`,
-:class:`ContractSum`): it starts with the first rows of ``g`` done. An outer product is the
+partial product per chunk of rows (:class:`ContractRows`) added in order by a reduction's
+``Combine``: it starts with the first rows of ``g`` done. An outer product is the
 elementwise product it is (``_outer``), fused with what follows.
 """
 
@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import DependencyError, FnProperty
+from .. import FnProperty
 from . import _meta
 from ._array import Array, buffer_of, concrete_shape, is_view, known_shape, steps_of
 from ._blas import blas_call
 from ._buffer import Buffer, Chunks
-from ._chain import chunking
-from ._kernel import MISSING, input_failure
+from ._chain import Combine, Partials, chunking
+from ._kernel import MISSING, inputs_failure
 from ._manipulation import transpose_step
 from ._meta import axis_index, broadcast
 from ._pool import empty as pooled_empty
@@ -171,7 +171,29 @@ class Products(Pusher):
 MIN_ROWS = 64
 
 
-class MatmulRows:
+class _RowBlock:
+    """What the operation of one block of rows of a product holds: its two operands until
+    it runs (:meth:`_take`), its rows ``[r0, r1)``, its name."""
+
+    __slots__ = ("name", "r0", "r1", "x1", "x2")
+
+    def __init__(self, x1: Buffer, x2: Buffer, r0: int, r1: int, name: str) -> None:
+        self.x1: Buffer | None = x1
+        self.x2: Buffer | None = x2
+        self.r0 = r0
+        self.r1 = r1
+        self.name = name
+
+    def _take(self) -> tuple[Buffer, Buffer]:
+        """The operands, once (an operation done does not keep the arrays alive)."""
+        x1, x2 = self.x1, self.x2
+        assert x1 is not None, "a block is computed once"
+        assert x2 is not None
+        self.x1 = self.x2 = None
+        return x1, x2
+
+
+class MatmulRows(_RowBlock):
     """The operation that computes rows ``[r0, r1)`` of a row-chunked matrix product: its
     chunk of the result, ``x1[r0:r1] @ x2`` (a BLAS call, counted as one: ``_blas.py``).
 
@@ -183,7 +205,7 @@ class MatmulRows:
     ``lock``, shared by the chunks of one product); its ``failure`` is set by the first chunk
     whose input failed."""
 
-    __slots__ = ("lock", "name", "out", "r0", "r1", "x1", "x2")
+    __slots__ = ("lock", "out")
 
     def __init__(
         self,
@@ -195,32 +217,21 @@ class MatmulRows:
         lock: threading.Lock,
         name: str,
     ) -> None:
-        self.x1: Buffer | None = x1
-        self.x2: Buffer | None = x2
-        self.out: Buffer | None = out
-        self.r0 = r0
-        self.r1 = r1
+        super().__init__(x1, x2, r0, r1, name)
+        self.out = out
         self.lock = lock
-        self.name = name
 
     def __call__(self, rctx: RunContext) -> None:
-        out, x1, x2 = self.out, self.x1, self.x2
-        assert out is not None, "a chunk is computed once"
-        assert x1 is not None
-        assert x2 is not None
-        self.out = self.x1 = self.x2 = None  # an operation done does not keep the arrays alive
+        out = self.out
+        x1, x2 = self._take()
         if out.failure is not None:
             return  # another chunk failed: the whole result has
-        for x in (x1, x2):
-            failure = input_failure(x, self.name)
-            if failure is not None:
-                root = failure.__cause__ if isinstance(failure, DependencyError) else failure
-                dep = DependencyError(f"{self.name} was not computed: an input failed: {root!r}")
-                dep.__cause__ = root
-                with self.lock:
-                    if out.failure is None:
-                        out.failure = dep
-                return
+        dep = inputs_failure((x1, x2), self.name)
+        if dep is not None:
+            with self.lock:
+                if out.failure is None:
+                    out.failure = dep
+            return
         rows = slice(self.r0, self.r1)
         try:
             with self.lock:
@@ -277,6 +288,16 @@ def _row_chunking(
     return n, m, k, elems
 
 
+def _row_vars(buf: Buffer, r0: int, r1: int, k: int) -> list[Any]:
+    """The Vars of the rows ``[r0, r1)`` of ``buf``, a whole 2-D array of ``k`` columns: its
+    one Var, or (chunked) those of the chunks the rows' flat elements are in."""
+    chunks, vars_ = buf.chunked, buf.vars
+    if chunks is None or len(vars_) == 1:
+        return [vars_[0]]
+    e = chunks.elems
+    return list(vars_[r0 * k // e : (r1 * k - 1) // e + 1]) if r1 * k > 0 else []
+
+
 def _row_chunks(
     submit: Callable[..., Operation[Any]],
     engine: Engine,
@@ -292,19 +313,13 @@ def _row_chunks(
     namespace's push), reading the chunks of ``x1`` its rows are in and all of ``x2``."""
     n, m, k = nmk
     step = elems // m  # rows per chunk
-    x1vars = x1.vars
-    x1chunks = x1.chunked
     out = Buffer(engine, None, (n, m), dtype, MISSING, name="matmul")  # type: ignore[arg-type]
     lock = threading.Lock()
     vars_: list[Any] = []
     writers: list[Any] = []
     for r0 in range(0, n, step):
         r1 = min(r0 + step, n)
-        if x1chunks is None or len(x1vars) == 1:
-            reads = [x1vars[0]]
-        else:
-            e = x1chunks.elems
-            reads = list(x1vars[r0 * k // e : ((r1 * k) - 1) // e + 1]) if r1 * k > 0 else []
+        reads = _row_vars(x1, r0, r1, k)
         reads.extend(v for v in x2.vars if v not in reads)
         var = engine.new_var("matmul")
         op = submit(
@@ -325,60 +340,41 @@ def _row_chunks(
     return out
 
 
-class _Contraction:
-    """What the operations of one contracted product share: per block of rows its partial
-    product (None until computed), and the first failure of one (the others then skip)."""
-
-    __slots__ = ("failure", "parts")
-
-    def __init__(self, n: int) -> None:
-        self.parts: list[Any] = [None] * n
-        self.failure: BaseException | None = None
-
-
-class ContractRows:
+class ContractRows(_RowBlock):
     """The operation that computes block ``j`` (rows ``[r0, r1)`` of both operands) of
     ``a.T @ g``: the partial product ``a[r0:r1].T @ g[r0:r1]`` (a BLAS call, counted as one).
 
     A product over a long contracted axis (a layer's weight gradient ``X.T @ g_h``, over the
     samples) otherwise waits for the last row of ``g`` and then runs as one BLAS call; in
-    blocks, it starts with the first rows done, on every worker. :class:`ContractSum` adds
-    the partials in block order, so the result does not depend on which block finished first
-    (it may differ from one BLAS call over all rows in the last bits, as a sum in chunks
-    does from NumPy's pairwise one)."""
+    blocks, it starts with the first rows done, on every worker. The partials go to a
+    :class:`~aioengine.array._chain.Partials` (entry ``j``, written by this operation only;
+    the first failure wins), which a reduction's :class:`~aioengine.array._chain.Combine`
+    adds in block order (:func:`_added`), so the result does not depend on which block
+    finished first (it may differ from one BLAS call over all rows in the last bits, as a
+    sum in chunks does from NumPy's pairwise one)."""
 
-    __slots__ = ("a", "g", "j", "name", "r0", "r1", "shared")
+    __slots__ = ("j", "shared")
 
     def __init__(
-        self, a: Buffer, g: Buffer, shared: _Contraction, j: int, r0: int, r1: int, name: str
+        self, a: Buffer, g: Buffer, shared: Partials, j: int, r0: int, r1: int, name: str
     ) -> None:
-        self.a: Buffer | None = a
-        self.g: Buffer | None = g
+        super().__init__(a, g, r0, r1, name)
         self.shared = shared
         self.j = j
-        self.r0 = r0
-        self.r1 = r1
-        self.name = name
 
     def __call__(self, rctx: RunContext) -> None:
-        a, g, shared = self.a, self.g, self.shared
-        assert a is not None, "a block is computed once"
-        assert g is not None
-        self.a = self.g = None  # an operation done does not keep the arrays alive
+        shared = self.shared
+        a, g = self._take()
         if shared.failure is not None:
             return  # another block failed: the whole product has
-        for x in (a, g):
-            failure = input_failure(x, self.name)
-            if failure is not None:
-                root = failure.__cause__ if isinstance(failure, DependencyError) else failure
-                dep = DependencyError(f"{self.name} was not computed: an input failed: {root!r}")
-                dep.__cause__ = root
-                if shared.failure is None:
-                    shared.failure = dep
-                return
+        dep = inputs_failure((a, g), self.name)
+        if dep is not None:
+            if shared.failure is None:
+                shared.failure = dep
+            return
         rows = slice(self.r0, self.r1)
         try:
-            shared.parts[self.j] = blas_call(np.matmul)(a.value[rows].T, g.value[rows])
+            shared.parts[self.j] = [blas_call(np.matmul)(a.value[rows].T, g.value[rows])]
         except BaseException as exc:
             exc.add_note(f"in aioengine.array operation {self.name} on {rctx.ctx}")
             if shared.failure is None:
@@ -386,38 +382,12 @@ class ContractRows:
             raise
 
 
-class ContractSum:
-    """The operation that adds a contracted product's partials in block order (it reads
-    every block's Var) into the result."""
-
-    __slots__ = ("name", "out", "shared")
-
-    def __init__(self, shared: _Contraction, out: Buffer, name: str) -> None:
-        self.shared = shared
-        self.out = out
-        self.name = name
-
-    def __call__(self, rctx: RunContext) -> None:
-        out, shared = self.out, self.shared
-        failure = shared.failure
-        if failure is None and any(p is None for p in shared.parts):
-            failure = RuntimeError(f"{self.name}: a block was not computed")
-        if isinstance(failure, DependencyError):
-            out.failure = failure  # the root failure is reported already
-            return
-        if failure is not None:
-            out.failure = failure
-            raise failure
-        parts, shared.parts = shared.parts, []
-        total = parts[0]
-        try:
-            for part in parts[1:]:
-                np.add(total, part, out=total)
-        except BaseException as exc:
-            exc.add_note(f"in aioengine.array operation {self.name} on {rctx.ctx}")
-            out.failure = exc
-            raise
-        out.value = total
+def _added(partials: list[Any], count: int, dtype: np.dtype[Any]) -> Any:
+    """The sum of a contracted product's partials, in block order (``Combine``'s combine)."""
+    total = partials[0]
+    for part in partials[1:]:
+        np.add(total, part, out=total)
+    return total
 
 
 def _contracted_rows(
@@ -474,23 +444,19 @@ def _contract_rows(
 ) -> Buffer:
     """The Buffer of ``a.T @ g`` (:func:`_contracted_rows`): one :class:`ContractRows` per
     chunk of ``g``, pushed with ``submit`` (reading the chunks of ``a`` and ``g`` its rows are
-    in), then a :class:`ContractSum` reading them all."""
+    in), then a :class:`~aioengine.array._chain.Combine` reading them all."""
     n, k, m, rows = blocks
     a, g = buffer_of(x1), buffer_of(x2)
     assert a is not None
     assert g is not None
     count = -(-n // rows)
-    shared = _Contraction(count)
-    achunks = a.chunked
-    avars, gvars = a.vars, g.vars
+    shared = Partials(count)
+
+    gvars = g.vars
     block_vars: list[Any] = []
     for j in range(count):
         r0, r1 = j * rows, min((j + 1) * rows, n)
-        if achunks is None or len(avars) == 1:
-            reads = [avars[0]]
-        else:
-            e = achunks.elems
-            reads = list(avars[r0 * k // e : (r1 * k - 1) // e + 1]) if r1 * k > 0 else []
+        reads = _row_vars(a, r0, r1, k)
         if gvars[j] not in reads:
             reads.append(gvars[j])
         var = engine.new_var("matmul")
@@ -506,7 +472,7 @@ def _contract_rows(
         block_vars.append(var)
     out = Buffer(engine, engine.new_var("matmul"), (k, m), dtype, MISSING, name="matmul")
     out.writer = submit(
-        ContractSum(shared, out, "matmul"),
+        Combine(_added, shared, out, dtype, n, "matmul"),
         device,
         block_vars,
         (out.var,),

@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import DependencyError, FnProperty
+from .. import FnProperty
 from ._buffer import Buffer, Chunks
 from ._chain import chunking
-from ._kernel import MISSING, input_failure
+from ._kernel import MISSING, inputs_failure
 
 if TYPE_CHECKING:
     from .. import Context, Engine, Operation, RunContext
@@ -71,11 +71,8 @@ class ScanChunk:
         self.out = self.x = None  # an operation done does not keep the arrays alive
         if out.failure is not None:
             return  # an earlier chunk's input failed: the whole result has
-        failure = input_failure(x, self.name)
-        if failure is not None:
-            root = failure.__cause__ if isinstance(failure, DependencyError) else failure
-            dep = DependencyError(f"{self.name} was not computed: an input failed: {root!r}")
-            dep.__cause__ = root
+        dep = inputs_failure((x,), self.name)
+        if dep is not None:
             out.failure = dep
             return
         value = out.value
