@@ -4,8 +4,10 @@ aioengine is pure Python. A wheel built here also compiles ``scheduler.py``, ``e
 ``corestate.py``, ``operation.py``, ``var.py``, ``bulk.py``, ``loopqueue.py`` and
 ``wakeups.py`` with Cython, typed by the ``.pxd`` files beside them (and ``functions.py`` and
 ``gpu_sync.py``, untyped): the same source, with the hot path's attribute accesses made C
-struct reads. It halves the engine's own cost per operation (docs/performance.md). The
-compiled modules are skipped, and the pure-Python modules used, when:
+struct reads. It halves the engine's own cost per operation (docs/performance.md). It also
+compiles ``aioengine/array/_numpy_loops.pyx``, which has no Python twin: it runs a fused
+array chain through NumPy's own inner loops without the GIL (without it, NumPy calls do the
+same work). The compiled modules are skipped, and the pure-Python modules used, when:
 
 - ``AIOENGINE_NO_EXTENSIONS`` is set to a non-empty value other than ``0``;
 - the interpreter is not CPython;
@@ -43,6 +45,11 @@ COMPILED = (
     "aioengine.functions",
     "aioengine.gpu_sync",
 )
+
+# Compiled from a .pyx of their own, with no Python twin: a module that has no pure-Python
+# form (calling NumPy's inner loops without the GIL). The package works without them: the
+# arrays evaluate fused chains with NumPy calls instead (aioengine/array/_numpy_fuse.py).
+NATIVE = ("aioengine.array._numpy_loops",)
 
 
 def _flag(name: str) -> bool:
@@ -108,7 +115,9 @@ def _cythonize(extensions: list[Extension]) -> list[Extension]:
 def _extensions() -> list[Extension]:
     if _flag("AIOENGINE_NO_EXTENSIONS") or platform.python_implementation() != "CPython":
         return []
-    return [Extension(name, [name.replace(".", "/") + ".py"]) for name in COMPILED]
+    return [Extension(name, [name.replace(".", "/") + ".py"]) for name in COMPILED] + [
+        Extension(name, [name.replace(".", "/") + ".pyx"]) for name in NATIVE
+    ]
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})

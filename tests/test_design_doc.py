@@ -12,18 +12,18 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 ROW = re.compile(r"^\|\s*`(aioengine(?:\.\w+)+)`\s*\|", re.M)
 
 
-def compiled_in_setup() -> list[str]:
-    """setup.py's ``COMPILED``, read from its syntax tree: importing setup.py would run
-    ``setup()``."""
+def compiled_in_setup(name: str = "COMPILED") -> list[str]:
+    """setup.py's ``COMPILED`` (or ``NATIVE``), read from its syntax tree: importing setup.py
+    would run ``setup()``."""
     tree = ast.parse((ROOT / "setup.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "COMPILED" for t in node.targets
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
         ):
             value = ast.literal_eval(node.value)
             assert isinstance(value, tuple | list), value
-            return [str(name) for name in value]
-    raise AssertionError("setup.py assigns no COMPILED")
+            return [str(module) for module in value]
+    raise AssertionError(f"setup.py assigns no {name}")
 
 
 def compiled_in_design() -> list[str]:
@@ -47,3 +47,15 @@ def test_every_compiled_module_is_a_source_file() -> None:
     """setup.py compiles ``name.replace(".", "/") + ".py"``: each name is such a file."""
     missing = [n for n in compiled_in_setup() if not (ROOT / f"{n.replace('.', '/')}.py").is_file()]
     assert missing == []
+
+
+def test_every_native_module_is_a_pyx_file_the_design_names() -> None:
+    """setup.py compiles ``NATIVE`` from ``.pyx`` files with no Python twin; docs/design.md
+    says which, and a ``.pyi`` beside each types it for mypy."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    for name in compiled_in_setup("NATIVE"):
+        path = ROOT / name.replace(".", "/")
+        assert path.with_suffix(".pyx").is_file(), name
+        assert path.with_suffix(".pyi").is_file(), name
+        assert not path.with_suffix(".py").exists(), name
+        assert f"`{name}`" in text, f"docs/design.md does not name {name}"

@@ -32,7 +32,9 @@ scratch block (a step whose result nobody holds any more: its Buffer is known by
 reference only): the block of an operand the step reads for the last time, else a free one of
 the worker thread's, which keeps a few warm between kernels (:func:`_scratch`). So
 ``c = a * 1.5 + b; c = c * c - a; ...`` streams ``a`` and ``b`` through memory once and
-allocates only ``c``.
+allocates only ``c``. Where the wheel compiled it, a program of ufuncs on floating-point arrays
+of its shape runs instead in one call of NumPy's own loops with the GIL released
+(``_numpy_fuse.py``; ``Program.plans``): the same values, no GIL hand-off between steps.
 
 Failures (the kernel itself never raises, because its Var is shared by results that computed):
 a step that raises fails its result and every step that reads it (a
@@ -63,6 +65,7 @@ from ._buffer import Buffer, Chunks
 from ._burst import Burst
 from ._cupy_fuse import cupy_module, fused_call
 from ._kernel import MISSING, input_failure, numpy_on_gpu
+from ._numpy_fuse import Plan, available, plan, run
 from ._pool import empty as pooled_empty
 from ._reducers import REDUCERS, ROW_REDUCERS
 
@@ -257,6 +260,7 @@ class Program:
         "known",
         "lock",
         "n",
+        "plans",
         "shape",
         "size",
         "started",
@@ -291,6 +295,10 @@ class Program:
         #: The steps, in push order.
         self.steps: list[_Step] = []
         self.lock = threading.Lock()
+        #: The steps encoded for NumPy's loops (``_numpy_fuse.py``) by which results are live
+        #: (None: the runner does not take them), filled by the first kernel of each (a race
+        #: encodes one twice).
+        self.plans: dict[tuple[bool, ...], Plan | None] = {}
         #: The kernels started: nothing joins once one has; the last to start lets go of
         #: ``inputs``, ``known``, ``steps`` and ``kernels`` (each kernel holds its own
         #: references).
@@ -625,6 +633,8 @@ class ChainKernel:
         if any(step.rows for step in steps):
             rows = _Rows(self.program.shape, seen)
             block = max(rows.row, block // rows.row * rows.row)
+        elif xp is np and self._run_loops(steps, outs, values, flat, last):
+            return
         failed: dict[int, BaseException] = {}
         # Scratch blocks not in use, by dtype: a result goes back after its last reader, so
         # each block of the chunk reuses the same few, and NumPy's are this thread's, kept
@@ -636,6 +646,32 @@ class ChainKernel:
             if xp is np:  # a few blocks of each dtype, none larger than a block of 8 bytes
                 for kept in free.values():
                     kept[:] = [b for b in kept[-SCRATCH_KEPT:] if b.shape[0] <= SCRATCH_ELEMS]
+
+    def _run_loops(
+        self,
+        steps: list[_Step],
+        outs: list[Buffer | None],
+        values: list[Any],
+        flat: list[Any],
+        last: list[int],
+    ) -> bool:
+        """Whether the program ran on this chunk in one call of NumPy's own loops, the GIL
+        released (``_numpy_fuse.py``); False where the runner does not take it (then NumPy
+        calls evaluate it)."""
+        if not available() or any(step.sink is not None for step in steps):
+            return False
+        alive = tuple(out is not None for out in outs)
+        plans = self.program.plans
+        try:
+            encoded = plans[alive]
+        except KeyError:
+            program = tuple(
+                (s.fn, tuple((_KINDS[kind], ref) for kind, ref in s.operands), s.dtype)
+                for s in steps
+            )
+            dtypes = tuple(v.dtype for v in values)
+            encoded = plans[alive] = plan(program, dtypes, alive, last)
+        return encoded is not None and run(encoded, values, flat, self.lo, self.hi)
 
     def _blocks(
         self,

@@ -1,0 +1,356 @@
+"""One pass of NumPy's own loops per fused chain on the CPU, without the GIL.
+
+A fused chain (``_chain.py``) evaluated with NumPy calls pays a Python call and a GIL hand-off
+per step and per block: about 1 µs each, 14 calls per block for the benchmark's chain, and two
+workers taking turns at the GIL between them (a caller spinning in Python holds it for up to
+``sys.getswitchinterval()`` at each turn). Here the same program runs on a chunk in one call of
+the compiled runner (``_numpy_loops.pyx``), the GIL released throughout: each step, each
+block of :data:`BLOCK` elements, calls the very inner loop NumPy's ufunc calls for those dtypes
+(the ``functions`` and ``data`` of NumPy's public ``PyUFuncObject``), so every result is the one
+NumPy computes, bit for bit, transcendental functions included.
+
+Which programs: every step a NumPy ufunc of one or two inputs and one output, over inputs and
+results of the program's shape (no broadcast operand, no reduction), and, for the dtypes of
+its operands (a Python scalar is weak, as NumPy 2 has it), a loop NumPy resolves to
+(``ufunc.resolve_dtypes``) that takes the array operands as they are (no cast), reads
+floating-point or complex operands and makes the step's dtype. Anything else (integer loops
+among them: some report errors as Python exceptions, ``0 ** -1`` say) is evaluated with NumPy
+calls, as without the runner.
+
+Floating-point errors: the runner reports the flags its loops raised; where the caller's
+``np.errstate`` (the pushing context's: the engine runs an operation in it) would warn, raise
+or call about one of them, the chunk is evaluated again with NumPy calls, which do exactly
+that (the inputs are unchanged, the results overwritten).
+
+Available where the wheel compiled the runner, on CPython with NumPy 2, and where the loops
+found pass a check against NumPy's own calls (:func:`available`); else :data:`RUN` is None.
+
+State: ``_LOOPS`` (the loops found by ufunc and dtypes), ``_PLANS`` (the plans by program
+structure) and ``_available``, filled by any worker (a race makes the same entry twice, and
+one of them is kept); each worker thread's scratch blocks (``_local``) are its own.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ("BLOCK", "PLANS_MAX", "RUN", "Plan", "Step", "available", "plan", "run")
+
+
+def _compiled() -> Callable[..., int] | None:
+    """The compiled runner, where the wheel built it (the pure-Python install has none: NumPy
+    calls evaluate the chains, ``_chain.py``) and NumPy is 2 or later (weak scalars)."""
+    try:
+        from ._numpy_loops import run
+    except ImportError:
+        return None
+    return run if int(np.__version__.split(".")[0]) >= 2 else None
+
+
+#: The compiled runner (None: not compiled, or not usable here; see :func:`available`).
+RUN = _compiled()
+
+#: Elements per block: the blocks of a chain's intermediates stay in the core's L1/L2 cache
+#: between its steps. Chosen by measurement (the benchmark's chain, 1e6 float64, two threads):
+#: 512 to 8192 elements within 5 % of each other, 2.0-2.2 ms against 2.7 ms for the best
+#: blocking of NumPy calls.
+BLOCK = 2048
+
+#: The error flags of the runner, by ``np.errstate`` name.
+_FLAGS = (("divide", 1), ("over", 2), ("under", 4), ("invalid", 8))
+
+_IN, _OUT, _REG, _CONST = 0, 1, 2, 3  # where a slot's array comes from
+# The runner's mode of each: moves with the block from the chunk's start; a scratch block,
+# reused by every block; one element, read as every element.
+_MODES = (2, 2, 1, 0)
+
+
+class _UFuncObject(ctypes.Structure):
+    """The head of NumPy's public ``PyUFuncObject`` (``numpy/ufuncobject.h``), to the
+    ``types`` field: checked against the ufunc's Python attributes before use."""
+
+    _fields_ = (
+        ("ob_refcnt", ctypes.c_ssize_t),
+        ("ob_type", ctypes.c_void_p),
+        ("nin", ctypes.c_int),
+        ("nout", ctypes.c_int),
+        ("nargs", ctypes.c_int),
+        ("identity", ctypes.c_int),
+        ("functions", ctypes.POINTER(ctypes.c_void_p)),
+        ("data", ctypes.POINTER(ctypes.c_void_p)),
+        ("ntypes", ctypes.c_int),
+        ("reserved1", ctypes.c_int),
+        ("name", ctypes.c_char_p),
+        ("types", ctypes.POINTER(ctypes.c_char)),
+    )
+
+
+#: The loops found: (ufunc, operand dtypes as the step sees them) -> (the loop's address, its
+#: data, the loop's dtypes), or None where no loop takes them as they are.
+_LOOPS: dict[tuple[Any, ...], tuple[int, int, tuple[np.dtype[Any], ...]] | None] = {}
+
+
+def _loop_table(ufunc: Any) -> dict[tuple[int, ...], tuple[int, int]]:
+    """``ufunc``'s inner loops by the type numbers of their operands, read from its C struct;
+    empty if the struct does not look as expected (another layout: no loop is used)."""
+    if type(ufunc) is not np.ufunc:
+        return {}
+    head = _UFuncObject.from_address(id(ufunc))
+    nargs, ntypes = ufunc.nin + ufunc.nout, ufunc.ntypes
+    name = head.name
+    if (
+        head.nin != ufunc.nin
+        or head.nout != ufunc.nout
+        or head.nargs != nargs
+        or head.ntypes != ntypes
+        or name is None
+        or name.decode() != ufunc.__name__
+    ):
+        return {}
+    table: dict[tuple[int, ...], tuple[int, int]] = {}
+    for i, sig in enumerate(ufunc.types):
+        nums = tuple(head.types[i * nargs + j][0] for j in range(nargs))
+        chars = sig.replace("->", "")
+        if len(chars) != nargs or nums != tuple(np.dtype(c).num for c in chars):
+            return {}
+        function = head.functions[i]
+        if function:
+            table.setdefault(nums, (function, head.data[i] or 0))
+    return table
+
+
+def _loop(
+    ufunc: np.ufunc, dtypes: tuple[Any, ...], out: np.dtype[Any]
+) -> tuple[int, int, tuple[np.dtype[Any], ...]] | None:
+    """The loop NumPy runs for ``ufunc`` on operands of ``dtypes`` (a dtype, or ``float``,
+    ``int``, ``bool`` or ``complex`` for a Python scalar), if it takes the array operands as
+    they are and makes ``out``; None otherwise."""
+    key = (ufunc, dtypes, out)
+    try:
+        return _LOOPS[key]
+    except KeyError:
+        pass
+    found: tuple[int, int, tuple[np.dtype[Any], ...]] | None = None
+    try:
+        resolved = ufunc.resolve_dtypes((*dtypes, None))
+    except Exception:
+        resolved = None
+    if (
+        resolved is not None
+        and resolved[-1] == out
+        and all(d.kind in "fc" for d in resolved[:-1])
+        and out.kind in "fcb"
+        and all(isinstance(d, type) or d == r for d, r in zip(dtypes, resolved, strict=False))
+    ):
+        entry = _loop_table(ufunc).get(tuple(d.num for d in resolved))
+        if entry is not None:
+            found = (*entry, tuple(resolved))
+    _LOOPS[key] = found
+    return found
+
+
+class Plan:
+    """A program encoded for the runner, for one set of live results: ``code`` (per step,
+    the loop, its data, its operands' slots), the ``slots`` (per slot, where its array comes
+    from), each slot's mode for the runner, and the scratch blocks' dtypes."""
+
+    __slots__ = ("code", "modes", "regs", "slots")
+
+    def __init__(
+        self, code: list[int], slots: list[tuple[int, Any]], regs: list[np.dtype[Any]]
+    ) -> None:
+        self.code = np.array(code, dtype=np.int64)
+        #: Per slot: (_IN, input index), (_OUT, step index: its live result), (_REG, scratch
+        #: index) or (_CONST, a 1-element array of the loop's dtype).
+        self.slots = slots
+        self.modes = np.array([_MODES[kind] for kind, _ in slots], dtype=np.int64)
+        #: Per scratch index: its dtype, and its place among the scratch blocks of that dtype
+        #: (the worker thread's blocks of a dtype are numbered alike in every plan).
+        self.regs: list[tuple[np.dtype[Any], int]] = [
+            (dtype, regs[:i].count(dtype)) for i, dtype in enumerate(regs)
+        ]
+
+
+#: The most plans kept (a program of another structure beyond it clears the cache).
+PLANS_MAX = 256
+
+#: The plans made, by the program's structure (steps, input dtypes, live results, and the
+#: types of its scalars: ``1`` and ``1.0`` are one key otherwise).
+_PLANS: dict[tuple[Any, ...], Plan | None] = {}
+
+Step = tuple[Any, tuple[tuple[str, Any], ...], np.dtype[Any]]
+
+
+def plan(
+    steps: tuple[Step, ...],
+    inputs: tuple[np.dtype[Any], ...],
+    alive: tuple[bool, ...],
+    last: Sequence[int],
+) -> Plan | None:
+    """The plan of a program: ``steps`` as (the function, its operands as ``_cupy_fuse``'s
+    ``Operand``, the result's dtype), the ``inputs``' dtypes, whether each step's result is
+    live (written to its array) and each step's last reader (``last``; -1: none). None if a
+    step is not one the runner takes (see the module docstring). Cached by structure: a loop
+    pushes the same program again and again."""
+    scalars = tuple(
+        type(ref) for _, operands, _ in steps for kind, ref in operands if kind == "const"
+    )
+    key = (steps, inputs, alive, scalars)
+    try:
+        return _PLANS[key]
+    except KeyError:
+        pass
+    made = _encode(steps, inputs, alive, last)
+    if len(_PLANS) >= PLANS_MAX:
+        _PLANS.clear()
+    _PLANS[key] = made
+    return made
+
+
+def _encode(
+    steps: tuple[Step, ...],
+    inputs: tuple[np.dtype[Any], ...],
+    alive: tuple[bool, ...],
+    last: Sequence[int],
+) -> Plan | None:
+    """:func:`plan`, uncached."""
+    code: list[int] = []
+    slots: list[tuple[int, Any]] = [(_IN, i) for i in range(len(inputs))]
+    regs: list[np.dtype[Any]] = []
+    free: list[int] = []  # scratch indexes not in use
+    where: list[int] = []  # each step's result: its slot
+    reg_of: dict[int, int] = {}  # a slot of a scratch block: its scratch index
+    for k, (fn, operands, out) in enumerate(steps):
+        if type(fn) is not np.ufunc or fn.nout != 1 or fn.nin not in (1, 2):
+            return None
+        dtypes: list[Any] = []
+        for kind, ref in operands:
+            if kind == "in":
+                dtypes.append(inputs[ref])
+            elif kind == "reg":
+                dtypes.append(steps[ref][2])
+            elif kind == "const" and type(ref) in (bool, int, float, complex):
+                dtypes.append(type(ref))
+            else:
+                return None
+        found = _loop(fn, tuple(dtypes), out)
+        if found is None:
+            return None
+        function, data, resolved = found
+        args: list[int] = []
+        for (kind, ref), dtype in zip(operands, resolved, strict=False):
+            if kind == "in":
+                args.append(ref)
+            elif kind == "reg":
+                args.append(where[ref])
+            else:
+                try:
+                    value = np.array([ref], dtype=dtype)
+                except (OverflowError, ValueError, TypeError):
+                    return None
+                slots.append((_CONST, value))
+                args.append(len(slots) - 1)
+        # Scratch blocks read for the last time here go back first: a loop may write in place.
+        for kind, ref in operands:
+            if kind == "reg" and last[ref] == k and not alive[ref]:
+                index = reg_of.get(where[ref])
+                if index is not None and index not in free:
+                    free.append(index)
+        if alive[k]:
+            slots.append((_OUT, k))
+            slot = len(slots) - 1
+        else:
+            index = next((i for i in free if regs[i] == out), -1)
+            if index >= 0:
+                free.remove(index)
+            else:
+                regs.append(out)
+                index = len(regs) - 1
+            slots.append((_REG, index))
+            slot = len(slots) - 1
+            reg_of[slot] = index
+            if last[k] < 0:  # never read: its block is free again at once
+                free.append(index)
+        where.append(slot)
+        code += [function, data, len(args) + 1, *args, slot]
+    return Plan(code, slots, regs)
+
+
+_local = threading.local()
+
+
+def run(plan: Plan, values: Sequence[Any], flat: Sequence[Any], lo: int, hi: int) -> bool:
+    """Run ``plan`` on elements ``lo:hi`` of the program's inputs (``values``, flat) and live
+    results (``flat``, by step); False if it must be evaluated again with NumPy calls (a
+    floating-point error the caller's ``np.errstate`` acts on, or an exception a loop set)."""
+    assert RUN is not None
+    try:
+        kept: dict[np.dtype[Any], list[Any]] = _local.blocks
+    except AttributeError:
+        kept = _local.blocks = {}
+    arrays: list[Any] = []
+    for kind, ref in plan.slots:
+        if kind == _IN:
+            arrays.append(values[ref])
+        elif kind == _OUT:
+            arrays.append(flat[ref])
+        elif kind == _REG:
+            # This thread's own scratch blocks, kept (a fresh block is cold memory).
+            dtype, i = plan.regs[ref]
+            blocks = kept.setdefault(dtype, [])
+            while len(blocks) <= i:
+                blocks.append(np.empty(BLOCK, dtype))
+            arrays.append(blocks[i])
+        else:
+            arrays.append(ref)
+    raised = RUN(plan.code, arrays, plan.modes, lo, hi - lo, BLOCK)
+    if raised < 0:  # a loop set a Python exception: NumPy's call raises it
+        return False
+    if raised:
+        acts: dict[str, object] = dict(np.geterr())
+        if any(raised & bit and acts[name] != "ignore" for name, bit in _FLAGS):
+            return False
+    return True
+
+
+_available: list[bool] = []
+
+
+def available() -> bool:
+    """Whether the runner is compiled and computes what NumPy's calls do here: checked once,
+    on a program of additions, products, a square root and an exponential in float64 and
+    float32 (a layout of NumPy's struct this module does not know finds no loop)."""
+    if RUN is None:
+        return False
+    if not _available:
+        _available.append(_check())
+    return _available[0]
+
+
+def _check() -> bool:
+    rng = np.random.default_rng(0)
+    for dtype in (np.dtype(np.float64), np.dtype(np.float32)):
+        a = rng.standard_normal(5000).astype(dtype)
+        steps = (
+            (np.multiply, (("in", 0), ("const", 1.5)), dtype),
+            (np.absolute, (("reg", 0),), dtype),
+            (np.sqrt, (("reg", 1),), dtype),
+            (np.add, (("reg", 2), ("in", 0)), dtype),
+            (np.exp, (("reg", 3),), dtype),
+        )
+        encoded = _encode(steps, (dtype,), (False, False, False, True, True), (1, 2, 3, 4, -1))
+        if encoded is None:
+            return False
+        got = [np.empty_like(a) for _ in steps]
+        with np.errstate(all="ignore"):
+            run(encoded, (a,), got, 0, a.size)
+            c = np.add(np.sqrt(np.absolute(np.multiply(a, 1.5))), a)
+            expected = np.exp(c)
+        if not (np.array_equal(got[3], c) and np.array_equal(got[4], expected)):
+            return False
+    return True

@@ -1,0 +1,300 @@
+"""Fused chains through NumPy's own loops (``aioengine/array/_numpy_fuse.py``): where the wheel
+compiled the runner, a chunk of a fused chain is one call that runs NumPy's inner loops with
+the GIL released.
+
+What a user relies on: the values are the ones NumPy's calls give, bit for bit (exponentials,
+square roots, complex numbers and comparisons included); a floating-point error that the
+pushing context's ``np.errstate`` raises or warns about does so as without the runner; and
+anything the runner does not take is computed as before. The plans (which loop, which
+scratch block) are checked on both builds; the runner itself where it is compiled
+(``nox -s tests_compiled``, which must have it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import aioengine as ae
+import aioengine.array as aa
+from aioengine.array import _chain, _numpy_fuse
+
+from .conftest import COMPILED
+
+N = 5 * 8192 + 17  # 5 chunks of 8,192 elements and a short one
+CHUNK = 8192 * 8
+F8 = np.dtype(np.float64)
+
+needs_runner = pytest.mark.skipif(
+    not _numpy_fuse.available(), reason="the runner is compiled in the wheel only"
+)
+
+
+def test_the_compiled_build_has_the_runner() -> None:
+    if not COMPILED and not os.environ.get("AIOENGINE_EXPECT_COMPILED"):
+        pytest.skip("the pure-Python build has no runner: NumPy calls evaluate the chains")
+    assert _numpy_fuse.RUN is not None
+    assert _numpy_fuse.available()
+
+
+# -- plans (both builds) ---------------------------------------------------------------------
+
+#: The benchmark's chain, as its kernels see it: c = a * 1.5 + b; c = c * c - a;
+#: c = sqrt(abs(c)) + 2.0; c = c * b - a * 0.5; c = exp(-c * c) + c.
+BENCH_CHAIN: tuple[_numpy_fuse.Step, ...] = (
+    (np.multiply, (("in", 0), ("const", 1.5)), F8),
+    (np.add, (("reg", 0), ("in", 1)), F8),
+    (np.multiply, (("reg", 1), ("reg", 1)), F8),
+    (np.subtract, (("reg", 2), ("in", 0)), F8),
+    (np.absolute, (("reg", 3),), F8),
+    (np.sqrt, (("reg", 4),), F8),
+    (np.add, (("reg", 5), ("const", 2.0)), F8),
+    (np.multiply, (("reg", 6), ("in", 1)), F8),
+    (np.multiply, (("in", 0), ("const", 0.5)), F8),
+    (np.subtract, (("reg", 7), ("reg", 8)), F8),
+    (np.multiply, (("reg", 9), ("reg", 9)), F8),
+    (np.negative, (("reg", 10),), F8),
+    (np.exp, (("reg", 11),), F8),
+    (np.add, (("reg", 12), ("reg", 9)), F8),
+)
+
+
+def last_uses(steps: tuple[_numpy_fuse.Step, ...]) -> list[int]:
+    last = [-1] * len(steps)
+    for j, (_, operands, _) in enumerate(steps):
+        for kind, ref in operands:
+            if kind == "reg":
+                last[ref] = j
+    return last
+
+
+def test_a_chain_nobody_holds_runs_in_two_scratch_blocks() -> None:
+    alive = (False,) * 13 + (True,)
+    plan = _numpy_fuse.plan(BENCH_CHAIN, (F8, F8), alive, last_uses(BENCH_CHAIN))
+    assert plan is not None
+    assert plan.regs == [(F8, 0), (F8, 1)]
+    assert [slot for slot in plan.slots if slot[0] == 1] == [(1, 13)]  # only the result
+    # Cached by structure: the same program again is the same plan.
+    assert _numpy_fuse.plan(BENCH_CHAIN, (F8, F8), alive, last_uses(BENCH_CHAIN)) is plan
+
+
+def test_a_result_someone_holds_is_written_where_it_lives() -> None:
+    alive = (False, True) + (False,) * 11 + (True,)
+    plan = _numpy_fuse.plan(BENCH_CHAIN, (F8, F8), alive, last_uses(BENCH_CHAIN))
+    assert plan is not None
+    assert [slot for slot in plan.slots if slot[0] == 1] == [(1, 1), (1, 13)]
+
+
+def test_scalars_of_other_types_are_other_plans() -> None:
+    one = ((np.add, (("in", 0), ("const", 1)), F8),)
+    one_float = ((np.add, (("in", 0), ("const", 1.0)), F8),)
+    a = _numpy_fuse.plan(one, (F8,), (True,), [-1])
+    b = _numpy_fuse.plan(one_float, (F8,), (True,), [-1])
+    assert a is not None
+    assert b is not None
+    assert a is not b
+
+
+@pytest.mark.parametrize(
+    ("steps", "inputs"),
+    [
+        # integer loops (some report errors as Python exceptions): NumPy calls
+        (((np.add, (("in", 0), ("const", 1)), np.dtype(np.int64)),), (np.dtype(np.int64),)),
+        # an operand NumPy would cast first (float32 + float64)
+        (((np.add, (("in", 0), ("in", 1)), F8),), (np.dtype(np.float32), F8)),
+        # a function that is not a ufunc
+        (((np.round, (("in", 0),), F8),), (F8,)),
+        # a ufunc of two outputs
+        (((np.modf, (("in", 0),), F8),), (F8,)),
+        # a broadcast operand (``_chain``'s kind 3 has no name here)
+        (((np.add, (("in", 0), ("exp", 0)), F8),), (F8,)),
+        # a scalar the loop's dtype cannot hold
+        (((np.add, (("in", 0), ("const", "x")), F8),), (F8,)),
+    ],
+)
+def test_programs_the_runner_does_not_take(
+    steps: tuple[_numpy_fuse.Step, ...], inputs: tuple[np.dtype[Any], ...]
+) -> None:
+    assert _numpy_fuse.plan(steps, inputs, (True,), [-1]) is None
+
+
+def test_the_loops_found_are_the_ufuncs_own() -> None:
+    table = _numpy_fuse._loop_table(np.add)
+    d = F8.num
+    assert (d, d, d) in table
+    assert len(table) <= np.add.ntypes
+    assert _numpy_fuse._loop_table(np.round) == {}  # not a ufunc
+
+
+# -- the runner (compiled build) -------------------------------------------------------------
+
+
+def counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the runner's calls (each result appended)."""
+    calls: list[int] = []
+    run = _numpy_fuse.RUN
+    assert run is not None
+
+    def counted(*args: Any) -> int:
+        result = run(*args)
+        calls.append(result)
+        return result
+
+    monkeypatch.setattr(_numpy_fuse, "RUN", counted)
+    return calls
+
+
+def numpy_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the chunks evaluated with NumPy calls."""
+    calls: list[int] = []
+    blocks = _chain.ChainKernel._blocks
+
+    def counted(self: _chain.ChainKernel, *args: Any) -> None:
+        calls.append(self.chunk)
+        blocks(self, *args)
+
+    monkeypatch.setattr(_chain.ChainKernel, "_blocks", counted)
+    return calls
+
+
+def bench_chain(xp: Any, a: Any, b: Any) -> Any:
+    c = a * 1.5 + b
+    c = c * c - a
+    c = xp.sqrt(xp.abs(c)) + 2.0
+    c = c * b - a * 0.5
+    return xp.exp(-c * c) + c
+
+
+def comparison(xp: Any, a: Any, b: Any) -> Any:
+    return (xp.sin(a) * 2.0 - b) > xp.tanh(xp.log1p(xp.abs(b)))
+
+
+def complex_chain(xp: Any, a: Any, b: Any) -> Any:
+    c = a * (1.5 - 0.5j) + b
+    c = c * c - xp.sqrt(a)
+    return xp.exp(-c * 0.25) / (c + 2.0)
+
+
+PROGRAMS: dict[str, tuple[Callable[[Any, Any, Any], Any], str]] = {
+    "chain float64": (bench_chain, "float64"),
+    "chain float32": (bench_chain, "float32"),
+    "comparison": (comparison, "float64"),
+    "comparison float32": (comparison, "float32"),
+    "complex": (complex_chain, "complex128"),
+    "complex64": (complex_chain, "complex64"),
+}
+
+
+@needs_runner
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+async def test_values_are_numpys_bit_for_bit(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    program, dtype = PROGRAMS[name]
+    calls = counting(monkeypatch)
+    rng = np.random.default_rng(5)
+    A = (rng.standard_normal(N) * 3).astype(dtype)
+    B = (rng.standard_normal(N) * 3).astype(dtype)
+    if dtype == "complex128":
+        A = A + 1j * rng.standard_normal(N)
+    async with ae.Engine() as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        a, b = xp.asarray(A), xp.asarray(B)
+        with np.errstate(all="ignore"):
+            got = np.asarray(await program(xp, a, b))
+            expected = program(np, A, B)
+    assert got.dtype == expected.dtype
+    assert np.array_equal(got, expected, equal_nan=True)
+    assert len(calls) == 6  # every chunk, through the runner
+
+
+def mixed(xp: Any, a: Any, b: Any) -> Any:
+    c = xp.sin(a) * xp.tanh(b) + xp.log1p(xp.abs(a))
+    return xp.where(c > 0.25, c, -c) * 3  # where is no ufunc; c * 3 casts the int scalar
+
+
+@needs_runner
+async def test_a_program_the_runner_does_not_take_computes_with_numpy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls, fallbacks = counting(monkeypatch), numpy_calls(monkeypatch)
+    rng = np.random.default_rng(6)
+    A, B = rng.standard_normal(N), rng.standard_normal(N)
+    async with ae.Engine() as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        a, b = xp.asarray(A), xp.asarray(B)
+        got = np.asarray(await mixed(xp, a, b))
+        assert sorted(fallbacks) == list(range(6))  # every chunk, by NumPy calls
+        assert calls == []
+        # A chain of integers too: its loops are not the runner's.
+        i = xp.asarray(np.arange(N))
+        assert np.array_equal(np.asarray(await ((i * 3 + 1) // 2)), (np.arange(N) * 3 + 1) // 2)
+        assert calls == []
+    assert np.array_equal(got, mixed(np, A, B))
+
+
+@needs_runner
+async def test_errstate_raise_fails_the_step_as_numpy_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls, fallbacks = counting(monkeypatch), numpy_calls(monkeypatch)
+    async with ae.Engine() as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        x = xp.asarray(np.linspace(0.0, 10.0, N))
+        with np.errstate(over="raise"):
+            y = xp.exp(x * 100.0) + 1.0
+        with pytest.raises(ae.DependencyError) as info:
+            await y
+        assert isinstance(info.value.__cause__, FloatingPointError)
+        assert "overflow" in str(info.value.__cause__)
+    overflowed = [r for r in calls if r & 2]
+    assert overflowed
+    assert len(fallbacks) == len(overflowed)
+
+
+@needs_runner
+async def test_errors_errstate_ignores_keep_the_runners_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls, fallbacks = counting(monkeypatch), numpy_calls(monkeypatch)
+    X = np.linspace(0.0, 10.0, N)
+    async with ae.Engine() as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        x = xp.asarray(X)
+        with np.errstate(over="ignore", under="ignore"):
+            got = np.asarray(await (xp.exp(x * 100.0) + xp.exp(-x * 100.0)))
+            expected = np.exp(X * 100.0) + np.exp(-X * 100.0)
+    assert np.array_equal(got, expected)
+    assert any(r & 2 for r in calls)
+    assert any(r & 4 for r in calls)
+    assert fallbacks == []
+
+
+@needs_runner
+async def test_default_errstate_warns_about_an_overflow(monkeypatch: pytest.MonkeyPatch) -> None:
+    counting(monkeypatch)
+    async with ae.Engine() as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        x = xp.asarray(np.linspace(0.0, 10.0, N))
+        with np.errstate(over="warn"):
+            y = xp.exp(x * 100.0)
+        with pytest.warns(RuntimeWarning, match="overflow"):
+            await y
+        assert np.isinf(np.asarray(await y)[-1])
+
+
+async def test_an_exception_a_loop_set_is_computed_again_with_numpy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The runner's -1 (a loop set a Python exception, which it cleared): the chunk is
+    computed again by NumPy's calls, which raise it or, here, compute the right values."""
+    monkeypatch.setattr(_numpy_fuse, "RUN", lambda *args: -1)
+    monkeypatch.setattr(_numpy_fuse, "_available", [True])
+    fallbacks = numpy_calls(monkeypatch)
+    rng = np.random.default_rng(7)
+    A, B = rng.standard_normal(N), rng.standard_normal(N)
+    async with ae.Engine() as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        got = np.asarray(await bench_chain(xp, xp.asarray(A), xp.asarray(B)))
+    assert np.array_equal(got, bench_chain(np, A, B))
+    assert sorted(fallbacks) == list(range(6))
