@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import threading
 import time
 import tracemalloc
@@ -26,7 +27,7 @@ from hypothesis import strategies as st
 
 import aioengine as ae
 import aioengine.array as aa
-from aioengine.array import _push
+from aioengine.array import _burst, _push
 from aioengine.array._array import buffer_of
 from aioengine.array._burst import WAKER
 
@@ -611,6 +612,61 @@ async def test_a_chain_computes_while_its_caller_keeps_the_loop_busy() -> None:
             # At most the waker's one no-op more: a worker that finds the caller quiet by
             # itself (the caller's CPU clock) may start the chain before the waker pushes.
             assert pushed() - before in (awaited, awaited + 1)
+
+
+def _burst_of_a_thread(
+    behave: Callable[[threading.Event], None],
+) -> tuple[Any, threading.Event, threading.Thread]:
+    """A burst entered from a thread of its own, which then ``behave``s until the event."""
+    burst = _burst.Burst(on_loop=False)
+    entered, done = threading.Event(), threading.Event()
+
+    def caller() -> None:
+        burst.enter(None, None)  # type: ignore[arg-type]  # off the loop: only recorded
+        entered.set()
+        behave(done)
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    entered.wait()
+    return burst, done, thread
+
+
+async def test_a_caller_blocked_after_its_push_is_quiet_soon(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A caller asleep in the kernel (a lock, ``time.sleep``, I/O) is quiet once it has been
+    for ``QUIET_BLOCKED``, not only after ``QUIET_MAX`` (made an hour here, so that only the
+    blocked rule can say so)."""
+    if sys.platform != "linux":
+        pytest.skip("no /proc: the state of a thread cannot be read here")
+    monkeypatch.setattr(_burst, "QUIET_MAX", 3600.0)
+    burst, done, thread = _burst_of_a_thread(lambda done: done.wait())
+    try:
+        await until(burst.quiet)
+    finally:
+        done.set()
+        thread.join()
+
+
+async def test_a_caller_busy_in_python_is_not_quiet_by_the_blocked_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_burst, "QUIET_MAX", 3600.0)
+    monkeypatch.setattr(_burst, "QUIET", 3600.0)
+
+    def spin(done: threading.Event) -> None:
+        while not done.is_set():
+            pass
+
+    burst, done, thread = _burst_of_a_thread(spin)
+    try:
+        for _ in range(20):  # 20 x 5 ms, each far above QUIET_BLOCKED
+            await asyncio.sleep(0.005)
+            assert not burst.quiet()
+    finally:
+        done.set()
+        thread.join()
 
 
 # -- broadcast operands: a bias row, a column, a scalar array, an outer product -----------------

@@ -10,7 +10,8 @@ run when it returns). Two things follow for a chain of chunk kernels (``_chain.p
   has not started (else they make kernels of their own, and the intermediates are written to
   memory). So a kernel of the current burst waits (:meth:`Burst.wait`, GIL released) until the
   loop iterates or the caller has gone on with other work (:meth:`Burst.quiet`: :data:`QUIET`
-  of CPU time, or :data:`QUIET_MAX` of wall time, without a chunked push).
+  of CPU time, :data:`QUIET_BLOCKED` asleep, or :data:`QUIET_MAX` of wall time, without a
+  chunked push).
 * A caller that pushes a chain and then keeps the loop busy (``time.sleep``, a long stretch of
   Python, a synchronous wait in a notebook cell) would hold it back until its next ``await``.
   So the burst's opening arms the process's :class:`Waker`: a daemon thread that, once the
@@ -44,7 +45,7 @@ from ._sync import running_loop
 if TYPE_CHECKING:
     from .. import Context, Engine, RunContext
 
-__all__ = ("QUIET", "QUIET_MAX", "Burst", "Waker")
+__all__ = ("QUIET", "QUIET_BLOCKED", "QUIET_MAX", "Burst", "Waker")
 
 #: How much CPU time the caller's thread may spend on other work, without pushing a chunked
 #: operation, while the loop has not iterated, before its burst's kernels start (and the
@@ -53,9 +54,14 @@ __all__ = ("QUIET", "QUIET_MAX", "Burst", "Waker")
 #: the machine deschedules mid-chain (a loaded machine) spends none, and its chain stays fused.
 QUIET = 0.005
 #: How long (wall time) the caller may go without pushing a chunked operation before its
-#: burst's kernels start whatever it does: it blocked (``time.sleep``, a lock, I/O), or its
-#: thread's CPU time cannot be read on this platform.
+#: burst's kernels start whatever it does: its thread's CPU time and state cannot be read on
+#: this platform, or it keeps being woken (a busy wait with short sleeps).
 QUIET_MAX = 0.02
+#: How long (wall time) the caller may stay blocked (``time.sleep``, a lock, I/O: its thread
+#: asleep in the kernel, read from ``/proc`` on Linux, and no CPU time spent since) before its
+#: burst's kernels start. Long beside a wait for the GIL between two pushes of a chain (the
+#: other threads hold it for microseconds at a time); short beside a sleep.
+QUIET_BLOCKED = 0.001
 
 
 def _cpu_clock() -> int | None:
@@ -119,21 +125,48 @@ class Burst:
 
     def quiet(self) -> bool:
         """Whether the caller has gone on with other work since its latest chunked push:
-        :data:`QUIET` of its thread's CPU time, or :data:`QUIET_MAX` of wall time (any
-        thread)."""
-        if time.perf_counter() - self.last >= QUIET_MAX:
+        :data:`QUIET` of its thread's CPU time, :data:`QUIET_BLOCKED` asleep (blocked), or
+        :data:`QUIET_MAX` of wall time (any thread)."""
+        wall = time.perf_counter() - self.last
+        if wall >= QUIET_MAX:
             return True
         clock = self.clock
+        if clock is None:
+            return False
         try:
-            return clock is not None and time.clock_gettime(clock) - self.cpu >= QUIET
+            cpu = time.clock_gettime(clock) - self.cpu
         except OSError:  # the thread is gone
             return True
+        if cpu >= QUIET:
+            return True
+        # Blocked: asleep now, and it has hardly run since the push (a thread that keeps
+        # waking up to poll is quiet by its CPU time, or at QUIET_MAX).
+        return wall >= QUIET_BLOCKED and cpu < wall / 4 and _asleep(self.thread)
 
     def wait(self, gen: int) -> None:
         """On a worker, before a kernel of burst ``gen`` starts: wait until the burst ends
         or its caller is :meth:`quiet`."""
         while self.gen == gen and not self.quiet():
             time.sleep(0.0002)
+
+
+def _asleep(thread: int) -> bool:
+    """Whether the thread of native id ``thread`` (of this process) is asleep in the kernel
+    (Linux's ``/proc``: state ``S`` or ``D``); False where that cannot be read."""
+    try:
+        fd = os.open(f"/proc/self/task/{thread}/stat", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        stat = os.read(fd, 512)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    # "pid (comm) state ...": the name may hold spaces and parentheses, the state follows
+    # the last ")".
+    _, _, rest = stat.rpartition(b")")
+    return rest[1:2] in (b"S", b"D")
 
 
 def _nothing(rctx: RunContext) -> None:
