@@ -298,3 +298,86 @@ async def test_an_exception_a_loop_set_is_computed_again_with_numpy(
         got = np.asarray(await bench_chain(xp, xp.asarray(A), xp.asarray(B)))
     assert np.array_equal(got, bench_chain(np, A, B))
     assert sorted(fallbacks) == list(range(6))
+
+
+def test_signed_zeros_and_nans_are_other_scalars() -> None:
+    """``0.0 == -0.0``, but ``x * -0.0`` is another program: its plan holds its own
+    constant (a cached plan of ``x * 0.0`` would give +0.0 where NumPy gives -0.0)."""
+
+    def times(c: float | complex, dtype: np.dtype[Any] = F8) -> _numpy_fuse.Plan | None:
+        return _numpy_fuse.plan(
+            ((np.multiply, (("in", 0), ("const", c)), dtype),), (dtype,), (True,), [-1]
+        )
+
+    plus, minus = times(0.0), times(-0.0)
+    assert plus is not None
+    assert minus is not None
+    assert plus is not minus
+    assert [np.signbit(ref[0]) for kind, ref in minus.slots if kind == 3] == [True]
+    c16 = np.dtype(np.complex128)
+    assert times(complex(0.0, 0.0), c16) is not times(complex(-0.0, -0.0), c16)
+    nan = float("nan")
+    assert times(nan) is times(float("nan"))  # one plan, however many nan objects
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype"), [(1e300, np.float32), (70000, np.float16), (-1e39, np.float32)]
+)
+def test_a_scalar_the_dtype_cannot_hold_is_left_to_numpy(value: float, dtype: type) -> None:
+    """NumPy's call warns or raises about such a cast at every call, as the caller's errstate
+    says; a plan would cast it once, under whichever errstate was current then."""
+    d = np.dtype(dtype)
+    steps = ((np.multiply, (("in", 0), ("const", value)), d),)
+    for errstate in ("ignore", "raise"):
+        with np.errstate(all=errstate):  # type: ignore[arg-type]
+            assert _numpy_fuse._encode(steps, (d,), (True,), [-1]) is None
+
+
+def test_an_array_with_strides_is_left_to_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    def never(*args: Any) -> int:
+        raise AssertionError("the runner was given a strided array")
+
+    monkeypatch.setattr(_numpy_fuse, "RUN", never)
+    plan = _numpy_fuse.plan(((np.negative, (("in", 0),), F8),), (F8,), (True,), [-1])
+    assert plan is not None
+    strided, out = np.arange(20.0)[::2], np.empty(10)
+    assert not _numpy_fuse.run(plan, [strided], [out], 0, 10)
+
+
+@needs_runner
+@pytest.mark.parametrize("errstate", ["raise", "warn"])
+async def test_an_overflowing_scalar_warns_or_raises_as_numpy_does(
+    monkeypatch: pytest.MonkeyPatch, errstate: str
+) -> None:
+    calls = counting(monkeypatch)
+    A = np.linspace(1.0, 2.0, N, dtype=np.float32)
+    async with ae.Engine() as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        a = xp.asarray(A)
+        await a
+        with np.errstate(over=errstate):  # type: ignore[arg-type]
+            d = a * 2.0
+            c = d * 1e300
+            e = d - 1.0
+        if errstate == "raise":
+            with pytest.raises(FloatingPointError, match="overflow"):
+                await c
+        else:
+            with pytest.warns(RuntimeWarning, match="overflow"):
+                await engine.wait_for_all()
+            assert np.isinf(np.asarray(await c)).all()
+        np.testing.assert_array_equal(await d, A * 2.0)
+        np.testing.assert_array_equal(await e, A * 2.0 - 1.0)
+    assert calls == []  # the program holds the scalar: NumPy's calls, every chunk
+
+
+@needs_runner
+async def test_a_negative_zero_scalar_keeps_its_sign(monkeypatch: pytest.MonkeyPatch) -> None:
+    counting(monkeypatch)
+    A = np.linspace(1.0, 2.0, N)
+    async with ae.Engine() as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        a = xp.asarray(A)
+        for c in (0.0, -0.0, 0.0):
+            got = np.asarray(await ((a + 1.0) * c))
+            assert np.array_equal(np.signbit(got), np.signbit((A + 1.0) * c))

@@ -670,7 +670,11 @@ class ChainKernel:
                 for s in steps
             )
             dtypes = tuple(v.dtype for v in values)
-            encoded = plans[alive] = plan(program, dtypes, alive, last)
+            try:
+                encoded = plan(program, dtypes, alive, last)
+            except Exception:  # (the kernel never raises: NumPy's calls evaluate it)
+                encoded = None
+            plans[alive] = encoded
         return encoded is not None and run(encoded, values, flat, self.lo, self.hi)
 
     def _blocks(

@@ -179,11 +179,22 @@ class Plan:
 #: The most plans kept (a program of another structure beyond it clears the cache).
 PLANS_MAX = 256
 
-#: The plans made, by the program's structure (steps, input dtypes, live results, and the
-#: types of its scalars: ``1`` and ``1.0`` are one key otherwise).
+#: The plans made, by the program's structure (steps, with each scalar by its type and bits:
+#: ``1``, ``1.0`` and ``True`` are equal, and so are ``0.0`` and ``-0.0``; input dtypes; live
+#: results).
 _PLANS: dict[tuple[Any, ...], Plan | None] = {}
 
 Step = tuple[Any, tuple[tuple[str, Any], ...], np.dtype[Any]]
+
+
+def _bits(value: Any) -> tuple[Any, ...]:
+    """A Python scalar as a key: its type and its bits (a sign of zero and a nan are bits too),
+    where ``==`` would equate scalars that are different constants to a loop."""
+    if type(value) is float:
+        return (float, value.hex())
+    if type(value) is complex:
+        return (complex, value.real.hex(), value.imag.hex())
+    return (type(value), value)
 
 
 def plan(
@@ -197,10 +208,14 @@ def plan(
     live (written to its array) and each step's last reader (``last``; -1: none). None if a
     step is not one the runner takes (see the module docstring). Cached by structure: a loop
     pushes the same program again and again."""
-    scalars = tuple(
-        type(ref) for _, operands, _ in steps for kind, ref in operands if kind == "const"
+    key = (
+        tuple(
+            (fn, tuple((kind, _bits(ref) if kind == "const" else ref) for kind, ref in ops), out)
+            for fn, ops, out in steps
+        ),
+        inputs,
+        alive,
     )
-    key = (steps, inputs, alive, scalars)
     try:
         return _PLANS[key]
     except KeyError:
@@ -249,9 +264,13 @@ def _encode(
             elif kind == "reg":
                 args.append(where[ref])
             else:
+                # A scalar the loop's dtype cannot hold as it is (an overflow, an underflow,
+                # an invalid value: NumPy's call warns or raises as the caller's errstate
+                # says, at every call) is left to NumPy's calls.
                 try:
-                    value = np.array([ref], dtype=dtype)
-                except (OverflowError, ValueError, TypeError):
+                    with np.errstate(all="raise"):
+                        value = np.array([ref], dtype=dtype)
+                except (ArithmeticError, ValueError, TypeError):
                     return None
                 slots.append((_CONST, value))
                 args.append(len(slots) - 1)
@@ -295,10 +314,14 @@ def run(plan: Plan, values: Sequence[Any], flat: Sequence[Any], lo: int, hi: int
         kept = _local.blocks = {}
     arrays: list[Any] = []
     for kind, ref in plan.slots:
-        if kind == _IN:
-            arrays.append(values[ref])
-        elif kind == _OUT:
-            arrays.append(flat[ref])
+        if kind == _IN or kind == _OUT:
+            array = values[ref] if kind == _IN else flat[ref]
+            flags = array.flags
+            if not (flags.c_contiguous and flags.aligned):
+                # NumPy's calls buffer such an array (some loops give other bits when handed
+                # strides); the chains' values are contiguous and aligned, by construction.
+                return False
+            arrays.append(array)
         elif kind == _REG:
             # This thread's own scratch blocks, kept (a fresh block is cold memory).
             dtype, i = plan.regs[ref]

@@ -43,8 +43,9 @@ def run(
     calls, which raise it).
 
     ``code``, per step: the loop's address, its ``data``, the number of operands ``k``
-    (inputs, then the output), and ``k`` slot numbers. ``arrays``, per slot: a 1-D array
-    (any object with the buffer protocol); ``modes``, per slot: 2 if it moves with the block
+    (inputs, then the output), and ``k`` slot numbers. ``arrays``, per slot: a contiguous,
+    aligned 1-D array (any object with the buffer protocol: the loops are called with its
+    stride, as NumPy calls them on such arrays); ``modes``, per slot: 2 if it moves with the block
     (an input or a result, from element ``lo``), 1 if every block reuses its start (a scratch
     block), 0 if its element 0 is every element (a constant). The caller keeps every array
     in bounds (``_numpy_fuse.py``)."""
