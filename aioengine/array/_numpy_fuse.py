@@ -314,7 +314,7 @@ def run(plan: Plan, values: Sequence[Any], flat: Sequence[Any], lo: int, hi: int
         kept = _local.blocks = {}
     arrays: list[Any] = []
     for kind, ref in plan.slots:
-        if kind == _IN or kind == _OUT:
+        if kind in (_IN, _OUT):
             array = values[ref] if kind == _IN else flat[ref]
             flags = array.flags
             if not (flags.c_contiguous and flags.aligned):
