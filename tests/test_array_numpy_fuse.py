@@ -24,6 +24,7 @@ import aioengine.array as aa
 from aioengine.array import _chain, _numpy_fuse
 
 from .conftest import COMPILED
+from .helpers import chain
 
 N = 5 * 8192 + 17  # 5 chunks of 8,192 elements and a short one
 CHUNK = 8192 * 8
@@ -161,14 +162,6 @@ def numpy_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def bench_chain(xp: Any, a: Any, b: Any) -> Any:
-    c = a * 1.5 + b
-    c = c * c - a
-    c = xp.sqrt(xp.abs(c)) + 2.0
-    c = c * b - a * 0.5
-    return xp.exp(-c * c) + c
-
-
 def comparison(xp: Any, a: Any, b: Any) -> Any:
     return (xp.sin(a) * 2.0 - b) > xp.tanh(xp.log1p(xp.abs(b)))
 
@@ -180,8 +173,8 @@ def complex_chain(xp: Any, a: Any, b: Any) -> Any:
 
 
 PROGRAMS: dict[str, tuple[Callable[[Any, Any, Any], Any], str]] = {
-    "chain float64": (bench_chain, "float64"),
-    "chain float32": (bench_chain, "float32"),
+    "chain float64": (chain, "float64"),
+    "chain float32": (chain, "float32"),
     "comparison": (comparison, "float64"),
     "comparison float32": (comparison, "float32"),
     "complex": (complex_chain, "complex128"),
@@ -295,8 +288,8 @@ async def test_an_exception_a_loop_set_is_computed_again_with_numpy(
     A, B = rng.standard_normal(N), rng.standard_normal(N)
     async with ae.Engine() as engine:
         xp = aa.namespace(engine, chunk_bytes=CHUNK)
-        got = np.asarray(await bench_chain(xp, xp.asarray(A), xp.asarray(B)))
-    assert np.array_equal(got, bench_chain(np, A, B))
+        got = np.asarray(await chain(xp, xp.asarray(A), xp.asarray(B)))
+    assert np.array_equal(got, chain(np, A, B))
     assert sorted(fallbacks) == list(range(6))
 
 
