@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import sys
 import threading
 import time
@@ -635,15 +636,49 @@ def _burst_of_a_thread(
 async def test_a_caller_blocked_after_its_push_is_quiet_soon(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A caller asleep in the kernel (a lock, ``time.sleep``, I/O) is quiet once it has been
-    for ``QUIET_BLOCKED``, not only after ``QUIET_MAX`` (made an hour here, so that only the
-    blocked rule can say so)."""
-    if sys.platform != "linux":
-        pytest.skip("no /proc: the state of a thread cannot be read here")
+    """A caller blocked in a system call (``time.sleep``, a read) is quiet once
+    ``QUIET_BLOCKED`` has passed, not only after ``QUIET_MAX`` (made an hour here, so that
+    only the blocked rule can say so)."""
+    if sys.platform != "linux" or _burst._FUTEX is None:
+        pytest.skip("the system call a thread is in cannot be read here")
+    monkeypatch.setattr(_burst, "QUIET_MAX", 3600.0)
+
+    def sleeps(done: threading.Event) -> None:
+        while not done.is_set():
+            time.sleep(0.01)
+
+    read, write = os.pipe()
+
+    def reads(done: threading.Event) -> None:
+        os.read(read, 1)
+
+    try:
+        for behave in (sleeps, reads):
+            burst, done, thread = _burst_of_a_thread(behave)
+            try:
+                await until(burst.quiet)
+            finally:
+                done.set()
+                os.write(write, b"x")
+                thread.join()
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+async def test_a_caller_waiting_for_a_lock_or_the_gil_is_not_quiet_by_the_blocked_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A futex wait is how a thread waits for the GIL between two pushes of a chain (for up
+    to a switch interval while another thread runs Python): it must not start the chain's
+    kernels before the rest of it joins. A lock's wait looks the same, and is left to
+    ``QUIET_MAX``."""
     monkeypatch.setattr(_burst, "QUIET_MAX", 3600.0)
     burst, done, thread = _burst_of_a_thread(lambda done: done.wait())
     try:
-        await until(burst.quiet)
+        for _ in range(20):  # 20 x 5 ms, each far above QUIET_BLOCKED
+            await asyncio.sleep(0.005)
+            assert not burst.quiet()
     finally:
         done.set()
         thread.join()

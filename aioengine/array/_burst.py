@@ -10,8 +10,8 @@ run when it returns). Two things follow for a chain of chunk kernels (``_chain.p
   has not started (else they make kernels of their own, and the intermediates are written to
   memory). So a kernel of the current burst waits (:meth:`Burst.wait`, GIL released) until the
   loop iterates or the caller has gone on with other work (:meth:`Burst.quiet`: :data:`QUIET`
-  of CPU time, :data:`QUIET_BLOCKED` asleep, or :data:`QUIET_MAX` of wall time, without a
-  chunked push).
+  of CPU time, blocked in a system call after :data:`QUIET_BLOCKED`, or :data:`QUIET_MAX` of
+  wall time, without a chunked push).
 * A caller that pushes a chain and then keeps the loop busy (``time.sleep``, a long stretch of
   Python, a synchronous wait in a notebook cell) would hold it back until its next ``await``.
   So the burst's opening arms the process's :class:`Waker`: a daemon thread that, once the
@@ -35,6 +35,7 @@ caller's) and read by workers and the waker (one object each, no lock); :class:`
 from __future__ import annotations
 
 import os
+import platform
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -57,11 +58,17 @@ QUIET = 0.005
 #: burst's kernels start whatever it does: its thread's CPU time and state cannot be read on
 #: this platform, or it keeps being woken (a busy wait with short sleeps).
 QUIET_MAX = 0.02
-#: How long (wall time) the caller may stay blocked (``time.sleep``, a lock, I/O: its thread
-#: asleep in the kernel, read from ``/proc`` on Linux, and no CPU time spent since) before its
-#: burst's kernels start. Long beside a wait for the GIL between two pushes of a chain (the
-#: other threads hold it for microseconds at a time); short beside a sleep.
+#: How long (wall time since its latest chunked push) a caller that is now blocked in a
+#: system call other than a futex wait (``time.sleep``, ``select``, a read: Linux's ``/proc``
+#: says which), having spent at most a quarter of that time on the CPU, may stay so before its
+#: burst's kernels start. A futex wait does not count: it is how a thread waits for the GIL
+#: (up to the 5 ms switch interval while another thread runs Python, between two pushes of a
+#: chain) as well as for a lock, so those callers are quiet by :data:`QUIET_MAX` only.
 QUIET_BLOCKED = 0.001
+
+#: The number of ``futex`` on this machine's architecture (None: unknown, the blocked rule is
+#: off), as ``/proc/<pid>/task/<tid>/syscall`` gives it.
+_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine())
 
 
 def _cpu_clock() -> int | None:
@@ -125,8 +132,8 @@ class Burst:
 
     def quiet(self) -> bool:
         """Whether the caller has gone on with other work since its latest chunked push:
-        :data:`QUIET` of its thread's CPU time, :data:`QUIET_BLOCKED` asleep (blocked), or
-        :data:`QUIET_MAX` of wall time (any thread)."""
+        :data:`QUIET` of its thread's CPU time, blocked in a system call after
+        :data:`QUIET_BLOCKED`, or :data:`QUIET_MAX` of wall time (any thread)."""
         wall = time.perf_counter() - self.last
         if wall >= QUIET_MAX:
             return True
@@ -139,9 +146,9 @@ class Burst:
             return True
         if cpu >= QUIET:
             return True
-        # Blocked: asleep now, and it has hardly run since the push (a thread that keeps
-        # waking up to poll is quiet by its CPU time, or at QUIET_MAX).
-        return wall >= QUIET_BLOCKED and cpu < wall / 4 and _asleep(self.thread)
+        # Blocked: in a system call now (not a futex wait: the GIL's, between two pushes), and
+        # it has hardly run since its push.
+        return wall >= QUIET_BLOCKED and cpu < wall / 4 and _blocked(self.thread)
 
     def wait(self, gen: int) -> None:
         """On a worker, before a kernel of burst ``gen`` starts: wait until the burst ends
@@ -150,23 +157,25 @@ class Burst:
             time.sleep(0.0002)
 
 
-def _asleep(thread: int) -> bool:
-    """Whether the thread of native id ``thread`` (of this process) is asleep in the kernel
-    (Linux's ``/proc``: state ``S`` or ``D``); False where that cannot be read."""
+def _blocked(thread: int) -> bool:
+    """Whether the thread of native id ``thread`` (of this process) is in a system call other
+    than a futex wait (Linux's ``/proc``: the call's number, or ``running``); False where that
+    cannot be read."""
+    if _FUTEX is None:
+        return False
     try:
-        fd = os.open(f"/proc/self/task/{thread}/stat", os.O_RDONLY)
+        fd = os.open(f"/proc/self/task/{thread}/syscall", os.O_RDONLY)
     except OSError:
         return False
     try:
-        stat = os.read(fd, 512)
+        line = os.read(fd, 64)
     except OSError:
         return False
     finally:
         os.close(fd)
-    # "pid (comm) state ...": the name may hold spaces and parentheses, the state follows
-    # the last ")".
-    _, _, rest = stat.rpartition(b")")
-    return rest[1:2] in (b"S", b"D")
+    number = line.split(b" ", 1)[0]
+    # "running" (user code), "-1" (blocked outside a call: a page fault), or the call's number.
+    return number.isdigit() and int(number) != _FUTEX
 
 
 def _nothing(rctx: RunContext) -> None:
