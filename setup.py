@@ -14,7 +14,8 @@ same work). The compiled modules are skipped, and the pure-Python modules used, 
 - the install is editable (``pip install -e .``): the sources in the tree must be what
   runs, never a stale build of them;
 - compiling fails (no C compiler, say): a message says so, and the install goes on with
-  none of them compiled.
+  none of them compiled (where only ``_numpy_loops.pyx`` fails, the install goes on without
+  it alone: nothing else needs it).
 
 ``AIOENGINE_REQUIRE_EXTENSIONS=1`` turns that last case into an error (``nox -s
 tests_compiled`` sets it).
@@ -72,6 +73,19 @@ class OptionalBuildExt(build_ext):
         # Cythonized here, when a module is about to be compiled (never for an editable
         # install, nor for egg_info or an sdist), and into the Extension that setuptools has
         # already prepared: only its sources change, from the .py to the generated C.
+        if ext.name not in NATIVE or _flag("AIOENGINE_REQUIRE_EXTENSIONS"):
+            self._compile(ext)
+            return
+        try:  # a native module is optional on its own: the rest of the core does not need it
+            self._compile(ext)
+        except Exception as exc:
+            print(
+                f"aioengine: not compiling {ext.name} ({type(exc).__name__}: {exc}); the "
+                "arrays evaluate fused chains with NumPy calls",
+                file=sys.stderr,
+            )
+
+    def _compile(self, ext: Extension) -> None:
         (generated,) = _cythonize([Extension(ext.name, list(ext.sources))])
         ext.sources = generated.sources
         super().build_extension(ext)
