@@ -13,6 +13,8 @@ scratch block) are checked on both builds; the runner itself where it is compile
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -376,3 +378,21 @@ async def test_a_negative_zero_scalar_keeps_its_sign(monkeypatch: pytest.MonkeyP
         for c in (0.0, -0.0, 0.0):
             got = np.asarray(await ((a + 1.0) * c))
             assert np.array_equal(np.signbit(got), np.signbit((A + 1.0) * c))
+
+
+@pytest.mark.parametrize(("value", "works"), [("0", True), ("1", True), ("yes", False)])
+def test_the_environment_variable_turns_the_runner_off_or_is_refused(
+    value: str, works: bool
+) -> None:
+    code = "import aioengine.array._numpy_fuse as f; print(f.RUN is None)"
+    env = {**os.environ, "AIOENGINE_ARRAY_NUMPY_LOOPS": value}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    if not works:
+        assert done.returncode != 0
+        assert "AIOENGINE_ARRAY_NUMPY_LOOPS must be 1" in done.stderr
+        return
+    assert done.returncode == 0, done.stderr
+    off = done.stdout.strip() == "True"
+    assert off if value == "0" else off == (_numpy_fuse.RUN is None)

@@ -22,8 +22,10 @@ Floating-point errors: the runner reports the flags its loops raised; where the 
 or call about one of them, the chunk is evaluated again with NumPy calls, which do exactly
 that (the inputs are unchanged, the results overwritten).
 
-Available where the wheel compiled the runner, on CPython with NumPy 2, and where the loops
-found pass a check against NumPy's own calls (:func:`available`); else :data:`RUN` is None.
+Available where the wheel compiled the runner, on CPython with NumPy 2, unless the
+``AIOENGINE_ARRAY_NUMPY_LOOPS`` environment variable is ``0`` (read at import), and where the
+loops found pass a check against NumPy's own calls (:func:`available`); else :data:`RUN` is
+None.
 
 State: ``_LOOPS`` (the loops found by ufunc and dtypes), ``_PLANS`` (the plans by program
 structure) and ``_available``, filled by any worker (a race makes the same entry twice, and
@@ -33,6 +35,7 @@ one of them is kept); each worker thread's scratch blocks (``_local``) are its o
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -44,7 +47,17 @@ __all__ = ("BLOCK", "PLANS_MAX", "RUN", "Plan", "Step", "available", "plan", "ru
 
 def _compiled() -> Callable[..., int] | None:
     """The compiled runner, where the wheel built it (the pure-Python install has none: NumPy
-    calls evaluate the chains, ``_chain.py``) and NumPy is 2 or later (weak scalars)."""
+    calls evaluate the chains, ``_chain.py``), NumPy is 2 or later (weak scalars) and
+    ``AIOENGINE_ARRAY_NUMPY_LOOPS`` is not ``0``."""
+    setting = os.environ.get("AIOENGINE_ARRAY_NUMPY_LOOPS", "").strip()
+    if setting not in ("", "0", "1"):
+        raise ValueError(
+            "AIOENGINE_ARRAY_NUMPY_LOOPS must be 1 (the default: fused chains run NumPy's "
+            f"loops without the GIL where the wheel compiled them) or 0 (NumPy calls), got "
+            f"{setting!r}"
+        )
+    if setting == "0":
+        return None
     try:
         from ._numpy_loops import run
     except ImportError:
