@@ -382,12 +382,17 @@ async def test_a_negative_zero_scalar_keeps_its_sign(monkeypatch: pytest.MonkeyP
 
 @pytest.mark.parametrize(("value", "works"), [("0", True), ("1", True), ("yes", False)])
 def test_the_environment_variable_turns_the_runner_off_or_is_refused(
-    value: str, works: bool
+    value: str, works: bool, tmp_path: Any
 ) -> None:
     code = "import aioengine.array._numpy_fuse as f; print(f.RUN is None)"
     env = {**os.environ, "AIOENGINE_ARRAY_NUMPY_LOOPS": value}
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    done = subprocess.run(  # (in a folder of its own: the installed build, not the sources)
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     if not works:
         assert done.returncode != 0
