@@ -1082,6 +1082,18 @@ def _chain_size(
         value = stream_floor(pool, A, B)
         return _since(start)[0], value
 
+    def with_numpy_calls() -> tuple[float, Any]:
+        """The async peer with the compiled runner off: each chunk's blocks as NumPy calls,
+        as in the pure-Python install (the runner's gain, in the same run)."""
+        from aioengine.array import _numpy_fuse
+
+        saved = _numpy_fuse._available[:]
+        _numpy_fuse._available[:] = [False]
+        try:
+            return eng.call(on_engine())
+        finally:
+            _numpy_fuse._available[:] = saved
+
     peers: dict[str, Peer] = {
         "aioengine": lambda: eng.call(on_engine()),
         "aioengine.array_api": on_array_api,
@@ -1092,6 +1104,8 @@ def _chain_size(
     if n >= 1_000_000:  # the floor is the issue's for the large sizes
         stream_floor(pool, A, B)  # the pool's threads up
         peers["floor"] = on_floor
+        if _runner_compiled():
+            peers["aioengine-numpy-calls"] = with_numpy_calls
 
     def check(name: str, value: Any) -> str | None:
         expected = added if name == "floor" else reference
@@ -1110,10 +1124,23 @@ def _chain_size(
     return out
 
 
+def _runner_compiled() -> bool:
+    """Whether this aioengine runs fused chains through NumPy's loops without the GIL (the
+    wheel's compiled runner, ``aioengine/array/_numpy_fuse.py``)."""
+    from aioengine.array import _numpy_fuse
+
+    return _numpy_fuse.available()
+
+
 def bench_chain(args: argparse.Namespace, notes: list[str], failures: list[str]) -> dict[str, Any]:
     has_numexpr = _numexpr_available(notes)
     workers = os.cpu_count() or 1
     result: dict[str, Any] = {"reps": args.reps, "floor_threads": workers, "sizes": {}}
+    if not _runner_compiled():
+        notes.append(
+            "chain: aioengine-numpy-calls skipped: this aioengine runs no compiled runner (a "
+            "pure install, or AIOENGINE_ARRAY_NUMPY_LOOPS=0): its chains are NumPy calls already"
+        )
     eng = _EngineThread()
     pool = concurrent.futures.ThreadPoolExecutor(workers)
     try:
