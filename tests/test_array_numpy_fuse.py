@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -401,3 +403,44 @@ def test_the_environment_variable_turns_the_runner_off_or_is_refused(
     assert done.returncode == 0, done.stderr
     off = done.stdout.strip() == "True"
     assert off if value == "0" else off == (_numpy_fuse.RUN is None)
+
+
+@needs_runner
+def test_the_runner_releases_the_gil() -> None:
+    """While one thread runs a program through the runner, another runs Python: the loops
+    hold no GIL (with NumPy calls a worker takes the GIL back between every two steps, and a
+    caller busy in Python holds it up for a switch interval each time). Were the GIL held,
+    this thread could not run at all while the loops run."""
+    n = 4_000_000
+    a = np.linspace(0.0, 1.0, n)
+    out = np.empty(n)
+    steps = tuple(
+        (np.sin if k % 2 else np.cos, (("in", 0) if k == 0 else ("reg", k - 1),), F8)
+        for k in range(12)
+    )
+    alive = (False,) * 11 + (True,)
+    plan = _numpy_fuse.plan(steps, (F8,), alive, last_uses(steps))
+    assert plan is not None
+    flat = [None] * 11 + [out]
+    span: list[float] = []
+
+    def runs() -> None:
+        span.append(time.perf_counter())
+        assert _numpy_fuse.run(plan, [a], flat, 0, n)
+        span.append(time.perf_counter())
+
+    thread = threading.Thread(target=runs)
+    thread.start()
+    seen: list[float] = []
+    while len(span) < 2:
+        seen.append(time.perf_counter())  # Python on this thread, while the runner computes
+    thread.join()
+    # In the first half of the call: with the GIL held, this thread could run again only
+    # once the runner returned (the worker then drops the GIL before it reads the clock).
+    start, end = span
+    inside = [t for t in seen if start < t < start + (end - start) / 2]
+    assert len(inside) > 100, (len(seen), end - start)
+    expected = a
+    for fn, _, _ in steps:
+        expected = fn(expected)
+    assert np.array_equal(out, expected)
