@@ -666,35 +666,23 @@ async def test_a_caller_blocked_after_its_push_is_quiet_soon(
         os.close(write)
 
 
-async def test_a_caller_waiting_for_a_lock_or_the_gil_is_not_quiet_by_the_blocked_rule(
-    monkeypatch: pytest.MonkeyPatch,
+def _spin(done: threading.Event) -> None:
+    while not done.is_set():
+        pass
+
+
+@pytest.mark.parametrize("behave", ["waits_for_a_lock", "spins"])
+async def test_a_caller_waiting_for_a_lock_or_busy_in_python_is_not_quiet_by_the_blocked_rule(
+    monkeypatch: pytest.MonkeyPatch, behave: str
 ) -> None:
     """A futex wait is how a thread waits for the GIL between two pushes of a chain (for up
     to a switch interval while another thread runs Python): it must not start the chain's
     kernels before the rest of it joins. A lock's wait looks the same, and is left to
-    ``QUIET_MAX``."""
-    monkeypatch.setattr(_burst, "QUIET_MAX", 3600.0)
-    burst, done, thread = _burst_of_a_thread(lambda done: done.wait())
-    try:
-        for _ in range(20):  # 20 x 5 ms, each far above QUIET_BLOCKED
-            await asyncio.sleep(0.005)
-            assert not burst.quiet()
-    finally:
-        done.set()
-        thread.join()
-
-
-async def test_a_caller_busy_in_python_is_not_quiet_by_the_blocked_rule(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+    ``QUIET_MAX``; a thread running Python is in no system call at all."""
     monkeypatch.setattr(_burst, "QUIET_MAX", 3600.0)
     monkeypatch.setattr(_burst, "QUIET", 3600.0)
-
-    def spin(done: threading.Event) -> None:
-        while not done.is_set():
-            pass
-
-    burst, done, thread = _burst_of_a_thread(spin)
+    spins = behave == "spins"
+    burst, done, thread = _burst_of_a_thread(_spin if spins else lambda done: done.wait())
     try:
         for _ in range(20):  # 20 x 5 ms, each far above QUIET_BLOCKED
             await asyncio.sleep(0.005)
