@@ -91,7 +91,7 @@ from __future__ import annotations
 import functools
 import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import EngineClosedError, FnProperty
@@ -293,6 +293,22 @@ class Buffer:
         while readers and readers[0][2].done():
             del readers[0]
         readers.append((chunk, var, op))
+
+    def cut(
+        self,
+        elems: int,
+        vars_: Sequence[Var],
+        writers: Sequence[Operation[Any]],
+        program: Any = None,
+    ) -> None:
+        """Make this new Buffer chunked (by the thread that pushes its chunks' operations):
+        chunks of ``elems`` elements, each with its Var (``vars_``) and the operation that
+        writes it (``writers``), made by ``program`` (a fused chain's) or by operations of
+        their own (None)."""
+        self.vars = tuple(vars_)
+        self.chunked = Chunks(elems, program, tuple(writers))
+        self.var = self.vars[0]
+        self.writer = writers[-1]
 
     def wrote(self, op: Operation[Any], chunks: range) -> None:
         """After the push of a write on ``chunks`` (:meth:`write`): ``op`` is their writer."""

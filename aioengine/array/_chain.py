@@ -61,7 +61,7 @@ import numpy as np
 
 from .. import DependencyError, FnProperty
 from ._array import buffer_of, steps_of
-from ._buffer import Buffer, Chunks
+from ._buffer import Buffer
 from ._burst import Burst
 from ._cupy_fuse import cupy_module, fused_call
 from ._kernel import MISSING, input_failure, numpy_on_gpu
@@ -949,10 +949,7 @@ def join_or_push(
     program = _program_for(
         candidates, add, engine, submit, device, name, shape, n, chunk_elems, burst
     )
-    out.vars = program.vars
-    out.chunked = Chunks(chunk_elems, program, program.writers)
-    out.var = program.vars[0]
-    out.writer = program.writers[-1]
+    out.cut(chunk_elems, program.vars, program.writers, program)
     return out
 
 

@@ -25,7 +25,7 @@ from .. import FnProperty
 from . import _meta
 from ._array import Array, buffer_of, concrete_shape, is_view, known_shape, steps_of
 from ._blas import blas_call
-from ._buffer import Buffer, Chunks
+from ._buffer import Buffer
 from ._chain import Combine, Partials, chunking
 from ._kernel import MISSING, inputs_failure
 from ._manipulation import transpose_step
@@ -173,24 +173,50 @@ MIN_ROWS = 64
 
 class _RowBlock:
     """What the operation of one block of rows of a product holds: its two operands until
-    it runs (:meth:`_take`), its rows ``[r0, r1)``, its name."""
+    it runs (:meth:`_start`), its rows ``[r0, r1)``, its name, and the ``lock`` the blocks of
+    one product share: their result (a Buffer, or the Partials of a contraction) keeps the
+    first failure any of them records (:meth:`_fail`), and what they allocate together."""
 
-    __slots__ = ("name", "r0", "r1", "x1", "x2")
+    __slots__ = ("lock", "name", "r0", "r1", "x1", "x2")
 
-    def __init__(self, x1: Buffer, x2: Buffer, r0: int, r1: int, name: str) -> None:
+    def __init__(
+        self, x1: Buffer, x2: Buffer, r0: int, r1: int, lock: threading.Lock, name: str
+    ) -> None:
         self.x1: Buffer | None = x1
         self.x2: Buffer | None = x2
         self.r0 = r0
         self.r1 = r1
+        self.lock = lock
         self.name = name
 
-    def _take(self) -> tuple[Buffer, Buffer]:
-        """The operands, once (an operation done does not keep the arrays alive)."""
+    def _start(self, result: Buffer | Partials) -> tuple[Buffer, Buffer] | None:
+        """The operands, taken once (an operation done does not keep the arrays alive); None
+        if the block is not computed: another block failed (the whole ``result`` has), or an
+        input did (recorded on ``result``)."""
         x1, x2 = self.x1, self.x2
         assert x1 is not None, "a block is computed once"
         assert x2 is not None
         self.x1 = self.x2 = None
+        if result.failure is not None:
+            return None
+        dep = inputs_failure((x1, x2), self.name)
+        if dep is not None:
+            self._fail(result, dep)
+            return None
         return x1, x2
+
+    def _fail(self, result: Buffer | Partials, exc: BaseException) -> None:
+        """Record ``exc`` as ``result``'s failure, unless a block recorded one first."""
+        with self.lock:
+            if result.failure is None:
+                result.failure = exc
+
+    def _raised(self, result: Buffer | Partials, exc: BaseException, rctx: RunContext) -> None:
+        """The block raised ``exc``: the whole ``result`` failed, whatever the other blocks
+        compute; what reads it (a sync point, a chain, a view) learns it from there, as from
+        a failed chain kernel. (The caller re-raises, for the engine's record.)"""
+        exc.add_note(f"in aioengine.array operation {self.name} on {rctx.ctx}")
+        self._fail(result, exc)
 
 
 class MatmulRows(_RowBlock):
@@ -205,7 +231,7 @@ class MatmulRows(_RowBlock):
     ``lock``, shared by the chunks of one product); its ``failure`` is set by the first chunk
     whose input failed."""
 
-    __slots__ = ("lock", "out")
+    __slots__ = ("out",)
 
     def __init__(
         self,
@@ -217,21 +243,15 @@ class MatmulRows(_RowBlock):
         lock: threading.Lock,
         name: str,
     ) -> None:
-        super().__init__(x1, x2, r0, r1, name)
+        super().__init__(x1, x2, r0, r1, lock, name)
         self.out = out
-        self.lock = lock
 
     def __call__(self, rctx: RunContext) -> None:
         out = self.out
-        x1, x2 = self._take()
-        if out.failure is not None:
-            return  # another chunk failed: the whole result has
-        dep = inputs_failure((x1, x2), self.name)
-        if dep is not None:
-            with self.lock:
-                if out.failure is None:
-                    out.failure = dep
+        operands = self._start(out)
+        if operands is None:
             return
+        x1, x2 = operands
         rows = slice(self.r0, self.r1)
         try:
             with self.lock:
@@ -240,12 +260,7 @@ class MatmulRows(_RowBlock):
                     value = out.value = pooled_empty(out.shape, out.dtype)  # type: ignore[arg-type]
             blas_call(np.matmul)(x1.value[rows], x2.value, out=value[rows])
         except BaseException as exc:
-            # The result failed, whatever its other chunks compute: what reads it (a sync
-            # point, a chain, a view) learns it from here, as from a failed chain kernel.
-            exc.add_note(f"in aioengine.array operation {self.name} on {rctx.ctx}")
-            with self.lock:
-                if out.failure is None:
-                    out.failure = exc
+            self._raised(out, exc, rctx)
             raise
 
 
@@ -333,10 +348,7 @@ def _row_chunks(
         )
         vars_.append(var)
         writers.append(op)
-    out.vars = tuple(vars_)
-    out.chunked = Chunks(elems, None, tuple(writers))
-    out.var = vars_[0]
-    out.writer = writers[-1]
+    out.cut(elems, vars_, writers)
     return out
 
 
@@ -356,29 +368,31 @@ class ContractRows(_RowBlock):
     __slots__ = ("j", "shared")
 
     def __init__(
-        self, a: Buffer, g: Buffer, shared: Partials, j: int, r0: int, r1: int, name: str
+        self,
+        a: Buffer,
+        g: Buffer,
+        shared: Partials,
+        j: int,
+        r0: int,
+        r1: int,
+        lock: threading.Lock,
+        name: str,
     ) -> None:
-        super().__init__(a, g, r0, r1, name)
+        super().__init__(a, g, r0, r1, lock, name)
         self.shared = shared
         self.j = j
 
     def __call__(self, rctx: RunContext) -> None:
         shared = self.shared
-        a, g = self._take()
-        if shared.failure is not None:
-            return  # another block failed: the whole product has
-        dep = inputs_failure((a, g), self.name)
-        if dep is not None:
-            if shared.failure is None:
-                shared.failure = dep
+        operands = self._start(shared)
+        if operands is None:
             return
+        a, g = operands
         rows = slice(self.r0, self.r1)
         try:
             shared.parts[self.j] = [blas_call(np.matmul)(a.value[rows].T, g.value[rows])]
         except BaseException as exc:
-            exc.add_note(f"in aioengine.array operation {self.name} on {rctx.ctx}")
-            if shared.failure is None:
-                shared.failure = exc
+            self._raised(shared, exc, rctx)
             raise
 
 
@@ -451,6 +465,7 @@ def _contract_rows(
     assert g is not None
     count = -(-n // rows)
     shared = Partials(count)
+    lock = threading.Lock()
 
     gvars = g.vars
     block_vars: list[Any] = []
@@ -461,7 +476,7 @@ def _contract_rows(
             reads.append(gvars[j])
         var = engine.new_var("matmul")
         submit(
-            ContractRows(a, g, shared, j, r0, r1, "matmul"),
+            ContractRows(a, g, shared, j, r0, r1, lock, "matmul"),
             device,
             reads,
             (var,),

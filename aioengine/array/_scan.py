@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import FnProperty
-from ._buffer import Buffer, Chunks
+from ._buffer import Buffer
 from ._chain import chunking
 from ._kernel import MISSING, inputs_failure
 
@@ -141,8 +141,5 @@ def scan_chunks(
             None,
         )
         writers.append(op)
-    out.vars = tuple(vars_)
-    out.chunked = Chunks(elems, None, tuple(writers))
-    out.var = vars_[0]
-    out.writer = writers[-1]
+    out.cut(elems, vars_, writers)
     return out
