@@ -25,6 +25,7 @@ guarded by ``Pool.lock`` (kernels allocate on worker threads).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -77,7 +78,7 @@ class Pool:
         """An uninitialised C-contiguous array of ``shape`` and ``dtype``: a view of a free
         base of at least its size and at most twice it if there is one (the smallest), else
         of a new base kept if it fits, else a plain allocation."""
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         if nbytes < MIN_BYTES or nbytes > self.limit or not _EXACT:
             return np.empty(shape, dtype)
         with self.lock:
