@@ -106,6 +106,29 @@ def test_scalars_of_other_types_are_other_plans() -> None:
     assert a is not b
 
 
+def test_a_known_structure_makes_the_steps_only_once() -> None:
+    """A chain's kernel looks its plan up by the structure it knows (a scalar by its bits):
+    the steps are made on the first lookup only, and ``x * 0.0`` and ``x * -0.0`` are two
+    plans there too."""
+    made: list[float] = []
+
+    def times(c: float) -> object:
+        def steps() -> tuple[Any, ...]:
+            made.append(c)
+            return ((np.multiply, (("in", 0), ("const", c)), F8),)
+
+        structure = ((np.multiply, ((0, 0), (2, _numpy_fuse.bits(c))), F8),)
+        return _numpy_fuse.plan(steps, (F8,), (True,), [-1], structure)
+
+    plus, minus = times(0.0), times(-0.0)
+    assert plus is not None
+    assert minus is not None
+    assert plus is not minus
+    assert times(0.0) is plus
+    assert times(-0.0) is minus
+    assert [np.copysign(1.0, c) for c in made] == [1.0, -1.0]  # each made once
+
+
 @pytest.mark.parametrize(
     ("steps", "inputs"),
     [

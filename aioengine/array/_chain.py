@@ -65,7 +65,7 @@ from ._buffer import Buffer
 from ._burst import Burst
 from ._cupy_fuse import cupy_module, fused_call
 from ._kernel import MISSING, input_failure, numpy_on_gpu
-from ._numpy_fuse import Plan, available, plan, run
+from ._numpy_fuse import Plan, available, bits, plan, run
 from ._pool import empty as pooled_empty
 from ._reducers import REDUCERS, ROW_REDUCERS
 
@@ -193,11 +193,14 @@ class _Step:
         self.dtype = dtype
         #: Whether ``fn`` is a ufunc, or takes ``out=`` as one does (a function with a
         #: ``takes_out`` attribute), then called with ``out=``.
-        self.ufunc = sink is None and (isinstance(fn, np.ufunc) or hasattr(fn, "takes_out"))
+        self.ufunc = sink is None and (type(fn) is np.ufunc or hasattr(fn, "takes_out"))
         self.name = name
         self.operands = operands
         #: Whether an operand is broadcast (then the step computes on rows of the result).
-        self.expands = any(kind == _EXP for kind, _ in operands)
+        self.expands = False
+        for kind, _ in operands:
+            if kind == _EXP:
+                self.expands = True
         #: Whether it needs blocks of whole rows (a broadcast operand, a reduction along the
         #: first axis).
         self.rows = rows or self.expands
@@ -320,10 +323,13 @@ class Program:
         """The step's operand references, or None if it cannot join (an array the program
         neither reads nor makes, or one written since), and then nothing changed. ``new``:
         the program's first step (every array is an input, read with a turn)."""
+        entries: list[tuple[int, int, Any, int] | None] = []
         for x, buf in zip(operands, bufs, strict=True):
             if buf is None:
+                entries.append(None)
                 continue
             entry = self._entry(buf)
+            entries.append(entry)
             if entry is None:
                 # An array the kernels hold no turn on: they may read it still if its value is
                 # computed and no write is pending (then they read what the step would), and a
@@ -337,14 +343,15 @@ class Program:
             if kind == _REG and (steps_of(x) or x.shape != self.shape):
                 return None  # a view of a result: its own operation reads it
         refs: list[tuple[int, Any]] = []
-        for x, buf in zip(operands, bufs, strict=True):
+        for x, buf, entry in zip(operands, bufs, entries, strict=True):
             if buf is None:
                 refs.append((_CONST, x.value))
                 continue
             # A broadcast operand (``_push.py`` checked that it may be one): a view, or smaller.
             steps = steps_of(x)
             bcast = bool(steps) or x.shape != self.shape
-            entry = self._entry(buf)
+            if entry is None:  # (unless an operand named twice: the first made it an input)
+                entry = self._entry(buf)
             if entry is None:
                 if not new:
                     for kernel in self.kernels:  # (pushed before any later step joins)
@@ -665,13 +672,16 @@ class ChainKernel:
         try:
             encoded = plans[alive]
         except KeyError:
-            program = tuple(
-                (s.fn, tuple((_KINDS[kind], ref) for kind, ref in s.operands), s.dtype)
-                for s in steps
-            )
+
+            def program() -> tuple[Any, ...]:
+                return tuple(
+                    (s.fn, tuple((_KINDS[kind], ref) for kind, ref in s.operands), s.dtype)
+                    for s in steps
+                )
+
             dtypes = tuple(v.dtype for v in values)
             try:
-                encoded = plan(program, dtypes, alive, last)
+                encoded = plan(program, dtypes, alive, last, _structure(steps))
             except Exception:  # (the kernel never raises: NumPy's calls evaluate it)
                 encoded = None
             plans[alive] = encoded
@@ -853,6 +863,21 @@ def settled(buf: Buffer, name: str) -> bool:
     """Whether ``buf`` may be read now, without a turn, by an operation ``name`` computed at
     once: :func:`quiescent`, and healthy (no failure, none learnt from a skipped write)."""
     return quiescent(buf) and input_failure(buf, name) is None
+
+
+def _structure(steps: Sequence[_Step]) -> tuple[Any, ...]:
+    """The structure of ``steps`` as :func:`~._numpy_fuse.plan` caches it (each step's
+    function, operands with a scalar by its bits, and dtype), in one pass: a new program (every
+    iteration of the user's loop makes one) looks its plan up with it."""
+    key = []
+    for s in steps:
+        operands = s.operands
+        for kind, _ in operands:
+            if kind == _CONST:
+                operands = tuple((k, bits(r) if k == _CONST else r) for k, r in operands)
+                break
+        key.append((s.fn, operands, s.dtype))
+    return tuple(key)
 
 
 def _last_uses(steps: Sequence[_Step]) -> list[int]:

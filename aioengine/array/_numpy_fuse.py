@@ -200,7 +200,7 @@ _PLANS: dict[tuple[Any, ...], Plan | None] = {}
 Step = tuple[Any, tuple[tuple[str, Any], ...], np.dtype[Any]]
 
 
-def _bits(value: Any) -> tuple[Any, ...]:
+def bits(value: Any) -> tuple[Any, ...]:
     """A Python scalar as a key: its type and its bits (a sign of zero and a nan are bits too),
     where ``==`` would equate scalars that are different constants to a loop."""
     if type(value) is float:
@@ -211,29 +211,32 @@ def _bits(value: Any) -> tuple[Any, ...]:
 
 
 def plan(
-    steps: tuple[Step, ...],
+    steps: tuple[Step, ...] | Callable[[], tuple[Step, ...]],
     inputs: tuple[np.dtype[Any], ...],
     alive: tuple[bool, ...],
     last: Sequence[int],
+    structure: tuple[Any, ...] | None = None,
 ) -> Plan | None:
     """The plan of a program: ``steps`` as (the function, its operands as ``_cupy_fuse``'s
     ``Operand``, the result's dtype), the ``inputs``' dtypes, whether each step's result is
     live (written to its array) and each step's last reader (``last``; -1: none). None if a
     step is not one the runner takes (see the module docstring). Cached by structure: a loop
-    pushes the same program again and again."""
-    key = (
-        tuple(
-            (fn, tuple((kind, _bits(ref) if kind == "const" else ref) for kind, ref in ops), out)
+    pushes the same program again and again. A caller that knows the structure already
+    (``structure``: its steps, each scalar by :func:`bits`, in any one encoding of its own)
+    may pass ``steps`` as a function that makes them, called only if the plan is not cached:
+    a chain's kernel looks its plan up at every iteration of the user's loop."""
+    if structure is None:
+        assert not callable(steps)
+        structure = tuple(
+            (fn, tuple((kind, bits(ref) if kind == "const" else ref) for kind, ref in ops), out)
             for fn, ops, out in steps
-        ),
-        inputs,
-        alive,
-    )
+        )
+    key = (structure, inputs, alive)
     try:
         return _PLANS[key]
     except KeyError:
         pass
-    made = _encode(steps, inputs, alive, last)
+    made = _encode(steps() if callable(steps) else steps, inputs, alive, last)
     if len(_PLANS) >= PLANS_MAX:
         _PLANS.clear()
     _PLANS[key] = made
