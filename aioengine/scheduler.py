@@ -603,6 +603,23 @@ class Scheduler(CoreState):
         op._state = _RUNNING
         return True
 
+    def run_here(self, op: Operation[Any]) -> bool:
+        """:meth:`Operation.run_here`: run READY sync ``op``, queued on a CPU pool and taken
+        by no worker, now on the loop's thread (the caller); False if it is not one. Taken out
+        of the queue first, it is run by nobody else; then it starts and finishes as on a
+        worker, its successors submitted as usual."""
+        if _get_ident() != self.loop_thread or op.state is not _READY or op.kind != _SYNC:
+            return False
+        target = op.target
+        ctx = op.ctx
+        if target is None or ctx is None or ctx.device_type is not _CPU:
+            return False
+        unqueue = getattr(target, "unqueue", None)
+        if unqueue is None or unqueue(op.key) is None:
+            return False
+        self._execute_one(op, None, False, False)
+        return True
+
     @staticmethod
     def execute(op: Operation[Any], rctx: RunContext) -> None:
         """Start ``op`` and run its function on a worker thread: every executor's runner.

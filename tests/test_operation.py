@@ -19,7 +19,7 @@ import pytest
 import aioengine as ae
 
 from .conftest import blocked_var
-from .helpers import Boom
+from .helpers import Boom, until
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
 
@@ -774,3 +774,79 @@ class TestContextVars:
         results = await asyncio.gather(push_as("a"), push_as("b"), push_as("c"))
         assert list(results) == ["a", "b", "c"]
         assert request_id.get() == "unset"
+
+
+# -- run_here: a queued operation run on the loop's thread ------------------------------------
+
+
+async def _queued_behind_a_busy_worker(
+    engine: ae.Engine, gate: threading.Event, var: ae.Var | None = None
+) -> tuple[ae.Operation[Any], ae.Operation[Any], list[int]]:
+    """A pool of one worker, busy until ``gate`` is set, and a ready operation queued behind
+    it (writing ``var``): (the busy one, the queued one, the thread idents it ran on)."""
+    started = threading.Event()
+
+    def busy(rctx: ae.RunContext) -> None:
+        started.set()
+        gate.wait(10)
+
+    ran: list[int] = []
+
+    def queued(rctx: ae.RunContext) -> str:
+        ran.append(threading.get_ident())
+        return "done"
+
+    first = engine.push_sync(busy, name="busy")
+    await until(started.is_set)  # the worker has it (woken at the loop's next iteration)
+    second = engine.push_sync(queued, mutate_vars=() if var is None else (var,), name="queued")
+    await asyncio.sleep(0)
+    assert second.state is ae.OpState.READY
+    return first, second, ran
+
+
+async def test_run_here_runs_a_queued_operation_on_the_loop_thread() -> None:
+    gate = threading.Event()
+    async with ae.Engine(cpu_workers=1) as engine:
+        v = engine.new_var("v")
+        busy, op, ran = await _queued_behind_a_busy_worker(engine, gate, v)
+        after = engine.push_sync(lambda rctx: "after", const_vars=(v,), name="after")
+        assert op.run_here() is True
+        assert ran == [threading.get_ident()]  # the loop's thread, while the worker is busy
+        assert op.done()
+        assert op.result() == "done"
+        assert after.state is ae.OpState.READY  # its Var released: the reader behind it
+        assert op.run_here() is False  # done: nothing to run
+        gate.set()
+        assert await after == "after"
+        await busy
+
+
+async def test_run_here_leaves_what_it_cannot_run_unchanged() -> None:
+    gate = threading.Event()
+    async with ae.Engine(cpu_workers=1) as engine:
+        v = engine.new_var("v")
+        busy, op, ran = await _queued_behind_a_busy_worker(engine, gate, v)
+        assert busy.run_here() is False  # running on the worker
+        waiting = engine.push_sync(lambda rctx: 1, mutate_vars=(v,), name="waiting")
+        assert waiting.state is ae.OpState.PENDING
+        assert waiting.run_here() is False  # not ready: its turn on v has not come
+
+        async def coro(rctx: ae.RunContext) -> int:
+            return 2
+
+        coroutine_op = engine.push_async(coro, name="coroutine")
+        assert coroutine_op.run_here() is False  # not a sync operation of a pool
+        inline = engine.push_sync(lambda rctx: 3, prop=ae.FnProperty.ASYNC, name="inline")
+        assert inline.run_here() is False  # runs on the loop already
+
+        from_thread: list[bool] = []
+        thread = threading.Thread(target=lambda: from_thread.append(op.run_here()))
+        thread.start()
+        thread.join()
+        assert from_thread == [False]  # not the loop's thread
+        assert op.state is ae.OpState.READY  # still queued, untouched
+        assert ran == []
+        gate.set()
+        assert (await op, await waiting, await coroutine_op, await inline) == ("done", 1, 2, 3)
+        assert len(ran) == 1
+        assert ran[0] != threading.get_ident()  # the worker ran it

@@ -141,6 +141,25 @@ class ThreadExecutor:
             lock.release()
         return None
 
+    def unqueue(self, key: int) -> object:
+        """Remove the queued item of ``key`` and return it; None if no item of that key is
+        queued (a worker took it, or it never was). Never blocks.
+
+        The engine calls it to run a ready operation on the loop's thread instead
+        (``Operation.run_here``): an item taken out here is run by nobody else.
+        """
+        lock = self._lock
+        lock.acquire()
+        try:
+            item = self._items.pop(key, None)
+            if item is not None:
+                heap = self._heap
+                heap.remove(key)
+                heapq.heapify(heap)
+            return item
+        finally:
+            lock.release()
+
     def wake(self, *, caller_pops: bool = True) -> None:
         """Wake (or start) enough workers for what is queued; safe from any thread.
 
