@@ -81,6 +81,48 @@ async def test_a_chain_is_chunked_and_equals_numpy_exactly() -> None:
         np.testing.assert_array_equal(await c, chain(np, an, bn))
 
 
+async def test_awaiting_a_chain_of_one_chunk_computes_it_on_the_loop_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The caller waits anyway: its kernel runs where it waits, without the hand-offs to a
+    worker and back. A chain of several chunks is the workers'; a kernel a worker took
+    already is left to it; the values are NumPy's in every case."""
+    from aioengine.array import _chain
+
+    ran: list[tuple[int, int]] = []  # (chunks of the program, the thread)
+    call = _chain.ChainKernel.__call__
+
+    def recorded(self: Any, rctx: ae.RunContext) -> None:
+        ran.append((self.program.n, threading.get_ident()))
+        call(self, rctx)
+
+    monkeypatch.setattr(_chain.ChainKernel, "__call__", recorded)
+    loop_thread = threading.get_ident()
+    an, bn = rng_values(2, 2 * _push.INLINE_COST)  # one chunk of the default chunk_bytes
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp1 = aa.namespace(engine)
+        a, b = await computed(xp1, an, bn)
+        for _ in range(3):
+            np.testing.assert_array_equal(await chain(xp1, a, b), chain(np, an, bn))
+        assert ran == [(1, loop_thread)] * 3
+
+        ran.clear()
+        workers = HeldWorkers(engine, 1)  # a kernel the other worker takes first is its
+        c = chain(xp1, a, b)
+        await until(lambda: len(ran) == 1)
+        await workers.release()
+        np.testing.assert_array_equal(await c, chain(np, an, bn))
+        assert ran[0][1] != loop_thread
+
+    ran.clear()
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        a2, b2 = await computed(xp, *rng_values(3))
+        np.testing.assert_array_equal(await chain(xp, a2, b2), chain(np, *rng_values(3)))
+        assert len(ran) == 6
+        assert all(n == 6 and thread != loop_thread for n, thread in ran)
+
+
 def test_the_synchronous_namespace_chunks_too() -> None:
     with ae.BlockingEngine(cpu_workers=2) as engine:
         xp = aa.namespace(engine, chunk_bytes=CHUNK)

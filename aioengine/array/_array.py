@@ -283,6 +283,7 @@ class Array:
         # Reading on the loop, in push order; a GPU buffer is read once its fences completed
         # (the engine holds a host consumer back until then).
         op: Operation[Any] | None = None
+        buf.run_writer_here()  # a chain of one chunk: computed here, not handed to a worker
         try:
             buf.lend(chunks)  # a write on them pushed from now on may have to copy first
             op = engine.push_sync(
