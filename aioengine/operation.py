@@ -357,14 +357,15 @@ class Operation(_OperationCore, Generic[T]):
         """Run the operation now, on the calling thread, if it waits in a CPU thread pool's
         queue for a worker; return whether it did.
 
-        For a coroutine on the engine's event loop that is about to wait for this operation
-        anyway: it saves the two thread hand-offs (to a worker, and back to the loop), tens
-        to hundreds of microseconds each on a busy machine. The rule is unchanged: a queued
-        operation has its turn on every Var already, and it runs, finishes and releases them
-        exactly as on a worker (its function runs on the loop's thread, which it holds
-        meanwhile). Returns False, changing nothing, if the caller is not the loop's thread,
-        or the operation is not a synchronous one queued on a CPU pool (it has not become
-        ready, a worker took it, it runs elsewhere, or it ended).
+        For a caller about to wait for this operation anyway: a coroutine on the engine's
+        event loop, or a thread of your own about to block on it. It saves the two thread
+        hand-offs (to a worker, and back to the waiter), tens to hundreds of microseconds each
+        on a busy machine. The rule is unchanged: a queued operation has its turn on every
+        Var already, and it runs, finishes and releases them exactly as on a worker (its
+        function runs on the calling thread, which it holds meanwhile). Returns False,
+        changing nothing, if the operation is not a synchronous one queued on a CPU pool (it
+        has not become ready, a worker took it, it runs elsewhere, or it ended), or the
+        caller is one of the engine's pool threads (an operation).
         """
         return bool(self.core.run_here(self))
 

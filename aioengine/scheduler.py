@@ -605,19 +605,23 @@ class Scheduler(CoreState):
 
     def run_here(self, op: Operation[Any]) -> bool:
         """:meth:`Operation.run_here`: run READY sync ``op``, queued on a CPU pool and taken
-        by no worker, now on the loop's thread (the caller); False if it is not one. Taken out
-        of the queue first, it is run by nobody else; then it starts and finishes as on a
-        worker, its successors submitted as usual."""
-        if _get_ident() != self.loop_thread or op.state is not _READY or op.kind != _SYNC:
+        by no worker, now on the calling thread (the loop's, or one that none of the engine's
+        pools owns); False if it is not one. Taken out of the queue first, it is run by
+        nobody else; then it starts and finishes as on a worker, its successors submitted as
+        usual."""
+        if op.state is not _READY or op.kind != _SYNC:
             return False
         target = op.target
         ctx = op.ctx
         if target is None or ctx is None or ctx.device_type is not _CPU:
             return False
+        on_loop = _get_ident() == self.loop_thread
+        if not on_loop and self.routes.on_worker_thread(self):
+            return False  # a worker waits for nothing it could run instead: it would nest
         unqueue = getattr(target, "unqueue", None)
         if unqueue is None or unqueue(op.key) is None:
             return False
-        self._execute_one(op, None, False, False)
+        self._execute_one(op, None if on_loop else self.routes.run_context(ctx), False, False)
         return True
 
     @staticmethod

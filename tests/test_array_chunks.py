@@ -102,9 +102,11 @@ async def test_awaiting_a_chain_of_one_chunk_computes_it_on_the_loop_thread(
     async with ae.Engine(cpu_workers=2) as engine:
         xp1 = aa.namespace(engine)
         a, b = await computed(xp1, an, bn)
+        workers = HeldWorkers(engine, 2)  # (so that no worker could take a kernel first)
         for _ in range(3):
             np.testing.assert_array_equal(await chain(xp1, a, b), chain(np, an, bn))
         assert ran == [(1, loop_thread)] * 3
+        await workers.release()
 
         ran.clear()
         workers = HeldWorkers(engine, 1)  # a kernel the other worker takes first is its
@@ -121,6 +123,35 @@ async def test_awaiting_a_chain_of_one_chunk_computes_it_on_the_loop_thread(
         np.testing.assert_array_equal(await chain(xp, a2, b2), chain(np, *rng_values(3)))
         assert len(ran) == 6
         assert all(n == 6 and thread != loop_thread for n, thread in ran)
+
+
+def test_a_sync_point_on_a_chain_of_one_chunk_computes_it_on_the_callers_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Synchronous code reaching a sync point (``np.asarray``) on a chain of one chunk that
+    no worker took computes it on its own thread, and reads it there."""
+    from aioengine.array import _chain
+
+    ran: list[int] = []
+    call = _chain.ChainKernel.__call__
+
+    def recorded(self: Any, rctx: ae.RunContext) -> None:
+        ran.append(threading.get_ident())
+        call(self, rctx)
+
+    monkeypatch.setattr(_chain.ChainKernel, "__call__", recorded)
+    an, bn = rng_values(4, 2 * _push.INLINE_COST)
+    hold = threading.Event()
+    with ae.BlockingEngine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine)
+        a, b = xp.asarray(an), xp.asarray(bn)
+        held = [engine.push_sync(lambda rctx: hold.wait(30), name="hold") for _ in range(2)]
+        for _ in range(3):
+            np.testing.assert_array_equal(np.asarray(chain(xp, a, b)), chain(np, an, bn))
+        assert ran == [threading.get_ident()] * 3
+        hold.set()
+        engine.wait_for_all()
+        assert all(op.done() for op in held)
 
 
 def test_the_synchronous_namespace_chunks_too() -> None:
@@ -655,6 +686,34 @@ async def test_a_chain_computes_while_its_caller_keeps_the_loop_busy() -> None:
             # At most the waker's one no-op more: a worker that finds the caller quiet by
             # itself (the caller's CPU clock) may start the chain before the waker pushes.
             assert pushed() - before in (awaited, awaited + 1)
+
+
+def test_a_kernel_waiting_for_its_burst_starts_as_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The end of a burst (a sync point off the loop, the loop's next iteration on it) wakes
+    the kernels waiting for it at once: they do not wait for their next look at whether the
+    caller is quiet (made an hour apart here, and the caller never quiet)."""
+    monkeypatch.setattr(_burst, "LOOK", 3600.0)
+    monkeypatch.setattr(_burst.Burst, "quiet", lambda self: False)
+    for on_loop in (False, True):
+        burst = _burst.Burst(on_loop=on_loop)
+        gen = burst.gen
+        waiting = threading.Event()
+
+        def wait(burst: Any = burst, gen: int = gen, waiting: threading.Event = waiting) -> None:
+            waiting.set()
+            burst.wait(gen)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        waiting.wait()
+        if on_loop:
+            burst.open = True
+            burst._end()  # what the loop's next iteration calls
+        else:
+            burst.end()
+        waiter.join(30)  # a bound for a hang, not a timing
+        assert not waiter.is_alive()
+        assert burst.gen == gen + 1
 
 
 def _burst_of_a_thread(

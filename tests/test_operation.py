@@ -839,14 +839,44 @@ async def test_run_here_leaves_what_it_cannot_run_unchanged() -> None:
         inline = engine.push_sync(lambda rctx: 3, prop=ae.FnProperty.ASYNC, name="inline")
         assert inline.run_here() is False  # runs on the loop already
 
-        from_thread: list[bool] = []
-        thread = threading.Thread(target=lambda: from_thread.append(op.run_here()))
-        thread.start()
-        thread.join()
-        assert from_thread == [False]  # not the loop's thread
         assert op.state is ae.OpState.READY  # still queued, untouched
         assert ran == []
         gate.set()
         assert (await op, await waiting, await coroutine_op, await inline) == ("done", 1, 2, 3)
         assert len(ran) == 1
         assert ran[0] != threading.get_ident()  # the worker ran it
+
+
+async def test_run_here_runs_on_a_thread_of_the_users() -> None:
+    gate = threading.Event()
+    async with ae.Engine(cpu_workers=1) as engine:
+        busy, op, ran = await _queued_behind_a_busy_worker(engine, gate)
+        mine: list[bool] = []
+        thread = threading.Thread(target=lambda: mine.append(op.run_here()))
+        thread.start()
+        thread.join()
+        assert mine == [True]
+        assert ran == [thread.ident]  # on the thread that asked, while the worker is busy
+        assert op.result() == "done"
+        gate.set()
+        await busy
+
+
+async def test_run_here_inside_an_operation_leaves_it_to_the_pool() -> None:
+    async with ae.Engine(cpu_workers=1) as engine:
+        pushed = threading.Event()
+        box: list[ae.Operation[Any]] = []
+
+        def nested(rctx: ae.RunContext) -> bool:
+            pushed.wait(10)
+            return box[0].run_here()  # on the pool's one worker, the other queued behind it
+
+        outer = engine.push_sync(nested, name="outer")
+        await until(lambda: outer.state is ae.OpState.RUNNING)
+        queued = engine.push_sync(lambda rctx: "queued", name="queued")
+        box.append(queued)
+        await asyncio.sleep(0)
+        assert queued.state is ae.OpState.READY
+        pushed.set()
+        assert await outer is False
+        assert await queued == "queued"

@@ -386,6 +386,11 @@ class Array:
                 "after it stopped): waiting could only deadlock; `await` the array while "
                 "the loop runs"
             )
+        # This thread waits anyway: a chain of one chunk is computed on it, and then read
+        # here, without a trip through the loop (the burst ends first, as waiting ends it).
+        ns._end_burst()
+        if self._buf.run_writer_here():
+            return self._value_now(what)  # (ready now, unless another thread wrote since)
         return ns._wait(self._get())
 
     def _host_value(self, what: str) -> np.ndarray[Any, Any]:
@@ -796,12 +801,17 @@ class Bound:
             elif self._user != me:
                 self._user = SHARED
 
-    def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the engine's loop and block this (non-loop) thread for its result."""
-        self._claim()
+    def _end_burst(self) -> None:
+        """This (non-loop) thread is about to wait on the engine: the chunk kernels it pushed
+        since it last waited start now (``_burst.py``)."""
         burst = getattr(self._threads, "burst", None)
         if burst is not None:
             burst.end()
+
+    def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the engine's loop and block this (non-loop) thread for its result."""
+        self._claim()
+        self._end_burst()
         loop = self._loop
         if loop is None or loop.is_closed():
             coro.close()
@@ -837,6 +847,9 @@ class ArrayNamespace(Protocol):
 
     def _claim(self) -> None:
         """Record the calling thread as a user of the arrays (:meth:`Bound._claim`)."""
+
+    def _end_burst(self) -> None:
+        """This thread is about to wait on the engine (:meth:`Bound._end_burst`)."""
 
     def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the engine's loop, blocking this thread (:meth:`Bound._wait`)."""

@@ -245,14 +245,16 @@ class Buffer:
             return range(c, c + 1)
         return range(first // elems, min(n, -(-stop // elems)))
 
-    def run_writer_here(self) -> None:
-        """At ``await`` on the loop's thread: compute this Buffer there now if a fused chain
-        of one chunk makes it and no worker has taken its kernel yet (``_chain.Program``
-        decides): the caller waits for it anyway, and the hand-offs to a worker and back cost
-        more than such a chain's whole compute."""
+    def run_writer_here(self) -> bool:
+        """At a sync point (``await`` on the loop's thread, or a thread of the user's about to
+        block): compute this Buffer on the calling thread now if a fused chain of one chunk
+        makes it and no worker has taken its kernel yet (``_chain.Program`` decides); return
+        whether it did. The caller waits for it anyway, and the hand-offs to a worker and back
+        cost more than such a chain's whole compute."""
         chunked = self.chunked
-        if chunked is not None and chunked.program is not None:
-            chunked.program.run_here(self.writer)
+        if chunked is None or chunked.program is None:
+            return False
+        return bool(chunked.program.run_here(self.writer))
 
     def lend(self, chunks: range) -> None:
         """At the push of a read that hands ``chunks`` of the value out (``await``, a sync

@@ -46,7 +46,7 @@ from ._sync import running_loop
 if TYPE_CHECKING:
     from .. import Context, Engine, RunContext
 
-__all__ = ("QUIET", "QUIET_BLOCKED", "QUIET_MAX", "Burst", "Waker")
+__all__ = ("LOOK", "QUIET", "QUIET_BLOCKED", "QUIET_MAX", "Burst", "Waker")
 
 #: How much CPU time the caller's thread may spend on other work, without pushing a chunked
 #: operation, while the loop has not iterated, before its burst's kernels start (and the
@@ -65,6 +65,10 @@ QUIET_MAX = 0.02
 #: (up to the 5 ms switch interval while another thread runs Python, between two pushes of a
 #: chain) as well as for a lock, so those callers are quiet by :data:`QUIET_MAX` only.
 QUIET_BLOCKED = 0.001
+
+#: How often a kernel waiting for its burst to end looks whether its caller is quiet (the end
+#: itself wakes it at once).
+LOOK = 0.0002
 
 #: The number of ``futex`` on this machine's architecture (None: unknown, the blocked rule is
 #: off), as ``/proc/<pid>/task/<tid>/syscall`` gives it.
@@ -86,11 +90,14 @@ class Burst:
     """The chunk kernels a namespace pushes on the event loop's thread between two iterations
     of the loop (see the module docstring)."""
 
-    __slots__ = ("clock", "cpu", "gen", "last", "on_loop", "open", "thread")
+    __slots__ = ("clock", "cpu", "ended", "gen", "last", "on_loop", "open", "thread")
 
     def __init__(self, on_loop: bool = True) -> None:
         #: The bursts ended (the loop iterated after them, or the caller off the loop waited).
         self.gen = 0
+        #: Notified as ``gen`` moves on: the kernels waiting in :meth:`wait` start at once,
+        #: not at their next look at :meth:`quiet`.
+        self.ended = threading.Condition(threading.Lock())
         #: Pushed on the loop's thread (ended by its next iteration), else by one thread off
         #: it (ended by :meth:`end`).
         self.on_loop = on_loop
@@ -123,12 +130,19 @@ class Burst:
 
     def _end(self) -> None:
         self.open = False
-        self.gen += 1
+        self._next()
 
     def end(self) -> None:
         """On the caller's thread off the loop, as it starts to wait on the engine (a sync
         point): the kernels it pushed start now."""
-        self.gen += 1
+        self._next()
+
+    def _next(self) -> None:
+        # Under ``ended``: a kernel in :meth:`wait` reads ``gen`` under it before it sleeps,
+        # so it either sees the new ``gen`` or is woken.
+        with self.ended:
+            self.gen += 1
+            self.ended.notify_all()
 
     def quiet(self) -> bool:
         """Whether the caller has gone on with other work since its latest chunked push:
@@ -152,9 +166,12 @@ class Burst:
 
     def wait(self, gen: int) -> None:
         """On a worker, before a kernel of burst ``gen`` starts: wait until the burst ends
-        or its caller is :meth:`quiet`."""
+        (woken as it does) or its caller is :meth:`quiet` (looked at every :data:`LOOK`)."""
+        ended = self.ended
         while self.gen == gen and not self.quiet():
-            time.sleep(0.0002)
+            with ended:
+                if self.gen == gen:
+                    ended.wait(LOOK)
 
 
 def _blocked(thread: int) -> bool:
