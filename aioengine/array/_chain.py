@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import DependencyError, FnProperty
-from ._array import buffer_of, steps_of
+from ._array import buffer_of, learnt_shape, steps_of
 from ._buffer import Buffer
 from ._burst import Burst
 from ._cupy_fuse import cupy_module, fused_call
@@ -340,7 +340,7 @@ class Program:
             kind, _, _, gen = entry
             if gen != buf.wgen or (kind == _IN and not new and buf.exposed):
                 return None  # written since the program read it, or raw pushes may
-            if kind == _REG and (steps_of(x) or x.shape != self.shape):
+            if kind == _REG and (steps_of(x) or learnt_shape(x) != self.shape):
                 return None  # a view of a result: its own operation reads it
         refs: list[tuple[int, Any]] = []
         for x, buf, entry in zip(operands, bufs, entries, strict=True):
@@ -349,7 +349,7 @@ class Program:
                 continue
             # A broadcast operand (``_push.py`` checked that it may be one): a view, or smaller.
             steps = steps_of(x)
-            bcast = bool(steps) or x.shape != self.shape
+            bcast = bool(steps) or learnt_shape(x) != self.shape
             if entry is None:  # (unless an operand named twice: the first made it an input)
                 entry = self._entry(buf)
             if entry is None:
@@ -925,7 +925,11 @@ def _program_for(
     ``submit``, each reading its inputs' Vars for its chunk (in ``burst``, the pushing
     thread's)."""
     for candidate in candidates:
-        if candidate is not None and candidate.device == device and add(candidate, False):
+        if (
+            candidate is not None
+            and (candidate.device is device or candidate.device == device)
+            and add(candidate, False)
+        ):
             return candidate
     program = Program(device, shape, n)
     size = program.size

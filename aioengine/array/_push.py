@@ -529,7 +529,11 @@ class Pusher(Bound):
         for x in operands:
             if type(x) is Array:
                 _, xbuf, xshape, _, xdevice = unpack(x)
-                if xbuf.exposed or xbuf.group is not None or xdevice != device:
+                if (
+                    xbuf.exposed
+                    or xbuf.group is not None
+                    or (xdevice is not device and xdevice != device)
+                ):
                     return None
                 if xshape != shape or is_view(x):
                     if (
