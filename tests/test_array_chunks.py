@@ -103,9 +103,20 @@ async def test_awaiting_a_chain_of_one_chunk_computes_it_on_the_loop_thread(
         xp1 = aa.namespace(engine)
         a, b = await computed(xp1, an, bn)
         workers = HeldWorkers(engine, 2)  # (so that no worker could take a kernel first)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        other = asyncio.create_task(ticker())
         for _ in range(3):
             np.testing.assert_array_equal(await chain(xp1, a, b), chain(np, an, bn))
         assert ran == [(1, loop_thread)] * 3
+        assert ticks >= 3  # each await let the loop's other tasks run, as a push's would
+        other.cancel()
         await workers.release()
 
         ran.clear()

@@ -283,7 +283,15 @@ class Array:
         # Reading on the loop, in push order; a GPU buffer is read once its fences completed
         # (the engine holds a host consumer back until then).
         op: Operation[Any] | None = None
-        buf.run_writer_here()  # a chain of one chunk: computed here, not handed to a worker
+        if buf.run_writer_here() and self.ready and failure_of(buf) is None:
+            # A chain of one chunk, computed here (not handed to a worker), and nothing
+            # pending on it now: read it as a sync point reads a ready value (exported: a
+            # later write copies first), then let the loop iterate as an await of a push
+            # would (its other tasks, and the end of this burst, run meanwhile).
+            buf.lend(chunks)
+            got = _capture(self, None)
+            await asyncio.sleep(0)
+            return got
         try:
             buf.lend(chunks)  # a write on them pushed from now on may have to copy first
             op = engine.push_sync(
