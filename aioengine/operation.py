@@ -365,7 +365,10 @@ class Operation(_OperationCore, Generic[T]):
         function runs on the calling thread, which it holds meanwhile). Returns False,
         changing nothing, if the operation is not a synchronous one queued on a CPU pool (it
         has not become ready, a worker took it, it runs elsewhere, or it ended), or the
-        caller is one of the engine's pool threads (an operation).
+        caller is one of the engine's pool threads (an operation); False too if the engine
+        skipped it as it started (an input failed: its function never ran). A
+        ``KeyboardInterrupt`` or ``SystemExit`` the function raised is recorded as on a worker
+        and raised to the caller.
         """
         return bool(self.core.run_here(self))
 

@@ -606,9 +606,9 @@ class Scheduler(CoreState):
     def run_here(self, op: Operation[Any]) -> bool:
         """:meth:`Operation.run_here`: run READY sync ``op``, queued on a CPU pool and taken
         by no worker, now on the calling thread (the loop's, or one that none of the engine's
-        pools owns); False if it is not one. Taken out of the queue first, it is run by
-        nobody else; then it starts and finishes as on a worker, its successors submitted as
-        usual."""
+        pools owns); return whether its function ran. Taken out of the queue first, it is run
+        by nobody else; then it starts and finishes as on a worker, its successors submitted
+        as usual (skipped or cancelled at its start, it ran nothing: False)."""
         if op.state is not _READY or op.kind != _SYNC:
             return False
         target = op.target
@@ -621,8 +621,24 @@ class Scheduler(CoreState):
         unqueue = getattr(target, "unqueue", None)
         if unqueue is None or unqueue(op.key) is None:
             return False
-        self._execute_one(op, None if on_loop else self.routes.run_context(ctx), False, False)
-        return True
+        try:
+            self._execute_one(op, None if on_loop else self.routes.run_context(ctx), False, False)
+        except BaseException:
+            # An interrupt before it started (a signal reaches the main thread, and the
+            # engine's own code defers it only where lock.py's guard sees it): back to the
+            # pool, or it would hold its Vars for ever. (On the loop's thread _execute_one
+            # records a KeyboardInterrupt the function raised, then raises it: it ended.)
+            if op.state is _READY and not target.submit(op, op.key, True):
+                self.routes.not_submitted(self, op)
+            raise
+        state = op.state
+        if state is _FAILED and not on_loop:
+            # Recorded, as on a worker; the caller's thread raises an interrupt the function
+            # raised (the user's code is interruptible on the main thread), as the loop's does.
+            exc = op.exception()
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise exc
+        return state is _DONE or state is _FAILED
 
     @staticmethod
     def execute(op: Operation[Any], rctx: RunContext) -> None:

@@ -112,9 +112,11 @@ async def test_awaiting_a_chain_of_one_chunk_computes_it_on_the_loop_thread(
                 await asyncio.sleep(0)
 
         other = asyncio.create_task(ticker())
-        for _ in range(3):
-            np.testing.assert_array_equal(await chain(xp1, a, b), chain(np, an, bn))
+        with Pushes(engine) as pushes:
+            for _ in range(3):
+                np.testing.assert_array_equal(await chain(xp1, a, b), chain(np, an, bn))
         assert ran == [(1, loop_thread)] * 3
+        assert "await" not in pushes.names  # computed here: read without pushing a read
         assert ticks >= 3  # each await let the loop's other tasks run, as a push's would
         other.cancel()
         await workers.release()
@@ -163,6 +165,47 @@ def test_a_sync_point_on_a_chain_of_one_chunk_computes_it_on_the_callers_thread(
         hold.set()
         engine.wait_for_all()
         assert all(op.done() for op in held)
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, MemoryError])
+def test_a_kernel_that_raises_on_the_callers_thread_fails_its_chain_clearly(
+    monkeypatch: pytest.MonkeyPatch, raised: type[BaseException]
+) -> None:
+    """A kernel run at a sync point on the caller's thread that raises as a whole (an
+    interrupt in the user's code it calls; an allocation failing): an interrupt is raised
+    there, and the chain's value is never read as if computed: every later read raises the
+    failure, and other chains compute. (The interrupt stays in the engine's record, which
+    ``wait_for_all()`` would raise.)"""
+    from aioengine.array import _chain
+
+    evaluate = _chain.ChainKernel._evaluate
+    calls: list[bool] = []
+
+    def interrupted(self: Any, *args: Any) -> None:
+        if not calls:
+            calls.append(True)
+            raise raised("landed in the kernel")
+        evaluate(self, *args)
+
+    monkeypatch.setattr(_chain.ChainKernel, "_evaluate", interrupted)
+    an, bn = rng_values(5, 2 * _push.INLINE_COST)
+    hold = threading.Event()
+    with ae.BlockingEngine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine)
+        a, b = xp.asarray(an), xp.asarray(bn)
+        held = [engine.push_sync(lambda rctx: hold.wait(30), name="hold") for _ in range(2)]
+        c = chain(xp, a, b)
+        expected = KeyboardInterrupt if raised is KeyboardInterrupt else ae.DependencyError
+        with pytest.raises(expected):
+            np.asarray(c)
+        for _ in range(2):
+            with pytest.raises(ae.DependencyError):
+                np.asarray(c)  # never the value of a chunk nobody computed
+        hold.set()
+        np.testing.assert_array_equal(np.asarray(chain(xp, a, b)), chain(np, an, bn))
+        assert all(op.result(10) for op in held)
+        if raised is MemoryError:
+            engine.wait_for_all()  # thrown once already, by the first read
 
 
 def test_the_synchronous_namespace_chunks_too() -> None:
@@ -717,6 +760,9 @@ def test_a_kernel_waiting_for_its_burst_starts_as_it_ends(monkeypatch: pytest.Mo
         waiter = threading.Thread(target=wait)
         waiter.start()
         waiting.wait()
+        deadline = time.monotonic() + 30  # a bound for a hang, not a timing
+        while not burst.ended._waiters and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            time.sleep(0.001)  # until it sleeps in the Condition, where only a wake-up ends it
         if on_loop:
             burst.open = True
             burst._end()  # what the loop's next iteration calls

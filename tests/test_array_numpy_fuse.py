@@ -340,6 +340,10 @@ def test_signed_zeros_and_nans_are_other_scalars() -> None:
     assert times(complex(0.0, 0.0), c16) is not times(complex(-0.0, -0.0), c16)
     nan = float("nan")
     assert times(nan) is times(float("nan"))  # one plan, however many nan objects
+    negative = times(-nan)  # another sign bit: copysign(x, -nan) is -|x|, NumPy's nan*x too
+    assert negative is not None
+    assert negative is not times(nan)
+    assert [np.signbit(ref[0]) for kind, ref in negative.slots if kind == 3] == [True]
 
 
 @pytest.mark.parametrize(

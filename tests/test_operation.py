@@ -880,3 +880,55 @@ async def test_run_here_inside_an_operation_leaves_it_to_the_pool() -> None:
         pushed.set()
         assert await outer is False
         assert await queued == "queued"
+
+
+async def test_run_here_of_an_operation_skipped_at_its_start_ran_nothing() -> None:
+    gate = threading.Event()
+    async with ae.Engine(cpu_workers=1) as engine:
+        v = engine.new_var("v")
+
+        def boom(rctx: ae.RunContext) -> None:
+            raise Boom("the input failed")
+
+        busy, failing, ran = await _queued_behind_a_busy_worker(engine, gate)
+        failed = engine.push_sync(boom, mutate_vars=(v,), name="failed")
+        reader = engine.push_sync(lambda rctx: ran.append(0), const_vars=(v,), name="reader")
+        assert failed.run_here() is True  # it ran (and failed)
+        assert reader.state is ae.OpState.READY  # queued: skipped only as it starts
+        assert reader.run_here() is False  # skipped at its start: its function never ran
+        assert reader.state is ae.OpState.SKIPPED
+        gate.set()
+        await busy
+        await failing
+        with contextlib.suppress(BaseException):
+            await engine.wait_for_all()
+
+
+async def test_run_here_raises_an_interrupt_its_function_raised_on_the_callers_thread() -> None:
+    gate = threading.Event()
+    async with ae.Engine(cpu_workers=1) as engine:
+
+        def interrupted(rctx: ae.RunContext) -> None:
+            raise KeyboardInterrupt
+
+        busy, _, _ = await _queued_behind_a_busy_worker(engine, gate)
+        op = engine.push_sync(interrupted, name="interrupted")
+        await asyncio.sleep(0)
+        got: list[BaseException] = []
+
+        def user_thread() -> None:
+            try:
+                op.run_here()
+            except BaseException as exc:
+                got.append(exc)
+
+        thread = threading.Thread(target=user_thread)
+        thread.start()
+        thread.join()
+        assert [type(e) for e in got] == [KeyboardInterrupt]  # raised there, as on the loop
+        assert op.state is ae.OpState.FAILED  # and recorded, as on a worker
+        gate.set()
+        await busy
+        with pytest.raises(BaseExceptionGroup) as group:
+            await engine.wait_for_all()
+        assert group.value.subgroup(KeyboardInterrupt) is not None

@@ -28,8 +28,9 @@ wake the workers at once, so its kernels wait until the thread reaches a wait of
 waker is needed there: a push from off the loop already wakes the workers.
 
 State: :class:`Burst`'s fields are written on the thread that pushes (the loop's, or the one
-caller's) and read by workers and the waker (one object each, no lock); :class:`Waker`'s
-``armed`` and ``thread`` are guarded by its ``cond``.
+caller's) and read by workers and the waker (one object each, no lock), except ``gen``, which
+moves on under the burst's ``ended`` Condition (the kernels waiting for it sleep there);
+:class:`Waker`'s ``armed`` and ``thread`` are guarded by its ``cond``.
 """
 
 from __future__ import annotations

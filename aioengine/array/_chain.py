@@ -36,11 +36,15 @@ allocates only ``c``. Where the wheel compiled it, a program of ufuncs on floati
 of its shape runs instead in one call of NumPy's own loops with the GIL released
 (``_numpy_fuse.py``; ``Program.plans``): the same values, no GIL hand-off between steps.
 
-Failures (the kernel itself never raises, because its Var is shared by results that computed):
-a step that raises fails its result and every step that reads it (a
+Failures (the kernel itself raises no step's exception, because its Var is shared by results
+that computed): a step that raises fails its result and every step that reads it (a
 :class:`~aioengine.DependencyError` whose ``__cause__`` is the exception, which has a note
 naming the step); the others compute on. An operation of its own then carries the exception
-into the engine's record (``Buffer.carrier``), once per Buffer, as a fused tiny step does.
+into the engine's record (``Buffer.carrier``), once per Buffer, as a fused tiny step does. A
+``KeyboardInterrupt`` or ``SystemExit`` is not a step's failure: it escapes the kernel, whose
+operation fails with it (every result of the chunk with it), and is raised where the kernel
+ran. Only a kernel run on the caller's own thread at a sync point (``Program.run_here``) can
+see one: a signal reaches the main thread, never the engine's workers.
 
 State (each field says who writes it): a :class:`Program`'s ``started``, ``steps``,
 ``inputs`` and ``known`` are guarded by its ``lock`` (joins run on the pushing thread, kernels on
@@ -59,7 +63,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import DependencyError, FnProperty
+from .. import DependencyError, DeviceType, FnProperty, OpState
 from ._array import buffer_of, learnt_shape, steps_of
 from ._buffer import Buffer
 from ._burst import Burst
@@ -114,7 +118,8 @@ _local = threading.local()
 def _scratch() -> dict[np.dtype[Any], list[Any]]:
     """This thread's free scratch blocks, by dtype: kept between kernels because a fresh block
     is fresh memory (page faults, a cold cache) on every kernel, which cost a chain at 1e6
-    elements about a third of its time."""
+    elements about a third of its time. (A thread that ran a kernel at its sync point,
+    ``Program.run_here``, keeps a few too: :data:`SCRATCH_KEPT` of at most a chunk each.)"""
     try:
         free: dict[np.dtype[Any], list[Any]] = _local.free
     except AttributeError:
@@ -145,6 +150,9 @@ def chunking(size: int, chunk_elems: int) -> tuple[int, int]:
     elems = max(chunk_elems, -(-size // MAX_CHUNKS))
     return max(1, -(-size // elems)), elems
 
+
+_CPU = DeviceType.CPU
+_DONE = OpState.DONE
 
 # An operand reference in a step: (kind, index or value).
 _IN = 0  # an input Buffer of the kernel, by index into ``inputs``
@@ -434,20 +442,27 @@ class Program:
     def run_here(self, writer: Operation[Any] | None) -> bool:
         """At a sync point on a result whose latest write is ``writer`` (``await`` on the
         loop's thread, or a thread of the user's about to block): if that is this program's
-        one kernel (a program of one chunk: an array of at most ``chunk_elems`` elements),
-        still queued for a worker, run it on the calling thread now
-        (:meth:`~aioengine.Operation.run_here`) and return True. Its burst ends here for it:
-        the caller has stopped recording. At 20,000 elements that saves two hand-offs of
-        0.05-0.15 ms each, against 0.1 ms of compute. A program of several chunks is left to
-        the workers (woken by the loop's next iteration, or by the push off the loop): one
-        chunk here would hold them back until it is done."""
-        if self.n != 1 or self.started or writer is None:
+        one kernel (a program of one chunk, on the CPU: an array of at most ``chunk_elems``
+        elements), still queued for a worker, run it on the calling thread now
+        (:meth:`~aioengine.Operation.run_here`); return whether it ran and computed (its
+        operation DONE: the caller may read the results without the engine). Its burst ends
+        here for it: the caller has stopped recording. At 20,000 elements that saves two
+        hand-offs of 0.05-0.15 ms each, against 0.1 ms of compute. A program of several
+        chunks is left to the workers (woken by the loop's next iteration, or by the push
+        off the loop): one chunk here would hold them back until it is done."""
+        if self.n != 1 or self.started or writer is None or self.device.device_type is not _CPU:
             return False
         kernels = self.kernels
         if not kernels or kernels[0].op is not writer:
             return False
-        kernels[0].burst = None
-        return writer.run_here()
+        kernel = kernels[0]
+        burst, kernel.burst = kernel.burst, None
+        if not writer.run_here():
+            # A worker took it: it waits for the burst, or has read None and starts at once
+            # (either is right: the caller is at a sync point).
+            kernel.burst = burst
+            return False
+        return writer.state is _DONE
 
     def start(
         self,
@@ -743,7 +758,7 @@ class ChainKernel:
                 if sink is not None:
                     try:
                         partial = step.fn(*args)
-                    except BaseException as exc:
+                    except Exception as exc:
                         self._fail(steps, outs, k, exc, failed, rctx)
                         continue
                     got = sink.parts[self.chunk]
@@ -774,7 +789,7 @@ class ChainKernel:
                         step.fn(*args, out=into)
                     else:
                         into[...] = step.fn(*args)
-                except BaseException as exc:
+                except Exception as exc:
                     self._fail(steps, outs, k, exc, failed, rctx)
                     continue
                 regs[k] = dest

@@ -216,8 +216,8 @@ class Kernel:
 
 def failure_of(buf: Memory) -> BaseException | None:
     """The sticky failure of ``buf``, learning it from its writer if the engine skipped or
-    cancelled that write (called by an operation holding a turn on ``buf.var``, or after a
-    wait on it)."""
+    cancelled that write, or, on a chunk, if it failed (called by an operation holding a turn
+    on ``buf.var``, or after a wait on it)."""
     failure = buf.failure
     if failure is not None:
         return failure
@@ -225,8 +225,18 @@ def failure_of(buf: Memory) -> BaseException | None:
     writers = None if chunked is None else chunked.writers
     if writers is not None:  # a chunked Buffer: the latest write pushed on each chunk
         for writer in writers:
-            if writer.state is _SKIPPED or writer.state is _CANCELLED:
+            state = writer.state
+            if state is _SKIPPED or state is _CANCELLED:
                 return _learn(buf, writer)
+            if state is _FAILED:
+                # A chunk's operation that raised (an interrupt out of a chain's kernel, a
+                # write): that chunk holds no value, whatever the others' kernels allocated.
+                cause = writer.exception()
+                root = _root(cause) if cause is not None else None
+                dep = DependencyError(f"{buf.name or writer.name} was not computed: {root!r}")
+                dep.__cause__ = root
+                buf.failure = dep
+                return dep
     last = buf.writer  # the latest write pushed (a chunk's, or one since the chunks merged)
     if last is None or (writers is not None and last in writers):
         return None

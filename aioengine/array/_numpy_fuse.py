@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -201,13 +202,17 @@ Step = tuple[Any, tuple[tuple[str, Any], ...], np.dtype[Any]]
 
 
 def bits(value: Any) -> tuple[Any, ...]:
-    """A Python scalar as a key: its type and its bits (a sign of zero and a nan are bits too),
-    where ``==`` would equate scalars that are different constants to a loop."""
+    """A Python scalar as a key: its type and its bits (the sign of a zero, and a nan's sign
+    and payload, are bits too: ``float.hex`` says ``nan`` of every nan), where ``==`` would
+    equate scalars that are different constants to a loop."""
     if type(value) is float:
-        return (float, value.hex())
+        return (float, _DOUBLE.pack(value))
     if type(value) is complex:
-        return (complex, value.real.hex(), value.imag.hex())
+        return (complex, _DOUBLE.pack(value.real), _DOUBLE.pack(value.imag))
     return (type(value), value)
+
+
+_DOUBLE = struct.Struct("<d")
 
 
 def plan(

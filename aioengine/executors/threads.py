@@ -145,8 +145,9 @@ class ThreadExecutor:
         """Remove the queued item of ``key`` and return it; None if no item of that key is
         queued (a worker took it, or it never was). Never blocks.
 
-        The engine calls it to run a ready operation on the loop's thread instead
-        (``Operation.run_here``): an item taken out here is run by nobody else.
+        The engine calls it to run a ready operation on the thread about to wait for it
+        instead (``Operation.run_here``): an item taken out here is run by nobody else. (The
+        queue is short; the heap is rebuilt, O(n), under the lock.)
         """
         lock = self._lock
         lock.acquire()
