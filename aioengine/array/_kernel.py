@@ -226,17 +226,8 @@ def failure_of(buf: Memory) -> BaseException | None:
     if writers is not None:  # a chunked Buffer: the latest write pushed on each chunk
         for writer in writers:
             state = writer.state
-            if state is _SKIPPED or state is _CANCELLED:
-                return _learn(buf, writer)
-            if state is _FAILED:
-                # A chunk's operation that raised (an interrupt out of a chain's kernel, a
-                # write): that chunk holds no value, whatever the others' kernels allocated.
-                cause = writer.exception()
-                root = _root(cause) if cause is not None else None
-                dep = DependencyError(f"{buf.name or writer.name} was not computed: {root!r}")
-                dep.__cause__ = root
-                buf.failure = dep
-                return dep
+            if state is _SKIPPED or state is _CANCELLED or state is _FAILED:
+                return _learn(buf, writer, True)
     last = buf.writer  # the latest write pushed (a chunk's, or one since the chunks merged)
     if last is None or (writers is not None and last in writers):
         return None
@@ -255,7 +246,9 @@ def input_failure(buf: Memory, name: str) -> BaseException | None:
     return failure
 
 
-def _learn(buf: Memory, writer: Any) -> BaseException | None:
+def _learn(buf: Memory, writer: Any, chunk: bool = False) -> BaseException | None:
+    """The failure ``buf`` inherits from ``writer`` (a chunk's latest write, with ``chunk``),
+    kept as its sticky failure; None if it inherits none."""
     state = writer.state
     if state is _SKIPPED:
         cause = writer.exception()
@@ -264,8 +257,10 @@ def _learn(buf: Memory, writer: Any) -> BaseException | None:
         dep.__cause__ = root
         buf.failure = dep
         return dep
-    if state is _FAILED and buf.value is MISSING:
-        # Its operation failed before computing it: a group of fused steps whose first failed.
+    if state is _FAILED and (chunk or buf.value is MISSING):
+        # Its operation failed before computing it: a group of fused steps whose first failed;
+        # on a chunk, an operation that raised (an interrupt out of a chain's kernel, a write):
+        # that chunk holds no value, whatever the other chunks' kernels allocated.
         cause = writer.exception()
         root = _root(cause) if cause is not None else None
         dep = DependencyError(f"{buf.name or writer.name} was not computed: {root!r}")
