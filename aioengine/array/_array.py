@@ -399,7 +399,7 @@ class Array:
         ns._end_burst()
         if self._buf.run_writer_here():
             return self._value_now(what)  # (ready now, unless another thread wrote since)
-        return ns._wait(self._get())
+        return ns._wait(self._get(), ended=True)
 
     def _host_value(self, what: str) -> np.ndarray[Any, Any]:
         value = self._value_now(what)
@@ -816,10 +816,12 @@ class Bound:
         if burst is not None:
             burst.end()
 
-    def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the engine's loop and block this (non-loop) thread for its result."""
+    def _wait(self, coro: Coroutine[Any, Any, T], ended: bool = False) -> T:
+        """Run ``coro`` on the engine's loop and block this (non-loop) thread for its result
+        (ending this thread's burst first, unless the caller did: ``ended``)."""
         self._claim()
-        self._end_burst()
+        if not ended:
+            self._end_burst()
         loop = self._loop
         if loop is None or loop.is_closed():
             coro.close()
@@ -859,7 +861,7 @@ class ArrayNamespace(Protocol):
     def _end_burst(self) -> None:
         """This thread is about to wait on the engine (:meth:`Bound._end_burst`)."""
 
-    def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
+    def _wait(self, coro: Coroutine[Any, Any, T], ended: bool = False) -> T:
         """Run ``coro`` on the engine's loop, blocking this thread (:meth:`Bound._wait`)."""
 
     def _fast(

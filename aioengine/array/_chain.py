@@ -452,6 +452,8 @@ class Program:
         off the loop): one chunk here would hold them back until it is done."""
         if self.n != 1 or self.started or writer is None or self.device.device_type is not _CPU:
             return False
+        # ``started`` and ``kernels`` are read without ``lock``: a hint only. Whether the
+        # kernel is still queued is decided under its pool's lock (ThreadExecutor.unqueue).
         kernels = self.kernels
         if not kernels or kernels[0].op is not writer:
             return False
