@@ -152,6 +152,39 @@ def test_programs_the_runner_does_not_take(
     assert _numpy_fuse.plan(steps, inputs, (True,), [-1]) is None
 
 
+SUM = _numpy_fuse.Reduce(np.add, -0.0)
+F4 = np.dtype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", [F8, F4])
+def test_a_reduction_is_a_partial_per_block(dtype: np.dtype[Any]) -> None:
+    """``sum(a * 1.5)``: the product in a scratch block, its sum into the block's own
+    element of the partials (mode 3), by the loop ``np.add.reduce`` calls."""
+    steps = (
+        (np.multiply, (("in", 0), ("const", 1.5)), dtype),
+        (SUM, (("reg", 0),), dtype),
+    )
+    plan = _numpy_fuse.plan(steps, (dtype,), (False, False), [1, -1])
+    assert plan is not None
+    assert plan.slots[-1] == (4, 1)  # the reduction's partials, at its step's index
+    assert plan.modes.tolist()[-1] == 3
+    assert plan.regs == [(dtype, 0)]
+
+
+@pytest.mark.parametrize(
+    ("operand", "result"),
+    [
+        (np.dtype(np.float16), np.dtype(np.float16)),  # NumPy's loop sums in float32
+        (np.dtype(np.complex128), np.dtype(np.complex128)),
+        (np.dtype(np.int64), np.dtype(np.int64)),
+        (F4, F8),  # a sum of float32 in float64: NumPy casts first
+    ],
+)
+def test_reductions_the_runner_does_not_take(operand: np.dtype[Any], result: np.dtype[Any]) -> None:
+    steps = ((SUM, (("in", 0),), result),)
+    assert _numpy_fuse.plan(steps, (operand,), (False,), [-1]) is None
+
+
 def test_the_loops_found_are_the_ufuncs_own() -> None:
     table = _numpy_fuse._loop_table(np.add)
     d = F8.num
@@ -230,6 +263,75 @@ async def test_values_are_numpys_bit_for_bit(monkeypatch: pytest.MonkeyPatch, na
     assert got.dtype == expected.dtype
     assert np.array_equal(got, expected, equal_nan=True)
     assert len(calls) == 6  # every chunk, through the runner
+
+
+REDUCTIONS: dict[str, Callable[[Any, Any, Any], Any]] = {
+    "sum(a * b)": lambda xp, a, b: xp.sum(a * b),
+    "mean((a - b) ** 2)": lambda xp, a, b: xp.mean((a - b) ** 2),
+    "prod(1 + a / 1000)": lambda xp, a, b: xp.prod(1 + a / 1000),
+}
+
+
+@needs_runner
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+async def test_a_fused_reduction_runs_in_the_runner(
+    monkeypatch: pytest.MonkeyPatch, name: str, dtype: str
+) -> None:
+    """A chain ending in ``sum``, ``mean`` or ``prod`` of floats is one runner call per
+    chunk (the partials computed without the GIL): NumPy's value within its own tolerance,
+    its dtype, and the same bits every time."""
+    program = REDUCTIONS[name]
+    calls, fallbacks = counting(monkeypatch), numpy_calls(monkeypatch)
+    rng = np.random.default_rng(8)
+    A, B = rng.standard_normal(N).astype(dtype), rng.standard_normal(N).astype(dtype)
+    async with ae.Engine() as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        a, b = xp.asarray(A), xp.asarray(B)
+        got = np.asarray(await program(xp, a, b))
+        assert len(calls) == 6
+        assert fallbacks == []
+        again = np.asarray(await program(xp, a, b))
+    expected = program(np, A, B)
+    assert got.dtype == expected.dtype
+    assert got.tobytes() == again.tobytes()
+    # (A float32 product of 40,977 factors: NumPy's, one after the other, is itself about
+    # 1e-5 from the exact one.)
+    np.testing.assert_allclose(got, expected, rtol=1e-12 if dtype == "float64" else 1e-4)
+
+
+@needs_runner
+async def test_a_reduced_intermediate_someone_holds_is_materialised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = counting(monkeypatch)
+    rng = np.random.default_rng(9)
+    A, B = rng.standard_normal(N), rng.standard_normal(N)
+    async with ae.Engine() as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        a, b = xp.asarray(A), xp.asarray(B)
+        c = a * b + 1.0
+        total = xp.sum(c)
+        assert np.array_equal(np.asarray(await c), A * B + 1.0)
+        np.testing.assert_allclose(float(await total), np.sum(A * B + 1.0), rtol=1e-12)
+    assert len(calls) == 6
+
+
+@needs_runner
+async def test_a_reduction_that_overflows_warns_as_numpys_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The runner reports the overflow; under the default errstate the chunk is summed
+    again with NumPy's calls, which warn, and the value is NumPy's."""
+    counting(monkeypatch)
+    async with ae.Engine() as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        x = xp.asarray(np.full(N, 1e308))
+        with np.errstate(over="warn"):
+            total = xp.sum(x * 1.0)
+        with pytest.warns(RuntimeWarning, match="overflow"):
+            got = await total
+    assert got == np.inf
 
 
 def mixed(xp: Any, a: Any, b: Any) -> Any:

@@ -69,7 +69,7 @@ from ._buffer import Buffer
 from ._burst import Burst
 from ._cupy_fuse import cupy_module, fused_call
 from ._kernel import MISSING, input_failure, numpy_on_gpu
-from ._numpy_fuse import Plan, available, bits, plan, run
+from ._numpy_fuse import BLOCK, Plan, Reduce, available, bits, plan, run
 from ._pool import empty as pooled_empty
 from ._reducers import REDUCERS, ROW_REDUCERS
 
@@ -171,8 +171,9 @@ class Partials:
     __slots__ = ("failure", "parts")
 
     def __init__(self, n: int) -> None:
-        #: Per chunk, the results of its blocks in order (None until its kernel ran).
-        self.parts: list[list[Any] | None] = [None] * n
+        #: Per chunk, the results of its blocks in order (None until its kernel ran): a list,
+        #: or an array where the compiled runner computed them.
+        self.parts: list[list[Any] | np.ndarray[Any, Any] | None] = [None] * n
         #: Why a kernel could not compute its partial (the first one wins).
         self.failure: BaseException | None = None
 
@@ -184,7 +185,18 @@ def _no_buffer() -> None:
 class _Step:
     """One elementwise operation, or a reduction of one chunk, in a kernel's program."""
 
-    __slots__ = ("dtype", "expands", "fn", "name", "operands", "out", "rows", "sink", "ufunc")
+    __slots__ = (
+        "dtype",
+        "expands",
+        "fn",
+        "name",
+        "operands",
+        "out",
+        "reduce",
+        "rows",
+        "sink",
+        "ufunc",
+    )
 
     def __init__(
         self,
@@ -195,9 +207,11 @@ class _Step:
         dtype: np.dtype[Any],
         sink: Partials | None = None,
         rows: bool = False,
+        reduce: Reduce | None = None,
     ) -> None:
         self.fn = fn
-        #: The result's dtype (a reduction's: float64, for no block of its own).
+        #: The result's dtype (a reduction's: its own where the runner may compute it,
+        #: ``reduce``; else float64, for no block of its own).
         self.dtype = dtype
         #: Whether ``fn`` is a ufunc, or takes ``out=`` as one does (a function with a
         #: ``takes_out`` attribute), then called with ``out=``.
@@ -216,6 +230,8 @@ class _Step:
         self.out = out
         #: A reduction's partials (then ``fn`` reduces a block to a scalar; no Buffer).
         self.sink = sink
+        #: A reduction's partial as the compiled runner may compute it (``_numpy_fuse``).
+        self.reduce = reduce
 
 
 def _same_powers() -> dict[float, np.ufunc]:
@@ -427,16 +443,19 @@ class Program:
         sink: Partials,
         new: bool = False,
         rows: bool = False,
+        reduce: tuple[Reduce, np.dtype[Any]] | None = None,
     ) -> bool:
         """Add the reduction of ``x``'s chunks by ``fn`` into ``sink`` (``rows``: along the
-        first axis, block by block of whole rows); False if it may not join (as :meth:`add`)."""
+        first axis, block by block of whole rows; ``reduce``: the runner's form of ``fn`` and
+        the result's dtype, where it has one); False if it may not join (as :meth:`add`)."""
         with self.lock:
             if len(self.steps) >= FUSE_STEPS or x.shape != self.shape or not self._open():
                 return False
             refs = self._operands((x,), (buf,), new)
             if refs is None:
                 return False
-            self.steps.append(_Step(fn, name, refs, _no_buffer, np.dtype(np.float64), sink, rows))
+            loop, dtype = (None, np.dtype(np.float64)) if reduce is None else reduce
+            self.steps.append(_Step(fn, name, refs, _no_buffer, dtype, sink, rows, loop))
             return True
 
     def run_here(self, writer: Operation[Any] | None) -> bool:
@@ -700,7 +719,7 @@ class ChainKernel:
         """Whether the program ran on this chunk in one call of NumPy's own loops, the GIL
         released (``_numpy_fuse.py``); False where the runner does not take it (then NumPy
         calls evaluate it)."""
-        if not available() or any(step.sink is not None for step in steps):
+        if not available() or any(s.sink is not None and s.reduce is None for s in steps):
             return False
         alive = tuple(out is not None for out in outs)
         plans = self.program.plans
@@ -710,7 +729,11 @@ class ChainKernel:
 
             def program() -> tuple[Any, ...]:
                 return tuple(
-                    (s.fn, tuple((_KINDS[kind], ref) for kind, ref in s.operands), s.dtype)
+                    (
+                        s.fn if s.reduce is None else s.reduce,
+                        tuple((_KINDS[kind], ref) for kind, ref in s.operands),
+                        s.dtype,
+                    )
                     for s in steps
                 )
 
@@ -720,7 +743,24 @@ class ChainKernel:
             except Exception:  # (the kernel never raises: NumPy's calls evaluate it)
                 encoded = None
             plans[alive] = encoded
-        return encoded is not None and run(encoded, values, flat, self.lo, self.hi)
+        if encoded is None:
+            return False
+        sinks = [(k, s) for k, s in enumerate(steps) if s.sink is not None]
+        if not sinks:
+            return run(encoded, values, flat, self.lo, self.hi)
+        # Each reduction's partials: one per block of the runner, each starting at the
+        # identity; the chunk's entry once the whole program ran (else NumPy's calls redo it).
+        blocks = -(-(self.hi - self.lo) // BLOCK)
+        flat = list(flat)
+        for k, s in sinks:
+            assert s.reduce is not None
+            flat[k] = np.full(blocks, s.reduce.identity, s.dtype)
+        if not run(encoded, values, flat, self.lo, self.hi):
+            return False
+        for k, s in sinks:
+            assert s.sink is not None
+            s.sink.parts[self.chunk] = flat[k]
+        return True
 
     def _blocks(
         self,
@@ -764,10 +804,10 @@ class ChainKernel:
                         self._fail(steps, outs, k, exc, failed, rctx)
                         continue
                     got = sink.parts[self.chunk]
-                    if got is None:
-                        sink.parts[self.chunk] = [partial]
-                    else:
+                    if type(got) is list:
                         got.append(partial)
+                    else:  # its first block (the runner did not compute this chunk)
+                        sink.parts[self.chunk] = [partial]
                     self._release(step, k, last, flat, regs, free)
                     continue
                 dest = flat[k]
@@ -911,7 +951,7 @@ def _structure(steps: Sequence[_Step]) -> tuple[Any, ...]:
             if kind == _CONST:
                 operands = tuple((k, bits(r) if k == _CONST else r) for k, r in operands)
                 break
-        key.append((s.fn, operands, s.dtype))
+        key.append((s.fn if s.reduce is None else s.reduce, operands, s.dtype))
     return tuple(key)
 
 
@@ -1051,7 +1091,12 @@ class Combine:
         if failure is not None:
             out.failure = failure
             raise failure
-        partials = [v for part in sink.parts for v in part]  # type: ignore[union-attr]
+        parts = sink.parts
+        partials: Any
+        if all(type(part) is np.ndarray for part in parts):  # (the runner's: an array each)
+            partials = np.concatenate(parts)  # type: ignore[arg-type]
+        else:
+            partials = [v for part in parts for v in part]  # type: ignore[union-attr]
         value = self.combine(partials, self.count, self.dtype)
         out.value = np.asarray(value, dtype=self.dtype).reshape(out.shape)
 
@@ -1081,7 +1126,8 @@ def reduce_chunks(
         burst.enter(engine, device)
     size = math.prod(x.shape)
     n, chunk_elems = chunking(size, chunk_elems)
-    block, combine, _ = (ROW_REDUCERS if rows else REDUCERS)[fn]
+    block, combine, _, loop = (ROW_REDUCERS if rows else REDUCERS)[fn]
+    reduce = None if loop is None or rows else (Reduce(*loop), dtype)
     if options:
         combine = functools.partial(combine, **options)
     step_fn = functools.partial(block, dtype, *([tuple(x.shape[1:])] if rows else []))
@@ -1090,7 +1136,7 @@ def reduce_chunks(
     sink = Partials(n)
 
     def add(program: Program, new: bool) -> bool:
-        return program.add_reduction(step_fn, name, x, buf, sink, new, rows)
+        return program.add_reduction(step_fn, name, x, buf, sink, new, rows, reduce)
 
     candidates = [None if buf.chunked is None else buf.chunked.program, recent]
     program = _program_for(

@@ -10,7 +10,10 @@ block of :data:`BLOCK` elements, calls the very inner loop NumPy's ufunc calls f
 NumPy computes, bit for bit, transcendental functions included.
 
 Which programs: every step a NumPy ufunc of one or two inputs and one output, over inputs and
-results of the program's shape (no broadcast operand, no reduction), and, for the dtypes of
+results of the program's shape (no broadcast operand), or a reduction of one of them to a
+partial per block (:class:`Reduce`: ``sum``, ``prod`` and ``mean`` of float32 or float64 in
+their own dtype, by the loop NumPy's ``add.reduce`` or ``multiply.reduce`` calls on a block),
+and, for the dtypes of
 its operands (a Python scalar is weak, as NumPy 2 has it), a loop NumPy resolves to
 (``ufunc.resolve_dtypes``) that takes the array operands as they are (no cast), reads
 floating-point or complex operands and makes the step's dtype. Anything else (integer loops
@@ -39,11 +42,11 @@ import os
 import struct
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ("BLOCK", "PLANS_MAX", "RUN", "Plan", "Step", "available", "plan", "run")
+__all__ = ("BLOCK", "PLANS_MAX", "RUN", "Plan", "Reduce", "Step", "available", "plan", "run")
 
 
 def _compiled() -> Callable[..., int] | None:
@@ -78,10 +81,21 @@ BLOCK = 2048
 #: The error flags of the runner, by ``np.errstate`` name.
 _FLAGS = (("divide", 1), ("over", 2), ("under", 4), ("invalid", 8))
 
-_IN, _OUT, _REG, _CONST = 0, 1, 2, 3  # where a slot's array comes from
+_IN, _OUT, _REG, _CONST, _PART = 0, 1, 2, 3, 4  # where a slot's array comes from
 # The runner's mode of each: moves with the block from the chunk's start; a scratch block,
-# reused by every block; one element, read as every element.
-_MODES = (2, 2, 1, 0)
+# reused by every block; one element, read as every element; an element per block.
+_MODES = (2, 2, 1, 0, 3)
+
+
+class Reduce(NamedTuple):
+    """The function of a step that reduces its one operand, block by block, to a partial per
+    block: ``ufunc``'s loop called as NumPy's ``ufunc.reduce`` calls it (the partial is both
+    the first operand and the output, of stride 0), the partial starting at ``identity``.
+    ``add``'s loop sums a block pairwise, as ``np.sum`` does; ``-0.0`` is the identity that
+    keeps every sum's bits (``-0.0 + x`` is ``x``, a zero's sign included)."""
+
+    ufunc: np.ufunc
+    identity: float
 
 
 class _UFuncObject(ctypes.Structure):
@@ -180,7 +194,9 @@ class Plan:
     ) -> None:
         self.code = np.array(code, dtype=np.int64)
         #: Per slot: (_IN, input index), (_OUT, step index: its live result), (_REG, scratch
-        #: index) or (_CONST, a 1-element array of the loop's dtype).
+        #: index), (_CONST, a 1-element array of the loop's dtype) or (_PART, step index: a
+        #: reduction's partials, an element per block, filled with its identity by the
+        #: caller: ``flat`` holds them at the step's index).
         self.slots = slots
         self.modes = np.array([_MODES[kind] for kind, _ in slots], dtype=np.int64)
         #: Per scratch index: its dtype, and its place among the scratch blocks of that dtype
@@ -262,6 +278,14 @@ def _encode(
     where: list[int] = []  # each step's result: its slot
     reg_of: dict[int, int] = {}  # a slot of a scratch block: its scratch index
     for k, (fn, operands, out) in enumerate(steps):
+        if type(fn) is Reduce:
+            step = _reduction(k, fn, operands, out, inputs, steps, where, slots)
+            if step is None:
+                return None
+            code += step
+            where.append(-1)  # no result: nothing reads it
+            _free_last(operands, k, last, alive, where, reg_of, free)
+            continue
         if type(fn) is not np.ufunc or fn.nout != 1 or fn.nin not in (1, 2):
             return None
         dtypes: list[Any] = []
@@ -296,11 +320,7 @@ def _encode(
                 slots.append((_CONST, value))
                 args.append(len(slots) - 1)
         # Scratch blocks read for the last time here go back first: a loop may write in place.
-        for kind, ref in operands:
-            if kind == "reg" and last[ref] == k and not alive[ref]:
-                index = reg_of.get(where[ref])
-                if index is not None and index not in free:
-                    free.append(index)
+        _free_last(operands, k, last, alive, where, reg_of, free)
         if alive[k]:
             slots.append((_OUT, k))
             slot = len(slots) - 1
@@ -321,13 +341,69 @@ def _encode(
     return Plan(code, slots, regs)
 
 
+def _free_last(
+    operands: tuple[tuple[str, Any], ...],
+    k: int,
+    last: Sequence[int],
+    alive: tuple[bool, ...],
+    where: list[int],
+    reg_of: dict[int, int],
+    free: list[int],
+) -> None:
+    """Put back the scratch blocks that step ``k`` reads for the last time."""
+    for kind, ref in operands:
+        if kind == "reg" and last[ref] == k and not alive[ref]:
+            index = reg_of.get(where[ref])
+            if index is not None and index not in free:
+                free.append(index)
+
+
+def _reduction(
+    k: int,
+    fn: Reduce,
+    operands: tuple[tuple[str, Any], ...],
+    out: np.dtype[Any],
+    inputs: tuple[np.dtype[Any], ...],
+    steps: tuple[Step, ...],
+    where: list[int],
+    slots: list[tuple[int, Any]],
+) -> list[int] | None:
+    """The code of the reduction step ``k`` (a slot of its partials added to ``slots``), or
+    None where the runner does not take it: an operand of another dtype than the result's,
+    or a dtype other than float32 and float64."""
+    if len(operands) != 1 or out not in _REDUCED:
+        return None
+    ((kind, ref),) = operands
+    if kind == "in":
+        dtype, slot = inputs[ref], ref
+    elif kind == "reg":
+        dtype, slot = steps[ref][2], where[ref]
+    else:
+        return None
+    if dtype != out:
+        return None
+    found = _loop(fn.ufunc, (out, out), out)
+    if found is None or found[2] != (out, out, out):
+        return None
+    slots.append((_PART, k))
+    part = len(slots) - 1
+    return [found[0], found[1], 3, part, slot, part]
+
+
+#: The dtypes whose reductions the runner computes (float16 sums in float32 inside NumPy's
+#: loop, with roundings of its own; complex is left to NumPy's calls).
+_REDUCED = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 _local = threading.local()
 
 
 def run(plan: Plan, values: Sequence[Any], flat: Sequence[Any], lo: int, hi: int) -> bool:
     """Run ``plan`` on elements ``lo:hi`` of the program's inputs (``values``, flat) and live
-    results (``flat``, by step); False if it must be evaluated again with NumPy calls (a
-    floating-point error the caller's ``np.errstate`` acts on, or an exception a loop set)."""
+    results (``flat``, by step; a reduction's partials at its step's index: an element per
+    :data:`BLOCK` of ``lo:hi``, its identity in each); False if it must be evaluated again
+    with NumPy calls (a floating-point error the caller's ``np.errstate`` acts on, or an
+    exception a loop set)."""
     assert RUN is not None
     try:
         kept: dict[np.dtype[Any], list[Any]] = _local.blocks
@@ -335,7 +411,7 @@ def run(plan: Plan, values: Sequence[Any], flat: Sequence[Any], lo: int, hi: int
         kept = _local.blocks = {}
     arrays: list[Any] = []
     for kind, ref in plan.slots:
-        if kind in (_IN, _OUT):
+        if kind != _REG and kind != _CONST:
             array = values[ref] if kind == _IN else flat[ref]
             flags = array.flags
             if not (flags.c_contiguous and flags.aligned):

@@ -47,14 +47,17 @@ def run(
     aligned 1-D array (any object with the buffer protocol: the loops are called with its
     stride, as NumPy calls them on such arrays); ``modes``, per slot: 2 if it moves with the block
     (an input or a result, from element ``lo``), 1 if every block reuses its start (a scratch
-    block), 0 if its element 0 is every element (a constant). The caller keeps every array
-    in bounds (``_numpy_fuse.py``)."""
+    block), 0 if its element 0 is every element (a constant), 3 if each block has an element of
+    its own, read and written as every element (a reduction's partials: block ``i`` of the run
+    accumulates into element ``i``, as NumPy's reduce calls a loop, with the output the first
+    input and both of stride 0). The caller keeps every array in bounds (``_numpy_fuse.py``)."""
     cdef Py_ssize_t nslots = len(arrays)
     if modes.shape[0] != nslots or nslots > MAX_SLOTS:
         raise ValueError("one mode per array, at most MAX_SLOTS arrays")
     cdef char *bases[MAX_SLOTS]
     cdef Py_ssize_t steps_of[MAX_SLOTS]
     cdef int64_t moves[MAX_SLOTS]
+    cdef Py_ssize_t per_block[MAX_SLOTS]
     cdef Py_buffer view
     cdef Py_ssize_t i
     for i in range(nslots):
@@ -62,14 +65,15 @@ def run(
         try:
             if view.ndim != 1:
                 raise ValueError("the arrays of a program are 1-D")
-            steps_of[i] = view.strides[0] if modes[i] else 0
+            steps_of[i] = view.strides[0] if modes[i] == 1 or modes[i] == 2 else 0
             moves[i] = modes[i] == 2
+            per_block[i] = view.strides[0] if modes[i] == 3 else 0
             bases[i] = <char *>view.buf + (lo * view.strides[0] if moves[i] else 0)
         finally:
             PyBuffer_Release(&view)
     cdef char *args[MAX_ARGS]
     cdef Py_ssize_t strides[MAX_ARGS]
-    cdef Py_ssize_t start = 0, m, pos, k, nargs, slot, ncode = code.shape[0]
+    cdef Py_ssize_t start = 0, m, pos, k, nargs, slot, ncode = code.shape[0], blockno = 0
     cdef loop_t loop
     cdef void *data
     cdef int raised = 0
@@ -91,12 +95,15 @@ def run(
                     args[k] = bases[slot]
                     if moves[slot]:
                         args[k] += start * strides[k]
+                    else:
+                        args[k] += blockno * per_block[slot]
                 pos += nargs
                 loop(args, &m, strides, data)
                 # After each call: a loop may clear the flags as it starts (NumPy's SIMD
                 # loops do, to drop the ones their own comparisons raise).
                 raised |= fetestexcept(FE_DIVBYZERO | FE_OVERFLOW | FE_UNDERFLOW | FE_INVALID)
             start += m
+            blockno += 1
     if PyErr_Occurred() != NULL:
         PyErr_Clear()
         return -1

@@ -15,9 +15,10 @@ What each result is, against NumPy's own (written once, here):
   lowest flat index, across blocks and chunks too, and a NaN wins (the first one), as in
   NumPy.
 * Floating-point ``sum``, ``prod``, ``mean``: NumPy sums pairwise, in blocks of its own; the
-  partials are sums (pairwise) of blocks of about a mebibyte, then summed in order. The
-  rounding differs; both are within a few ulps times ``log2(n)`` of the exact sum relative to
-  the sum of magnitudes.
+  partials are sums (pairwise, by NumPy's own loop) of blocks of about a mebibyte, or of
+  ``_numpy_fuse.BLOCK`` elements where the compiled runner computes them (float32 and
+  float64), then summed pairwise in flat order. The rounding differs; both are within a few
+  ulps times ``log2(n)`` of the exact sum relative to the sum of magnitudes.
 * ``var`` and ``std``: each block's partial is its element count, mean and sum of squared
   deviations from that mean (M2), by NumPy's own two-pass method over the block (in the
   result dtype: float64 for integer and boolean input, the input's otherwise); the partials
@@ -52,11 +53,15 @@ class Reducer(NamedTuple):
     block's partial (``dtype``: the result's); ``combine(partials, count, dtype, **options)``
     the result from every partial in flat order (``count``: the elements reduced;
     ``options``: the reduction's keywords other than ``dtype``, ``correction`` for ``var``);
-    ``kinds``: the input dtype kinds it fuses for (others reduce the whole array)."""
+    ``kinds``: the input dtype kinds it fuses for (others reduce the whole array); ``loop``:
+    where a block's partial is ``ufunc.reduce`` of the block in the input's own dtype, that
+    ufunc and its identity (the compiled runner then computes the partials without the GIL,
+    ``_numpy_fuse.Reduce``)."""
 
     block: Callable[..., Any]
     combine: Callable[..., Any]
     kinds: str
+    loop: tuple[np.ufunc, float] | None = None
 
 
 def _block_sum(dtype: np.dtype[Any], x: Any) -> Any:
@@ -212,11 +217,11 @@ ROW_REDUCERS: dict[Any, Reducer] = {
 
 #: The reductions that fuse into chunk kernels, by NumPy's function.
 REDUCERS: dict[Any, Reducer] = {
-    np.sum: Reducer(_block_sum, _sum, _ANY),
-    np.prod: Reducer(_block_prod, _prod, _ANY),
+    np.sum: Reducer(_block_sum, _sum, _ANY, (np.add, -0.0)),
+    np.prod: Reducer(_block_prod, _prod, _ANY, (np.multiply, 1.0)),
     np.max: Reducer(_block_max, _max, _ANY),
     np.min: Reducer(_block_min, _min, _ANY),
-    np.mean: Reducer(_block_sum, _mean, _ANY),
+    np.mean: Reducer(_block_sum, _mean, _ANY, (np.add, -0.0)),
     np.var: Reducer(_block_moments, _var, _REAL),
     np.std: Reducer(_block_moments, _std, _REAL),
     np.argmax: Reducer(_block_argmax, _argmax, _REAL),
