@@ -139,6 +139,37 @@ async def test_awaiting_a_chain_of_one_chunk_computes_it_on_the_loop_thread(
         assert all(n == 6 and thread != loop_thread for n, thread in ran)
 
 
+async def test_awaiting_a_reduction_of_one_chunk_computes_its_kernel_on_the_loop_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``await xp.sum(a * b)`` of one chunk: the partials' kernel runs where the caller
+    waits (both workers are held: nothing else could compute it), the combine as the loop
+    next iterates, and the value is read without a pushed read; NumPy's, within rounding."""
+    from aioengine.array import _chain
+
+    ran: list[int] = []
+    call = _chain.ChainKernel.__call__
+
+    def recorded(self: Any, rctx: ae.RunContext) -> None:
+        ran.append(threading.get_ident())
+        call(self, rctx)
+
+    monkeypatch.setattr(_chain.ChainKernel, "__call__", recorded)
+    an, bn = rng_values(6, 2 * _push.INLINE_COST)
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine)
+        a, b = await computed(xp, an, bn)
+        workers = HeldWorkers(engine, 2)
+        with Pushes(engine) as pushes:
+            total = await asyncio.wait_for(xp.sum(a * b), 10)
+            mean = await asyncio.wait_for(xp.mean((a - b) ** 2), 10)
+        assert ran == [threading.get_ident()] * 2
+        assert "await" not in pushes.names
+        await workers.release()
+    np.testing.assert_allclose(total, np.sum(an * bn), rtol=1e-12)
+    np.testing.assert_allclose(mean, np.mean((an - bn) ** 2), rtol=1e-12)
+
+
 @contextlib.contextmanager
 def _held_blocking_engine(
     seed: int,
@@ -177,6 +208,14 @@ def test_a_sync_point_on_a_chain_of_one_chunk_computes_it_on_the_callers_thread(
         for _ in range(3):
             np.testing.assert_array_equal(np.asarray(chain(xp, a, b)), chain(np, an, bn))
         assert ran == [threading.get_ident()] * 3
+
+
+def test_a_sync_point_on_a_reduction_of_one_chunk_computes_its_kernel_there() -> None:
+    """``float(xp.sum(a * b))`` in synchronous code, both workers held: the kernel runs on
+    the caller's thread (the combine on the loop), and the value is NumPy's."""
+    with _held_blocking_engine(7) as (_, xp, (a, b), (an, bn)):
+        for _ in range(2):
+            np.testing.assert_allclose(float(xp.sum(a * b)), np.sum(an * bn), rtol=1e-12)
 
 
 @pytest.mark.parametrize("raised", [KeyboardInterrupt, MemoryError])

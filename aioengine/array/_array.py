@@ -283,7 +283,10 @@ class Array:
         # Reading on the loop, in push order; a GPU buffer is read once its fences completed
         # (the engine holds a host consumer back until then).
         op: Operation[Any] | None = None
-        if buf.run_writer_here() and self.ready and failure_of(buf) is None:
+        ran = buf.run_writer_here()
+        if ran and not self.ready and buf.combine is not None:
+            await asyncio.sleep(0)  # a reduction's kernel ran here: its combine runs now
+        if ran and self.ready and failure_of(buf) is None:
             # A chain of one chunk, computed here (not handed to a worker), and nothing
             # pending on it now: read it as a sync point reads a ready value (exported: a
             # later write copies first), then let the loop iterate as an await of a push

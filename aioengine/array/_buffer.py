@@ -83,7 +83,9 @@ one array from two threads at once have no order to keep, and are not supported.
 
 **Its parts**: ``group``, the :class:`Group` that made it (or None); ``chunked``, its
 :class:`Chunks` (or None: unchunked). ``chunked`` stays after a merge (its ``writers`` tell a
-skipped write on a chunk), with no kernel left to join.
+skipped write on a chunk), with no kernel left to join. ``combine``: for the result of a fused
+reduction, the operation's function that combines its partials (``_chain.Combine``), which
+can compute the partials' kernel here at a sync point (or None).
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ class Buffer:
         "args",
         "carrier",
         "chunked",
+        "combine",
         "dtype",
         "engine",
         "exported",
@@ -170,6 +173,7 @@ class Buffer:
         self.x2 = x2
         self.carrier: Var | None = None
         self.group: Group | None = None
+        self.combine: Any = None
 
     def produce(self, rctx: RunContext) -> None:
         """The function of the operation that makes this Buffer: ``fn(*args)`` into it."""
@@ -250,10 +254,12 @@ class Buffer:
         block): compute this Buffer on the calling thread now if a fused chain of one chunk
         makes it and no worker has taken its kernel yet (``_chain.Program`` decides); return
         whether it did. The caller waits for it anyway, and the hand-offs to a worker and back
-        cost more than such a chain's whole compute."""
+        cost more than such a chain's whole compute. The result of a fused reduction: its
+        partials' kernel, likewise (its combine then runs on the loop, as the loop iterates)."""
         chunked = self.chunked
         if chunked is None or chunked.program is None:
-            return False
+            combine = self.combine
+            return combine is not None and bool(combine.run_kernel_here())
         return bool(chunked.program.run_here(self.writer))
 
     def lend(self, chunks: range) -> None:
