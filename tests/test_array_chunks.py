@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import tracemalloc
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -143,8 +144,8 @@ async def test_awaiting_a_reduction_of_one_chunk_computes_its_kernel_on_the_loop
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``await xp.sum(a * b)`` of one chunk: the partials' kernel runs where the caller
-    waits (both workers are held: nothing else could compute it), the combine as the loop
-    next iterates, and the value is read without a pushed read; NumPy's, within rounding."""
+    waits (both workers are held: nothing else could compute it), the combine and the read
+    on the loop; NumPy's value, within rounding."""
     from aioengine.array import _chain
 
     ran: list[int] = []
@@ -160,14 +161,52 @@ async def test_awaiting_a_reduction_of_one_chunk_computes_its_kernel_on_the_loop
         xp = aa.namespace(engine)
         a, b = await computed(xp, an, bn)
         workers = HeldWorkers(engine, 2)
-        with Pushes(engine) as pushes:
-            total = await asyncio.wait_for(xp.sum(a * b), 10)
-            mean = await asyncio.wait_for(xp.mean((a - b) ** 2), 10)
+        total = await asyncio.wait_for(xp.sum(a * b), 10)
+        mean = await asyncio.wait_for(xp.mean((a - b) ** 2), 10)
         assert ran == [threading.get_ident()] * 2
-        assert "await" not in pushes.names
         await workers.release()
     np.testing.assert_allclose(total, np.sum(an * bn), rtol=1e-12)
     np.testing.assert_allclose(mean, np.mean((an - bn) ** 2), rtol=1e-12)
+
+
+async def test_a_reduction_result_dropped_unrun_is_freed_without_the_collector() -> None:
+    """A reduction cancelled before its combine ran: its result's Buffer goes with the last
+    reference to it (no reference cycle waits for ``gc``), as any array's."""
+    an, bn = rng_values(8, 2 * _push.INLINE_COST)
+    gc.disable()
+    try:
+        engine = ae.Engine(cpu_workers=2)
+        xp = aa.namespace(engine)
+        a, b = await computed(xp, an, bn)
+        workers = HeldWorkers(engine, 2)
+        s = xp.sum(a * b)
+        held = weakref.ref(aa._array.buffer_of(s))
+        await engine.aclose(cancel=True)
+        workers.event.set()
+        del s
+        assert held() is None
+    finally:
+        gc.enable()
+
+
+async def test_a_write_pushed_while_a_reduction_is_awaited_comes_after_the_read() -> None:
+    """A task awaiting a reduction of one chunk (computed on the loop's thread) reads it
+    before a write another task pushes once the await began: push order, as for any read."""
+    an = np.ones(2 * _push.INLINE_COST)
+    for chunk_bytes in (1 << 20, CHUNK):  # one chunk (computed here), several (workers)
+        async with ae.Engine(cpu_workers=2) as engine:
+            xp = aa.namespace(engine, chunk_bytes=chunk_bytes)
+            (a,) = await computed(xp, an)
+            s = xp.sum(a * 2.0)
+
+            async def write(s: Any = s) -> None:
+                s[...] = -1.0
+
+            writer = asyncio.get_running_loop().create_task(write())
+            got = float(await s)
+            await writer
+            assert got == 2.0 * an.size
+            assert float(await s) == -1.0
 
 
 @contextlib.contextmanager

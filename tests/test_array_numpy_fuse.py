@@ -152,7 +152,7 @@ def test_programs_the_runner_does_not_take(
     assert _numpy_fuse.plan(steps, inputs, (True,), [-1]) is None
 
 
-SUM = _numpy_fuse.Reduce(np.add, -0.0)
+SUM = _numpy_fuse.Reduce(np.add, 0.0)
 F4 = np.dtype(np.float32)
 
 
@@ -169,6 +169,27 @@ def test_a_reduction_is_a_partial_per_block(dtype: np.dtype[Any]) -> None:
     assert plan.slots[-1] == (4, 1)  # the reduction's partials, at its step's index
     assert plan.modes.tolist()[-1] == 3
     assert plan.regs == [(dtype, 0)]
+
+
+@needs_runner
+@pytest.mark.parametrize("dtype", [F8, F4])
+def test_a_blocks_partial_is_np_add_reduce_of_it(dtype: np.dtype[Any]) -> None:
+    """Each partial the runner computes is ``np.add.reduce`` of its block, bit for bit (a
+    block of ``-0.0`` sums to ``0.0``, as NumPy's does), and so is
+    ``_numpy_fuse.block_partials``'s, the NumPy calls' (a shorter last block included)."""
+    rng = np.random.default_rng(11)
+    block = _numpy_fuse.BLOCK
+    a = (rng.standard_normal(3 * block + 5) * 10.0 ** rng.integers(-6, 6, 3 * block + 5)).astype(
+        dtype
+    )
+    a[block : 2 * block] = -0.0
+    plan = _numpy_fuse.plan(((SUM, (("in", 0),), dtype),), (dtype,), (False,), [-1])
+    assert plan is not None
+    parts = np.full(4, SUM.identity, dtype)
+    assert _numpy_fuse.run(plan, (a,), [parts], 0, a.size)
+    expected = np.array([np.add.reduce(a[i : i + block]) for i in range(0, a.size, block)])
+    assert parts.tobytes() == expected.astype(dtype).tobytes()
+    assert _numpy_fuse.block_partials(SUM, a).tobytes() == parts.tobytes()
 
 
 @pytest.mark.parametrize(
@@ -298,6 +319,45 @@ async def test_a_fused_reduction_runs_in_the_runner(
     # (A float32 product of 40,977 factors: NumPy's, one after the other, is itself about
     # 1e-5 from the exact one.)
     np.testing.assert_allclose(got, expected, rtol=1e-12 if dtype == "float64" else 1e-4)
+
+
+async def test_a_sums_bits_do_not_depend_on_what_joins_its_chunks() -> None:
+    """A step the runner does not take (``max``) joining a sum's program makes NumPy's calls
+    evaluate the chunk; the sum's partials are the runner's all the same (per BLOCK, by
+    ``np.add.reduce``): the same bits with it and without, whichever joins (scheduling)."""
+    rng = np.random.default_rng(10)
+    for dtype in ("float32", "float64"):
+        A = (rng.standard_normal(N) * 10.0 ** rng.integers(-3, 3, N)).astype(dtype)
+        B = rng.standard_normal(N).astype(dtype)
+        async with ae.Engine() as engine:
+            xp = aa.namespace(engine, chunk_bytes=CHUNK)
+            a, b = xp.asarray(A), xp.asarray(B)
+            await a
+            await b
+            alone = await xp.sum(a * b)
+            c = a * b
+            joined = xp.sum(c)
+            biggest = xp.max(c)  # (the same burst: it joins the sum's program)
+            got = await joined
+            assert float(await biggest) == float(np.max(A * B))
+        assert got.tobytes() == alone.tobytes()
+        np.testing.assert_allclose(got, np.sum(A * B), rtol=1e-5 if dtype == "float32" else 1e-12)
+
+
+@pytest.mark.parametrize("n", [2 * 8192, N])
+async def test_a_sum_that_overflows_under_errstate_raise_raises_floatingpointerror(n: int) -> None:
+    """Each block's partial is finite and their sum overflows: the combine raises NumPy's
+    ``FloatingPointError``, at ``await``, as the array's own failure (again on a second)."""
+    X = np.zeros(n)
+    X[10] = X[n - 10] = 1e308
+    async with ae.Engine() as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        x = xp.asarray(X)
+        with np.errstate(over="raise"):
+            total = xp.sum(x * 1.0)
+        for _ in range(2):
+            with pytest.raises(FloatingPointError, match="overflow"):
+                await total
 
 
 @needs_runner

@@ -283,10 +283,8 @@ class Array:
         # Reading on the loop, in push order; a GPU buffer is read once its fences completed
         # (the engine holds a host consumer back until then).
         op: Operation[Any] | None = None
-        ran = buf.run_writer_here()
-        if ran and not self.ready and buf.combine is not None:
-            await asyncio.sleep(0)  # a reduction's kernel ran here: its combine runs now
-        if ran and self.ready and failure_of(buf) is None:
+        # (A reduction's kernel run here leaves its combine to run on the loop: not ready.)
+        if buf.run_writer_here() and self.ready and failure_of(buf) is None:
             # A chain of one chunk, computed here (not handed to a worker), and nothing
             # pending on it now: read it as a sync point reads a ready value (exported: a
             # later write copies first), then let the loop iterate as an await of a push
@@ -400,8 +398,8 @@ class Array:
         # This thread waits anyway: a chain of one chunk is computed on it, and then read
         # here, without a trip through the loop (the burst ends first, as waiting ends it).
         ns._end_burst()
-        if self._buf.run_writer_here():
-            return self._value_now(what)  # (ready now, unless another thread wrote since)
+        if self._buf.run_writer_here() and _is_ready(self):
+            return self._value_now(what)  # (ready: a read at once, which ends no burst)
         return ns._wait(self._get(), ended=True)
 
     def _host_value(self, what: str) -> np.ndarray[Any, Any]:

@@ -83,9 +83,9 @@ one array from two threads at once have no order to keep, and are not supported.
 
 **Its parts**: ``group``, the :class:`Group` that made it (or None); ``chunked``, its
 :class:`Chunks` (or None: unchunked). ``chunked`` stays after a merge (its ``writers`` tell a
-skipped write on a chunk), with no kernel left to join. ``combine``: for the result of a fused
-reduction, the operation's function that combines its partials (``_chain.Combine``), which
-can compute the partials' kernel here at a sync point (or None).
+skipped write on a chunk), with no kernel left to join. ``reduction``: for the result of a
+fused reduction, the program (``_chain.Program``) whose kernels compute the partials its
+operation combines, whose one kernel a sync point may compute (or None).
 """
 
 from __future__ import annotations
@@ -118,7 +118,6 @@ class Buffer:
         "args",
         "carrier",
         "chunked",
-        "combine",
         "dtype",
         "engine",
         "exported",
@@ -129,6 +128,7 @@ class Buffer:
         "lent",
         "name",
         "readers",
+        "reduction",
         "shape",
         "value",
         "var",
@@ -173,7 +173,7 @@ class Buffer:
         self.x2 = x2
         self.carrier: Var | None = None
         self.group: Group | None = None
-        self.combine: Any = None
+        self.reduction: Any = None
 
     def produce(self, rctx: RunContext) -> None:
         """The function of the operation that makes this Buffer: ``fn(*args)`` into it."""
@@ -258,8 +258,8 @@ class Buffer:
         partials' kernel, likewise (its combine then runs on the loop, as the loop iterates)."""
         chunked = self.chunked
         if chunked is None or chunked.program is None:
-            combine = self.combine
-            return combine is not None and bool(combine.run_kernel_here())
+            program = self.reduction
+            return program is not None and bool(program.run_here(None))
         return bool(chunked.program.run_here(self.writer))
 
     def lend(self, chunks: range) -> None:

@@ -69,7 +69,7 @@ from ._buffer import Buffer
 from ._burst import Burst
 from ._cupy_fuse import cupy_module, fused_call
 from ._kernel import MISSING, input_failure, numpy_on_gpu
-from ._numpy_fuse import BLOCK, Plan, Reduce, available, bits, plan, run
+from ._numpy_fuse import BLOCK, Plan, Reduce, available, bits, block_partials, plan, reduces, run
 from ._pool import empty as pooled_empty
 from ._reducers import REDUCERS, ROW_REDUCERS
 
@@ -461,7 +461,7 @@ class Program:
     def run_here(self, writer: Operation[Any] | None) -> bool:
         """At a sync point on a result whose latest write is ``writer`` (``await`` on the
         loop's thread, or a thread of the user's about to block; None: on a reduction's
-        result, whose combine reads the kernel's Var, ``Combine.run_kernel_here``): if that
+        result, whose combine reads the kernel's Var, ``Buffer.reduction``): if that
         is this program's one kernel (a program of one chunk, on the CPU: an array of at
         most ``chunk_elems`` elements), still queued for a worker, run it on the calling
         thread now
@@ -805,7 +805,12 @@ class ChainKernel:
                 sink = step.sink
                 if sink is not None:
                     try:
-                        partial = step.fn(*args)
+                        if step.reduce is not None and rows is None and xp is np:
+                            # The runner's partials, per BLOCK (the blocks here are whole
+                            # BLOCKs from the chunk's start): the same bits either way.
+                            partial = block_partials(step.reduce, args[0])
+                        else:
+                            partial = step.fn(*args)
                     except Exception as exc:
                         self._fail(steps, outs, k, exc, failed, rctx)
                         continue
@@ -1068,7 +1073,7 @@ class Combine:
     Vars), combine the partials in chunk order, so the result does not depend on which chunk
     finished first."""
 
-    __slots__ = ("combine", "count", "dtype", "name", "out", "program", "sink")
+    __slots__ = ("combine", "count", "dtype", "name", "out", "per_block", "sink")
 
     def __init__(
         self,
@@ -1078,7 +1083,7 @@ class Combine:
         dtype: np.dtype[Any],
         count: int,
         name: str,
-        program: Program | None = None,
+        per_block: bool = False,
     ) -> None:
         self.combine = combine
         self.sink = sink
@@ -1086,20 +1091,12 @@ class Combine:
         self.dtype = dtype
         self.count = count
         self.name = name
-        #: The program whose kernels compute the partials, until this runs (then None; None
-        #: also where other operations compute them: ``_products.py``'s).
-        self.program: Program | None = program
-
-    def run_kernel_here(self) -> bool:
-        """At a sync point on the result: :meth:`Program.run_here` of the partials' kernel
-        (a program of one chunk); whether it ran and computed. The combine itself is an
-        operation on the loop: it runs as the loop next iterates."""
-        program = self.program
-        return program is not None and program.run_here(None)
+        #: Whether the partials are arrays of a partial per BLOCK (a ``Reduce`` step's): one
+        #: array of them all is combined.
+        self.per_block = per_block
 
     def __call__(self, rctx: RunContext) -> None:
         out, sink = self.out, self.sink
-        self.program = out.combine = None  # (the result and this referenced each other)
         failure = sink.failure
         if failure is None and any(p is None for p in sink.parts):
             failure = RuntimeError(f"{self.name}: a chunk was not computed")
@@ -1109,13 +1106,18 @@ class Combine:
         if failure is not None:
             out.failure = failure
             raise failure
-        parts = sink.parts
-        partials: Any
-        if all(type(part) is np.ndarray for part in parts):  # (the runner's: an array each)
-            partials = np.concatenate(parts)  # type: ignore[arg-type]
-        else:
-            partials = [v for part in parts for v in part]  # type: ignore[union-attr]
-        value = self.combine(partials, self.count, self.dtype)
+        partials: Any = [
+            v
+            for part in sink.parts
+            for v in (part if type(part) is list else (part,))  # (the runner's: an array)
+        ]
+        if self.per_block:
+            partials = np.concatenate(partials)
+        try:
+            value = self.combine(partials, self.count, self.dtype)
+        except Exception as exc:  # (an overflow the pushing context's errstate raises)
+            out.failure = exc
+            raise
         out.value = np.asarray(value, dtype=self.dtype).reshape(out.shape)
 
 
@@ -1145,7 +1147,9 @@ def reduce_chunks(
     size = math.prod(x.shape)
     n, chunk_elems = chunking(size, chunk_elems)
     block, combine, _, loop = (ROW_REDUCERS if rows else REDUCERS)[fn]
-    reduce = None if loop is None or rows else (Reduce(*loop), dtype)
+    reduce = None
+    if loop is not None and not rows and reduces(x.dtype, dtype):
+        reduce = (Reduce(*loop), dtype)  # partials per BLOCK (the runner's, or NumPy's)
     if options:
         combine = functools.partial(combine, **options)
     step_fn = functools.partial(block, dtype, *([tuple(x.shape[1:])] if rows else []))
@@ -1162,9 +1166,10 @@ def reduce_chunks(
     )
     reads = program.vars
     out = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
-    out.combine = Combine(combine, sink, out, dtype, x.shape[0] if rows else size, name, program)
+    out.reduction = program  # (a sync point on it may run the program's kernel there)
+    count = x.shape[0] if rows else size
     out.writer = submit(
-        out.combine,
+        Combine(combine, sink, out, dtype, count, name, reduce is not None),
         device,
         reads,
         (out.var,),

@@ -46,7 +46,19 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ("BLOCK", "PLANS_MAX", "RUN", "Plan", "Reduce", "Step", "available", "plan", "run")
+__all__ = (
+    "BLOCK",
+    "PLANS_MAX",
+    "RUN",
+    "Plan",
+    "Reduce",
+    "Step",
+    "available",
+    "block_partials",
+    "plan",
+    "reduces",
+    "run",
+)
 
 
 def _compiled() -> Callable[..., int] | None:
@@ -90,12 +102,37 @@ _MODES = (2, 2, 1, 0, 3)
 class Reduce(NamedTuple):
     """The function of a step that reduces its one operand, block by block, to a partial per
     block: ``ufunc``'s loop called as NumPy's ``ufunc.reduce`` calls it (the partial is both
-    the first operand and the output, of stride 0), the partial starting at ``identity``.
-    ``add``'s loop sums a block pairwise, as ``np.sum`` does; ``-0.0`` is the identity that
-    keeps every sum's bits (``-0.0 + x`` is ``x``, a zero's sign included)."""
+    the first operand and the output, of stride 0), the partial starting at ``identity``, as
+    NumPy's does (``add``: ``0.0``, so a block of ``-0.0`` sums to ``0.0``, as in NumPy). Each
+    partial is then ``ufunc.reduce`` of its block, bit for bit (``add``'s loop sums pairwise);
+    :func:`block_partials` computes the same with NumPy calls."""
 
     ufunc: np.ufunc
     identity: float
+
+
+def block_partials(fn: Reduce, values: Any) -> Any:
+    """``fn.ufunc.reduce`` of each :data:`BLOCK` of ``values`` (1-D and contiguous; the last
+    block may be shorter), in one NumPy call (and one for a shorter last block): the partials
+    the runner computes for those elements, the same bits (each row of a C-contiguous 2-D
+    array reduced along axis 1 is one call of the loop, as a block is)."""
+    n = values.shape[0]
+    whole = n - n % BLOCK
+    parts = fn.ufunc.reduce(values[:whole].reshape(-1, BLOCK), axis=1)
+    if whole == n:
+        return parts
+    return np.append(parts, fn.ufunc.reduce(values[whole:]))
+
+
+#: The dtypes whose reductions have partials per block (float16 sums in float32 inside NumPy's
+#: loop, with roundings of its own; complex is left to NumPy's calls).
+_REDUCED = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def reduces(operand: np.dtype[Any], result: np.dtype[Any]) -> bool:
+    """Whether a :class:`Reduce` step of an operand of dtype ``operand`` into ``result`` has
+    partials per :data:`BLOCK` (the runner's, or :func:`block_partials`)."""
+    return operand == result and result in _REDUCED
 
 
 class _UFuncObject(ctypes.Structure):
@@ -371,7 +408,7 @@ def _reduction(
     """The code of the reduction step ``k`` (a slot of its partials added to ``slots``), or
     None where the runner does not take it: an operand of another dtype than the result's,
     or a dtype other than float32 and float64."""
-    if len(operands) != 1 or out not in _REDUCED:
+    if len(operands) != 1 or not reduces(out, out):
         return None
     ((kind, ref),) = operands
     if kind == "in":
@@ -388,11 +425,6 @@ def _reduction(
     slots.append((_PART, k))
     part = len(slots) - 1
     return [found[0], found[1], 3, part, slot, part]
-
-
-#: The dtypes whose reductions the runner computes (float16 sums in float32 inside NumPy's
-#: loop, with roundings of its own; complex is left to NumPy's calls).
-_REDUCED = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 _local = threading.local()

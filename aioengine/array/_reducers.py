@@ -15,10 +15,12 @@ What each result is, against NumPy's own (written once, here):
   lowest flat index, across blocks and chunks too, and a NaN wins (the first one), as in
   NumPy.
 * Floating-point ``sum``, ``prod``, ``mean``: NumPy sums pairwise, in blocks of its own; the
-  partials are sums (pairwise, by NumPy's own loop) of blocks of about a mebibyte, or of
-  ``_numpy_fuse.BLOCK`` elements where the compiled runner computes them (float32 and
-  float64), then summed pairwise in flat order. The rounding differs; both are within a few
-  ulps times ``log2(n)`` of the exact sum relative to the sum of magnitudes.
+  partials are ``np.add.reduce`` (``np.multiply.reduce``) of blocks of ``_numpy_fuse.BLOCK``
+  elements for float32 and float64 in their own dtype (the same bits whether the compiled
+  runner or NumPy calls compute them: which one does depends on the other steps of the
+  chunk's program, so on scheduling), of about a mebibyte otherwise, then summed pairwise in
+  flat order. The rounding differs from NumPy's; both are within a few ulps times
+  ``log2(n)`` of the exact sum relative to the sum of magnitudes.
 * ``var`` and ``std``: each block's partial is its element count, mean and sum of squared
   deviations from that mean (M2), by NumPy's own two-pass method over the block (in the
   result dtype: float64 for integer and boolean input, the input's otherwise); the partials
@@ -217,11 +219,11 @@ ROW_REDUCERS: dict[Any, Reducer] = {
 
 #: The reductions that fuse into chunk kernels, by NumPy's function.
 REDUCERS: dict[Any, Reducer] = {
-    np.sum: Reducer(_block_sum, _sum, _ANY, (np.add, -0.0)),
+    np.sum: Reducer(_block_sum, _sum, _ANY, (np.add, 0.0)),
     np.prod: Reducer(_block_prod, _prod, _ANY, (np.multiply, 1.0)),
     np.max: Reducer(_block_max, _max, _ANY),
     np.min: Reducer(_block_min, _min, _ANY),
-    np.mean: Reducer(_block_sum, _mean, _ANY, (np.add, -0.0)),
+    np.mean: Reducer(_block_sum, _mean, _ANY, (np.add, 0.0)),
     np.var: Reducer(_block_moments, _var, _REAL),
     np.std: Reducer(_block_moments, _std, _REAL),
     np.argmax: Reducer(_block_argmax, _argmax, _REAL),
