@@ -973,6 +973,30 @@ async def test_a_broadcast_operand_joins_the_chain_over_chunks() -> None:
         assert len(pushes.ops()) % n == 0, pushes.ops()
 
 
+@pytest.mark.parametrize("cols", [64, 100, 1021])
+async def test_a_sum_over_a_chain_with_a_broadcast_row(cols: int) -> None:
+    """``xp.sum((z + b) ** 2)`` with ``b`` a row: the program computes on blocks of whole
+    rows, and the sum's partials per 2,048 elements where such blocks are also whole
+    2,048s (rows of 64 or 100 elements: the same bits as the sum of the same values alone);
+    rows of 1,021 make a partial per block. NumPy's value within rounding in every case."""
+    rng = np.random.default_rng(17)
+    rows = 8192 * 6 // cols
+    zn, bn = rng.standard_normal((rows, cols)), rng.standard_normal(cols)
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=8 * cols * (rows // 3))  # 3 chunks of rows
+        z, b = await computed(xp, zn, bn)
+        y = z + b
+        total = xp.sum(y * y)
+        mean = xp.mean(y * y)
+        got = await total
+        np.testing.assert_allclose(got, np.sum((zn + bn) ** 2), rtol=1e-12)
+        np.testing.assert_allclose(await mean, np.mean((zn + bn) ** 2), rtol=1e-12)
+        (y2,) = await computed(xp, np.asarray(await y))
+        alone = await xp.sum(y2 * y2)
+        if cols != 1021:
+            assert got.tobytes() == alone.tobytes()
+
+
 async def test_writes_on_a_broadcast_operand_are_ordered_with_the_chain() -> None:
     async with ae.Engine(cpu_workers=2) as engine:
         xp = aa.namespace(engine, chunk_bytes=CHUNK)

@@ -700,15 +700,24 @@ class ChainKernel:
         if any(step.rows for step in steps):
             rows = _Rows(self.program.shape, seen)
             block = max(rows.row, block // rows.row * rows.row)
+            if xp is np and any(step.reduce is not None for step in steps):
+                # Blocks of whole rows and whole BLOCKs, where not too large: a sum's partials
+                # per BLOCK, as the runner's (else one per block: other bits).
+                whole = math.lcm(rows.row, BLOCK)
+                if whole <= 4 * max(block, BLOCK):
+                    block = max(whole, block // whole * whole)
         elif xp is np and self._run_loops(steps, outs, values, flat, last):
             return
+        per_block = xp is np and (block % BLOCK == 0 or block >= hi - lo)
         failed: dict[int, BaseException] = {}
         # Scratch blocks not in use, by dtype: a result goes back after its last reader, so
         # each block of the chunk reuses the same few, and NumPy's are this thread's, kept
         # warm between kernels.
         free: dict[np.dtype[Any], list[Any]] = _scratch() if xp is np else {}
         try:
-            self._blocks(steps, outs, values, flat, rows, rctx, xp, block, last, failed, free)
+            self._blocks(
+                steps, outs, values, flat, rows, rctx, xp, block, per_block, last, failed, free
+            )
         finally:
             if xp is np:  # a few blocks of each dtype, none larger than a block of 8 bytes
                 for kept in free.values():
@@ -778,11 +787,13 @@ class ChainKernel:
         rctx: RunContext,
         xp: Any,
         block: int,
+        per_block: bool,
         last: list[int],
         failed: dict[int, BaseException],
         free: dict[np.dtype[Any], list[Any]],
     ) -> None:
-        """The block loop of :meth:`_evaluate`."""
+        """The block loop of :meth:`_evaluate` (``per_block``: every block starts a BLOCK
+        from the chunk's start, so a ``Reduce`` step's partials are per BLOCK)."""
         lo, hi = self.lo, self.hi
         for start in range(lo, hi, block):
             stop = min(start + block, hi)
@@ -805,10 +816,9 @@ class ChainKernel:
                 sink = step.sink
                 if sink is not None:
                     try:
-                        if step.reduce is not None and rows is None and xp is np:
-                            # The runner's partials, per BLOCK (the blocks here are whole
-                            # BLOCKs from the chunk's start): the same bits either way.
-                            partial = block_partials(step.reduce, args[0])
+                        if step.reduce is not None and per_block:
+                            # The runner's partials, per BLOCK: the same bits either way.
+                            partial = block_partials(step.reduce, args[0].reshape(-1))
                         else:
                             partial = step.fn(*args)
                     except Exception as exc:
@@ -1111,8 +1121,8 @@ class Combine:
             for part in sink.parts
             for v in (part if type(part) is list else (part,))  # (the runner's: an array)
         ]
-        if self.per_block:
-            partials = np.concatenate(partials)
+        if self.per_block:  # (a scalar: the partial of a block not cut in BLOCKs)
+            partials = np.concatenate([np.reshape(v, -1) for v in partials])
         try:
             value = self.combine(partials, self.count, self.dtype)
         except Exception as exc:  # (an overflow the pushing context's errstate raises)
