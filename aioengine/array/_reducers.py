@@ -20,8 +20,9 @@ What each result is, against NumPy's own (written once, here):
   runner or NumPy calls compute them: which one does depends on the other steps of the
   chunk's program, so on scheduling; but for a program with a broadcast operand whose rows
   do not fit whole in a few BLOCKs, whose partials are per block of rows), of about a
-  mebibyte otherwise, then summed pairwise in flat order. The rounding differs from NumPy's; both are within a few ulps times
-  ``log2(n)`` of the exact sum relative to the sum of magnitudes.
+  mebibyte otherwise, then summed pairwise in flat order. The rounding differs from NumPy's;
+  both are within a few ulps times ``log2(n)`` of the exact sum relative to the sum of
+  magnitudes.
 * ``var`` and ``std``: each block's partial is its element count, mean and sum of squared
   deviations from that mean (M2), by NumPy's own two-pass method over the block (in the
   result dtype: float64 for integer and boolean input, the input's otherwise); the partials
