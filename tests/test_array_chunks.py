@@ -140,12 +140,8 @@ async def test_awaiting_a_chain_of_one_chunk_computes_it_on_the_loop_thread(
         assert all(n == 6 and thread != loop_thread for n, thread in ran)
 
 
-async def test_awaiting_a_reduction_of_one_chunk_computes_its_kernel_on_the_loop_thread(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """``await xp.sum(a * b)`` of one chunk: the partials' kernel runs where the caller
-    waits (both workers are held: nothing else could compute it), the combine and the read
-    on the loop; NumPy's value, within rounding."""
+def _kernel_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The threads chunk kernels run on from now on (the list fills as they run)."""
     from aioengine.array import _chain
 
     ran: list[int] = []
@@ -156,6 +152,16 @@ async def test_awaiting_a_reduction_of_one_chunk_computes_its_kernel_on_the_loop
         call(self, rctx)
 
     monkeypatch.setattr(_chain.ChainKernel, "__call__", recorded)
+    return ran
+
+
+async def test_awaiting_a_reduction_of_one_chunk_computes_its_kernel_on_the_loop_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``await xp.sum(a * b)`` of one chunk: the partials' kernel runs where the caller
+    waits (both workers are held: nothing else could compute it), the combine and the read
+    on the loop; NumPy's value, within rounding."""
+    ran = _kernel_threads(monkeypatch)
     an, bn = rng_values(6, 2 * _push.INLINE_COST)
     async with ae.Engine(cpu_workers=2) as engine:
         xp = aa.namespace(engine)
@@ -233,28 +239,23 @@ def test_a_sync_point_on_a_chain_of_one_chunk_computes_it_on_the_callers_thread(
 ) -> None:
     """Synchronous code reaching a sync point (``np.asarray``) on a chain of one chunk that
     no worker took computes it on its own thread, and reads it there."""
-    from aioengine.array import _chain
-
-    ran: list[int] = []
-    call = _chain.ChainKernel.__call__
-
-    def recorded(self: Any, rctx: ae.RunContext) -> None:
-        ran.append(threading.get_ident())
-        call(self, rctx)
-
-    monkeypatch.setattr(_chain.ChainKernel, "__call__", recorded)
+    ran = _kernel_threads(monkeypatch)
     with _held_blocking_engine(4) as (_, xp, (a, b), (an, bn)):
         for _ in range(3):
             np.testing.assert_array_equal(np.asarray(chain(xp, a, b)), chain(np, an, bn))
         assert ran == [threading.get_ident()] * 3
 
 
-def test_a_sync_point_on_a_reduction_of_one_chunk_computes_its_kernel_there() -> None:
+def test_a_sync_point_on_a_reduction_of_one_chunk_computes_its_kernel_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """``float(xp.sum(a * b))`` in synchronous code, both workers held: the kernel runs on
     the caller's thread (the combine on the loop), and the value is NumPy's."""
+    ran = _kernel_threads(monkeypatch)
     with _held_blocking_engine(7) as (_, xp, (a, b), (an, bn)):
         for _ in range(2):
             np.testing.assert_allclose(float(xp.sum(a * b)), np.sum(an * bn), rtol=1e-12)
+    assert ran == [threading.get_ident()] * 2
 
 
 @pytest.mark.parametrize("raised", [KeyboardInterrupt, MemoryError])
