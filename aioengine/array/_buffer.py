@@ -84,8 +84,8 @@ one array from two threads at once have no order to keep, and are not supported.
 **Its parts**: ``group``, the :class:`Group` that made it (or None); ``chunked``, its
 :class:`Chunks` (or None: unchunked). ``chunked`` stays after a merge (its ``writers`` tell a
 skipped write on a chunk), with no kernel left to join. ``reduction``: for the result of a
-fused reduction, the program (``_chain.Program``) whose kernels compute the partials its
-operation combines, whose one kernel a sync point may compute (or None).
+fused reduction, a weak reference to the program (``_chain.Program``) whose kernels compute
+the partials its operation combines, whose one kernel a sync point may compute (or None).
 """
 
 from __future__ import annotations
@@ -258,7 +258,8 @@ class Buffer:
         partials' kernel, likewise (its combine then runs on the loop, as the loop iterates)."""
         chunked = self.chunked
         if chunked is None or chunked.program is None:
-            program = self.reduction
+            ref = self.reduction
+            program = None if ref is None else ref()
             return program is not None and bool(program.run_here(None))
         return bool(chunked.program.run_here(self.writer))
 

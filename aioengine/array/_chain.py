@@ -280,6 +280,7 @@ class Program:
     ``lock``: joins run on the pushing thread, the kernels on workers."""
 
     __slots__ = (
+        "__weakref__",
         "device",
         "expands",
         "inputs",
@@ -1176,7 +1177,9 @@ def reduce_chunks(
     )
     reads = program.vars
     out = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
-    out.reduction = program  # (a sync point on it may run the program's kernel there)
+    # A sync point on it may run the program's kernel there: weakly, as a pending kernel
+    # keeps its program (and the program its inputs) alive, and nothing else should.
+    out.reduction = weakref.ref(program)
     count = x.shape[0] if rows else size
     out.writer = submit(
         Combine(combine, sink, out, dtype, count, name, reduce is not None),
