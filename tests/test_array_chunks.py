@@ -974,27 +974,41 @@ async def test_a_broadcast_operand_joins_the_chain_over_chunks() -> None:
         assert len(pushes.ops()) % n == 0, pushes.ops()
 
 
-@pytest.mark.parametrize("cols", [64, 100, 1021])
-async def test_a_sum_over_a_chain_with_a_broadcast_row(cols: int) -> None:
-    """``xp.sum((z + b) ** 2)`` with ``b`` a row: the program computes on blocks of whole
-    rows, and the sum's partials per 2,048 elements where such blocks are also whole
-    2,048s (rows of 64 or 100 elements: the same bits as the sum of the same values alone);
-    rows of 1,021 make a partial per block. NumPy's value within rounding in every case."""
+@pytest.mark.parametrize(
+    ("cols", "chunk_rows", "same_bits"),
+    [
+        (64, 256, True),  # blocks of whole rows are whole 2,048s
+        (1000, 300, True),  # blocks of 256 rows: whole rows and whole 2,048s (lcm)
+        (3000, 100, True),  # no such block fits: one block per chunk
+        (3000, 200, False),  # neither fits (a chunk of 4.8 MB): a partial per block
+    ],
+)
+async def test_a_sum_over_a_chain_with_a_broadcast_row(
+    cols: int, chunk_rows: int, same_bits: bool
+) -> None:
+    """``xp.sum((z + b) ** 2)`` with ``b`` a row, and a sum along axis 0 joined too: the
+    program computes on blocks of whole rows; the sum's partials are per 2,048 elements, the
+    same bits as the sum of the same values alone, wherever a block of whole rows and whole
+    2,048s or the whole chunk fits in four times the usual block; else a partial per block.
+    NumPy's values within rounding in every case (a short last chunk included)."""
     rng = np.random.default_rng(17)
-    rows = 8192 * 6 // cols
+    rows = 1030
     zn, bn = rng.standard_normal((rows, cols)), rng.standard_normal(cols)
     async with ae.Engine(cpu_workers=2) as engine:
-        xp = aa.namespace(engine, chunk_bytes=8 * cols * (rows // 3))  # 3 chunks of rows
+        xp = aa.namespace(engine, chunk_bytes=8 * cols * chunk_rows)
         z, b = await computed(xp, zn, bn)
         y = z + b
         total = xp.sum(y * y)
         mean = xp.mean(y * y)
+        columns = xp.sum(y * y, axis=0)
         got = await total
-        np.testing.assert_allclose(got, np.sum((zn + bn) ** 2), rtol=1e-12)
-        np.testing.assert_allclose(await mean, np.mean((zn + bn) ** 2), rtol=1e-12)
+        yn = zn + bn
+        np.testing.assert_allclose(got, np.sum(yn**2), rtol=1e-12)
+        np.testing.assert_allclose(await mean, np.mean(yn**2), rtol=1e-12)
+        np.testing.assert_allclose(await columns, np.sum(yn**2, axis=0), rtol=1e-12)
         (y2,) = await computed(xp, np.asarray(await y))
         alone = await xp.sum(y2 * y2)
-        if cols != 1021:
+        if same_bits:
             assert got.tobytes() == alone.tobytes()
 
 

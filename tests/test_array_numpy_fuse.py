@@ -46,6 +46,7 @@ def test_the_compiled_build_has_the_runner() -> None:
         pytest.skip("the runner needs NumPy 2's weak scalars")
     assert _numpy_fuse.RUN is not None
     assert _numpy_fuse.available()
+    assert _numpy_fuse._reductions_work()  # partials per block are ufunc.reduce's here
 
 
 # -- plans (both builds) ---------------------------------------------------------------------

@@ -702,11 +702,15 @@ class ChainKernel:
             rows = _Rows(self.program.shape, seen)
             block = max(rows.row, block // rows.row * rows.row)
             if xp is np and any(step.reduce is not None for step in steps):
-                # Blocks of whole rows and whole BLOCKs, where not too large: a sum's partials
-                # per BLOCK, as the runner's (else one per block: other bits).
+                # Blocks of whole rows and whole BLOCKs, or the whole chunk, where not too
+                # large: a sum's partials per BLOCK, as the runner's (else one per block,
+                # other bits: a chunk of more than 4 MiB of float64 only).
+                limit = 4 * max(block, BLOCK)
                 whole = math.lcm(rows.row, BLOCK)
-                if whole <= 4 * max(block, BLOCK):
-                    block = max(whole, block // whole * whole)
+                if whole <= limit:
+                    block = min(max(whole, block // whole * whole), hi - lo)
+                elif hi - lo <= limit:
+                    block = hi - lo
         elif xp is np and self._run_loops(steps, outs, values, flat, last):
             return
         per_block = xp is np and (block % BLOCK == 0 or block >= hi - lo)

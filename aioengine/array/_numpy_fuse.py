@@ -408,7 +408,7 @@ def _reduction(
     """The code of the reduction step ``k`` (a slot of its partials added to ``slots``), or
     None where the runner does not take it: an operand of another dtype than the result's,
     or a dtype other than float32 and float64."""
-    if len(operands) != 1 or not reduces(out, out):
+    if len(operands) != 1 or not reduces(out, out) or not _reductions_work():
         return None
     ((kind, ref),) = operands
     if kind == "in":
@@ -471,6 +471,40 @@ def run(plan: Plan, values: Sequence[Any], flat: Sequence[Any], lo: int, hi: int
 
 
 _available: list[bool] = []
+_reductions: list[bool] = []
+
+
+def _reductions_work() -> bool:
+    """Whether the runner's partials are ``ufunc.reduce`` of their blocks here, bit for bit
+    (NumPy's reduce calling convention, and its identity): checked once, on float64 and
+    float32 sums and products of a few blocks and a short one."""
+    if not _reductions:
+        _reductions.append(RUN is not None and _check_reductions())
+    return _reductions[0]
+
+
+def _check_reductions() -> bool:
+    assert RUN is not None
+    rng = np.random.default_rng(1)
+    for dtype in (np.dtype(np.float64), np.dtype(np.float32)):
+        a = (rng.standard_normal(3 * BLOCK + 7) + 2.0).astype(dtype)
+        a[:BLOCK] = -0.0  # a block of -0.0 sums to 0.0, as NumPy's does
+        for fn in (Reduce(np.add, 0.0), Reduce(np.multiply, 1.0)):
+            found = _loop(fn.ufunc, (dtype, dtype), dtype)
+            if found is None or found[2] != (dtype, dtype, dtype):
+                return False
+            slots = [(_IN, 0), (_PART, 0)]
+            encoded = Plan([found[0], found[1], 3, 1, 0, 1], slots, [])
+            parts = np.full(4, fn.identity, dtype)
+            with np.errstate(all="ignore"):
+                if RUN(encoded.code, [a, parts], encoded.modes, 0, a.size, BLOCK) < 0:
+                    return False
+                expected = np.array(
+                    [fn.ufunc.reduce(a[i : i + BLOCK]) for i in range(0, a.size, BLOCK)], dtype
+                )
+            if parts.tobytes() != expected.tobytes():
+                return False
+    return True
 
 
 def available() -> bool:

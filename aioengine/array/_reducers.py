@@ -18,9 +18,11 @@ What each result is, against NumPy's own (written once, here):
   partials are ``np.add.reduce`` (``np.multiply.reduce``) of blocks of ``_numpy_fuse.BLOCK``
   elements for float32 and float64 in their own dtype (the same bits whether the compiled
   runner or NumPy calls compute them: which one does depends on the other steps of the
-  chunk's program, so on scheduling; but for a program with a broadcast operand whose rows
-  do not fit whole in a few BLOCKs, whose partials are per block of rows), of about a
-  mebibyte otherwise, then summed pairwise in flat order. The rounding differs from NumPy's;
+  chunk's program, so on scheduling; but where a program computes on blocks of whole rows
+  (a broadcast operand, a reduction along the first axis) and neither a block of whole rows
+  and whole BLOCKs nor the whole chunk fits in four times its usual block, which takes a
+  chunk above 4 MiB: then a partial per block of rows), of about a mebibyte otherwise,
+  then summed pairwise in flat order. The rounding differs from NumPy's;
   both are within a few ulps times ``log2(n)`` of the exact sum relative to the sum of
   magnitudes.
 * ``var`` and ``std``: each block's partial is its element count, mean and sum of squared
