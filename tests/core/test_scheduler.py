@@ -264,5 +264,5 @@ class TestValidateFlag:
             for node in ast.parse(noxfile.read_text()).body
             if isinstance(node, ast.FunctionDef)
         }
-        assert "{'AIOENGINE_VALIDATE': '1'}" in sessions["tests"]
+        assert "'AIOENGINE_VALIDATE': '1'" in sessions["tests"]
         assert "AIOENGINE_VALIDATE" not in sessions["tests_compiled"]
