@@ -1394,6 +1394,42 @@ async def test_an_outer_product_has_the_signed_zeros_of_numpys_matmul() -> None:
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf * 0
+async def test_an_operation_pushed_before_a_chains_input_fails_fails_only_if_it_reads_it() -> None:
+    # Pushed while the input is still pending, so that the operations may fuse with the
+    # chain: one that reads none of the failed input's data computes (a kernel skipped for
+    # the failure must not be its), one that does fails; the chain's fusion stays whole.
+    gate = threading.Event()
+
+    def late_failure(v: Any) -> Any:
+        gate.wait(10.0)
+        raise KeyError("load")
+
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        an = np.linspace(0.0, 1.0, N)
+        a = xp.asarray(an)
+        await a
+        b = xp.apply(late_failure, xp.asarray(an), shape=(N,), dtype=xp.float64)
+        ab = a * b  # a program whose kernels hold a turn on a and on b
+        half = a * 0.5  # reads a, not b
+        both = ab + half
+        lone = xp.sum(xp.asarray(np.ones(N)) + 1.0)  # reads neither
+        c1 = a * 1.5 + 2.0  # a program holding a alone: a later step reading a joins it
+        c = c1 * c1 - a * 0.5
+        program = buffer_of(c).chunked.program  # type: ignore[union-attr]
+        assert program is buffer_of(c1).chunked.program  # type: ignore[union-attr]
+        gate.set()
+        np.testing.assert_array_equal(await half, an * 0.5)
+        assert float(await lone) == 2.0 * N
+        cn = an * 1.5 + 2.0
+        np.testing.assert_array_equal(await c, cn * cn - an * 0.5)
+        for failed in (ab, both, b):
+            with pytest.raises((KeyError, ae.DependencyError)):
+                await failed
+        with contextlib.suppress(BaseException):
+            await engine.wait_for_all()
+
+
 async def test_a_failed_input_of_a_chain_does_not_fail_a_later_chain() -> None:
     # The engine skips the kernels of a chain whose input failed (a bias here): a later
     # operation on the other input joins no skipped kernel, it computes.

@@ -283,6 +283,7 @@ class Program:
         "__weakref__",
         "device",
         "expands",
+        "held",
         "inputs",
         "kernels",
         "known",
@@ -313,6 +314,10 @@ class Program:
         self.writers: tuple[Operation[Any], ...] = ()
         #: Input Buffers, read (each kernel holds a read on each one's Var for its chunk).
         self.inputs: list[Buffer] = []
+        #: How many of ``inputs`` (the first) the kernels hold a turn on: the first step's
+        #: arrays. A failure of one skips the kernels, so every step must depend on each of
+        #: them (:meth:`_operands`); those joined later are read without a turn.
+        self.held = 0
         #: The broadcast operands: (the index of its Buffer in ``inputs``, the view's steps).
         #: Each is small and unchunked, and each kernel reads it whole.
         self.expands: list[tuple[int, tuple[Any, ...]]] = []
@@ -349,12 +354,19 @@ class Program:
         neither reads nor makes, or one written since), and then nothing changed. ``new``:
         the program's first step (every array is an input, read with a turn)."""
         entries: list[tuple[int, int, Any, int] | None] = []
+        depends = new  # on every input the kernels hold a turn on
+        covered = 0  # (a bit per such input read directly)
         for x, buf in zip(operands, bufs, strict=True):
             if buf is None:
                 entries.append(None)
                 continue
             entry = self._entry(buf)
             entries.append(entry)
+            if entry is not None:
+                if entry[0] == _REG:
+                    depends = True  # (each result depends on them all, as the first step)
+                elif entry[1] < self.held:
+                    covered |= 1 << entry[1]
             if entry is None:
                 # An array the kernels hold no turn on: they may read it still if its value is
                 # computed and no write is pending (then they read what the step would), and a
@@ -367,6 +379,11 @@ class Program:
                 return None  # written since the program read it, or raw pushes may
             if kind == _REG and (steps_of(x) or learnt_shape(x) != self.shape):
                 return None  # a view of a result: its own operation reads it
+        if not depends and covered != (1 << self.held) - 1:
+            # It reads none of the program's results and not every input held: a failure of
+            # another input would skip the kernels, and fail it too, though it reads none of
+            # that input's data (an independent operation pushed after a failed chain).
+            return None
         refs: list[tuple[int, Any]] = []
         for x, buf, entry in zip(operands, bufs, entries, strict=True):
             if buf is None:
@@ -388,6 +405,8 @@ class Program:
             else:
                 kind, index = entry[0], entry[1]
             refs.append(self._expand(index, steps) if bcast else (kind, index))
+        if new:
+            self.held = len(self.inputs)
         return tuple(refs)
 
     def _open(self) -> bool:
