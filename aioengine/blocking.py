@@ -101,9 +101,43 @@ def _exception(
     return concurrent.futures.Future.exception(fut, 0)
 
 
+class _Raised:
+    """A ``BaseException`` that is not an ``Exception`` (a ``KeyboardInterrupt`` an operation
+    raised, recorded, then raised again by ``wait_for_all`` in a group), carried out of the
+    portal as a value by :func:`_boxed`."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+async def _boxed(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on the loop thread (awaited if it returns an awaitable, as the portal
+    does), with a base exception returned as :class:`_Raised`: the portal would raise it
+    out of its task group as well as to the caller, and stop its loop (later pushes would
+    find an engine bound to a closed loop). Cancellation passes through."""
+    try:
+        result = fn(*args)
+        if inspect.isawaitable(result):
+            result = await result
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        raise
+    except BaseException as exc:
+        return _Raised(exc)
+    return result
+
+
 def _call(portal: BlockingPortal, fn: Callable[..., Any], *args: Any) -> Any:
-    """``portal.call(fn, *args)``, waiting as :func:`_wait_done` does."""
-    return _result(portal.start_task_soon(fn, *args))
+    """``portal.call(fn, *args)``, waiting as :func:`_wait_done` does; a base exception
+    ``fn`` raised on the loop is raised here (the loop goes on: :func:`_boxed`)."""
+    result = _result(portal.start_task_soon(_boxed, fn, *args))
+    if type(result) is _Raised:
+        exc, result = result.exc, None
+        raise exc
+    return result
 
 
 def _abandon_at_exit(engine: BlockingEngine) -> None:

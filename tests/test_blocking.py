@@ -316,6 +316,31 @@ def test_a_ctrl_c_that_lands_as_a_wait_begins_still_interrupts_it(wait: str) -> 
     assert running.result() is True
 
 
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_an_operation_raised_is_reraised_and_the_engine_goes_on(
+    raised: type[BaseException],
+) -> None:
+    """An operation that raises ``KeyboardInterrupt`` on a worker: recorded, then raised by
+    ``wait_for_all`` (in a group). The engine's loop thread survives it: later pushes run
+    and later waits return (the portal once stopped its loop, and every later call failed)."""
+
+    def interrupted(rctx: ae.RunContext) -> None:
+        raise raised
+
+    with ae.BlockingEngine(cpu_workers=1) as be:
+        x = be.new_var("x")
+        be.push_sync(interrupted, mutate_vars=[x])
+        with pytest.raises(BaseExceptionGroup) as info:
+            be.wait_for_all(timeout=30)
+        assert info.group_contains(raised)
+        y = be.new_var("y")
+        later = be.push_sync(lambda r: 42, mutate_vars=[y])
+        assert later.result(timeout=30) == 42
+        be.wait_for_all(timeout=30)
+        assert be.wait_for_var(y, timeout=30) is None
+    assert be.closed
+
+
 def test_blocking_on_the_loop_thread_raises_instead_of_deadlocking() -> None:
     with ae.BlockingEngine(cpu_workers=1) as be:
         x = be.new_var("x")
