@@ -24,4 +24,6 @@ cdef class LoopQueue:
     @cython.locals(first=_OperationCore, op=_OperationCore, fifo=list, heap=list,
                    head=Py_ssize_t, n=Py_ssize_t, kept=Py_ssize_t)
     cpdef pop_locked(self)
+    @cython.locals(op=_OperationCore, fifo=list, i=Py_ssize_t)
+    cpdef bint unqueue_locked(self, op) except -1
     cpdef bint empty_locked(self) except -1

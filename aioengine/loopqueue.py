@@ -30,7 +30,7 @@ The queue is empty iff the FIFO's live part and the heap are.
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from .var import drop_consumed
@@ -116,6 +116,26 @@ class LoopQueue:
         self.base += head - kept
         self.head = kept
         return op
+
+    def unqueue_locked(self, op: Operation[Any]) -> bool:
+        """Take queued ``op`` out of the queue, for the loop thread to run it now
+        (``Operation.run_here``); False, changing nothing, if it is not queued (lock held).
+        Padding the removal leaves at the end is dropped with it (the last slot stays an
+        operation)."""
+        fifo = self.fifo
+        i = op.seq - self.base
+        if self.head <= i < len(fifo) and fifo[i] is op:
+            fifo[i] = None
+            while len(fifo) > self.head and fifo[-1] is None:
+                fifo.pop()
+            return True
+        key = op.key
+        if self.heap_ops.get(key) is op:
+            del self.heap_ops[key]
+            self.heap.remove(key)
+            heapify(self.heap)
+            return True
+        return False
 
     def empty_locked(self) -> bool:
         """Whether no operation is queued (lock held)."""

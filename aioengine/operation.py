@@ -355,16 +355,19 @@ class Operation(_OperationCore, Generic[T]):
 
     def run_here(self) -> bool:
         """Run the operation now, on the calling thread, if it waits in a CPU thread pool's
-        queue for a worker; return whether it did.
+        queue for a worker, or (called on the engine's event-loop thread) in the loop's queue
+        of inline operations; return whether it did.
 
         For a caller about to wait for this operation anyway: a coroutine on the engine's
         event loop, or a thread of your own about to block on it. It saves the two thread
         hand-offs (to a worker, and back to the waiter), tens to hundreds of microseconds each
         on a busy machine. The rule is unchanged: a queued operation has its turn on every
         Var already, and it runs, finishes and releases them exactly as on a worker (its
-        function runs on the calling thread, which it holds meanwhile). Returns False,
-        changing nothing, if the operation is not a synchronous one queued on a CPU pool (it
-        has not become ready, a worker took it, it runs elsewhere, or it ended), or the
+        function runs on the calling thread, which it holds meanwhile). An inline operation
+        (``FnProperty.ASYNC``, serial mode) runs on the loop's thread anyway: there, this
+        runs it before the loop's next run of its queue. Returns False, changing nothing, if
+        the operation is not a synchronous one queued on a CPU pool or for this loop thread
+        (it has not become ready, a worker took it, it runs elsewhere, or it ended), or the
         caller is one of the engine's pool threads (an operation); False too if the engine
         skipped it as it started (an input failed: its function never ran). A
         ``KeyboardInterrupt`` or ``SystemExit`` the function raised is recorded as on a worker

@@ -606,16 +606,27 @@ class Scheduler(CoreState):
     def run_here(self, op: Operation[Any]) -> bool:
         """:meth:`Operation.run_here`: run READY sync ``op``, queued on a CPU pool and taken
         by no worker, now on the calling thread (the loop's, or one that none of the engine's
-        pools owns); return whether its function ran. Taken out of the queue first, it is run
-        by nobody else; then it starts and finishes as on a worker, its successors submitted
-        as usual (skipped or cancelled at its start, it ran nothing: False)."""
+        pools owns), or queued for the loop thread when that is the caller; return whether
+        its function ran. Taken out of the queue first, it is run by nobody else; then it
+        starts and finishes as on a worker (as the loop's queue runs it), its successors
+        submitted as usual (skipped or cancelled at its start, it ran nothing: False)."""
         if op.state is not _READY or op.kind != _SYNC:
             return False
         target = op.target
         ctx = op.ctx
+        on_loop = _get_ident() == self.loop_thread
+        if target is None and on_loop:
+            # Queued for the loop thread, and this is it: run it now rather than when the
+            # loop next runs its queue (the order among READY operations is a hint only).
+            with self.lock:
+                taken = self.loop_queue.unqueue_locked(op)
+            if not taken:
+                return False
+            self._execute_one(op, None, False, False)
+            state = op.state
+            return state is _DONE or state is _FAILED
         if target is None or ctx is None or ctx.device_type is not _CPU:
             return False
-        on_loop = _get_ident() == self.loop_thread
         if not on_loop and self.routes.on_worker_thread(self):
             return False  # a worker waits for nothing it could run instead: it would nest
         unqueue = getattr(target, "unqueue", None)

@@ -836,8 +836,8 @@ async def test_run_here_leaves_what_it_cannot_run_unchanged() -> None:
 
         coroutine_op = engine.push_async(coro, name="coroutine")
         assert coroutine_op.run_here() is False  # not a sync operation of a pool
-        inline = engine.push_sync(lambda rctx: 3, prop=ae.FnProperty.ASYNC, name="inline")
-        assert inline.run_here() is False  # runs on the loop already
+        inline = engine.push_sync(lambda rctx: 3, mutate_vars=(v,), prop=ae.FnProperty.ASYNC)
+        assert inline.run_here() is False  # queued for the loop, but not ready
 
         assert op.state is ae.OpState.READY  # still queued, untouched
         assert ran == []
@@ -845,6 +845,58 @@ async def test_run_here_leaves_what_it_cannot_run_unchanged() -> None:
         assert (await op, await waiting, await coroutine_op, await inline) == ("done", 1, 2, 3)
         assert len(ran) == 1
         assert ran[0] != threading.get_ident()  # the worker ran it
+
+
+async def test_run_here_runs_an_inline_operation_queued_for_the_loop_now() -> None:
+    # On the loop's thread a READY inline operation runs at the call, not at the loop's next
+    # turn; its successors are released as when the loop runs it. Off the loop: False.
+    async with ae.Engine(cpu_workers=1) as engine:
+        v = engine.new_var("v")
+        order: list[str] = []
+        first = engine.push_sync(
+            lambda rctx: order.append("first"), mutate_vars=(v,), prop=ae.FnProperty.ASYNC
+        )
+        op = engine.push_sync(
+            lambda rctx: order.append("op") or threading.get_ident(),
+            const_vars=(v,),
+            prop=ae.FnProperty.ASYNC,
+        )
+        assert op.run_here() is False  # not ready: first holds v
+        assert first.state is ae.OpState.READY
+        other: list[bool] = []
+        thread = threading.Thread(target=lambda: other.append(first.run_here()))
+        thread.start()
+        thread.join()
+        assert other == [False]  # another thread never runs the loop's operations
+        assert first.run_here() is True
+        assert order == ["first"]
+        assert first.done()
+        assert op.state is ae.OpState.READY  # released by first, as the loop would
+        assert op.run_here() is True
+        assert op.result() == threading.get_ident()
+        assert order == ["first", "op"]
+        assert op.run_here() is False  # done: nothing to run
+        await asyncio.sleep(0)  # the loop's run of its queue finds nothing
+        assert order == ["first", "op"]
+        engine._core.validate_state()  # the loop queue's invariants among them
+
+
+async def test_run_here_of_a_skipped_inline_operation_runs_nothing() -> None:
+    async with ae.Engine(cpu_workers=1) as engine:
+        v = engine.new_var("v")
+
+        def boom(rctx: ae.RunContext) -> None:
+            raise ValueError("boom")
+
+        failed = engine.push_sync(boom, mutate_vars=(v,), prop=ae.FnProperty.ASYNC)
+        reader = engine.push_sync(lambda rctx: 1, const_vars=(v,), prop=ae.FnProperty.ASYNC)
+        assert failed.run_here() is True  # it ran (and failed)
+        assert isinstance(failed.exception(), ValueError)
+        assert reader.run_here() is False  # skipped at its start: its function never ran
+        with pytest.raises(ae.DependencyError):
+            await reader
+        with pytest.raises(ExceptionGroup):
+            await engine.wait_for_all()
 
 
 async def test_run_here_runs_on_a_thread_of_the_users() -> None:

@@ -137,6 +137,56 @@ class TestOrder:
         check()
 
 
+class TestUnqueue:
+    async def test_unqueue_takes_out_one_operation_and_the_padding_it_ends(
+        self, pending: Pending
+    ) -> None:
+        ops = [pending.push() for _ in range(200)]
+        queue = LoopQueue()
+        for i in (10, 11, 14, 199):  # 12 and 13 are padding; 199 goes to the heap
+            queue.put_locked(ops[i])
+        assert queue.unqueue_locked(ops[14]) is True  # the last slot: padding dropped too
+        queue.check_invariants()
+        assert queue.unqueue_locked(ops[14]) is False  # not queued any more
+        assert queue.unqueue_locked(ops[12]) is False  # never queued (a padding slot)
+        assert queue.unqueue_locked(ops[199]) is True  # from the heap
+        queue.check_invariants()
+        assert drain(queue) == [ops[10], ops[11]]
+        assert queue.unqueue_locked(ops[10]) is False  # popped
+
+    async def test_random_puts_pops_and_unqueues_match_a_priority_queue(
+        self, pending: Pending
+    ) -> None:
+        ops = [pending.push(p) for p in [0] * 120 + [1, -2, 4] * 10]
+
+        @ci_examples(100, deadline=None)
+        @given(
+            order=st.permutations(range(len(ops))),
+            moves=st.lists(st.integers(0, 5), min_size=len(ops), max_size=len(ops)),
+            picks=st.randoms(use_true_random=False),
+        )
+        def check(order: list[int], moves: list[int], picks: random.Random) -> None:
+            queue = LoopQueue()
+            model: dict[int, int] = {}  # key -> index, of the queued operations
+            for i, move in zip(order, moves, strict=True):
+                queue.put_locked(ops[i])
+                model[ops[i].key] = i
+                if move == 0:  # pop the best
+                    op = queue.pop_locked()
+                    assert op is ops[model.pop(min(model))]
+                elif move == 1:  # take a queued one out
+                    key = picks.choice(sorted(model))
+                    assert queue.unqueue_locked(ops[model.pop(key)]) is True
+                elif move == 2:  # one not queued: unchanged
+                    j = picks.randrange(len(ops))
+                    assert queue.unqueue_locked(ops[j]) is (ops[j].key in model)
+                    model.pop(ops[j].key, None)
+                queue.check_invariants()
+            assert drain(queue) == [ops[model[k]] for k in sorted(model)]
+
+        check()
+
+
 class TestThroughTheEngine:
     """The engine's own queue: loop operations run best first, and a put from a worker
     thread wakes the loop."""
