@@ -37,6 +37,30 @@ async def test_a_chain_fuses_into_few_pushes_and_computes_what_numpy_does() -> N
         assert len(ops) <= 1000 // (_push.FUSE_MAX + 1) + 2, len(ops)
 
 
+async def test_a_loop_of_small_operations_that_never_yields_computes_groups_as_they_fill() -> None:
+    # The loop does not turn while the coroutine records (no await): a full group is
+    # computed at once (its turn has come), so few operations are pending at any time, not
+    # every one pushed (memory), and the values are the unfused program's.
+    async with ae.Engine() as engine:
+        xp = aa.namespace(engine)
+        b = xp.asarray(np.arange(4.0))
+        c = xp.asarray(np.zeros(4))
+        await c
+        await b
+        group = _push.FUSE_MAX + 1
+        kept = []
+        for i in range(5 * group):
+            c = c + b
+            if i % group == 0:
+                kept.append(c)
+        assert [x.ready for x in kept] == [True] * 4 + [False]  # the last group is pending
+        stats = engine.statistics()
+        assert stats.waiting + stats.queued <= 2, stats  # the last group's push, at most
+        np.testing.assert_array_equal(await c, 5 * group * np.arange(4.0))
+        for k, x in enumerate(kept):
+            np.testing.assert_array_equal(await x, (k * group + 1) * np.arange(4.0))
+
+
 async def test_an_in_place_write_between_is_ordered_before_what_follows() -> None:
     async with ae.Engine() as engine:
         xp = aa.namespace(engine)

@@ -255,11 +255,18 @@ class Buffer:
         makes it and no worker has taken its kernel yet (``_chain.Program`` decides); return
         whether it did. The caller waits for it anyway, and the hand-offs to a worker and back
         cost more than such a chain's whole compute. The result of a fused reduction: its
-        partials' kernel, likewise (its combine then runs on the loop, as the loop iterates)."""
+        partials' kernel, likewise (its combine then runs on the loop, as the loop iterates).
+        A small array's inline operation (its :class:`Group`), on the loop's thread: now,
+        not at the loop's next run of its queue."""
         chunked = self.chunked
         if chunked is None or chunked.program is None:
             ref = self.reduction
-            program = None if ref is None else ref()
+            if ref is None:
+                # A small array's operation (and those fused into it), queued for the loop's
+                # thread: run now if that is the caller (it would run there anyway).
+                writer = self.writer
+                return writer is not None and writer.prop is _ASYNC and writer.run_here()
+            program = ref()
             return program is not None and bool(program.run_here(None))
         return bool(chunked.program.run_here(self.writer))
 

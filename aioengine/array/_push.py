@@ -48,7 +48,9 @@ can reach before the step has read it, no other push came in between (any other 
 segment before it is made), and no Var involved was handed out (raw pushes cannot have come in
 between either). A step that reads no result of the group (``a * 0.5``) does not join: the
 group's first failure is every step's. At most :data:`FUSE_MAX` operations join one; a segment
-also ends when its operation starts (at the loop's next turn).
+also ends when its operation starts (at the loop's next turn). A full one is computed at once
+if its turn has come (``Operation.run_here``, on the loop's thread where it runs anyway), so a
+loop of small operations that never yields holds one group pending, not all it pushed.
 
 State (per namespace): the engine binding of :class:`~aioengine.array._array.Bound` (``_engine``,
 ``_blocking`` for a BlockingEngine, ``_loop``, the engine's loop once known); ``_segment`` and
@@ -632,6 +634,12 @@ class Pusher(Bound):
             return None
         group = head.group
         if group is not None and len(group.steps or ()) >= FUSE_MAX:
+            # Full: computed now if its turn has come (here, on the loop's thread, where the
+            # loop would run it at its next turn), so that a loop of small operations that
+            # never yields keeps a group pending, not every operation it pushed.
+            writer = head.writer
+            if writer is not None:
+                writer.run_here()
             return None
         var = head.var
         reads = self._segment_reads
