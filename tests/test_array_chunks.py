@@ -1430,6 +1430,24 @@ async def test_an_operation_pushed_before_a_chains_input_fails_fails_only_if_it_
             await engine.wait_for_all()
 
 
+async def test_steps_on_computed_inputs_join_one_program_whatever_they_read() -> None:
+    # Inputs computed, no write pending: nothing can skip the kernels, so a step reading
+    # one of them alone still joins the program (no pass over memory of its own).
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine, chunk_bytes=CHUNK)
+        an, bn = np.linspace(0.0, 1.0, N), np.linspace(1.0, 2.0, N)
+        a, b = xp.asarray(an), xp.asarray(bn)
+        await a
+        await b
+        t1 = a * b
+        t2 = a * 0.5  # reads a alone
+        d = t1 - t2
+        program = buffer_of(t1).chunked.program  # type: ignore[union-attr]
+        assert buffer_of(t2).chunked.program is program  # type: ignore[union-attr]
+        assert buffer_of(d).chunked.program is program  # type: ignore[union-attr]
+        np.testing.assert_array_equal(await d, an * bn - an * 0.5)
+
+
 async def test_a_failed_input_of_a_chain_does_not_fail_a_later_chain() -> None:
     # The engine skips the kernels of a chain whose input failed (a bias here): a later
     # operation on the other input joins no skipped kernel, it computes.

@@ -25,7 +25,9 @@ of a push per chunk, and its result shares each kernel's Var for that chunk. The
 holds per chunk: each kernel holds a read on every input's Var for its chunk and a write on the
 Var of its results, and a step may join only if no write on any array it reads was pushed after
 the program (``Buffer.wgen``, the writes pushed on a Buffer, is compared with what the program
-recorded).
+recorded). Nor if it reads none of the program's results and not every input that had a write
+pending when the program began (``Program.risky``): that write may fail, and the engine then
+skips the kernels, which would fail a step that reads none of its data.
 A kernel evaluates its program in blocks of about :data:`BLOCK_BYTES` (cache-sized), each step a
 NumPy call with ``out=`` into the result (a step whose result someone still holds) or into a
 scratch block (a step whose result nobody holds any more: its Buffer is known by a weak
@@ -283,13 +285,13 @@ class Program:
         "__weakref__",
         "device",
         "expands",
-        "held",
         "inputs",
         "kernels",
         "known",
         "lock",
         "n",
         "plans",
+        "risky",
         "shape",
         "size",
         "started",
@@ -314,10 +316,11 @@ class Program:
         self.writers: tuple[Operation[Any], ...] = ()
         #: Input Buffers, read (each kernel holds a read on each one's Var for its chunk).
         self.inputs: list[Buffer] = []
-        #: How many of ``inputs`` (the first) the kernels hold a turn on: the first step's
-        #: arrays. A failure of one skips the kernels, so every step must depend on each of
-        #: them (:meth:`_operands`); those joined later are read without a turn.
-        self.held = 0
+        #: The inputs the kernels hold a turn on (the first step's arrays; those joined later
+        #: are read without one) that were not :func:`settled` then, a bit per index: a
+        #: write pending on one may fail, and skip the kernels. So every step must depend on
+        #: each of them (:meth:`_operands`), or it would fail with them.
+        self.risky = 0
         #: The broadcast operands: (the index of its Buffer in ``inputs``, the view's steps).
         #: Each is small and unchunked, and each kernel reads it whole.
         self.expands: list[tuple[int, tuple[Any, ...]]] = []
@@ -351,11 +354,12 @@ class Program:
         self, operands: Sequence[Any], bufs: Sequence[Buffer | None], new: bool
     ) -> tuple[tuple[int, Any], ...] | None:
         """The step's operand references, or None if it cannot join (an array the program
-        neither reads nor makes, or one written since), and then nothing changed. ``new``:
-        the program's first step (every array is an input, read with a turn)."""
+        neither reads nor makes, or one written since; a step that depends on neither a result
+        nor every ``risky`` input), and then nothing changed. ``new``: the program's first
+        step (every array is an input, read with a turn)."""
         entries: list[tuple[int, int, Any, int] | None] = []
-        depends = new  # on every input the kernels hold a turn on
-        covered = 0  # (a bit per such input read directly)
+        depends = new  # on every risky input
+        covered = 0  # (a bit per input read directly)
         for x, buf in zip(operands, bufs, strict=True):
             if buf is None:
                 entries.append(None)
@@ -365,7 +369,7 @@ class Program:
             if entry is not None:
                 if entry[0] == _REG:
                     depends = True  # (each result depends on them all, as the first step)
-                elif entry[1] < self.held:
+                else:
                     covered |= 1 << entry[1]
             if entry is None:
                 # An array the kernels hold no turn on: they may read it still if its value is
@@ -379,10 +383,10 @@ class Program:
                 return None  # written since the program read it, or raw pushes may
             if kind == _REG and (steps_of(x) or learnt_shape(x) != self.shape):
                 return None  # a view of a result: its own operation reads it
-        if not depends and covered != (1 << self.held) - 1:
-            # It reads none of the program's results and not every input held: a failure of
-            # another input would skip the kernels, and fail it too, though it reads none of
-            # that input's data (an independent operation pushed after a failed chain).
+        if not depends and self.risky & ~covered:
+            # It reads none of the program's results, nor every risky input: if one failed,
+            # the engine would skip the kernels and fail it too, though it reads none of that
+            # input's data (an operation pushed after a chain whose input then fails).
             return None
         refs: list[tuple[int, Any]] = []
         for x, buf, entry in zip(operands, bufs, entries, strict=True):
@@ -406,7 +410,9 @@ class Program:
                 kind, index = entry[0], entry[1]
             refs.append(self._expand(index, steps) if bcast else (kind, index))
         if new:
-            self.held = len(self.inputs)
+            for i, buf in enumerate(self.inputs):
+                if not settled(buf, ""):
+                    self.risky |= 1 << i
         return tuple(refs)
 
     def _open(self) -> bool:
