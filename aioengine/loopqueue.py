@@ -2,8 +2,10 @@
 
 Operations that run on the loop thread (coroutine functions, ``FnProperty.ASYNC`` functions,
 serial mode, bulk segments) wait here once their turn has come, until the scheduler's
-``_run_loop_queue`` claims them. Best means smallest ``key``: higher priority first, then push
-order. Any thread puts (under the engine lock); the loop thread pops (under it too).
+``_run_loop_queue`` claims them (or ``Operation.run_here``, called on the loop's thread, takes
+one out: :meth:`LoopQueue.unqueue_locked`). Best means smallest ``key``: higher priority
+first, then push order. Any thread puts (under the engine lock); the loop thread pops (under it
+too).
 
 The queue is two structures. A priority-0 operation (its key is its ``seq``) goes to the slot
 of its ``seq`` in the FIFO ``fifo``, whose slot ``i`` holds the operation with ``seq ==

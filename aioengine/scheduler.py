@@ -622,7 +622,15 @@ class Scheduler(CoreState):
                 taken = self.loop_queue.unqueue_locked(op)
             if not taken:
                 return False
-            self._execute_one(op, None, False, False)
+            try:
+                self._execute_one(op, None, False, False)
+            except BaseException:
+                # An interrupt before it started (as on the pool path below): back in the
+                # loop's queue, or it would hold its Vars for ever.
+                if op.state is _READY:
+                    with self.lock:
+                        self.enqueue_loop_locked(op)
+                raise
             state = op.state
             return state is _DONE or state is _FAILED
         if target is None or ctx is None or ctx.device_type is not _CPU:

@@ -18,7 +18,7 @@ import pytest
 
 import aioengine as ae
 
-from .conftest import blocked_var
+from .conftest import COMPILED, blocked_var
 from .helpers import Boom, until
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
@@ -837,7 +837,7 @@ async def test_run_here_leaves_what_it_cannot_run_unchanged() -> None:
         coroutine_op = engine.push_async(coro, name="coroutine")
         assert coroutine_op.run_here() is False  # not a sync operation of a pool
         inline = engine.push_sync(lambda rctx: 3, mutate_vars=(v,), prop=ae.FnProperty.ASYNC)
-        assert inline.run_here() is False  # queued for the loop, but not ready
+        assert inline.run_here() is False  # a loop operation, but not ready (not queued yet)
 
         assert op.state is ae.OpState.READY  # still queued, untouched
         assert ran == []
@@ -897,6 +897,32 @@ async def test_run_here_of_a_skipped_inline_operation_runs_nothing() -> None:
             await reader
         with pytest.raises(ExceptionGroup):
             await engine.wait_for_all()
+
+
+@pytest.mark.skipif(COMPILED, reason="patches the scheduler, a Python class in the pure build")
+async def test_run_here_of_an_inline_operation_interrupted_before_its_start_requeues_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A Ctrl-C that lands between taking the operation out of the loop's queue and starting
+    # it: the caller gets it, and the operation is queued again (else it would hold its Vars
+    # for ever, and aclose() would hang).
+    async with ae.Engine(cpu_workers=1) as engine:
+        v = engine.new_var("v")
+        op = engine.push_sync(lambda rctx: 7, mutate_vars=(v,), prop=ae.FnProperty.ASYNC)
+        core = engine._core
+        real = type(core).start_locked
+
+        def interrupted(self: Any, op: Any, todo: Any) -> bool:
+            monkeypatch.setattr(type(core), "start_locked", real)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(type(core), "start_locked", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            op.run_here()
+        assert op.state is ae.OpState.READY
+        core.validate_state()
+        await until(op.done)  # the loop's queue runs it
+        assert op.result() == 7
 
 
 async def test_run_here_runs_on_a_thread_of_the_users() -> None:
