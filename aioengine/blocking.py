@@ -136,7 +136,10 @@ def _call(portal: BlockingPortal, fn: Callable[..., Any], *args: Any) -> Any:
     result = _result(portal.start_task_soon(_boxed, fn, *args))
     if type(result) is _Raised:
         exc, result = result.exc, None
-        raise exc
+        try:
+            raise exc
+        finally:
+            del exc  # (its traceback holds this frame)
     return result
 
 

@@ -285,10 +285,11 @@ class Array:
         op: Operation[Any] | None = None
         # (A reduction's kernel run here leaves its combine to run on the loop: not ready.)
         if buf.run_writer_here() and self.ready and failure_of(buf) is None:
-            # A chain of one chunk, computed here (not handed to a worker), and nothing
-            # pending on it now: read it as a sync point reads a ready value (exported: a
-            # later write copies first), then let the loop iterate as an await of a push
-            # would (its other tasks, and the end of this burst, run meanwhile).
+            # A chain of one chunk (or a small array's fused operations), computed here (not
+            # handed to a worker or left to the loop's next turn; no "await" operation is
+            # pushed), and nothing pending on it now: read it as a sync point reads a ready
+            # value (exported: a later write copies first), then let the loop iterate as an
+            # await of a push would (its other tasks, and the end of this burst, run).
             buf.lend(chunks)
             got = _capture(self, None)
             await asyncio.sleep(0)
