@@ -311,6 +311,12 @@ class Array:
             return got
         ns._bind(op)
         try:
+            # The read is pushed (in order). A small array's pending operations run on the
+            # loop, in the run of its queue scheduled before this: one turn usually ends them
+            # and the read, and `await op` then returns at once, without the turn that
+            # resolving a future and waking this task would cost (1e3 elements: 75-83 -> 65-68
+            # µs). Otherwise it waits as before.
+            await asyncio.sleep(0)
             got = await op
         except DependencyError as exc:
             got = _Failed(exc)
