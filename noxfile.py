@@ -69,9 +69,9 @@ def tests(session: nox.Session) -> None:
         "--cov-report=term-missing:skip-covered",
         "--cov-fail-under=90",
     ]
-    # The chaos soak (tests/soak) runs 30 s of random programs here, over both loops (its
+    # The chaos soak (tests/soak) runs 24 s of random programs here, over both loops (its
     # default, 40 s, is for a run of its own): CI stays near its 12 minutes on 2 cores.
-    session.run("pytest", *args, env={"AIOENGINE_VALIDATE": "1", "AIOENGINE_SOAK_SECONDS": "30"})
+    session.run("pytest", *args, env={"AIOENGINE_VALIDATE": "1", "AIOENGINE_SOAK_SECONDS": "24"})
 
 
 @nox.session

@@ -159,7 +159,7 @@ class TestUnqueue:
     ) -> None:
         ops = [pending.push(p) for p in [0] * 120 + [1, -2, 4] * 10]
 
-        @ci_examples(100, deadline=None)
+        @ci_examples(40, deadline=None)
         @given(
             order=st.permutations(range(len(ops))),
             moves=st.lists(st.integers(0, 5), min_size=len(ops), max_size=len(ops)),
