@@ -121,9 +121,7 @@ async def _boxed(fn: Callable[..., Any], *args: Any) -> Any:
         result = fn(*args)
         if inspect.isawaitable(result):
             result = await result
-    except asyncio.CancelledError:
-        raise
-    except Exception:
+    except (asyncio.CancelledError, Exception):
         raise
     except BaseException as exc:
         return _Raised(exc)

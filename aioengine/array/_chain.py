@@ -366,11 +366,6 @@ class Program:
                 continue
             entry = self._entry(buf)
             entries.append(entry)
-            if entry is not None:
-                if entry[0] == _REG:
-                    depends = True  # (each result depends on them all, as the first step)
-                else:
-                    covered |= 1 << entry[1]
             if entry is None:
                 # An array the kernels hold no turn on: they may read it still if its value is
                 # computed and no write is pending (then they read what the step would), and a
@@ -378,7 +373,11 @@ class Program:
                 if not new and not quiescent(buf):
                     return None
                 continue
-            kind, _, _, gen = entry
+            kind, index, _, gen = entry
+            if kind == _REG:
+                depends = True  # (each result depends on them all, as the first step)
+            else:
+                covered |= 1 << index
             if gen != buf.wgen or (kind == _IN and not new and buf.exposed):
                 return None  # written since the program read it, or raw pushes may
             if kind == _REG and (steps_of(x) or learnt_shape(x) != self.shape):
