@@ -864,6 +864,7 @@ def _burst_of_a_thread(
 
     def caller() -> None:
         burst.enter(None, None)  # type: ignore[arg-type]  # off the loop: only recorded
+        burst.touch()  # its pushes done
         entered.set()
         behave(done)
 
@@ -927,6 +928,59 @@ async def test_a_caller_waiting_for_a_lock_or_busy_in_python_is_not_quiet_by_the
         for _ in range(20):  # 20 x 5 ms, each far above QUIET_BLOCKED
             await asyncio.sleep(0.005)
             assert not burst.quiet()
+    finally:
+        done.set()
+        thread.join()
+
+
+def _burn(seconds: float) -> None:
+    """Spend ``seconds`` of this thread's CPU time in Python."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_a_caller_is_not_quiet_while_it_pushes_a_chunked_operation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A program's first step pushes a kernel per chunk, which takes the caller a while (more
+    than ``QUIET`` of CPU time under a tracer): the kernels it pushed first must not take that
+    for other work and start before the rest of the chain joins. Its CPU time counts from the
+    end of its latest push."""
+    monkeypatch.setattr(_burst, "QUIET_MAX", 3600.0)
+    monkeypatch.setattr(_burst, "QUIET_RUNNABLE", 3600.0)
+    burst = _burst.Burst(on_loop=False)
+    burst.enter(None, None)  # type: ignore[arg-type]  # off the loop: only recorded
+    _burn(3 * _burst.QUIET)  # pushing
+    assert not burst.quiet()
+    burst.touch()  # the pushes are done
+    assert not burst.quiet()
+    _burn(3 * _burst.QUIET)  # other work
+    assert burst.quiet()
+
+
+def test_a_caller_waiting_for_a_core_is_quiet_only_after_quiet_runnable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A loaded machine may deschedule the caller mid-chain for longer than ``QUIET_MAX``: it
+    is runnable (Linux's ``R``), spends no CPU time, and is not quiet before
+    ``QUIET_RUNNABLE``; a caller waiting for a lock is quiet after ``QUIET_MAX``."""
+    if sys.platform != "linux":
+        pytest.skip("a thread's state cannot be read here")
+    assert _burst._runnable(threading.get_native_id())  # this thread runs
+    monkeypatch.setattr(_burst, "QUIET_MAX", 0.0)
+    monkeypatch.setattr(_burst, "QUIET_RUNNABLE", 3600.0)
+    burst, done, thread = _burst_of_a_thread(lambda done: done.wait())
+    try:
+        deadline = time.monotonic() + 30  # a bound for a hang, not a timing
+        while _burst._runnable(burst.thread) and time.monotonic() < deadline:
+            time.sleep(0.001)  # until it waits for the event
+        assert not _burst._runnable(burst.thread)
+        assert burst.quiet()
+        monkeypatch.setattr(_burst, "_runnable", lambda thread: True)  # descheduled, say
+        assert not burst.quiet()
+        monkeypatch.setattr(_burst, "QUIET_RUNNABLE", 0.0)
+        assert burst.quiet()
     finally:
         done.set()
         thread.join()

@@ -11,7 +11,8 @@ run when it returns). Two things follow for a chain of chunk kernels (``_chain.p
   memory). So a kernel of the current burst waits (:meth:`Burst.wait`, GIL released) until the
   loop iterates or the caller has gone on with other work (:meth:`Burst.quiet`: :data:`QUIET`
   of CPU time, blocked in a system call after :data:`QUIET_BLOCKED`, or :data:`QUIET_MAX` of
-  wall time, without a chunked push).
+  wall time, without a chunked push; :data:`QUIET_RUNNABLE` for a caller that waits for a
+  core on a loaded machine, or is still pushing a program's kernels).
 * A caller that pushes a chain and then keeps the loop busy (``time.sleep``, a long stretch of
   Python, a synchronous wait in a notebook cell) would hold it back until its next ``await``.
   So the burst's opening arms the process's :class:`Waker`: a daemon thread that, once the
@@ -47,7 +48,16 @@ from ._sync import running_loop
 if TYPE_CHECKING:
     from .. import Context, Engine, RunContext
 
-__all__ = ("LOOK", "QUIET", "QUIET_BLOCKED", "QUIET_MAX", "SAMPLE", "Burst", "Waker")
+__all__ = (
+    "LOOK",
+    "QUIET",
+    "QUIET_BLOCKED",
+    "QUIET_MAX",
+    "QUIET_RUNNABLE",
+    "SAMPLE",
+    "Burst",
+    "Waker",
+)
 
 #: How much CPU time the caller's thread may spend on other work, without pushing a chunked
 #: operation, while the loop has not iterated, before its burst's kernels start (and the
@@ -56,9 +66,14 @@ __all__ = ("LOOK", "QUIET", "QUIET_BLOCKED", "QUIET_MAX", "SAMPLE", "Burst", "Wa
 #: the machine deschedules mid-chain (a loaded machine) spends none, and its chain stays fused.
 QUIET = 0.005
 #: How long (wall time) the caller may go without pushing a chunked operation before its
-#: burst's kernels start whatever it does: its thread's CPU time and state cannot be read on
-#: this platform, or it keeps being woken (a busy wait with short sleeps).
+#: burst's kernels start whatever it does (a wait for a lock; or its thread's CPU time and
+#: state cannot be read on this platform), unless it is runnable and waiting for a core.
 QUIET_MAX = 0.02
+#: How long (wall time) a caller that is runnable, but has not had :data:`QUIET` of CPU time
+#: (a loaded machine deschedules it mid-chain: Linux's ``/proc`` says ``R``), may go without
+#: pushing before its burst's kernels start: it waits for a core, not for other work, and
+#: starting them splits its chain (each intermediate then written to memory).
+QUIET_RUNNABLE = 0.1
 #: How long (wall time since its latest chunked push) a caller that is now blocked in a
 #: system call other than a futex wait (``time.sleep``, ``select``, a read: Linux's ``/proc``
 #: says which), having spent at most a quarter of that time on the CPU, may stay so before its
@@ -95,7 +110,18 @@ class Burst:
     """The chunk kernels a namespace pushes on the event loop's thread between two iterations
     of the loop (see the module docstring)."""
 
-    __slots__ = ("clock", "cpu", "ended", "gen", "last", "on_loop", "open", "sampled", "thread")
+    __slots__ = (
+        "clock",
+        "cpu",
+        "ended",
+        "gen",
+        "last",
+        "on_loop",
+        "open",
+        "pushing",
+        "sampled",
+        "thread",
+    )
 
     def __init__(self, on_loop: bool = True) -> None:
         #: The bursts ended (the loop iterated after them, or the caller off the loop waited).
@@ -106,10 +132,14 @@ class Burst:
         #: Pushed on the loop's thread (ended by its next iteration), else by one thread off
         #: it (ended by :meth:`end`).
         self.on_loop = on_loop
-        #: When the latest chunked operation of the current burst was recorded.
+        #: When the latest chunked operation of the current burst was recorded (or its pushes
+        #: were done: :meth:`touch`).
         self.last = 0.0
         #: A burst is open: its end is scheduled on the loop.
         self.open = False
+        #: The caller is recording a chunked operation (between :meth:`enter` and
+        #: :meth:`touch`: a program's first step pushes a kernel per chunk), so it is not quiet.
+        self.pushing = False
         #: The pushing thread, its CPU-time clock (None: none here), and that clock when the
         #: latest chunked operation was recorded.
         self.thread = 0
@@ -135,6 +165,7 @@ class Burst:
             self.cpu = time.thread_time()
             self.sampled = now
         self.last = now
+        self.pushing = True
         if self.on_loop and not self.open:
             self.open = True
             loop = running_loop()
@@ -142,6 +173,16 @@ class Burst:
             loop.call_soon(self._end)
             WAKER.arm(self, self.gen, engine, device)
         return self.gen
+
+    def touch(self) -> None:
+        """On the pushing thread, as a chunked operation's pushes are done (or failed): the
+        caller was busy with them, not quiet."""
+        now = time.perf_counter()
+        if now - self.sampled >= SAMPLE:
+            self.cpu = time.thread_time()
+            self.sampled = now
+        self.last = now
+        self.pushing = False
 
     def _end(self) -> None:
         self.open = False
@@ -162,19 +203,22 @@ class Burst:
     def quiet(self) -> bool:
         """Whether the caller has gone on with other work since its latest chunked push:
         :data:`QUIET` of its thread's CPU time, blocked in a system call after
-        :data:`QUIET_BLOCKED`, or :data:`QUIET_MAX` of wall time (any thread)."""
+        :data:`QUIET_BLOCKED`, or :data:`QUIET_MAX` of wall time (any thread) unless it is
+        runnable and waiting for a core, or still pushing (then :data:`QUIET_RUNNABLE`)."""
         wall = time.perf_counter() - self.last
-        if wall >= QUIET_MAX:
-            return True
+        if self.pushing:  # (bounded: a push off the loop may wait for room, or have failed)
+            return wall >= QUIET_RUNNABLE
         clock = self.clock
         if clock is None:
-            return False
+            return wall >= QUIET_MAX
         try:
             cpu = time.clock_gettime(clock) - self.cpu
         except OSError:  # the thread is gone
             return True
         if cpu >= QUIET:
             return True
+        if wall >= QUIET_MAX:
+            return wall >= QUIET_RUNNABLE or not _runnable(self.thread)
         # Blocked: in a system call now (not a futex wait: the GIL's, between two pushes), and
         # it has hardly run since its push.
         return wall >= QUIET_BLOCKED and cpu < wall / 4 and _blocked(self.thread)
@@ -208,6 +252,20 @@ def _blocked(thread: int) -> bool:
     number = line.split(b" ", 1)[0]
     # "running" (user code), "-1" (blocked outside a call: a page fault), or the call's number.
     return number.isdigit() and int(number) != _FUTEX
+
+
+def _runnable(thread: int) -> bool:
+    """Whether the thread of native id ``thread`` (of this process) is runnable (running, or
+    waiting for a core: state ``R`` in Linux's ``/proc``); False where that cannot be read."""
+    try:
+        with open(f"/proc/self/task/{thread}/stat", "rb") as stat:
+            line = stat.read()
+    except OSError:
+        return False
+    # "pid (comm) state ...": the command may hold spaces and parentheses, the state follows
+    # the last ")".
+    fields = line.rpartition(b")")[2].split()
+    return bool(fields) and fields[0] == b"R"
 
 
 def _nothing(rctx: RunContext) -> None:

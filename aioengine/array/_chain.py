@@ -1104,6 +1104,8 @@ def join_or_push(
         candidates, add, engine, submit, device, name, shape, n, chunk_elems, burst
     )
     out.cut(chunk_elems, program.vars, program.writers, program)
+    if burst is not None:
+        burst.touch()
     return out
 
 
@@ -1218,4 +1220,6 @@ def reduce_chunks(
         name,
         None,
     )
+    if burst is not None:
+        burst.touch()
     return out
