@@ -94,7 +94,7 @@ def tests_compiled(session: nox.Session) -> None:
         "-p",
         "no:cacheprovider",
         *session.posargs,
-        # The chaos soak runs 30 s in ``tests``; here, 16 s of the same programs (this
+        # The chaos soak runs 24 s in ``tests``; here, 16 s of the same programs (this
         # session runs beside ``tests`` in CI).
         env={"AIOENGINE_EXPECT_COMPILED": "1", "AIOENGINE_SOAK_SECONDS": "16"},
     )
