@@ -73,6 +73,52 @@ def remote_ops(engine: ae.Engine) -> int:
     return pools["remote"].pushed if "remote" in pools else 0
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_a_views_rows_are_the_rows_numpy_slices(data: st.DataObject) -> None:
+    """``View.rows`` (a chunk's part of a view, computed without reading an address) has the
+    shape, strides and offset that NumPy's own slice of the view's layout has, for views with
+    steps, reversed axes and a new leading axis."""
+    from aioengine.array._meta import layout
+    from aioengine.array._remote_store import View
+
+    shape = tuple(data.draw(st.lists(st.integers(1, 7), min_size=1, max_size=3)))
+    base = layout(shape, np.dtype(data.draw(st.sampled_from(["f8", "i4", "u1"]))))
+    index = tuple(
+        slice(
+            data.draw(st.none() | st.integers(-d, d)),
+            data.draw(st.none() | st.integers(-d, d)),
+            data.draw(st.sampled_from([None, 1, 2, -1, -3])),
+        )
+        for d in shape
+    )
+    lay = base[index]
+    if data.draw(st.booleans()):
+        lay = lay.T
+    if not lay.shape or lay.shape[0] == 0:
+        return
+    view = View(lay, base)
+    lo = data.draw(st.integers(0, lay.shape[0] - 1))
+    hi = data.draw(st.integers(lo + 1, lay.shape[0]))
+    rows, sliced = view.rows(lo, hi), View(lay[lo:hi], base)
+    assert rows.key() == sliced.key()
+    assert rows.lay.shape == sliced.lay.shape
+    assert rows.lay.strides == sliced.lay.strides
+
+
+def test_a_window_reaches_a_worker_whole() -> None:
+    """A task's Window (a class of its own, not a tuple) is pickled to a worker process with
+    every field (the in-process clusters of these tests never pickle it)."""
+    import pickle
+
+    from aioengine.array._remote_kernel import Window
+
+    window = Window((0, 2), 1, 3, (5, 2), (-16, 8), 24, np.dtype("f8"))
+    back = pickle.loads(pickle.dumps(window))
+    fields = ("parts", "start", "stop", "shape", "strides", "offset", "dtype")
+    assert [getattr(back, f) for f in fields] == [getattr(window, f) for f in fields]
+
+
 async def test_placement_and_gather(cluster: Any) -> None:
     async with ae.Engine(cluster=cluster) as engine:
         xp = aa.namespace(engine, chunk_bytes=8 * 100)

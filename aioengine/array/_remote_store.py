@@ -121,6 +121,18 @@ class View:
     def key(self) -> tuple[Any, ...]:
         return (self.shape, self.strides, self.offset)
 
+    def rows(self, lo: int, hi: int) -> View:
+        """Rows ``lo:hi`` of this view's leading axis (``0 <= lo < hi <=`` its length): its
+        layout sliced, and its offset moved ``lo`` strides on, where such a slice starts. No
+        address is read (``__array_interface__``, 3 µs a call): a write makes one per input
+        per chunk it touches."""
+        view = View.__new__(View)
+        lay = view.lay = self.lay[lo:hi]
+        view.shape = lay.shape
+        view.strides = self.strides
+        view.offset = self.offset + lo * self.strides[0]
+        return view
+
 
 def _base_of(lay: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     base = lay
@@ -239,8 +251,7 @@ def _restrict(view: View, space: tuple[int, ...], lo: int, hi: int) -> View:
     runs along the space's leading axis, else whole (a broadcast operand)."""
     if not space or len(view.shape) != len(space) or view.shape[0] != space[0] or space[0] == 1:
         return view
-    lay = view.lay[lo:hi]
-    return View(lay, _base_of(view.lay))
+    return view.rows(lo, hi)
 
 
 class _Input:
@@ -510,7 +521,7 @@ def write_into(
         if whole:
             target, space_view = view, None
         else:
-            target = View(view.lay[k0:k1], _base_of(view.lay))
+            target = view.rows(k0, k1)
             space_view = (k0, k1)
         args: list[Any] = []
         seen: dict[int, int] = {}
