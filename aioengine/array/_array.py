@@ -254,6 +254,10 @@ class Array:
                 return False
             if writers is not None and not all(w.done() for w in writers):
                 return False
+        if not buf.handed_out() and self._device.device_type is _CPU:
+            # Only the arrays' pushes name its Vars (their writers, looked at above); on a GPU,
+            # the engine may hold a Var for device work after its writer is done.
+            return True
         for var in vars_of(self):
             stats = var.statistics()
             if stats.mode not in (None, "read") or not all(
