@@ -949,6 +949,9 @@ def test_a_caller_is_not_quiet_while_it_pushes_a_chunked_operation(
     end of its latest push."""
     monkeypatch.setattr(_burst, "QUIET_MAX", 3600.0)
     monkeypatch.setattr(_burst, "QUIET_RUNNABLE", 3600.0)
+    # (The caller asks about itself here: descheduled a while, it would see itself blocked in
+    # the read of its own /proc entry.)
+    monkeypatch.setattr(_burst, "QUIET_BLOCKED", 3600.0)
     burst = _burst.Burst(on_loop=False)
     burst.enter(None, None)  # type: ignore[arg-type]  # off the loop: only recorded
     _burn(3 * _burst.QUIET)  # pushing
@@ -957,6 +960,26 @@ def test_a_caller_is_not_quiet_while_it_pushes_a_chunked_operation(
     assert not burst.quiet()
     _burn(3 * _burst.QUIET)  # other work
     assert burst.quiet()
+
+
+async def test_a_chunked_push_that_fails_leaves_its_caller_not_pushing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A caller is not quiet while it pushes a chunked operation: one that raised (a failed
+    allocation, say) must not leave the burst's kernels waiting for ``QUIET_RUNNABLE``."""
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine)
+        a = xp.asarray(np.ones(1 << 18))  # two chunks of the default size
+        await a
+
+        def fails(*args: Any, **kwargs: Any) -> Any:
+            raise MemoryError("no room for the program")
+
+        monkeypatch.setattr(aa._chain, "_program_for", fails)
+        for push in (lambda: a * 2.0, lambda: xp.sum(a * 2.0)):
+            with pytest.raises(MemoryError):
+                push()
+            assert not xp._burst.pushing
 
 
 def test_a_caller_waiting_for_a_core_is_quiet_only_after_quiet_runnable(

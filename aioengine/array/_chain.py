@@ -1088,25 +1088,27 @@ def join_or_push(
     ``burst``, the pushing thread's)."""
     if burst is not None:
         burst.enter(engine, device)
-    size = math.prod(shape)
-    n, chunk_elems = chunking(size, chunk_elems)
-    bufs = [buffer_of(x) for x in operands]
-    out = Buffer(engine, None, shape, dtype, MISSING, name=name)  # type: ignore[arg-type]
+    try:
+        size = math.prod(shape)
+        n, chunk_elems = chunking(size, chunk_elems)
+        bufs = [buffer_of(x) for x in operands]
+        out = Buffer(engine, None, shape, dtype, MISSING, name=name)  # type: ignore[arg-type]
 
-    def add(program: Program, new: bool) -> bool:
-        return program.add(fn, name, operands, bufs, out, dtype, new)
+        def add(program: Program, new: bool) -> bool:
+            return program.add(fn, name, operands, bufs, out, dtype, new)
 
-    candidates = [
-        buf.chunked.program for buf in bufs if buf is not None and buf.chunked is not None
-    ]
-    candidates.append(recent)
-    program = _program_for(
-        candidates, add, engine, submit, device, name, shape, n, chunk_elems, burst
-    )
-    out.cut(chunk_elems, program.vars, program.writers, program)
-    if burst is not None:
-        burst.touch()
-    return out
+        candidates = [
+            buf.chunked.program for buf in bufs if buf is not None and buf.chunked is not None
+        ]
+        candidates.append(recent)
+        program = _program_for(
+            candidates, add, engine, submit, device, name, shape, n, chunk_elems, burst
+        )
+        out.cut(chunk_elems, program.vars, program.writers, program)
+        return out
+    finally:
+        if burst is not None:
+            burst.touch()  # (a failed push too: the caller is not pushing any more)
 
 
 class Combine:
@@ -1185,6 +1187,32 @@ def reduce_chunks(
     chunks' partials in chunk order."""
     if burst is not None:
         burst.enter(engine, device)
+    try:
+        return _reduce_chunks(
+            submit, engine, chunk_elems, recent, burst, fn, name, x, shape, dtype, device,
+            options, rows,
+        )  # fmt: skip
+    finally:
+        if burst is not None:
+            burst.touch()  # (a failed push too: the caller is not pushing any more)
+
+
+def _reduce_chunks(
+    submit: Callable[..., Operation[Any]],
+    engine: Engine,
+    chunk_elems: int,
+    recent: Program | None,
+    burst: Burst | None,
+    fn: Callable[..., Any],
+    name: str,
+    x: Any,
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    device: Context,
+    options: dict[str, Any],
+    rows: bool,
+) -> Buffer:
+    """:func:`reduce_chunks` once its burst is entered."""
     size = math.prod(x.shape)
     n, chunk_elems = chunking(size, chunk_elems)
     block, combine, _, loop = (ROW_REDUCERS if rows else REDUCERS)[fn]
@@ -1220,6 +1248,4 @@ def reduce_chunks(
         name,
         None,
     )
-    if burst is not None:
-        burst.touch()
     return out
