@@ -1188,64 +1188,42 @@ def reduce_chunks(
     if burst is not None:
         burst.enter(engine, device)
     try:
-        return _reduce_chunks(
-            submit, engine, chunk_elems, recent, burst, fn, name, x, shape, dtype, device,
-            options, rows,
-        )  # fmt: skip
+        size = math.prod(x.shape)
+        n, chunk_elems = chunking(size, chunk_elems)
+        block, combine, _, loop = (ROW_REDUCERS if rows else REDUCERS)[fn]
+        reduce = None
+        if loop is not None and not rows and reduces(x.dtype, dtype):
+            reduce = (Reduce(*loop), dtype)  # partials per BLOCK (the runner's, or NumPy's)
+        if options:
+            combine = functools.partial(combine, **options)
+        step_fn = functools.partial(block, dtype, *([tuple(x.shape[1:])] if rows else []))
+        buf = buffer_of(x)
+        assert buf is not None
+        sink = Partials(n)
+
+        def add(program: Program, new: bool) -> bool:
+            return program.add_reduction(step_fn, name, x, buf, sink, new, rows, reduce)
+
+        candidates = [None if buf.chunked is None else buf.chunked.program, recent]
+        program = _program_for(
+            candidates, add, engine, submit, device, name, tuple(x.shape), n, chunk_elems, burst
+        )
+        reads = program.vars
+        out = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
+        # A sync point on it may run the program's kernel there: weakly, as a pending kernel
+        # keeps its program (and the program its inputs) alive, and nothing else should.
+        out.reduction = weakref.ref(program)
+        count = x.shape[0] if rows else size
+        out.writer = submit(
+            Combine(combine, sink, out, dtype, count, name, reduce is not None),
+            device,
+            reads,
+            (out.var,),
+            _ASYNC,
+            name,
+            None,
+        )
+        return out
     finally:
         if burst is not None:
             burst.touch()  # (a failed push too: the caller is not pushing any more)
-
-
-def _reduce_chunks(
-    submit: Callable[..., Operation[Any]],
-    engine: Engine,
-    chunk_elems: int,
-    recent: Program | None,
-    burst: Burst | None,
-    fn: Callable[..., Any],
-    name: str,
-    x: Any,
-    shape: tuple[int, ...],
-    dtype: np.dtype[Any],
-    device: Context,
-    options: dict[str, Any],
-    rows: bool,
-) -> Buffer:
-    """:func:`reduce_chunks` once its burst is entered."""
-    size = math.prod(x.shape)
-    n, chunk_elems = chunking(size, chunk_elems)
-    block, combine, _, loop = (ROW_REDUCERS if rows else REDUCERS)[fn]
-    reduce = None
-    if loop is not None and not rows and reduces(x.dtype, dtype):
-        reduce = (Reduce(*loop), dtype)  # partials per BLOCK (the runner's, or NumPy's)
-    if options:
-        combine = functools.partial(combine, **options)
-    step_fn = functools.partial(block, dtype, *([tuple(x.shape[1:])] if rows else []))
-    buf = buffer_of(x)
-    assert buf is not None
-    sink = Partials(n)
-
-    def add(program: Program, new: bool) -> bool:
-        return program.add_reduction(step_fn, name, x, buf, sink, new, rows, reduce)
-
-    candidates = [None if buf.chunked is None else buf.chunked.program, recent]
-    program = _program_for(
-        candidates, add, engine, submit, device, name, tuple(x.shape), n, chunk_elems, burst
-    )
-    reads = program.vars
-    out = Buffer(engine, engine.new_var(name), shape, dtype, MISSING, name=name)
-    # A sync point on it may run the program's kernel there: weakly, as a pending kernel
-    # keeps its program (and the program its inputs) alive, and nothing else should.
-    out.reduction = weakref.ref(program)
-    count = x.shape[0] if rows else size
-    out.writer = submit(
-        Combine(combine, sink, out, dtype, count, name, reduce is not None),
-        device,
-        reads,
-        (out.var,),
-        _ASYNC,
-        name,
-        None,
-    )
-    return out
