@@ -397,7 +397,7 @@ class TestPriority:
 
     # 50 fixed examples in CI (100 took 15 s of the pure build, 21 s under coverage);
     # ``nox -s fuzz`` draws new ones, 1,500 a round.
-    @ci_examples(50)
+    @ci_examples(30)
     @given(data=st.data())
     def test_the_loop_queue_matches_a_priority_queue(self, data: st.DataObject) -> None:
         """The loop queue, driven directly: operations made READY in any order (in its slots,
