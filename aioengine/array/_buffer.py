@@ -351,7 +351,7 @@ class Buffer:
         goes with the Buffer, without the push a deletion costs.
         """
         if not self.exposed:
-            if len(self.vars) > 1 or self.readers:
+            if self.chunked is not None or self.readers:
                 self._merge()
             self.exposed = True
             # Buffers fused into one operation share its Var: it goes when they all have.
@@ -367,12 +367,15 @@ class Buffer:
 
     def _merge(self) -> None:
         """Before handing the Var out (raw pushes name one Var): give a chunked Buffer one Var
-        again, and order it after the kernels that read the Buffer without a turn
-        (``readers``). One operation writes every chunk's Var and the one handed out, reading
-        those kernels' Vars: what raw pushes do on it comes after all of them."""
+        of its own (the results of a fused program of one chunk share its kernel's Var: the
+        one handed out is deleted with this Buffer, while the others still use theirs), and
+        order it after the kernels that read the Buffer without a turn (``readers``). One
+        operation writes every chunk's Var and the one handed out, reading those kernels'
+        Vars: what raw pushes do on it comes after all of them."""
         readers = list(dict.fromkeys(var for _, var, _ in self.readers or ()))
         self.readers = None
-        var = self.engine.new_var(self.name or "array") if len(self.vars) > 1 else self.var
+        chunked = self.chunked is not None
+        var = self.engine.new_var(self.name or "array") if chunked else self.var
         self.engine.push_sync(
             _nothing,
             const_vars=readers,
