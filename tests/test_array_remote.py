@@ -78,7 +78,7 @@ def remote_ops(engine: ae.Engine) -> int:
 def test_a_views_rows_are_the_rows_numpy_slices(data: st.DataObject) -> None:
     """``View.rows`` (a chunk's part of a view, computed without reading an address) has the
     shape, strides and offset that NumPy's own slice of the view's layout has, for views with
-    steps, reversed axes and a new leading axis."""
+    steps, reversed and transposed axes."""
     from aioengine.array._meta import layout
     from aioengine.array._remote_store import View
 

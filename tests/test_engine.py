@@ -395,7 +395,7 @@ class TestPriority:
                 ready += [(-p, j) for j, (kind, p) in enumerate(pushed) if kind == "late"]
         assert asyncio.run(main()) == expected
 
-    # 50 fixed examples in CI (100 took 15 s of the pure build, 21 s under coverage);
+    # 30 fixed examples in CI (100 took 15 s of the pure build, 21 s under coverage);
     # ``nox -s fuzz`` draws new ones, 1,500 a round.
     @ci_examples(30)
     @given(data=st.data())
