@@ -295,6 +295,30 @@ async def test_cumulative_sum_and_prod_equal_numpys_bit_for_bit(
             np.testing.assert_array_equal(got, want, strict=True, err_msg=name)
 
 
+@pytest.mark.parametrize("include_initial", [False, True])
+async def test_a_scan_of_an_array_whose_data_decided_its_shape(
+    monkeypatch: pytest.MonkeyPatch, include_initial: bool
+) -> None:
+    """A scan in chunks reads its input's size from the result's: the Buffer of a mask's
+    result (``x[m]``, 0-d here) may not know the shape its data decided, even once awaited
+    (found by the differential programs, every operation pushed: ``INLINE_COST`` 0)."""
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(aa.__path__):
+        module = importlib.import_module(f"aioengine.array.{info.name}")
+        if hasattr(module, "INLINE_COST"):
+            monkeypatch.setattr(module, "INLINE_COST", 0)
+    async with ae.Engine(cpu_workers=2) as engine:
+        xp = aa.namespace(engine)
+        x = xp.asarray(np.array(5, dtype=np.int8))[xp.asarray(np.array(True))]
+        await x  # its shape, (1,), learnt
+        for name in ("cumulative_sum", "cumulative_prod"):
+            got = await getattr(xp, name)(x, axis=0, include_initial=include_initial)
+            want = getattr(np, name)(np.array([5], np.int8), include_initial=include_initial)
+            np.testing.assert_array_equal(got, want, strict=True)
+
+
 async def test_cumulative_sum_of_a_chain_with_nan_inf_and_signed_zeros() -> None:
     an, bn = RNG.standard_normal(N), RNG.standard_normal(N)
     an[0] = -0.0

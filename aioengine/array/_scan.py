@@ -116,8 +116,9 @@ def scan_chunks(
     size = math.prod(shape)
     n, elems = chunking(size, chunk_elems)
     xvars = x.vars
-    xelems = chunking(math.prod(x.shape), chunk_elems)[1]  # type: ignore[arg-type]
     initial = int(include_initial)
+    # x's elements, from the result's (x's Buffer may not know a shape its data decided).
+    xelems = chunking(size - initial, chunk_elems)[1]
     out = Buffer(engine, None, shape, dtype, MISSING, name=name)  # type: ignore[arg-type]
     vars_: list[Any] = [engine.new_var(name) for _ in range(n)]
     writers: list[Any] = []
