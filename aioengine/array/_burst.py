@@ -152,20 +152,11 @@ class Burst:
         """On the loop's thread, as a chunked operation on ``device`` is recorded: the burst
         it is in (its ``gen``); the first one opens the burst and arms the waker. Off the loop
         (``on_loop`` false), on the caller's thread: the burst it is in."""
-        now = time.perf_counter()
         thread = threading.get_native_id()  # (a new thread may reuse a finished one's ident)
         if thread != self.thread:
             self.thread, self.clock = thread, _cpu_clock()
             self.sampled = -SAMPLE
-        if now - self.sampled >= SAMPLE:
-            # The CPU clock is a system call (0.5 µs here, a tenth of a join): read once per
-            # SAMPLE of wall time. ``cpu`` is then at most SAMPLE behind, which can make
-            # :meth:`quiet` see at most SAMPLE more CPU time than the caller spent: QUIET is
-            # 100 times that, and the blocked rule only grows stricter.
-            self.cpu = time.thread_time()
-            self.sampled = now
-        self.last = now
-        self.pushing = True
+        self._mark(True)
         if self.on_loop and not self.open:
             self.open = True
             loop = running_loop()
@@ -177,12 +168,20 @@ class Burst:
     def touch(self) -> None:
         """On the pushing thread, as a chunked operation's pushes are done (or failed): the
         caller was busy with them, not quiet."""
+        self._mark(False)
+
+    def _mark(self, pushing: bool) -> None:
+        """Record the caller's wall and CPU time now, on its thread, and whether it is
+        ``pushing``. The CPU clock is a system call (0.5 µs here, a tenth of a join): read
+        once per SAMPLE of wall time. ``cpu`` is then at most SAMPLE behind, which can make
+        :meth:`quiet` see at most SAMPLE more CPU time than the caller spent: QUIET is 100
+        times that, and the blocked rule only grows stricter."""
         now = time.perf_counter()
         if now - self.sampled >= SAMPLE:
             self.cpu = time.thread_time()
             self.sampled = now
         self.last = now
-        self.pushing = False
+        self.pushing = pushing
 
     def _end(self) -> None:
         self.open = False
